@@ -1,0 +1,266 @@
+//! The `FournosCluster` custom resource (`fournos.dev/v1`).
+//!
+//! Spec is what people want; status is what the controllers observed. Every
+//! status field has exactly one writer (see the field docs), which applies it
+//! with server-side apply under its own field manager.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The duration pattern shared by `ttl` and `gpuDiscoveryInterval`.
+pub const DURATION_PATTERN: &str = "^[0-9]+(m|h|d)$";
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "fournos.dev",
+    version = "v1",
+    kind = "FournosCluster",
+    plural = "fournosclusters",
+    singular = "fournoscluster",
+    namespaced,
+    status = "FournosClusterStatus",
+    shortname = "fc",
+    shortname = "fcluster",
+    doc = "A GPU cluster that Fournos runs benchmark jobs on. Hearth validates its kubeconfig, discovers its GPUs, publishes its capacity as Kueue quota and locks it for an owner.",
+    printcolumn(
+        name = "Owner",
+        type_ = "string",
+        json_path = ".spec.owner",
+        description = "Who holds or wants the lock"
+    ),
+    printcolumn(
+        name = "GPUs",
+        type_ = "string",
+        json_path = ".status.gpuSummary",
+        description = "Discovered GPUs per model"
+    ),
+    printcolumn(
+        name = "Kubeconfig",
+        type_ = "string",
+        json_path = ".status.kubeconfigStatus",
+        description = "Whether the cluster's kubeconfig works"
+    ),
+    printcolumn(
+        name = "Locked",
+        type_ = "boolean",
+        json_path = ".status.locked",
+        description = "True while the lock sentinel holds the cluster's quota"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Lock Job",
+        type_ = "string",
+        json_path = ".status.lockJobName",
+        priority = 1,
+        description = "Name of the lock sentinel"
+    ),
+    printcolumn(
+        name = "TTL",
+        type_ = "string",
+        json_path = ".spec.ttl",
+        priority = 1,
+        description = "How long a lock lasts"
+    ),
+    printcolumn(
+        name = "Lock Expires",
+        type_ = "date",
+        json_path = ".status.lockExpiresAt",
+        priority = 1,
+        description = "When the lock expires"
+    )
+)]
+/// What people want of the cluster: where its kubeconfig is, who locks it and for
+/// how long, how often to probe it.
+#[serde(rename_all = "camelCase")]
+pub struct FournosClusterSpec {
+    /// Name of the Secret (in Hearth's secrets namespace) whose `kubeconfig` key holds
+    /// this cluster's kubeconfig. Only inline credentials are accepted: server, CA
+    /// data, and a bearer token or client certificate and key data.
+    pub kubeconfig_secret: String,
+
+    /// Who has locked this cluster. Setting it takes an exclusive lock (no other
+    /// Fournos job is admitted on the cluster once the lock is held); clearing it
+    /// releases the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+
+    /// How long a lock lasts after the owner was set, as a number followed by `m`
+    /// (minutes), `h` (hours) or `d` (days), e.g. `30m`, `4h`, `2d`. When it runs
+    /// out Hearth releases the lock and clears `owner`. Unset: the lock lasts until
+    /// the owner is cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^[0-9]+(m|h|d)$"))]
+    pub ttl: Option<String>,
+
+    /// How often Hearth probes the cluster and counts its GPUs, e.g. `5m`, `1h`
+    /// (`m`, `h` or `d`). Defaults to the controller's setting (5m unless changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = "^[0-9]+(m|h|d)$"))]
+    pub gpu_discovery_interval: Option<String>,
+
+    /// Deprecated: hardware as recorded in spec by the Python controller that Hearth
+    /// replaces. Hearth never writes it; discovered hardware lives in
+    /// `status.hardware`. Kept in the schema so migrating clusters lose nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+}
+
+/// Whether the cluster's kubeconfig works, as last observed by hearth-discovery.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum KubeconfigStatus {
+    /// The target answered with these credentials.
+    Valid,
+    /// The Secret or its `kubeconfig` key does not exist.
+    Missing,
+    /// The kubeconfig cannot be parsed or uses a refused feature (exec or
+    /// auth-provider plugins, file paths, proxies, insecure TLS, passwords).
+    Invalid,
+    /// The target rejected the credentials (HTTP 401).
+    Unauthorized,
+    /// The target could not be reached (network, TLS, timeout).
+    Unreachable,
+}
+
+impl KubeconfigStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Valid => "Valid",
+            Self::Missing => "Missing",
+            Self::Invalid => "Invalid",
+            Self::Unauthorized => "Unauthorized",
+            Self::Unreachable => "Unreachable",
+        }
+    }
+}
+
+impl std::fmt::Display for KubeconfigStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a FournosCluster. Each field has exactly one writer.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FournosClusterStatus {
+    /// Whether the kubeconfig works: Valid, Missing, Invalid, Unauthorized or
+    /// Unreachable. Written by hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubeconfig_status: Option<KubeconfigStatus>,
+
+    /// GPUs discovered on the cluster's schedulable, Ready nodes. Written by
+    /// hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<Hardware>,
+
+    /// When the kubeconfig's client certificate or bearer token expires, if it
+    /// says. Written by hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_expire_at: Option<Time>,
+
+    /// When hearth-discovery will next probe the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_probe_at: Option<Time>,
+
+    /// GPUs per model, e.g. `8x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S`. Written by
+    /// hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_summary: Option<String>,
+
+    /// What hearth-kueue-sync published for this cluster in Kueue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kueue: Option<KueueStatus>,
+
+    /// True only while the lock sentinel is admitted and holds all of the
+    /// cluster's slots. Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locked: Option<bool>,
+
+    /// Name of the lock sentinel. Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_job_name: Option<String>,
+
+    /// When the current owner was first seen. Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_set_at: Option<Time>,
+
+    /// `ownerSetAt + ttl`; the lock is released then. Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_expires_at: Option<Time>,
+
+    /// Conditions, one per type; each controller owns its own types:
+    /// KubeconfigValid and GPUDiscovered (hearth-discovery), KueueSynced
+    /// (hearth-kueue-sync), Locked (hearth-lock-manager).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// GPUs found on a cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Hardware {
+    /// One entry per GPU model, sorted by short name.
+    #[serde(default)]
+    pub gpus: Vec<GpuInfo>,
+    /// Sum of `gpus[].count`.
+    #[serde(default, rename = "totalGPUs")]
+    pub total_gpus: i64,
+    /// When the last successful discovery finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_discovery: Option<Time>,
+    /// Probes that failed in a row since the last success.
+    #[serde(default)]
+    pub consecutive_failures: i32,
+    /// Why the last probe failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// GPU nodes left out of the count because they are unschedulable (cordoned)
+    /// or not Ready.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub excluded_nodes: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// GPUs of one model on a cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInfo {
+    /// `NVIDIA` or `AMD`.
+    pub vendor: String,
+    /// Model as the node labeller reports it, e.g. `NVIDIA-A100-SXM4-80GB`.
+    pub model: String,
+    /// Short name used in the quota resource `fournos/gpu-<shortName>`, e.g. `a100`.
+    pub short_name: String,
+    /// Physical GPUs of this model on schedulable, Ready nodes.
+    pub count: i64,
+    /// Nodes contributing to `count`.
+    pub node_count: i32,
+}
+
+/// What hearth-kueue-sync published for a cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KueueStatus {
+    /// The cluster's ResourceFlavor.
+    pub flavor: String,
+    /// The ClusterQueue holding the cluster's quota.
+    pub cluster_queue: String,
+    /// Quota published per resource (e.g. `fournos/cluster-slot: 100`,
+    /// `fournos/gpu-a100: 8`); zero while the cluster is drained.
+    #[serde(default)]
+    pub quotas: BTreeMap<String, i64>,
+    /// Slots of the cluster (`fournos/cluster-slot`); a lock requests all of them.
+    pub cluster_slots: i64,
+}

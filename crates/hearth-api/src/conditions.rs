@@ -1,0 +1,261 @@
+//! Kubernetes condition semantics: one condition per type, `lastTransitionTime`
+//! moves only when `status` flips, `observedGeneration` always set, and a
+//! controller touches only its own types.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// `status` of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for Status {
+    fn from(b: bool) -> Self {
+        if b { Self::True } else { Self::False }
+    }
+}
+
+/// What a controller wants a condition to say; times and generation are filled in
+/// by [`set_condition`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredCondition {
+    pub type_: &'static str,
+    pub status: Status,
+    /// CamelCase, stable: used for Event reasons and metric labels too.
+    pub reason: String,
+    /// Tells a person what is wrong and what to do about it.
+    pub message: String,
+}
+
+impl DesiredCondition {
+    pub fn new(
+        type_: &'static str,
+        status: impl Into<Status>,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            type_,
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The condition of type `type_`, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of type `type_` is present with status `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// The condition `desired` turns into, given what is there now: the transition
+/// time of `current` is kept unless the status changes.
+pub fn next_condition(
+    current: Option<&Condition>,
+    desired: &DesiredCondition,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let last_transition_time = match current {
+        Some(c) if c.status == desired.status.as_str() => c.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: desired.type_.to_owned(),
+        status: desired.status.as_str().to_owned(),
+        reason: desired.reason.clone(),
+        message: desired.message.clone(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// Sets `desired` in `conditions` by type, leaving other types untouched, and
+/// collapsing duplicates of that type (written by older controllers) into one.
+/// Returns whether anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    desired: &DesiredCondition,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    // With duplicates, the last one written is the current truth.
+    let current = conditions
+        .iter()
+        .rev()
+        .find(|c| c.type_ == desired.type_)
+        .cloned();
+    let next = next_condition(current.as_ref(), desired, generation, now);
+    let count = conditions
+        .iter()
+        .filter(|c| c.type_ == desired.type_)
+        .count();
+    if count == 1 && current.as_ref() == Some(&next) {
+        return false;
+    }
+    match conditions.iter().position(|c| c.type_ == desired.type_) {
+        Some(first) => {
+            conditions[first] = next;
+            let mut seen = false;
+            conditions.retain(|c| {
+                if c.type_ != desired.type_ {
+                    return true;
+                }
+                let keep = !seen;
+                seen = true;
+                keep
+            });
+        }
+        None => conditions.push(next),
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use pretty_assertions::assert_eq;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(1_790_000_000 + secs).unwrap())
+    }
+
+    fn valid(status: bool, reason: &str) -> DesiredCondition {
+        DesiredCondition::new(
+            "KubeconfigValid",
+            status,
+            reason,
+            format!("{reason} message"),
+        )
+    }
+
+    #[test]
+    fn new_condition_is_added_with_now_as_transition_time() {
+        let mut conds = vec![];
+        assert!(set_condition(
+            &mut conds,
+            &valid(true, "Valid"),
+            Some(3),
+            &at(0)
+        ));
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0].status, "True");
+        assert_eq!(conds[0].reason, "Valid");
+        assert_eq!(conds[0].observed_generation, Some(3));
+        assert_eq!(conds[0].last_transition_time, at(0));
+    }
+
+    #[test]
+    fn same_status_keeps_transition_time_but_updates_reason_message_generation() {
+        let mut conds = vec![];
+        set_condition(&mut conds, &valid(false, "Unreachable"), Some(1), &at(0));
+        assert!(set_condition(
+            &mut conds,
+            &valid(false, "Unauthorized"),
+            Some(2),
+            &at(60)
+        ));
+        assert_eq!(conds[0].last_transition_time, at(0));
+        assert_eq!(conds[0].reason, "Unauthorized");
+        assert_eq!(conds[0].message, "Unauthorized message");
+        assert_eq!(conds[0].observed_generation, Some(2));
+    }
+
+    #[test]
+    fn status_flip_moves_transition_time() {
+        let mut conds = vec![];
+        set_condition(&mut conds, &valid(false, "Unreachable"), Some(1), &at(0));
+        assert!(set_condition(
+            &mut conds,
+            &valid(true, "Valid"),
+            Some(1),
+            &at(60)
+        ));
+        assert_eq!(conds[0].last_transition_time, at(60));
+        assert_eq!(conds[0].status, "True");
+    }
+
+    #[test]
+    fn identical_condition_is_no_change() {
+        let mut conds = vec![];
+        set_condition(&mut conds, &valid(true, "Valid"), Some(1), &at(0));
+        let before = conds.clone();
+        assert!(!set_condition(
+            &mut conds,
+            &valid(true, "Valid"),
+            Some(1),
+            &at(90)
+        ));
+        assert_eq!(conds, before);
+    }
+
+    #[test]
+    fn other_types_are_untouched() {
+        let mut conds = vec![];
+        set_condition(
+            &mut conds,
+            &DesiredCondition::new("Locked", true, "Held", "held"),
+            Some(1),
+            &at(0),
+        );
+        let locked = conds[0].clone();
+        set_condition(&mut conds, &valid(true, "Valid"), Some(5), &at(30));
+        set_condition(&mut conds, &valid(false, "Invalid"), Some(6), &at(60));
+        assert_eq!(conds.len(), 2);
+        assert_eq!(find(&conds, "Locked"), Some(&locked));
+        assert!(!is_true(&conds, "KubeconfigValid"));
+        assert!(is_true(&conds, "Locked"));
+    }
+
+    #[test]
+    fn duplicates_from_older_controllers_collapse_to_one() {
+        let dup = |status: &str, secs| Condition {
+            type_: "KubeconfigValid".into(),
+            status: status.into(),
+            reason: "Old".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: at(secs),
+        };
+        let other = Condition {
+            type_: "GPUDiscovered".into(),
+            ..dup("True", 1)
+        };
+        let mut conds = vec![
+            dup("False", 0),
+            other.clone(),
+            dup("True", 5),
+            dup("True", 9),
+        ];
+        assert!(set_condition(
+            &mut conds,
+            &valid(true, "Valid"),
+            Some(1),
+            &at(100)
+        ));
+        assert_eq!(conds.len(), 2);
+        assert_eq!(conds[1], other);
+        // The latest duplicate was True already: no transition.
+        assert_eq!(conds[0].last_transition_time, at(9));
+        assert_eq!(conds[0].reason, "Valid");
+    }
+}

@@ -1,0 +1,16 @@
+//! The FournosCluster API and everything else the Hearth controllers agree on:
+//! CRD types, condition helpers, durations, contract names, and the shapes of the
+//! Kueue and Fournos objects Hearth reads or writes. Pure data and logic, no I/O.
+
+pub mod cluster;
+pub mod conditions;
+pub mod crd;
+pub mod duration;
+pub mod fournosjob;
+pub mod kueue;
+pub mod names;
+
+pub use cluster::{
+    FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
+    KueueStatus,
+};
