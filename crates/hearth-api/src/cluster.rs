@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 /// The duration pattern shared by `ttl` and `gpuDiscoveryInterval`.
 pub const DURATION_PATTERN: &str = "^[0-9]+(m|h|d)$";
 
+// The printer columns repeat `type_ = "string"`, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "fournos.dev",
@@ -191,6 +193,11 @@ pub struct FournosClusterStatus {
     /// When the current owner was first seen. Written by hearth-lock-manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_set_at: Option<Time>,
+
+    /// The owner `ownerSetAt` refers to, so a change of owner starts a new lock
+    /// (and a new TTL). Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_owner: Option<String>,
 
     /// `ownerSetAt + ttl`; the lock is released then. Written by hearth-lock-manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]

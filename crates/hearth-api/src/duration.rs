@@ -63,11 +63,11 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
 /// Formats a whole number of minutes back into the shortest exact form.
 pub fn format_duration(d: Duration) -> String {
     let secs = d.as_secs();
-    if secs % 86_400 == 0 && secs > 0 {
+    if secs.is_multiple_of(86_400) && secs > 0 {
         format!("{}d", secs / 86_400)
-    } else if secs % 3_600 == 0 && secs > 0 {
+    } else if secs.is_multiple_of(3_600) && secs > 0 {
         format!("{}h", secs / 3_600)
-    } else if secs % 60 == 0 {
+    } else if secs.is_multiple_of(60) {
         format!("{}m", secs / 60)
     } else {
         format!("{secs}s")

@@ -1,0 +1,699 @@
+//! The lock plan: from a cluster's spec and status, its sentinels and the time, to
+//! the actions that make the lock true and the status that says where it stands.
+//! Pure: the reconciler observes, calls [`plan_lock`], and applies the result.
+//!
+//! Rules, in order:
+//! - No owner, or the cluster is being deleted: every sentinel goes; the status
+//!   says `Released` (or keeps `Expired` when that is how the lock ended).
+//! - The TTL has run out (`ownerSetAt + ttl <= now`): sentinels go, `spec.owner` is
+//!   cleared (guarded by `resourceVersion` by the apply step, so a person re-locking
+//!   at that instant wins), Event `LockExpired`.
+//! - Otherwise exactly one sentinel holding the owner's name is kept (adopted by
+//!   label, whatever its name, so a legacy sentinel keeps its admission); every
+//!   other sentinel for the cluster is deleted. With none, one is created once
+//!   hearth-kueue-sync reports the cluster's flavor.
+//! - `locked` is true only while that sentinel holds the quota (admitted).
+
+use std::time::Duration;
+
+use hearth_api::FournosClusterStatus;
+use hearth_api::conditions::DesiredCondition;
+use hearth_api::duration::parse_duration;
+use hearth_api::names::{condition_types::LOCKED, lock_sentinel_name};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// Condition reasons of `Locked`.
+pub mod reasons {
+    pub const HELD: &str = "Held";
+    pub const WAITING_FOR_ADMISSION: &str = "WaitingForAdmission";
+    pub const WAITING_FOR_FLAVOR: &str = "WaitingForFlavor";
+    pub const EXPIRED: &str = "Expired";
+    pub const RELEASED: &str = "Released";
+}
+
+/// What the plan needs to know about a FournosCluster.
+#[derive(Clone, Debug)]
+pub struct ClusterView<'a> {
+    pub name: &'a str,
+    pub owner: Option<&'a str>,
+    pub ttl: Option<&'a str>,
+    pub deleting: bool,
+    pub status: &'a FournosClusterStatus,
+}
+
+/// Where a sentinel stands with Kueue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SentinelState {
+    /// Admitted: it holds all of the cluster's slots.
+    Holding,
+    /// Not admitted yet; Kueue's own explanation when it gave one.
+    Waiting(Option<String>),
+    /// Being deleted.
+    Terminating,
+}
+
+/// A sentinel labeled for the cluster, as observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SentinelView {
+    pub name: String,
+    pub owner: Option<String>,
+    pub state: SentinelState,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockAction {
+    CreateSentinel {
+        name: String,
+        owner: String,
+    },
+    DeleteSentinel {
+        name: String,
+    },
+    /// Clear `spec.owner` if it still is `owner`.
+    ClearOwner {
+        owner: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockEvent {
+    pub reason: &'static str,
+    pub message: String,
+    pub warning: bool,
+}
+
+/// The status fields hearth-lock-manager owns.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LockStatus {
+    pub locked: bool,
+    pub lock_job_name: Option<String>,
+    pub owner_set_at: Option<Timestamp>,
+    pub lock_expires_at: Option<Timestamp>,
+    pub lock_owner: Option<String>,
+    /// `None` for a cluster that was never locked: nothing to say, nothing to write.
+    pub condition: Option<DesiredCondition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockPlan {
+    pub actions: Vec<LockAction>,
+    pub events: Vec<LockEvent>,
+    pub status: LockStatus,
+    /// When to look again even if nothing changes: the expiry.
+    pub requeue_after: Option<Duration>,
+}
+
+fn ts(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
+    t.as_ref().map(|t| t.0)
+}
+
+fn fmt_time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn delete_all(sentinels: &[SentinelView]) -> Vec<LockAction> {
+    sentinels
+        .iter()
+        .filter(|s| s.state != SentinelState::Terminating)
+        .map(|s| LockAction::DeleteSentinel {
+            name: s.name.clone(),
+        })
+        .collect()
+}
+
+pub fn plan_lock(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    now: Timestamp,
+) -> LockPlan {
+    let previous = hearth_api::conditions::find(&cluster.status.conditions, LOCKED);
+    let owner = match cluster.owner.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(o) if !cluster.deleting => o,
+        _ => return plan_unlocked(cluster, sentinels, previous),
+    };
+
+    // The lock's start: kept while the owner stays the same, reset when it changes.
+    // A status from before `lockOwner` existed (the Python controller) has only
+    // ownerSetAt: it belongs to the current owner.
+    let same_owner = match cluster.status.lock_owner.as_deref() {
+        Some(o) => o == owner,
+        None => cluster.status.owner_set_at.is_some(),
+    };
+    let owner_set_at = match ts(&cluster.status.owner_set_at) {
+        Some(t) if same_owner => t,
+        _ => now,
+    };
+
+    let mut ttl_note = None;
+    let expires_at = match cluster.ttl.map(parse_duration) {
+        None => None,
+        Some(Ok(d)) => owner_set_at
+            .checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
+            .ok(),
+        Some(Err(e)) => {
+            ttl_note = Some(format!(
+                " The ttl is ignored ({e}); set a valid ttl or remove it."
+            ));
+            None
+        }
+    };
+
+    let mut status = LockStatus {
+        locked: false,
+        lock_job_name: None,
+        owner_set_at: Some(owner_set_at),
+        lock_expires_at: expires_at,
+        lock_owner: Some(owner.to_owned()),
+        condition: None,
+    };
+
+    if let Some(exp) = expires_at.filter(|exp| *exp <= now) {
+        let mut actions = delete_all(sentinels);
+        actions.push(LockAction::ClearOwner {
+            owner: owner.to_owned(),
+        });
+        let message = format!(
+            "The lock of {owner} expired at {} (ttl {}); the cluster was released and spec.owner cleared.",
+            fmt_time(exp),
+            cluster.ttl.unwrap_or_default()
+        );
+        status.condition = Some(DesiredCondition::new(
+            LOCKED,
+            false,
+            reasons::EXPIRED,
+            message.clone(),
+        ));
+        return LockPlan {
+            actions,
+            events: vec![LockEvent {
+                reason: "LockExpired",
+                message,
+                warning: false,
+            }],
+            status,
+            requeue_after: None,
+        };
+    }
+
+    let requeue_after =
+        expires_at.map(|exp| Duration::try_from(exp.duration_since(now)).unwrap_or(Duration::ZERO));
+    let until = expires_at
+        .map(|t| format!(" until {}", fmt_time(t)))
+        .unwrap_or_default();
+    let note = ttl_note.unwrap_or_default();
+
+    // Keep one live sentinel of this owner, preferring the canonical name; the rest go.
+    let canonical = lock_sentinel_name(cluster.name);
+    let keep = sentinels
+        .iter()
+        .filter(|s| s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner))
+        .min_by_key(|s| {
+            (
+                s.name != canonical,
+                s.state != SentinelState::Holding,
+                s.name.clone(),
+            )
+        });
+    let actions: Vec<LockAction> = sentinels
+        .iter()
+        .filter(|s| s.state != SentinelState::Terminating && Some(&s.name) != keep.map(|k| &k.name))
+        .map(|s| LockAction::DeleteSentinel {
+            name: s.name.clone(),
+        })
+        .collect();
+
+    let (reason, message) = match keep {
+        Some(s) => {
+            status.lock_job_name = Some(s.name.clone());
+            match &s.state {
+                SentinelState::Holding => {
+                    status.locked = true;
+                    (
+                        reasons::HELD,
+                        format!(
+                            "Locked for {owner}{until}: sentinel {} holds all of the cluster's slots.{note}",
+                            s.name
+                        ),
+                    )
+                }
+                SentinelState::Waiting(why) => (
+                    reasons::WAITING_FOR_ADMISSION,
+                    format!(
+                        "Sentinel {} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
+                        s.name,
+                        why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+                    ),
+                ),
+                SentinelState::Terminating => unreachable!("filtered above"),
+            }
+        }
+        None => {
+            let mut actions = actions;
+            let name_taken = sentinels.iter().any(|s| s.name == canonical);
+            let plan_reason;
+            let plan_message;
+            if cluster.status.kueue.is_none() {
+                plan_reason = reasons::WAITING_FOR_FLAVOR;
+                plan_message = format!(
+                    "Waiting for hearth-kueue-sync to publish the cluster's ResourceFlavor and quota (status.kueue) before taking the lock for {owner}; check the KueueSynced condition.{note}"
+                );
+            } else if name_taken {
+                // The old sentinel (another owner's) must be gone before its name is reused.
+                plan_reason = reasons::WAITING_FOR_ADMISSION;
+                plan_message = format!(
+                    "Replacing the previous sentinel {canonical} with one for {owner}.{note}"
+                );
+            } else {
+                actions.push(LockAction::CreateSentinel {
+                    name: canonical.clone(),
+                    owner: owner.to_owned(),
+                });
+                status.lock_job_name = Some(canonical.clone());
+                plan_reason = reasons::WAITING_FOR_ADMISSION;
+                plan_message = format!(
+                    "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
+                );
+            }
+            status.condition = Some(DesiredCondition::new(
+                LOCKED,
+                false,
+                plan_reason,
+                plan_message,
+            ));
+            return LockPlan {
+                actions,
+                events: vec![],
+                status,
+                requeue_after,
+            };
+        }
+    };
+    status.condition = Some(DesiredCondition::new(
+        LOCKED,
+        status.locked,
+        reason,
+        message,
+    ));
+    LockPlan {
+        actions,
+        events: vec![],
+        status,
+        requeue_after,
+    }
+}
+
+fn plan_unlocked(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    previous: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> LockPlan {
+    let was_locked = previous.is_some()
+        || cluster.status.owner_set_at.is_some()
+        || cluster.status.locked.is_some()
+        || !sentinels.is_empty();
+    let condition = match previous {
+        // An expired lock keeps saying so until someone locks again.
+        Some(c) if c.reason == reasons::EXPIRED => Some(DesiredCondition::new(
+            LOCKED,
+            false,
+            reasons::EXPIRED,
+            c.message.clone(),
+        )),
+        _ if was_locked => Some(DesiredCondition::new(
+            LOCKED,
+            false,
+            reasons::RELEASED,
+            if cluster.deleting {
+                "The cluster is being deleted; its lock was released.".to_owned()
+            } else {
+                "No owner: the cluster is not locked. Set spec.owner to lock it.".to_owned()
+            },
+        )),
+        _ => None,
+    };
+    LockPlan {
+        actions: delete_all(sentinels),
+        events: vec![],
+        status: LockStatus {
+            locked: false,
+            condition,
+            ..LockStatus::default()
+        },
+        requeue_after: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_api::KueueStatus;
+    use hearth_api::conditions::{Status, next_condition};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use pretty_assertions::assert_eq;
+
+    const T0: i64 = 1_790_000_000;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(T0 + secs).unwrap()
+    }
+
+    fn synced() -> FournosClusterStatus {
+        FournosClusterStatus {
+            kueue: Some(KueueStatus {
+                flavor: "a".into(),
+                cluster_queue: "fournos-queue".into(),
+                cluster_slots: 100,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn locked_since(owner: &str, secs: i64) -> FournosClusterStatus {
+        FournosClusterStatus {
+            owner_set_at: Some(Time(at(secs))),
+            lock_owner: Some(owner.into()),
+            ..synced()
+        }
+    }
+
+    fn view<'a>(
+        owner: Option<&'a str>,
+        ttl: Option<&'a str>,
+        status: &'a FournosClusterStatus,
+    ) -> ClusterView<'a> {
+        ClusterView {
+            name: "a",
+            owner,
+            ttl,
+            deleting: false,
+            status,
+        }
+    }
+
+    fn sentinel(name: &str, owner: &str, state: SentinelState) -> SentinelView {
+        SentinelView {
+            name: name.into(),
+            owner: Some(owner.into()),
+            state,
+        }
+    }
+
+    fn reason(plan: &LockPlan) -> &str {
+        &plan.status.condition.as_ref().unwrap().reason
+    }
+
+    #[test]
+    fn never_locked_cluster_plans_nothing() {
+        let status = synced();
+        let plan = plan_lock(&view(None, None, &status), &[], at(0));
+        assert_eq!(plan.actions, vec![]);
+        assert_eq!(plan.status, LockStatus::default());
+    }
+
+    #[test]
+    fn owner_without_flavor_waits_for_flavor() {
+        let status = FournosClusterStatus::default();
+        let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(0));
+        assert_eq!(plan.actions, vec![]);
+        assert_eq!(reason(&plan), reasons::WAITING_FOR_FLAVOR);
+        assert!(!plan.status.locked);
+        assert_eq!(plan.status.owner_set_at, Some(at(0)));
+    }
+
+    #[test]
+    fn owner_with_flavor_creates_the_sentinel() {
+        let status = synced();
+        let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(0));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::CreateSentinel {
+                name: "cluster-lock-a".into(),
+                owner: "alice".into()
+            }]
+        );
+        assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
+        assert_eq!(plan.status.lock_job_name.as_deref(), Some("cluster-lock-a"));
+        assert_eq!(plan.status.lock_owner.as_deref(), Some("alice"));
+        assert_eq!(plan.requeue_after, None);
+    }
+
+    #[test]
+    fn admitted_sentinel_means_locked() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert_eq!(plan.actions, vec![]);
+        assert!(plan.status.locked);
+        assert_eq!(reason(&plan), reasons::HELD);
+        assert_eq!(plan.status.condition.as_ref().unwrap().status, Status::True);
+        assert_eq!(plan.status.owner_set_at, Some(at(0)), "ownerSetAt is kept");
+    }
+
+    #[test]
+    fn waiting_sentinel_carries_kueues_message() {
+        let status = locked_since("alice", 0);
+        let msg = "couldn't assign flavors to pod set lock: insufficient unused quota for fournos/cluster-slot in flavor a, 1 more needed";
+        let s = [sentinel(
+            "cluster-lock-a",
+            "alice",
+            SentinelState::Waiting(Some(msg.into())),
+        )];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert!(!plan.status.locked);
+        assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
+        assert!(plan.status.condition.unwrap().message.contains(msg));
+    }
+
+    #[test]
+    fn ttl_sets_expiry_and_requeues_for_it() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("30m"), &status), &s, at(600));
+        assert_eq!(plan.status.lock_expires_at, Some(at(1800)));
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(1200)));
+        assert!(plan.status.condition.unwrap().message.contains("until"));
+    }
+
+    #[test]
+    fn ttl_changed_while_locked_moves_expiry() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("2h"), &status), &s, at(600));
+        assert_eq!(plan.status.lock_expires_at, Some(at(7200)));
+    }
+
+    #[test]
+    fn expiry_deletes_sentinel_clears_owner_and_records_event() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        // Exactly at the expiry instant the lock is over.
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(60));
+        assert_eq!(
+            plan.actions,
+            vec![
+                LockAction::DeleteSentinel {
+                    name: "cluster-lock-a".into()
+                },
+                LockAction::ClearOwner {
+                    owner: "alice".into()
+                }
+            ]
+        );
+        assert_eq!(reason(&plan), reasons::EXPIRED);
+        assert!(!plan.status.locked);
+        assert_eq!(plan.events.len(), 1);
+        assert_eq!(plan.events[0].reason, "LockExpired");
+        // One second earlier it was still held.
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(59));
+        assert_eq!(reason(&plan), reasons::HELD);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn expired_reason_survives_the_owner_being_cleared() {
+        let mut status = locked_since("alice", 0);
+        let expired =
+            DesiredCondition::new(LOCKED, false, reasons::EXPIRED, "The lock of alice expired");
+        status.conditions = vec![next_condition(None, &expired, Some(1), &Time(at(60)))];
+        let plan = plan_lock(&view(None, None, &status), &[], at(61));
+        assert_eq!(reason(&plan), reasons::EXPIRED);
+        assert_eq!(plan.status.owner_set_at, None);
+        assert_eq!(plan.status.lock_expires_at, None);
+    }
+
+    #[test]
+    fn unlock_deletes_sentinel_and_says_released() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(None, None, &status), &s, at(10));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a".into()
+            }]
+        );
+        assert_eq!(reason(&plan), reasons::RELEASED);
+        assert_eq!(plan.status.lock_job_name, None);
+        assert!(!plan.status.locked);
+    }
+
+    #[test]
+    fn empty_owner_is_no_owner() {
+        let status = locked_since("alice", 0);
+        let plan = plan_lock(&view(Some("  "), None, &status), &[], at(10));
+        assert_eq!(reason(&plan), reasons::RELEASED);
+    }
+
+    #[test]
+    fn owner_change_replaces_sentinel_and_restarts_the_clock() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("bob"), Some("1h"), &status), &s, at(100));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a".into()
+            }],
+            "the old sentinel goes first; its name is reused once it is gone"
+        );
+        assert_eq!(plan.status.owner_set_at, Some(at(100)));
+        assert_eq!(plan.status.lock_owner.as_deref(), Some("bob"));
+        assert_eq!(plan.status.lock_expires_at, Some(at(3700)));
+        assert!(!plan.status.locked);
+
+        // Next round: the old one is terminating, still no create under its name.
+        let s = [sentinel(
+            "cluster-lock-a",
+            "alice",
+            SentinelState::Terminating,
+        )];
+        let status = locked_since("bob", 100);
+        let plan = plan_lock(&view(Some("bob"), Some("1h"), &status), &s, at(101));
+        assert_eq!(plan.actions, vec![]);
+        // Once gone: created for bob.
+        let plan = plan_lock(&view(Some("bob"), Some("1h"), &status), &[], at(102));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::CreateSentinel {
+                name: "cluster-lock-a".into(),
+                owner: "bob".into()
+            }]
+        );
+        assert_eq!(plan.status.owner_set_at, Some(at(100)));
+    }
+
+    #[test]
+    fn legacy_sentinel_is_adopted_by_label_not_duplicated() {
+        // The Python controller's sentinel, its status without lockOwner.
+        let status = FournosClusterStatus {
+            owner_set_at: Some(Time(at(0))),
+            ..synced()
+        };
+        let s = [sentinel("hearth-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("1h"), &status), &s, at(10));
+        assert_eq!(plan.actions, vec![]);
+        assert!(plan.status.locked);
+        assert_eq!(plan.status.lock_job_name.as_deref(), Some("hearth-lock-a"));
+        assert_eq!(
+            plan.status.owner_set_at,
+            Some(at(0)),
+            "the legacy TTL is honoured"
+        );
+        assert_eq!(plan.status.lock_expires_at, Some(at(3600)));
+    }
+
+    #[test]
+    fn duplicate_sentinels_collapse_to_the_holding_canonical_one() {
+        let status = locked_since("alice", 0);
+        let s = [
+            sentinel("hearth-lock-a", "alice", SentinelState::Waiting(None)),
+            sentinel("cluster-lock-a", "alice", SentinelState::Holding),
+            sentinel("cluster-lock-a-old", "mallory", SentinelState::Holding),
+        ];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert_eq!(
+            plan.actions,
+            vec![
+                LockAction::DeleteSentinel {
+                    name: "hearth-lock-a".into()
+                },
+                LockAction::DeleteSentinel {
+                    name: "cluster-lock-a-old".into()
+                }
+            ]
+        );
+        assert!(plan.status.locked);
+    }
+
+    #[test]
+    fn deleted_cluster_releases_every_sentinel() {
+        let status = locked_since("alice", 0);
+        let s = [
+            sentinel("cluster-lock-a", "alice", SentinelState::Holding),
+            sentinel("hearth-lock-a", "alice", SentinelState::Terminating),
+        ];
+        let mut v = view(Some("alice"), None, &status);
+        v.deleting = true;
+        let plan = plan_lock(&v, &s, at(10));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn sentinel_recreated_when_someone_deletes_it() {
+        let status = FournosClusterStatus {
+            locked: Some(true),
+            lock_job_name: Some("cluster-lock-a".into()),
+            ..locked_since("alice", 0)
+        };
+        let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(10));
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::CreateSentinel {
+                name: "cluster-lock-a".into(),
+                owner: "alice".into()
+            }]
+        );
+        assert!(!plan.status.locked);
+        assert_eq!(plan.status.owner_set_at, Some(at(0)));
+    }
+
+    #[test]
+    fn invalid_ttl_locks_without_expiry_and_says_why() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("0m"), &status), &s, at(10));
+        assert!(plan.status.locked);
+        assert_eq!(plan.status.lock_expires_at, None);
+        assert!(
+            plan.status
+                .condition
+                .unwrap()
+                .message
+                .contains("ttl is ignored")
+        );
+    }
+
+    #[test]
+    fn clock_going_backwards_does_not_expire_or_panic() {
+        let status = locked_since("alice", 100);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(0));
+        assert_eq!(reason(&plan), reasons::HELD);
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(160)));
+    }
+
+    #[test]
+    fn huge_ttl_does_not_overflow() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("36500d"), &status), &s, at(0));
+        assert!(plan.status.locked);
+        assert!(plan.status.lock_expires_at.is_some());
+    }
+}
