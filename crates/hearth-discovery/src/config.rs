@@ -1,0 +1,189 @@
+//! hearth-discovery's command line: the common runtime options plus its own.
+
+use std::{num::NonZeroUsize, time::Duration};
+
+use clap::Parser;
+use hearth_api::names::defaults;
+use hearth_runtime::{CommonArgs, args::parse_duration};
+
+/// Placeholder in the kubeconfig Secret name pattern that stands for the cluster name.
+pub const CLUSTER_PLACEHOLDER: &str = "{cluster}";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hearth-discovery",
+    version,
+    about = "Creates a FournosCluster for each labeled kubeconfig Secret, validates every \
+             target cluster and counts its GPUs."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub config: DiscoveryConfig,
+}
+
+/// Settings of the discovery controller.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "Discovery options")]
+pub struct DiscoveryConfig {
+    /// Namespace of the kubeconfig Secrets (labeled fournos.dev/cluster-kubeconfig=true).
+    #[arg(long, env = "HEARTH_SECRETS_NAMESPACE", default_value = defaults::SECRETS_NAMESPACE)]
+    pub secrets_namespace: String,
+
+    /// Name of a cluster's kubeconfig Secret; `{cluster}` stands for the cluster name.
+    /// A labeled Secret whose name does not match gets a Warning Event and is skipped.
+    #[arg(
+        long,
+        env = "HEARTH_KUBECONFIG_SECRET_PATTERN",
+        default_value = defaults::KUBECONFIG_SECRET_PATTERN,
+        value_parser = parse_secret_pattern,
+    )]
+    pub kubeconfig_secret_pattern: String,
+
+    /// Seconds between probes of a cluster whose spec.gpuDiscoveryInterval is unset.
+    #[arg(
+        long,
+        env = "HEARTH_GPU_DISCOVERY_DEFAULT_INTERVAL_SEC",
+        default_value_t = defaults::GPU_DISCOVERY_INTERVAL_SEC,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub gpu_discovery_default_interval_sec: u64,
+
+    /// Seconds one probe of a target cluster may take (connect, authenticate, list nodes).
+    #[arg(
+        long,
+        env = "HEARTH_GPU_DISCOVERY_TIMEOUT_SEC",
+        default_value_t = defaults::GPU_DISCOVERY_TIMEOUT_SEC,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
+    pub gpu_discovery_timeout_sec: u64,
+
+    /// How many target clusters are probed at the same time.
+    #[arg(long, env = "HEARTH_DISCOVERY_CONCURRENCY", default_value = "8")]
+    pub discovery_concurrency: NonZeroUsize,
+
+    /// Warn (Event and condition reason) when a kubeconfig's certificate or token expires
+    /// within this long: `<number>` followed by s, m, h or d.
+    #[arg(
+        long,
+        env = "HEARTH_CREDENTIALS_EXPIRY_WARNING",
+        default_value = "7d",
+        value_parser = parse_duration,
+    )]
+    pub credentials_expiry_warning: Duration,
+
+    /// Consecutive failed probes before a Valid cluster is reported as failing, so a
+    /// flapping network does not flap quota.
+    #[arg(
+        long,
+        env = "HEARTH_FAILURE_THRESHOLD",
+        default_value_t = 3,
+        value_parser = clap::value_parser!(u32).range(1..),
+    )]
+    pub failure_threshold: u32,
+}
+
+fn parse_secret_pattern(pattern: &str) -> Result<String, String> {
+    match pattern.matches(CLUSTER_PLACEHOLDER).count() {
+        1 => Ok(pattern.to_owned()),
+        _ => Err(format!(
+            "must contain {CLUSTER_PLACEHOLDER} exactly once, e.g. kubeconfig-{CLUSTER_PLACEHOLDER}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    /// Ignores the process environment, so a developer's variables cannot leak in.
+    fn parse(argv: &[&str]) -> Result<DiscoveryConfig, clap::Error> {
+        let cmd = Args::command().mut_args(|arg| arg.env(None::<&str>));
+        let matches = cmd.try_get_matches_from(
+            std::iter::once("hearth-discovery").chain(argv.iter().copied()),
+        )?;
+        Ok(Args::from_arg_matches(&matches)?.config)
+    }
+
+    #[test]
+    fn defaults_match_the_design_table() {
+        let config = parse(&[]).unwrap();
+        assert_eq!(config.secrets_namespace, "psap-secrets");
+        assert_eq!(config.kubeconfig_secret_pattern, "kubeconfig-{cluster}");
+        assert_eq!(config.gpu_discovery_default_interval_sec, 300);
+        assert_eq!(config.gpu_discovery_timeout_sec, 10);
+        assert_eq!(config.discovery_concurrency.get(), 8);
+        assert_eq!(
+            config.credentials_expiry_warning,
+            Duration::from_secs(7 * 86_400)
+        );
+        assert_eq!(config.failure_threshold, 3);
+    }
+
+    #[test]
+    fn env_var_names_are_the_contract() {
+        let cmd = Args::command();
+        for (id, env) in [
+            ("secrets_namespace", "HEARTH_SECRETS_NAMESPACE"),
+            (
+                "kubeconfig_secret_pattern",
+                "HEARTH_KUBECONFIG_SECRET_PATTERN",
+            ),
+            (
+                "gpu_discovery_default_interval_sec",
+                "HEARTH_GPU_DISCOVERY_DEFAULT_INTERVAL_SEC",
+            ),
+            (
+                "gpu_discovery_timeout_sec",
+                "HEARTH_GPU_DISCOVERY_TIMEOUT_SEC",
+            ),
+            ("discovery_concurrency", "HEARTH_DISCOVERY_CONCURRENCY"),
+            (
+                "credentials_expiry_warning",
+                "HEARTH_CREDENTIALS_EXPIRY_WARNING",
+            ),
+            ("failure_threshold", "HEARTH_FAILURE_THRESHOLD"),
+            ("namespace", "HEARTH_NAMESPACE"),
+        ] {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "--{id}");
+        }
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let config = parse(&[
+            "--secrets-namespace=s",
+            "--kubeconfig-secret-pattern={cluster}-kubeconfig",
+            "--discovery-concurrency=2",
+            "--credentials-expiry-warning=12h",
+            "--failure-threshold=1",
+        ])
+        .unwrap();
+        assert_eq!(config.secrets_namespace, "s");
+        assert_eq!(config.kubeconfig_secret_pattern, "{cluster}-kubeconfig");
+        assert_eq!(config.discovery_concurrency.get(), 2);
+        assert_eq!(
+            config.credentials_expiry_warning,
+            Duration::from_secs(12 * 3_600)
+        );
+        assert_eq!(config.failure_threshold, 1);
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for argv in [
+            "--kubeconfig-secret-pattern=kubeconfig",
+            "--kubeconfig-secret-pattern={cluster}-{cluster}",
+            "--discovery-concurrency=0",
+            "--gpu-discovery-timeout-sec=0",
+            "--gpu-discovery-default-interval-sec=0",
+            "--credentials-expiry-warning=7",
+            "--failure-threshold=0",
+        ] {
+            assert!(parse(&[argv]).is_err(), "{argv}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! hearth-kueue-sync's command line: the common runtime options plus its own.
+
+use clap::Parser;
+use hearth_api::names::{DEFAULT_CLUSTER_SLOTS, defaults};
+use hearth_runtime::CommonArgs;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "hearth-kueue-sync",
+    version,
+    about = "Publishes every FournosCluster's capacity as a Kueue ResourceFlavor and \
+             ClusterQueue quota."
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[command(flatten)]
+    pub config: KueueSyncConfig,
+}
+
+/// Settings of the kueue-sync controller.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+#[command(next_help_heading = "Kueue sync options")]
+pub struct KueueSyncConfig {
+    /// The shared ClusterQueue that gets one flavor entry per cluster. Hearth never
+    /// creates it: it belongs to the platform.
+    #[arg(long, env = "HEARTH_KUEUE_CLUSTER_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
+    pub cluster_queue_name: String,
+
+    /// Prefix of the per-model GPU quota resources: `<prefix><short name>`, e.g.
+    /// fournos/gpu-a100.
+    #[arg(
+        long,
+        env = "HEARTH_GPU_RESOURCE_PREFIX",
+        default_value = defaults::GPU_RESOURCE_PREFIX,
+        value_parser = parse_resource_prefix,
+    )]
+    pub gpu_resource_prefix: String,
+
+    /// Quota of fournos/cluster-slot per cluster: an exclusive job requests all of it,
+    /// a shared one 1.
+    #[arg(
+        long,
+        env = "HEARTH_CLUSTER_SLOTS",
+        default_value_t = DEFAULT_CLUSTER_SLOTS,
+        value_parser = clap::value_parser!(i64).range(1..),
+    )]
+    pub cluster_slots: i64,
+}
+
+/// A resource name is `<domain>/<name>`; the prefix must carry the domain and the slash
+/// so that appending a short name yields one.
+fn parse_resource_prefix(prefix: &str) -> Result<String, String> {
+    match prefix.split_once('/') {
+        Some((domain, _)) if !domain.is_empty() && !prefix[domain.len() + 1..].contains('/') => {
+            Ok(prefix.to_owned())
+        }
+        _ => Err("must look like <domain>/<name prefix>, e.g. fournos/gpu-".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    /// Ignores the process environment, so a developer's variables cannot leak in.
+    fn parse(argv: &[&str]) -> Result<KueueSyncConfig, clap::Error> {
+        let cmd = Args::command().mut_args(|arg| arg.env(None::<&str>));
+        let matches = cmd.try_get_matches_from(
+            std::iter::once("hearth-kueue-sync").chain(argv.iter().copied()),
+        )?;
+        Ok(Args::from_arg_matches(&matches)?.config)
+    }
+
+    #[test]
+    fn defaults_match_the_design_table() {
+        assert_eq!(
+            parse(&[]).unwrap(),
+            KueueSyncConfig {
+                cluster_queue_name: "fournos-queue".into(),
+                gpu_resource_prefix: "fournos/gpu-".into(),
+                cluster_slots: 100,
+            }
+        );
+    }
+
+    #[test]
+    fn env_var_names_are_the_contract() {
+        let cmd = Args::command();
+        for (id, env) in [
+            ("cluster_queue_name", "HEARTH_KUEUE_CLUSTER_QUEUE_NAME"),
+            ("gpu_resource_prefix", "HEARTH_GPU_RESOURCE_PREFIX"),
+            ("cluster_slots", "HEARTH_CLUSTER_SLOTS"),
+            ("namespace", "HEARTH_NAMESPACE"),
+        ] {
+            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "--{id}");
+        }
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let config = parse(&[
+            "--cluster-queue-name=q",
+            "--gpu-resource-prefix=example.com/accel-",
+            "--cluster-slots=10",
+        ])
+        .unwrap();
+        assert_eq!(config.cluster_queue_name, "q");
+        assert_eq!(config.gpu_resource_prefix, "example.com/accel-");
+        assert_eq!(config.cluster_slots, 10);
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for argv in [
+            "--gpu-resource-prefix=gpu-",
+            "--gpu-resource-prefix=/gpu-",
+            "--gpu-resource-prefix=a/b/",
+            "--cluster-slots=0",
+        ] {
+            assert!(parse(&[argv]).is_err(), "{argv}");
+        }
+    }
+}
