@@ -28,11 +28,14 @@
 mod admin;
 pub mod args;
 mod client;
+pub mod events;
+pub mod leadership;
 mod lease;
 mod metrics;
 mod otlp_client;
 mod readiness;
 mod shutdown;
+pub mod status;
 pub mod telemetry;
 
 use std::{future::Future, sync::Arc, time::Duration};
@@ -115,6 +118,16 @@ impl Runtime {
     /// The registry behind `/metrics`, for the controller's own metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Event publisher reporting as this controller and replica; silent on standbys.
+    pub fn events(&self) -> events::Events {
+        events::Events::new(
+            self.client(),
+            self.controller,
+            self.args.identity(),
+            self.leader(),
+        )
     }
 
     /// Namespace where FournosClusters live.
