@@ -1,0 +1,423 @@
+//! The plan: from the observed world (all FournosClusters, the ClusterQueue, the
+//! ResourceFlavors) to the writes that make Kueue match the fleet, and to what each
+//! cluster's `status.kueue` and `KueueSynced` condition should say. Pure: no I/O, no
+//! clock. The apply step performs the writes and re-plans from what it then observes.
+//!
+//! # Rules
+//!
+//! **Ownership.** A ResourceFlavor is Hearth's iff it carries the label
+//! `app.kubernetes.io/managed-by=hearth`. A ClusterQueue flavor entry is Hearth's iff
+//! its ResourceFlavor is Hearth's; every other entry, group and field is *foreign* and
+//! is kept as found, with the single exception below (the resource group covering
+//! `fournos/cluster-slot` must stay valid). An entry naming a ResourceFlavor that does
+//! not exist is foreign: Hearth cannot tell who made it. A flavor named like a cluster
+//! but without the label is never touched and the cluster gets no quota
+//! (`FlavorNotManaged`); adopting such legacy flavors is a separate decision, made in one
+//! place: [`ObservedFlavor::is_hearths`].
+//!
+//! **Flavors.** Every live cluster (no `deletionTimestamp`) gets a ResourceFlavor named
+//! after it, `nodeLabels {fournos.dev/cluster: <cluster>}`, labeled managed-by=hearth,
+//! whether or not it fits in the ClusterQueue: a flavor costs nothing and lets the
+//! cluster enter the queue as soon as there is room. A Hearth flavor whose
+//! `fournos.dev/cluster` node label is wrong is repaired (other node labels are left to
+//! whoever set them). A Hearth flavor with no live cluster is deleted, but only once no
+//! resource group of the *current* ClusterQueue references it: this plan removes the
+//! entry and the delete follows next round (Kueue's `resource-in-use` finalizer would
+//! otherwise hold the flavor in `Terminating`). A Hearth flavor that another group
+//! references is never deleted by Hearth ([`FlavorNote::ReferencedByForeignGroup`]).
+//! With no ClusterQueue, orphans are deleted at once.
+//!
+//! **Entries.** The entries live in the first resource group that covers
+//! `fournos/cluster-slot`; if none does, a new group is appended (it is the only one
+//! when the queue has none), but only when it gets at least one flavor, and a group
+//! left without flavors is removed (Kueue requires 1–64 flavors per group). A cluster
+//! gets an entry once its flavor exists and is not being deleted (a ClusterQueue that
+//! references a missing flavor stops admitting): the round that creates the flavor
+//! reports `WaitingForFlavor`, the next one adds the entry. A Terminating flavor of a
+//! live cluster (deleted and recreated quickly) loses its entry so that the deletion
+//! can finish; the flavor is then recreated. Entries keep their position; new ones are
+//! appended oldest cluster first. Hearth owns the `name` and `nominalQuota` of its
+//! entries; other fields found on them (e.g. `borrowingLimit`) are kept, except that a
+//! `lendingLimit` above the new nominal quota is lowered to it (Kueue rejects more).
+//!
+//! **Quota.** A cluster's entry gives `fournos/cluster-slot` = the configured slots and
+//! `<prefix><shortName>` = the count of each model in `status.hardware.gpus` (models
+//! sharing a short name are summed; negative counts count as zero), and zero for every
+//! other covered resource. A cluster whose `kubeconfigStatus` is not `Valid` (including
+//! not yet probed) is *drained*: same entry, zero for every resource, `KueueSynced=False`
+//! reason `Drained`. A drained cluster's models stay covered, so draining never
+//! reshapes the queue. `status.kueue.quotas` lists the slot resource and the cluster's
+//! own models as published; `clusterSlots` is always the configured slot count (what a
+//! lock requests), also while drained.
+//!
+//! **Covered resources.** `coveredResources` of the slot group is sorted and is the
+//! union of: `fournos/cluster-slot`; every resource already covered that is not
+//! *Hearth-namespaced* (neither the slot resource nor starting with the GPU prefix) —
+//! Hearth never drops what it did not add; every resource a foreign flavor of the group
+//! lists, except a *plain zero* Hearth-namespaced one (`{name, nominalQuota: 0}` with no
+//! other field, which is exactly what Hearth itself adds to foreign flavors); and the
+//! GPU resources of the clusters that get an entry. So a GPU model that leaves every
+//! cluster leaves `coveredResources`, and its plain-zero entries leave the foreign
+//! flavors with it, unless a foreign flavor still gives it a non-zero quota or any other
+//! field (that is deliberate, so it stays). The price: a foreign flavor's deliberate
+//! plain `0` for a Hearth-namespaced resource is indistinguishable from Hearth's and is
+//! removed with it. Every flavor of the group then lists every covered resource in that
+//! order: foreign flavors keep their own entries (values and extra fields), reordered,
+//! and get a plain zero for each resource they lack.
+//!
+//! **Limits** (Kueue's; the ClusterQueue is never made invalid). At most 64 flavors in
+//! the group and 256 in the queue: foreign flavors count and are never evicted; the
+//! remaining room goes to the clusters in age order (`creationTimestamp`, then name),
+//! so the oldest keep their place and the others get `LimitReached`. No group covers the
+//! slot resource and the queue already has 16 groups: no cluster gets an entry
+//! (`LimitReached`). At most 64 covered resources: the resources above are kept first,
+//! then GPU resources are added cluster by cluster in age order (each cluster's models in
+//! name order); a model that does not fit is left out of that cluster's entry only — the
+//! cluster keeps its entry with its slots and other models and reports `LimitReached`
+//! naming what was left out. A model whose resource another group covers (a resource may
+//! belong to only one group) is left out the same way (`Conflict`), and so is a short
+//! name that does not make a valid resource name (`InvalidResourceName`). A cluster
+//! whose flavor another group already lists gets no entry (`Conflict`); a cluster whose
+//! name cannot be a node-label value gets nothing (`InvalidName`).
+//!
+//! **No change, no write.** The new spec is computed from the current one and returned
+//! only when it differs; quantities compare numerically (`"100"`, `100` and `"1k"`
+//! versus `1000` are no change), and an unchanged quantity keeps its original spelling.
+//! A cluster's status write is asked for only when `status.kueue`, or the condition's
+//! status, reason, message or observed generation, differs from what is there.
+//!
+//! **Status timing.** [`ClusterSync`] describes the world *after* this plan is applied:
+//! write it only once the ClusterQueue write (if any) has succeeded; after a conflict,
+//! re-plan instead. Clusters being deleted get no status.
+
+mod observe;
+mod queue;
+mod report;
+mod summary;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hearth_api::KueueStatus;
+use hearth_api::conditions::DesiredCondition;
+use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec};
+use hearth_api::names::{CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub use observe::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
+pub use report::SyncReason;
+pub use summary::cluster_queue_changes_summary;
+
+use queue::{Candidate, QueueInput};
+
+/// Kueue: at most this many flavors in one resource group.
+pub const MAX_FLAVORS_PER_GROUP: usize = 64;
+/// Kueue: at most this many flavors across a ClusterQueue's resource groups.
+pub const MAX_FLAVORS_PER_QUEUE: usize = 256;
+/// Kueue: at most this many covered resources in one resource group.
+pub const MAX_COVERED_RESOURCES: usize = 64;
+/// Kueue: at most this many resource groups in a ClusterQueue.
+pub const MAX_RESOURCE_GROUPS: usize = 16;
+
+/// The settings the plan depends on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanSettings {
+    /// Name of the shared ClusterQueue (`HEARTH_KUEUE_CLUSTER_QUEUE_NAME`).
+    pub cluster_queue: String,
+    /// Prefix of GPU quota resources (`HEARTH_GPU_RESOURCE_PREFIX`), e.g. `fournos/gpu-`.
+    /// Must not be empty.
+    pub gpu_resource_prefix: String,
+    /// `fournos/cluster-slot` quota of every cluster.
+    pub cluster_slots: i64,
+}
+
+impl PlanSettings {
+    /// The quota resource of GPU model `short_name`.
+    pub fn gpu_resource(&self, short_name: &str) -> String {
+        format!("{}{short_name}", self.gpu_resource_prefix)
+    }
+}
+
+/// The observed world.
+#[derive(Clone, Debug)]
+pub struct PlanInput {
+    pub settings: PlanSettings,
+    /// Every FournosCluster in Hearth's namespace, including those being deleted.
+    pub clusters: Vec<ObservedCluster>,
+    /// Spec of the ClusterQueue named in the settings; `None` if it does not exist.
+    pub cluster_queue: Option<ClusterQueueSpec>,
+    /// Every ResourceFlavor (Hearth's and others').
+    pub flavors: Vec<ObservedFlavor>,
+}
+
+/// What to write, and what each cluster's status should say.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Flavors of clusters that have none yet. Create (or server-side apply) them
+    /// before writing the ClusterQueue; their entries come next round.
+    pub flavors_to_create: Vec<ResourceFlavor>,
+    /// Hearth flavors whose `fournos.dev/cluster` node label is wrong: the desired
+    /// object, to server-side apply.
+    pub flavors_to_repair: Vec<ResourceFlavor>,
+    /// Hearth flavors with no live cluster and no ClusterQueue reference. Delete them
+    /// after the ClusterQueue write.
+    pub flavors_to_delete: Vec<String>,
+    /// The new ClusterQueue spec; `None` when nothing changes. Write it with the
+    /// `resourceVersion` of the observed queue; on conflict, re-observe and re-plan.
+    pub cluster_queue: Option<ClusterQueueSpec>,
+    /// Per live cluster: its `status.kueue` and `KueueSynced` condition.
+    pub clusters: BTreeMap<String, ClusterSync>,
+    /// Flavors Hearth cannot clean up yet, for logs and follow-up.
+    pub notes: Vec<FlavorNote>,
+}
+
+impl Plan {
+    /// Whether the plan writes no Kueue object.
+    pub fn writes_nothing(&self) -> bool {
+        self.flavors_to_create.is_empty()
+            && self.flavors_to_repair.is_empty()
+            && self.flavors_to_delete.is_empty()
+            && self.cluster_queue.is_none()
+    }
+
+    /// Whether the plan writes nothing at all, Kueue objects or statuses.
+    pub fn is_noop(&self) -> bool {
+        self.writes_nothing() && self.clusters.values().all(|c| !c.status_changed)
+    }
+
+    /// Whether applying this plan leaves work for the next round: entries of flavors
+    /// created now, deletes of flavors whose entry is removed now. The watches on
+    /// flavors and the ClusterQueue trigger that round anyway; this says to expect it.
+    pub fn expects_another_round(&self) -> bool {
+        !self.flavors_to_create.is_empty()
+            || self
+                .notes
+                .iter()
+                .any(|n| matches!(n, FlavorNote::DeleteAfterEntryRemoval(_)))
+    }
+}
+
+/// What a cluster's status should say after the plan is applied.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSync {
+    /// `status.kueue`: `None` until the cluster has an entry in the ClusterQueue.
+    pub kueue: Option<KueueStatus>,
+    /// The `KueueSynced` condition; turn it into a condition with
+    /// [`hearth_api::conditions::next_condition`].
+    pub condition: DesiredCondition,
+    /// Whether the status differs from what the cluster has now.
+    pub status_changed: bool,
+}
+
+impl ClusterSync {
+    pub fn reason(&self) -> &str {
+        &self.condition.reason
+    }
+}
+
+/// A Hearth flavor that cannot be cleaned up in this round.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FlavorNote {
+    /// No live cluster; this plan removes its entry, the delete follows next round.
+    DeleteAfterEntryRemoval(String),
+    /// No live cluster, but a resource group Hearth does not manage lists it: it stays
+    /// until someone removes it from that group.
+    ReferencedByForeignGroup(String),
+    /// Being deleted, not referenced by Hearth's ClusterQueue, but Kueue still holds it
+    /// with its `resource-in-use` finalizer (another ClusterQueue or a Cohort may
+    /// reference it).
+    HeldByKueue(String),
+}
+
+/// How far a live cluster's flavor is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlavorState {
+    /// Exists, is Hearth's, not being deleted: the cluster may have an entry.
+    Ready,
+    /// Created by this plan.
+    Creating,
+    /// Hearth's, but Terminating.
+    Deleting,
+    /// A flavor of that name exists without Hearth's label.
+    NotManaged,
+    /// The cluster's name cannot be the value of the `fournos.dev/cluster` node label.
+    InvalidName,
+}
+
+/// The plan. See the module documentation for the rules.
+pub fn plan(input: &PlanInput) -> Plan {
+    let settings = &input.settings;
+    let flavors: BTreeMap<&str, &ObservedFlavor> =
+        input.flavors.iter().map(|f| (f.name.as_str(), f)).collect();
+    let live = live_clusters_oldest_first(&input.clusters);
+    let live_names: BTreeSet<&str> = live.iter().map(|c| c.name.as_str()).collect();
+    let mut plan = Plan::default();
+
+    // Flavors of live clusters.
+    let mut states: BTreeMap<&str, FlavorState> = BTreeMap::new();
+    for cluster in &live {
+        let state = match flavors.get(cluster.name.as_str()) {
+            _ if !is_label_value(&cluster.name) => FlavorState::InvalidName,
+            None => {
+                plan.flavors_to_create.push(desired_flavor(&cluster.name));
+                FlavorState::Creating
+            }
+            Some(f) if !f.is_hearths() => FlavorState::NotManaged,
+            Some(f) if f.deleting => FlavorState::Deleting,
+            Some(f) => {
+                if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
+                    plan.flavors_to_repair.push(desired_flavor(&cluster.name));
+                }
+                FlavorState::Ready
+            }
+        };
+        states.insert(&cluster.name, state);
+    }
+
+    // The ClusterQueue.
+    let candidates: Vec<Candidate> = live
+        .iter()
+        .filter(|c| states[c.name.as_str()] == FlavorState::Ready)
+        .map(|c| Candidate::new(c, settings))
+        .collect();
+    let queue = input.cluster_queue.as_ref().map(|current| {
+        queue::plan_cluster_queue(&QueueInput {
+            current,
+            candidates: &candidates,
+            is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths()),
+            settings,
+        })
+    });
+    if let (Some(current), Some(queue)) = (&input.cluster_queue, &queue)
+        && !queue::equivalent_specs(current, &queue.spec)
+    {
+        plan.cluster_queue = Some(queue.spec.clone());
+    }
+
+    // Orphaned Hearth flavors.
+    let slot_group = input
+        .cluster_queue
+        .as_ref()
+        .and_then(queue::slot_group_index);
+    for flavor in input.flavors.iter().filter(|f| f.is_hearths()) {
+        let name = flavor.name.as_str();
+        if live_names.contains(name) {
+            continue;
+        }
+        let referenced_in = input
+            .cluster_queue
+            .as_ref()
+            .map(|cq| queue::groups_referencing(cq, name))
+            .unwrap_or_default();
+        if referenced_in.iter().any(|g| Some(*g) != slot_group) {
+            plan.notes
+                .push(FlavorNote::ReferencedByForeignGroup(flavor.name.clone()));
+        } else if !referenced_in.is_empty() {
+            // This plan removes the entry; a flavor already being deleted then goes on
+            // its own once Kueue sees that.
+            if !flavor.deleting {
+                plan.notes
+                    .push(FlavorNote::DeleteAfterEntryRemoval(flavor.name.clone()));
+            }
+        } else if !flavor.deleting {
+            plan.flavors_to_delete.push(flavor.name.clone());
+        } else if flavor.in_use {
+            plan.notes
+                .push(FlavorNote::HeldByKueue(flavor.name.clone()));
+        }
+    }
+
+    // What each live cluster's status says.
+    for cluster in &live {
+        let entry = queue.as_ref().and_then(|q| q.entries.get(&cluster.name));
+        let (kueue, condition) = report::cluster_report(
+            cluster,
+            states[cluster.name.as_str()],
+            input.cluster_queue.is_some(),
+            entry,
+            settings,
+        );
+        let status_changed = report::status_differs(cluster, kueue.as_ref(), &condition);
+        plan.clusters.insert(
+            cluster.name.clone(),
+            ClusterSync {
+                kueue,
+                condition,
+                status_changed,
+            },
+        );
+    }
+    plan
+}
+
+/// The ResourceFlavor Hearth wants for `cluster`.
+pub fn desired_flavor(cluster: &str) -> ResourceFlavor {
+    ResourceFlavor {
+        metadata: ObjectMeta {
+            name: Some(cluster.to_owned()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY_LABEL.to_owned(),
+                MANAGED_BY_VALUE.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceFlavorSpec {
+            node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.to_owned(), cluster.to_owned())]),
+            other: Default::default(),
+        },
+    }
+}
+
+/// Live clusters (not being deleted) in the order they keep their place: oldest
+/// `creationTimestamp` first (none: last), then name.
+fn live_clusters_oldest_first(clusters: &[ObservedCluster]) -> Vec<&ObservedCluster> {
+    let mut live: Vec<&ObservedCluster> = clusters.iter().filter(|c| !c.deleting).collect();
+    live.sort_by(|a, b| {
+        (a.created.is_none(), a.created, &a.name).cmp(&(b.created.is_none(), b.created, &b.name))
+    });
+    live.dedup_by(|a, b| a.name == b.name);
+    live
+}
+
+/// Whether `s` is a valid Kubernetes label value (at most 63 characters, alphanumeric
+/// at both ends, `-`, `_`, `.` inside).
+pub(crate) fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_label_name(s)
+}
+
+/// A label key's name part (non-empty label value): 1–63 characters, alphanumeric at
+/// both ends, `-`, `_`, `.` inside.
+fn is_label_name(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Whether `s` is a valid resource name (a qualified name, as Kueue checks
+/// `coveredResources`): an optional DNS-subdomain prefix and `/`, then a label name.
+pub(crate) fn is_resource_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b.len() <= 63
+                    && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
+                    && b[b.len() - 1].is_ascii_lowercase() | b[b.len() - 1].is_ascii_digit()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    prefix_ok && is_label_name(name)
+}

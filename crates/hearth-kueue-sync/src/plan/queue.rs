@@ -1,0 +1,415 @@
+//! The ClusterQueue part of the plan: the new spec, computed from the current one, and
+//! what each cluster got in it. The rules are in the parent module's documentation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use hearth_api::kueue::{
+    ClusterQueueSpec, FlavorQuotas, ResourceGroup, ResourceQuota, quantity_to_i64,
+};
+use hearth_api::names::CLUSTER_SLOT_RESOURCE;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::Value;
+
+use super::{
+    MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE, MAX_RESOURCE_GROUPS,
+    ObservedCluster, PlanSettings, is_resource_name,
+};
+
+/// A live cluster whose flavor is ready: it may get an entry.
+pub(crate) struct Candidate<'a> {
+    pub name: &'a str,
+    pub drained: bool,
+    /// Discovered count per valid GPU resource (models sharing a short name summed).
+    pub gpus: BTreeMap<String, i64>,
+    /// Discovered count per GPU resource whose name is not a valid resource name.
+    pub invalid_gpus: BTreeMap<String, i64>,
+}
+
+impl<'a> Candidate<'a> {
+    pub fn new(cluster: &'a ObservedCluster, settings: &PlanSettings) -> Self {
+        let mut gpus = BTreeMap::new();
+        let mut invalid_gpus = BTreeMap::new();
+        for gpu in &cluster.gpus {
+            let resource = settings.gpu_resource(&gpu.short_name);
+            let into = if is_resource_name(&resource) {
+                &mut gpus
+            } else {
+                &mut invalid_gpus
+            };
+            let count: &mut i64 = into.entry(resource).or_default();
+            *count = count.saturating_add(gpu.count.max(0));
+        }
+        Self {
+            name: &cluster.name,
+            drained: cluster.drained(),
+            gpus,
+            invalid_gpus,
+        }
+    }
+}
+
+pub(crate) struct QueueInput<'a> {
+    pub current: &'a ClusterQueueSpec,
+    /// Oldest first.
+    pub candidates: &'a [Candidate<'a>],
+    /// Whether the flavor of that name is Hearth's.
+    pub is_hearths: &'a dyn Fn(&str) -> bool,
+    pub settings: &'a PlanSettings,
+}
+
+pub(crate) struct QueuePlan {
+    /// The new spec (possibly equal to the current one).
+    pub spec: ClusterQueueSpec,
+    /// What each candidate got.
+    pub entries: BTreeMap<String, EntryOutcome>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EntryOutcome {
+    /// The cluster has an entry publishing `quotas` (slot resource and own GPU
+    /// resources); `left_out` are its GPU resources that could not be published.
+    Published {
+        quotas: BTreeMap<String, i64>,
+        left_out: Vec<LeftOut>,
+    },
+    /// No entry: no room under Kueue's limits.
+    NoRoom(NoRoom),
+    /// No entry: resource group `group` (not the slot group) already lists the flavor.
+    FlavorInOtherGroup { group: usize },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LeftOut {
+    pub resource: String,
+    pub count: i64,
+    pub why: LeftOutWhy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeftOutWhy {
+    /// The group already covers [`MAX_COVERED_RESOURCES`] resources.
+    TooManyResources,
+    /// Resource group `.0` covers it; a resource may belong to one group only.
+    CoveredByGroup(usize),
+    /// Not a valid resource name.
+    InvalidName,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    /// No group covers the slot resource and the queue has [`MAX_RESOURCE_GROUPS`].
+    NoGroup,
+    /// The slot group holds [`MAX_FLAVORS_PER_GROUP`] flavors, `foreign` of them not
+    /// Hearth's, the rest older clusters.
+    GroupFull { foreign: usize },
+    /// The queue holds [`MAX_FLAVORS_PER_QUEUE`] flavors, `foreign` of them not Hearth's.
+    QueueFull { foreign: usize },
+}
+
+/// Index of the resource group whose entries Hearth manages: the first covering
+/// `fournos/cluster-slot`.
+pub(crate) fn slot_group_index(spec: &ClusterQueueSpec) -> Option<usize> {
+    spec.resource_groups.iter().position(|g| {
+        g.covered_resources
+            .iter()
+            .any(|r| r == CLUSTER_SLOT_RESOURCE)
+    })
+}
+
+/// Indexes of the resource groups that list flavor `name`.
+pub(crate) fn groups_referencing(spec: &ClusterQueueSpec, name: &str) -> Vec<usize> {
+    spec.resource_groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.flavors.iter().any(|f| f.name == name))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
+    let current = input.current;
+    let is_hearths = input.is_hearths;
+    let settings = input.settings;
+    let slot_index = slot_group_index(current);
+
+    // What the other groups hold: their flavors and resources are off limits.
+    let mut taken_flavors: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut taken_resources: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut other_groups_flavors = 0;
+    for (i, group) in current.resource_groups.iter().enumerate() {
+        if Some(i) == slot_index {
+            continue;
+        }
+        other_groups_flavors += group.flavors.len();
+        for flavor in &group.flavors {
+            taken_flavors.entry(&flavor.name).or_insert(i);
+        }
+        for resource in &group.covered_resources {
+            taken_resources.entry(resource).or_insert(i);
+        }
+    }
+
+    let new_group = ResourceGroup::default();
+    let group = slot_index.map_or(&new_group, |i| &current.resource_groups[i]);
+    let foreign: Vec<&FlavorQuotas> = group
+        .flavors
+        .iter()
+        .filter(|f| !is_hearths(&f.name))
+        .collect();
+
+    // Room for Hearth's entries; the oldest candidates take it.
+    let room = if slot_index.is_none() && current.resource_groups.len() >= MAX_RESOURCE_GROUPS {
+        Err(NoRoom::NoGroup)
+    } else {
+        let in_group = MAX_FLAVORS_PER_GROUP.saturating_sub(foreign.len());
+        let in_queue = MAX_FLAVORS_PER_QUEUE.saturating_sub(other_groups_flavors + foreign.len());
+        Ok(if in_group <= in_queue {
+            (
+                in_group,
+                NoRoom::GroupFull {
+                    foreign: foreign.len(),
+                },
+            )
+        } else {
+            (
+                in_queue,
+                NoRoom::QueueFull {
+                    foreign: other_groups_flavors + foreign.len(),
+                },
+            )
+        })
+    };
+    let mut entries = BTreeMap::new();
+    let mut selected: Vec<&Candidate<'_>> = Vec::new();
+    for candidate in input.candidates {
+        if let Some(&group) = taken_flavors.get(candidate.name) {
+            entries.insert(
+                candidate.name.to_owned(),
+                EntryOutcome::FlavorInOtherGroup { group },
+            );
+            continue;
+        }
+        match room {
+            Ok((room, _)) if selected.len() < room => selected.push(candidate),
+            Ok((_, full)) | Err(full) => {
+                entries.insert(candidate.name.to_owned(), EntryOutcome::NoRoom(full));
+            }
+        }
+    }
+
+    // Covered resources: what is not Hearth's to drop first, then GPUs oldest first.
+    let hearth_namespaced = |r: &str| {
+        r == CLUSTER_SLOT_RESOURCE
+            || (!settings.gpu_resource_prefix.is_empty()
+                && r.starts_with(&settings.gpu_resource_prefix))
+    };
+    let mut covered: BTreeSet<String> = BTreeSet::from([CLUSTER_SLOT_RESOURCE.to_owned()]);
+    covered.extend(
+        group
+            .covered_resources
+            .iter()
+            .filter(|r| !hearth_namespaced(r))
+            .cloned(),
+    );
+    for flavor in &foreign {
+        covered.extend(
+            flavor
+                .resources
+                .iter()
+                .filter(|q| !(hearth_namespaced(&q.name) && is_plain_zero(q)))
+                .map(|q| q.name.clone()),
+        );
+    }
+    let slots = settings.cluster_slots.max(0);
+    let mut published: BTreeMap<&str, BTreeMap<String, i64>> = BTreeMap::new();
+    for candidate in &selected {
+        let quota = |n: i64| if candidate.drained { 0 } else { n };
+        let mut quotas = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), quota(slots))]);
+        let mut left_out = Vec::new();
+        for (resource, &count) in &candidate.invalid_gpus {
+            left_out.push(LeftOut {
+                resource: resource.clone(),
+                count,
+                why: LeftOutWhy::InvalidName,
+            });
+        }
+        for (resource, &count) in &candidate.gpus {
+            let why = if let Some(&group) = taken_resources.get(resource.as_str()) {
+                LeftOutWhy::CoveredByGroup(group)
+            } else if covered.contains(resource) || covered.len() < MAX_COVERED_RESOURCES {
+                covered.insert(resource.clone());
+                quotas.insert(resource.clone(), quota(count));
+                continue;
+            } else {
+                LeftOutWhy::TooManyResources
+            };
+            left_out.push(LeftOut {
+                resource: resource.clone(),
+                count,
+                why,
+            });
+        }
+        published.insert(candidate.name, quotas.clone());
+        entries.insert(
+            candidate.name.to_owned(),
+            EntryOutcome::Published { quotas, left_out },
+        );
+    }
+    let covered: Vec<String> = covered.into_iter().collect();
+
+    // Flavors: existing entries keep their place, new ones are appended oldest first.
+    let mut flavors = Vec::with_capacity(group.flavors.len() + selected.len());
+    let mut placed: BTreeSet<&str> = BTreeSet::new();
+    for flavor in &group.flavors {
+        if !is_hearths(&flavor.name) {
+            flavors.push(foreign_entry(flavor, &covered));
+        } else if let Some(quotas) = published.get(flavor.name.as_str())
+            && placed.insert(&flavor.name)
+        {
+            flavors.push(hearth_entry(&flavor.name, Some(flavor), &covered, quotas));
+        }
+    }
+    for candidate in &selected {
+        if placed.insert(candidate.name) {
+            flavors.push(hearth_entry(
+                candidate.name,
+                None,
+                &covered,
+                &published[candidate.name],
+            ));
+        }
+    }
+
+    let mut spec = current.clone();
+    match slot_index {
+        // Kueue requires at least one flavor per group.
+        Some(i) if flavors.is_empty() => {
+            spec.resource_groups.remove(i);
+        }
+        Some(i) => {
+            let group = &mut spec.resource_groups[i];
+            group.covered_resources = covered;
+            group.flavors = flavors;
+        }
+        None if flavors.is_empty() => {}
+        None => spec.resource_groups.push(ResourceGroup {
+            covered_resources: covered,
+            flavors,
+            other: Default::default(),
+        }),
+    }
+    QueuePlan { spec, entries }
+}
+
+/// `{name, nominalQuota: 0}` and nothing else: what Hearth adds to foreign flavors.
+fn is_plain_zero(quota: &ResourceQuota) -> bool {
+    quota.other.is_empty() && quantity_to_i64(&quota.nominal_quota) == Some(0)
+}
+
+fn plain_zero(resource: &str) -> ResourceQuota {
+    ResourceQuota {
+        name: resource.to_owned(),
+        nominal_quota: Quantity("0".into()),
+        other: Default::default(),
+    }
+}
+
+/// A foreign flavor: its own entries as they are, in `covered` order, and a plain zero
+/// for each covered resource it lacks. Its entries outside `covered` can only be plain
+/// zeros of Hearth-namespaced resources (anything else is covered): they go.
+fn foreign_entry(flavor: &FlavorQuotas, covered: &[String]) -> FlavorQuotas {
+    FlavorQuotas {
+        name: flavor.name.clone(),
+        resources: covered
+            .iter()
+            .map(|r| {
+                flavor
+                    .resources
+                    .iter()
+                    .find(|q| &q.name == r)
+                    .cloned()
+                    .unwrap_or_else(|| plain_zero(r))
+            })
+            .collect(),
+        other: flavor.other.clone(),
+    }
+}
+
+/// A Hearth entry: `quotas`, zero for the other covered resources. Keeps the spelling
+/// of unchanged quantities and the fields Hearth does not set.
+fn hearth_entry(
+    name: &str,
+    existing: Option<&FlavorQuotas>,
+    covered: &[String],
+    quotas: &BTreeMap<String, i64>,
+) -> FlavorQuotas {
+    let resources = covered
+        .iter()
+        .map(|resource| {
+            let value = quotas.get(resource).copied().unwrap_or(0);
+            let old = existing.and_then(|e| e.resources.iter().find(|q| &q.name == resource));
+            let nominal_quota = match old {
+                Some(q) if quantity_to_i64(&q.nominal_quota) == Some(value) => {
+                    q.nominal_quota.clone()
+                }
+                _ => Quantity(value.to_string()),
+            };
+            let mut other = old.map(|q| q.other.clone()).unwrap_or_default();
+            if let Some(limit) = other.get_mut("lendingLimit")
+                && quantity_value(limit).is_some_and(|l| l > value)
+            {
+                *limit = Value::String(value.to_string());
+            }
+            ResourceQuota {
+                name: resource.clone(),
+                nominal_quota,
+                other,
+            }
+        })
+        .collect();
+    FlavorQuotas {
+        name: name.to_owned(),
+        resources,
+        other: existing.map(|e| e.other.clone()).unwrap_or_default(),
+    }
+}
+
+/// The integer value of a quantity held as raw JSON (`"8"` or `8`).
+fn quantity_value(value: &Value) -> Option<i64> {
+    let quantity: Quantity = serde_json::from_value(value.clone()).ok()?;
+    quantity_to_i64(&quantity)
+}
+
+/// Whether two quantities mean the same; integers compare numerically, anything else
+/// by spelling.
+pub(crate) fn same_quantity(a: &Quantity, b: &Quantity) -> bool {
+    match (quantity_to_i64(a), quantity_to_i64(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => a.0 == b.0,
+    }
+}
+
+/// Whether writing `b` over `a` would change nothing Kueue cares about: equal except
+/// for the spelling of integer quantities.
+pub(crate) fn equivalent_specs(a: &ClusterQueueSpec, b: &ClusterQueueSpec) -> bool {
+    a.other == b.other
+        && a.resource_groups.len() == b.resource_groups.len()
+        && a.resource_groups
+            .iter()
+            .zip(&b.resource_groups)
+            .all(|(a, b)| {
+                a.covered_resources == b.covered_resources
+                    && a.other == b.other
+                    && a.flavors.len() == b.flavors.len()
+                    && a.flavors.iter().zip(&b.flavors).all(|(a, b)| {
+                        a.name == b.name
+                            && a.other == b.other
+                            && a.resources.len() == b.resources.len()
+                            && a.resources.iter().zip(&b.resources).all(|(a, b)| {
+                                a.name == b.name
+                                    && a.other == b.other
+                                    && same_quantity(&a.nominal_quota, &b.nominal_quota)
+                            })
+                    })
+            })
+}

@@ -1,0 +1,336 @@
+//! What a cluster's `status.kueue` and `KueueSynced` condition say, with messages that
+//! tell a person what to do.
+
+use std::collections::BTreeMap;
+
+use hearth_api::conditions::{DesiredCondition, Status};
+use hearth_api::names::{
+    CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    condition_types::KUEUE_SYNCED,
+};
+use hearth_api::{KubeconfigStatus, KueueStatus};
+
+use super::queue::{EntryOutcome, LeftOut, LeftOutWhy, NoRoom};
+use super::{
+    FlavorState, MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE,
+    MAX_RESOURCE_GROUPS, ObservedCluster, PlanSettings,
+};
+
+/// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SyncReason {
+    /// `True`: flavor and entry publish the cluster's quota.
+    Synced,
+    /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota.
+    Drained,
+    /// `False`: the flavor is being created (or its old one is still being deleted);
+    /// the entry follows.
+    WaitingForFlavor,
+    /// `False`: the ClusterQueue does not exist.
+    ClusterQueueNotFound,
+    /// `False`: Kueue's limits leave no room for the entry, or for some GPU models.
+    LimitReached,
+    /// `False`: a resource group Hearth does not manage already holds the flavor or a
+    /// GPU resource.
+    Conflict,
+    /// `False`: a flavor of the cluster's name exists without Hearth's label.
+    FlavorNotManaged,
+    /// `False`: the cluster's name cannot be a node-label value.
+    InvalidName,
+    /// `False`: a GPU short name does not make a valid resource name.
+    InvalidResourceName,
+}
+
+impl SyncReason {
+    pub const ALL: [SyncReason; 9] = [
+        Self::Synced,
+        Self::Drained,
+        Self::WaitingForFlavor,
+        Self::ClusterQueueNotFound,
+        Self::LimitReached,
+        Self::Conflict,
+        Self::FlavorNotManaged,
+        Self::InvalidName,
+        Self::InvalidResourceName,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Synced => "Synced",
+            Self::Drained => "Drained",
+            Self::WaitingForFlavor => "WaitingForFlavor",
+            Self::ClusterQueueNotFound => "ClusterQueueNotFound",
+            Self::LimitReached => "LimitReached",
+            Self::Conflict => "Conflict",
+            Self::FlavorNotManaged => "FlavorNotManaged",
+            Self::InvalidName => "InvalidName",
+            Self::InvalidResourceName => "InvalidResourceName",
+        }
+    }
+}
+
+impl std::fmt::Display for SyncReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn condition(reason: SyncReason, message: String) -> DesiredCondition {
+    let status = if reason == SyncReason::Synced {
+        Status::True
+    } else {
+        Status::False
+    };
+    DesiredCondition::new(KUEUE_SYNCED, status, reason.as_str(), message)
+}
+
+/// `status.kueue` and the `KueueSynced` condition of a live cluster.
+pub(crate) fn cluster_report(
+    cluster: &ObservedCluster,
+    flavor: FlavorState,
+    queue_exists: bool,
+    entry: Option<&EntryOutcome>,
+    settings: &PlanSettings,
+) -> (Option<KueueStatus>, DesiredCondition) {
+    let name = &cluster.name;
+    let queue = &settings.cluster_queue;
+    let no_entry = |reason, message| (None, condition(reason, message));
+    match flavor {
+        FlavorState::InvalidName => {
+            return no_entry(
+                SyncReason::InvalidName,
+                format!(
+                    "The name '{name}' cannot be the value of node label {CLUSTER_NODE_LABEL} \
+                     (at most 63 characters: letters, digits, '-', '_', '.'), so Hearth \
+                     creates no ResourceFlavor and publishes no quota for it. Recreate the \
+                     cluster under a shorter name."
+                ),
+            );
+        }
+        FlavorState::NotManaged => {
+            return no_entry(
+                SyncReason::FlavorNotManaged,
+                format!(
+                    "A ResourceFlavor named '{name}' exists but is not Hearth's (it lacks the \
+                     label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}), so Hearth leaves it and its \
+                     ClusterQueue entries alone and publishes no quota for this cluster. \
+                     Remove it from every ClusterQueue and delete it, and Hearth creates its \
+                     own; or, if it selects {CLUSTER_NODE_LABEL}={name}, add that label to \
+                     hand it over to Hearth."
+                ),
+            );
+        }
+        _ if !queue_exists => {
+            return no_entry(
+                SyncReason::ClusterQueueNotFound,
+                format!(
+                    "ClusterQueue '{queue}' does not exist. Hearth does not create it (it \
+                     belongs to the platform): create it, or point \
+                     HEARTH_KUEUE_CLUSTER_QUEUE_NAME at the right one, and this cluster's \
+                     quota is published at once."
+                ),
+            );
+        }
+        FlavorState::Creating => {
+            return no_entry(
+                SyncReason::WaitingForFlavor,
+                format!(
+                    "Creating ResourceFlavor '{name}'. Its entry in ClusterQueue '{queue}' is \
+                     added once the flavor exists (a ClusterQueue that references a missing \
+                     flavor stops admitting); nothing to do unless this lasts."
+                ),
+            );
+        }
+        FlavorState::Deleting => {
+            return no_entry(
+                SyncReason::WaitingForFlavor,
+                format!(
+                    "ResourceFlavor '{name}' is being deleted; Kueue finishes that once no \
+                     ClusterQueue references it. Hearth then recreates it and adds the cluster \
+                     back to ClusterQueue '{queue}'. If this lasts, remove '{name}' from the \
+                     other ClusterQueues or Cohorts that list it."
+                ),
+            );
+        }
+        FlavorState::Ready => {}
+    }
+    let (quotas, left_out) = match entry {
+        Some(EntryOutcome::Published { quotas, left_out }) => (quotas, left_out),
+        Some(EntryOutcome::FlavorInOtherGroup { group }) => {
+            return no_entry(
+                SyncReason::Conflict,
+                format!(
+                    "ResourceFlavor '{name}' is already listed in resourceGroups[{group}] of \
+                     ClusterQueue '{queue}', which does not cover {CLUSTER_SLOT_RESOURCE}; a \
+                     flavor may appear in one resource group only, so Hearth cannot add the \
+                     cluster's entry. Remove '{name}' from that group."
+                ),
+            );
+        }
+        Some(EntryOutcome::NoRoom(no_room)) => {
+            return no_entry(SyncReason::LimitReached, no_room_message(*no_room, queue));
+        }
+        // A ready flavor with an existing queue always has an outcome.
+        None => {
+            return no_entry(
+                SyncReason::WaitingForFlavor,
+                format!("Waiting for the entry in ClusterQueue '{queue}'."),
+            );
+        }
+    };
+    let kueue = KueueStatus {
+        flavor: name.clone(),
+        cluster_queue: queue.clone(),
+        quotas: quotas.clone(),
+        cluster_slots: settings.cluster_slots,
+    };
+    let published = format_quotas(quotas);
+    let condition = if cluster.drained() {
+        let why = match cluster.kubeconfig_status {
+            None => "hearth-discovery has not validated its kubeconfig yet".to_owned(),
+            Some(status) => format!("its kubeconfig is {status} (see condition KubeconfigValid)"),
+        };
+        condition(
+            SyncReason::Drained,
+            format!(
+                "Drained: {why}, so its entry in ClusterQueue '{queue}' publishes zero quota \
+                 and no new job is admitted on it; ResourceFlavor '{name}' and the entry stay. \
+                 Fix the kubeconfig in Secret '{secret}' (or the cluster); the quota returns \
+                 as soon as the kubeconfig is {valid}.",
+                secret = cluster.kubeconfig_secret,
+                valid = KubeconfigStatus::Valid,
+            ),
+        )
+    } else if left_out.is_empty() {
+        condition(
+            SyncReason::Synced,
+            format!(
+                "ResourceFlavor '{name}' and its entry in ClusterQueue '{queue}' publish \
+                 {published}."
+            ),
+        )
+    } else {
+        let reason = if left_out
+            .iter()
+            .any(|l| l.why == LeftOutWhy::TooManyResources)
+        {
+            SyncReason::LimitReached
+        } else if left_out
+            .iter()
+            .any(|l| matches!(l.why, LeftOutWhy::CoveredByGroup(_)))
+        {
+            SyncReason::Conflict
+        } else {
+            SyncReason::InvalidResourceName
+        };
+        condition(
+            reason,
+            format!(
+                "ResourceFlavor '{name}' and its entry in ClusterQueue '{queue}' publish \
+                 {published}, but not {}",
+                left_out_message(left_out)
+            ),
+        )
+    };
+    (Some(kueue), condition)
+}
+
+fn no_room_message(no_room: NoRoom, queue: &str) -> String {
+    let why = match no_room {
+        NoRoom::NoGroup => format!(
+            "no resource group covers {CLUSTER_SLOT_RESOURCE} and the queue already has \
+             {MAX_RESOURCE_GROUPS} (Kueue's maximum), so Hearth cannot add one. Merge or \
+             remove a resource group, or add {CLUSTER_SLOT_RESOURCE} to one"
+        ),
+        NoRoom::GroupFull { foreign } => format!(
+            "the resource group covering {CLUSTER_SLOT_RESOURCE} holds \
+             {MAX_FLAVORS_PER_GROUP} flavors (Kueue's maximum): {foreign} not Hearth's and \
+             {} of older clusters, which keep their place. Delete clusters that are no longer \
+             used or move other flavors to another resource group",
+            MAX_FLAVORS_PER_GROUP.saturating_sub(foreign)
+        ),
+        NoRoom::QueueFull { foreign } => format!(
+            "the queue holds {MAX_FLAVORS_PER_QUEUE} flavors (Kueue's maximum): {foreign} not \
+             Hearth's and {} of older clusters, which keep their place. Delete clusters that \
+             are no longer used or remove other flavors from the queue",
+            MAX_FLAVORS_PER_QUEUE.saturating_sub(foreign)
+        ),
+    };
+    format!(
+        "No room for this cluster in ClusterQueue '{queue}': {why}. It is added as soon as \
+         there is room; until then no job is admitted on it."
+    )
+}
+
+fn left_out_message(left_out: &[LeftOut]) -> String {
+    let mut parts = Vec::new();
+    let list = |why: &dyn Fn(&LeftOutWhy) -> bool| {
+        left_out
+            .iter()
+            .filter(|l| why(&l.why))
+            .map(|l| format!("{} ({} GPUs)", l.resource, l.count))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let too_many = list(&|w| *w == LeftOutWhy::TooManyResources);
+    if !too_many.is_empty() {
+        parts.push(format!(
+            "{too_many}: the resource group covering {CLUSTER_SLOT_RESOURCE} already covers \
+             {MAX_COVERED_RESOURCES} resources (Kueue's maximum) and older clusters keep their \
+             models. Remove unused resources from that group or retire a GPU model"
+        ));
+    }
+    let mut groups: BTreeMap<usize, Vec<&LeftOut>> = BTreeMap::new();
+    for l in left_out {
+        if let LeftOutWhy::CoveredByGroup(g) = l.why {
+            groups.entry(g).or_default().push(l);
+        }
+    }
+    for (group, resources) in groups {
+        let names: Vec<&str> = resources.iter().map(|l| l.resource.as_str()).collect();
+        parts.push(format!(
+            "{}: resourceGroups[{group}] covers it, and a resource may belong to one resource \
+             group only. Remove it from that group",
+            names.join(", ")
+        ));
+    }
+    let invalid = list(&|w| *w == LeftOutWhy::InvalidName);
+    if !invalid.is_empty() {
+        parts.push(format!(
+            "{invalid}: not a valid resource name. Check the GPU short names in \
+             status.hardware and the GPU resource prefix setting"
+        ));
+    }
+    format!("{}.", parts.join("; nor "))
+}
+
+fn format_quotas(quotas: &BTreeMap<String, i64>) -> String {
+    // The slot resource first, then GPU models in name order.
+    let slot = quotas
+        .get(CLUSTER_SLOT_RESOURCE)
+        .map(|n| format!("{CLUSTER_SLOT_RESOURCE}={n}"));
+    slot.into_iter()
+        .chain(
+            quotas
+                .iter()
+                .filter(|(r, _)| r.as_str() != CLUSTER_SLOT_RESOURCE)
+                .map(|(r, n)| format!("{r}={n}")),
+        )
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether the cluster's status must be written to say `kueue` and `condition`.
+pub(crate) fn status_differs(
+    cluster: &ObservedCluster,
+    kueue: Option<&KueueStatus>,
+    condition: &DesiredCondition,
+) -> bool {
+    cluster.kueue.as_ref() != kueue
+        || cluster.synced_condition.as_ref().is_none_or(|current| {
+            current.status != condition.status.as_str()
+                || current.reason != condition.reason
+                || current.message != condition.message
+                || current.observed_generation != cluster.generation
+        })
+}

@@ -1,0 +1,449 @@
+//! Test object builders, a check of Kueue's ClusterQueue validation, and [`World`]: a
+//! small simulation of the apply step and of Kueue's flavor finalizer, to run the plan
+//! round after round. The one place tests get their objects from.
+
+use std::collections::BTreeMap;
+
+use hearth_api::conditions::set_condition;
+use hearth_api::kueue::{
+    ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceQuota, quantity_to_i64,
+};
+use hearth_api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hearth_api::{
+    FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use crate::plan::{
+    MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE, MAX_RESOURCE_GROUPS,
+    ObservedCluster, ObservedFlavor, Plan, PlanInput, PlanSettings, RESOURCE_IN_USE_FINALIZER,
+    desired_flavor, plan,
+};
+
+pub(crate) const QUEUE: &str = "fournos-queue";
+pub(crate) const SLOT: &str = "fournos/cluster-slot";
+
+/// `t0 + secs`.
+pub(crate) fn at(secs: i64) -> Time {
+    Time(Timestamp::from_second(1_790_000_000 + secs).unwrap())
+}
+
+pub(crate) fn settings() -> PlanSettings {
+    PlanSettings {
+        cluster_queue: QUEUE.into(),
+        gpu_resource_prefix: "fournos/gpu-".into(),
+        cluster_slots: 100,
+    }
+}
+
+/// `fournos/gpu-<short>`.
+pub(crate) fn gpu(short: &str) -> String {
+    format!("fournos/gpu-{short}")
+}
+
+/// A FournosCluster, `Valid`, no GPUs, created at `t0`, generation 1.
+pub(crate) fn cluster(name: &str) -> ClusterBuilder {
+    ClusterBuilder(FournosCluster {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("hearth".into()),
+            creation_timestamp: Some(at(0)),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        },
+        spec: FournosClusterSpec {
+            kubeconfig_secret: format!("kubeconfig-{name}"),
+            ..FournosClusterSpec::default()
+        },
+        status: Some(FournosClusterStatus {
+            kubeconfig_status: Some(KubeconfigStatus::Valid),
+            hardware: Some(Hardware::default()),
+            ..FournosClusterStatus::default()
+        }),
+    })
+}
+
+pub(crate) struct ClusterBuilder(FournosCluster);
+
+impl ClusterBuilder {
+    pub fn created(mut self, secs: i64) -> Self {
+        self.0.metadata.creation_timestamp = Some(at(secs));
+        self
+    }
+
+    pub fn gpu(mut self, short: &str, count: i64) -> Self {
+        let hardware = self.status().hardware.get_or_insert_with(Hardware::default);
+        hardware.gpus.push(GpuInfo {
+            vendor: "NVIDIA".into(),
+            model: format!("NVIDIA-{}", short.to_uppercase()),
+            short_name: short.into(),
+            count,
+            node_count: 1,
+        });
+        hardware.total_gpus += count;
+        self
+    }
+
+    pub fn kubeconfig(mut self, status: Option<KubeconfigStatus>) -> Self {
+        self.status().kubeconfig_status = status;
+        self
+    }
+
+    pub fn deleting(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(at(1_000));
+        self
+    }
+
+    pub fn build(self) -> FournosCluster {
+        self.0
+    }
+
+    fn status(&mut self) -> &mut FournosClusterStatus {
+        self.0.status.get_or_insert_with(Default::default)
+    }
+}
+
+/// A ResourceFlavor as Hearth makes it, with Kueue's finalizer.
+pub(crate) fn hearth_flavor(name: &str) -> ResourceFlavor {
+    let mut flavor = desired_flavor(name);
+    flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
+    flavor
+}
+
+/// A ResourceFlavor someone else made (no managed-by label).
+pub(crate) fn foreign_flavor(name: &str) -> ResourceFlavor {
+    ResourceFlavor {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(BTreeMap::from([("team".into(), "platform".into())])),
+            finalizers: Some(vec![RESOURCE_IN_USE_FINALIZER.into()]),
+            ..ObjectMeta::default()
+        },
+        spec: ResourceFlavorSpec {
+            node_labels: BTreeMap::from([("pool".into(), name.into())]),
+            other: Default::default(),
+        },
+    }
+}
+
+/// A ClusterQueue spec from its JSON.
+pub(crate) fn queue(spec: Value) -> ClusterQueueSpec {
+    serde_json::from_value(spec).expect("a ClusterQueue spec")
+}
+
+/// The JSON of a spec, to compare parts byte for byte.
+pub(crate) fn json(spec: &ClusterQueueSpec) -> Value {
+    serde_json::to_value(spec).unwrap()
+}
+
+/// Flavor → (resource, nominal quota as an integer), in the order written, for the
+/// group covering the slot resource.
+pub(crate) fn slot_group_quotas(spec: &ClusterQueueSpec) -> Vec<(String, Vec<(String, i64)>)> {
+    let group = spec
+        .resource_groups
+        .iter()
+        .find(|g| g.covered_resources.iter().any(|r| r == SLOT))
+        .expect("a group covering the slot resource");
+    group
+        .flavors
+        .iter()
+        .map(|f| {
+            (
+                f.name.clone(),
+                f.resources
+                    .iter()
+                    .map(|q| (q.name.clone(), quantity_to_i64(&q.nominal_quota).unwrap()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// What Kueue (CRD rules and webhook) would reject in `spec`.
+pub(crate) fn kueue_problems(spec: &ClusterQueueSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    let groups = &spec.resource_groups;
+    if groups.len() > MAX_RESOURCE_GROUPS {
+        problems.push(format!("{} resource groups", groups.len()));
+    }
+    let total: usize = groups.iter().map(|g| g.flavors.len()).sum();
+    if total > MAX_FLAVORS_PER_QUEUE {
+        problems.push(format!("{total} flavors in the queue"));
+    }
+    let mut seen_resources = BTreeMap::new();
+    let mut seen_flavors = BTreeMap::new();
+    for (i, group) in groups.iter().enumerate() {
+        let covered = &group.covered_resources;
+        if covered.is_empty() || covered.len() > MAX_COVERED_RESOURCES {
+            problems.push(format!("group {i}: {} covered resources", covered.len()));
+        }
+        if group.flavors.is_empty() || group.flavors.len() > MAX_FLAVORS_PER_GROUP {
+            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
+        }
+        for r in covered {
+            if !crate::plan::is_resource_name(r) {
+                problems.push(format!("group {i}: invalid resource name {r}"));
+            }
+            if let Some(j) = seen_resources.insert(r.clone(), i) {
+                problems.push(format!("resource {r} in groups {j} and {i}"));
+            }
+        }
+        for flavor in &group.flavors {
+            if let Some(j) = seen_flavors.insert(flavor.name.clone(), i) {
+                problems.push(format!("flavor {} in groups {j} and {i}", flavor.name));
+            }
+            let names: Vec<&String> = flavor.resources.iter().map(|q| &q.name).collect();
+            if names != covered.iter().collect::<Vec<_>>() {
+                problems.push(format!(
+                    "group {i}: flavor {} lists {names:?}, covered {covered:?}",
+                    flavor.name
+                ));
+            }
+            for q in &flavor.resources {
+                problems.extend(quota_problems(&flavor.name, q));
+            }
+        }
+    }
+    problems
+}
+
+fn quota_problems(flavor: &str, q: &ResourceQuota) -> Vec<String> {
+    let mut problems = Vec::new();
+    let nominal = quantity_to_i64(&q.nominal_quota);
+    if nominal.is_none_or(|n| n < 0) {
+        problems.push(format!(
+            "{flavor}/{}: nominalQuota {:?}",
+            q.name, q.nominal_quota
+        ));
+    }
+    if let (Some(lend), Some(nominal)) = (q.other.get("lendingLimit"), nominal) {
+        let lend: Quantity = serde_json::from_value(lend.clone()).unwrap();
+        if quantity_to_i64(&lend).is_some_and(|l| l > nominal) {
+            problems.push(format!("{flavor}/{}: lendingLimit above nominal", q.name));
+        }
+    }
+    problems
+}
+
+/// The observed world, and what the apply step and Kueue do to it.
+#[derive(Clone, Debug)]
+pub(crate) struct World {
+    pub settings: PlanSettings,
+    pub clusters: Vec<FournosCluster>,
+    pub queue: Option<ClusterQueueSpec>,
+    pub flavors: Vec<ResourceFlavor>,
+    /// Seconds since `t0`, advanced by each [`World::apply`].
+    pub now: i64,
+}
+
+impl World {
+    /// No clusters, no flavors, an empty ClusterQueue.
+    pub fn new() -> Self {
+        Self {
+            settings: settings(),
+            clusters: Vec::new(),
+            queue: Some(ClusterQueueSpec::default()),
+            flavors: Vec::new(),
+            now: 10_000,
+        }
+    }
+
+    pub fn with_clusters(mut self, clusters: impl IntoIterator<Item = ClusterBuilder>) -> Self {
+        self.clusters
+            .extend(clusters.into_iter().map(ClusterBuilder::build));
+        self
+    }
+
+    pub fn with_flavors(mut self, flavors: impl IntoIterator<Item = ResourceFlavor>) -> Self {
+        self.flavors.extend(flavors);
+        self
+    }
+
+    pub fn with_queue(mut self, queue: Option<ClusterQueueSpec>) -> Self {
+        self.queue = queue;
+        self
+    }
+
+    pub fn input(&self) -> PlanInput {
+        PlanInput {
+            settings: self.settings.clone(),
+            clusters: self
+                .clusters
+                .iter()
+                .map(ObservedCluster::from_cluster)
+                .collect(),
+            cluster_queue: self.queue.clone(),
+            flavors: self
+                .flavors
+                .iter()
+                .map(ObservedFlavor::from_flavor)
+                .collect(),
+        }
+    }
+
+    pub fn plan(&self) -> Plan {
+        plan(&self.input())
+    }
+
+    /// Does what the apply step does with `plan`, checking along the way what Kueue and
+    /// the API server would refuse, then what Kueue's flavor controller does.
+    pub fn apply(&mut self, plan: &Plan) {
+        self.now += 30;
+        let ready_before: Vec<String> = self
+            .flavors
+            .iter()
+            .filter(|f| f.metadata.deletion_timestamp.is_none())
+            .filter_map(|f| f.metadata.name.clone())
+            .collect();
+        for flavor in &plan.flavors_to_create {
+            let name = flavor.metadata.name.clone().unwrap();
+            assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
+            let mut flavor = flavor.clone();
+            flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
+            self.flavors.push(flavor);
+        }
+        for desired in &plan.flavors_to_repair {
+            let name = desired.metadata.name.as_deref().unwrap();
+            let flavor = self.flavor_mut(name).expect("repair of an existing flavor");
+            flavor
+                .spec
+                .node_labels
+                .extend(desired.spec.node_labels.clone());
+        }
+        if let Some(spec) = &plan.cluster_queue {
+            assert!(
+                self.queue.is_some(),
+                "the plan wrote a missing ClusterQueue"
+            );
+            let problems = kueue_problems(spec);
+            assert!(
+                problems.is_empty(),
+                "Kueue would reject the queue: {problems:?}"
+            );
+            let before = self.queue.as_ref().unwrap();
+            for f in spec.resource_groups.iter().flat_map(|g| &g.flavors) {
+                let was_listed = before
+                    .resource_groups
+                    .iter()
+                    .flat_map(|g| &g.flavors)
+                    .any(|o| o.name == f.name);
+                assert!(
+                    was_listed || ready_before.contains(&f.name),
+                    "entry {} added for a flavor that does not exist",
+                    f.name
+                );
+            }
+            self.queue = Some(spec.clone());
+        }
+        for name in &plan.flavors_to_delete {
+            assert!(
+                !self.referenced(name),
+                "delete of {name}, still referenced by the queue"
+            );
+            let now = at(self.now);
+            let flavor = self.flavor_mut(name).expect("delete of an existing flavor");
+            flavor.metadata.deletion_timestamp = Some(now);
+        }
+        // Kueue drops its finalizer once no queue references the flavor.
+        let referenced: Vec<bool> = self
+            .flavors
+            .iter()
+            .map(|f| self.referenced(f.metadata.name.as_deref().unwrap()))
+            .collect();
+        let mut referenced = referenced.into_iter();
+        self.flavors
+            .retain(|f| referenced.next().unwrap() || f.metadata.deletion_timestamp.is_none());
+
+        let now = at(self.now);
+        for cluster in &mut self.clusters {
+            let name = cluster.metadata.name.clone().unwrap();
+            let Some(sync) = plan.clusters.get(&name) else {
+                continue;
+            };
+            let generation = cluster.metadata.generation;
+            let status = cluster.status.get_or_insert_with(Default::default);
+            let kueue_changed = status.kueue != sync.kueue;
+            status.kueue = sync.kueue.clone();
+            let condition_changed =
+                set_condition(&mut status.conditions, &sync.condition, generation, &now);
+            assert_eq!(
+                kueue_changed || condition_changed,
+                sync.status_changed,
+                "status_changed of {name} is wrong"
+            );
+        }
+    }
+
+    /// Plans and applies until a plan changes nothing; returns the number of rounds
+    /// that changed something.
+    pub fn converge(&mut self) -> usize {
+        for round in 0..10 {
+            let plan = self.plan();
+            if plan.is_noop() {
+                return round;
+            }
+            self.apply(&plan);
+        }
+        panic!("no fixpoint after 10 rounds: {:#?}", self.plan());
+    }
+
+    pub fn flavor(&self, name: &str) -> Option<&ResourceFlavor> {
+        self.flavors
+            .iter()
+            .find(|f| f.metadata.name.as_deref() == Some(name))
+    }
+
+    fn flavor_mut(&mut self, name: &str) -> Option<&mut ResourceFlavor> {
+        self.flavors
+            .iter_mut()
+            .find(|f| f.metadata.name.as_deref() == Some(name))
+    }
+
+    pub fn status(&self, cluster: &str) -> &FournosClusterStatus {
+        self.clusters
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(cluster))
+            .and_then(|c| c.status.as_ref())
+            .expect("a cluster with a status")
+    }
+
+    pub fn cluster_mut(&mut self, name: &str) -> &mut FournosCluster {
+        self.clusters
+            .iter_mut()
+            .find(|c| c.metadata.name.as_deref() == Some(name))
+            .expect("a cluster of that name")
+    }
+
+    pub fn remove_cluster(&mut self, name: &str) {
+        self.clusters
+            .retain(|c| c.metadata.name.as_deref() != Some(name));
+    }
+
+    /// The queue, which must exist.
+    pub fn queue(&self) -> &ClusterQueueSpec {
+        self.queue.as_ref().expect("the ClusterQueue")
+    }
+
+    fn referenced(&self, flavor: &str) -> bool {
+        self.queue.as_ref().is_some_and(|q| {
+            q.resource_groups
+                .iter()
+                .flat_map(|g| &g.flavors)
+                .any(|f| f.name == flavor)
+        })
+    }
+
+    /// Whether a flavor carries Hearth's label.
+    pub fn is_hearths(&self, name: &str) -> bool {
+        self.flavor(name).is_some_and(|f| {
+            f.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MANAGED_BY_LABEL))
+                .is_some_and(|v| v == MANAGED_BY_VALUE)
+        })
+    }
+}
