@@ -1,0 +1,445 @@
+use super::*;
+use crate::test_support::node;
+use pretty_assertions::assert_eq;
+
+fn one(vendor: &'static str, model: &str, count: i64) -> Vec<NodeGpus> {
+    vec![NodeGpus {
+        vendor,
+        model: model.to_owned(),
+        count,
+    }]
+}
+
+#[test]
+fn per_node_counting_with_every_labeller_quirk() {
+    let cases: Vec<(&str, Node, Vec<NodeGpus>)> = vec![
+        (
+            "plain NVIDIA",
+            node("n").nvidia("NVIDIA-A100-SXM4-80GB", 8).build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-80GB", 8),
+        ),
+        (
+            "no product label",
+            node("n").allocatable("nvidia.com/gpu", "4").build(),
+            one(NVIDIA, "NVIDIA", 4),
+        ),
+        (
+            "blank product label",
+            node("n")
+                .label("nvidia.com/gpu.product", " ")
+                .allocatable("nvidia.com/gpu", "2")
+                .build(),
+            one(NVIDIA, "NVIDIA", 2),
+        ),
+        (
+            "product label but no allocatable GPUs (device plugin not running)",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-L4")
+                .label("nvidia.com/gpu.count", "1")
+                .build(),
+            vec![],
+        ),
+        (
+            "time-slicing: -SHARED and replicas",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-SHARED")
+                .label("nvidia.com/gpu.replicas", "4")
+                .label("nvidia.com/gpu.count", "8")
+                .allocatable("nvidia.com/gpu", "32")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 8),
+        ),
+        (
+            "time-slicing written by the API server as 1k",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-L40S-SHARED")
+                .label("nvidia.com/gpu.replicas", "125")
+                .allocatable("nvidia.com/gpu", "1k")
+                .build(),
+            one(NVIDIA, "NVIDIA-L40S", 8),
+        ),
+        (
+            "time-slicing with a -SHARED product but the replicas label lost",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-L4-SHARED")
+                .allocatable("nvidia.com/gpu", "3")
+                .build(),
+            one(NVIDIA, "NVIDIA-L4", 3),
+        ),
+        (
+            "time-slicing renamed to nvidia.com/gpu.shared",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB")
+                .label("nvidia.com/gpu.replicas", "4")
+                .allocatable("nvidia.com/gpu.shared", "32")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 8),
+        ),
+        (
+            "MIG single, GFD README's example: 8 GPUs × 7 1g.5gb",
+            node("n")
+                .label("nvidia.com/mig.strategy", "single")
+                .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+                .label("nvidia.com/gpu.count", "56")
+                .allocatable("nvidia.com/gpu", "56")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 8),
+        ),
+        (
+            "MIG single, 3g.40gb on H100 (2 per GPU)",
+            node("n")
+                .label(
+                    "nvidia.com/gpu.product",
+                    "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+                )
+                .allocatable("nvidia.com/gpu", "16")
+                .build(),
+            one(NVIDIA, "NVIDIA-H100-80GB-HBM3", 8),
+        ),
+        (
+            "MIG single, 1g.20gb on H100 (memory-bound: 4 per GPU)",
+            node("n")
+                .label(
+                    "nvidia.com/gpu.product",
+                    "NVIDIA-H100-80GB-HBM3-MIG-1g.20gb",
+                )
+                .allocatable("nvidia.com/gpu", "32")
+                .build(),
+            one(NVIDIA, "NVIDIA-H100-80GB-HBM3", 8),
+        ),
+        (
+            "MIG single, time-sliced",
+            node("n")
+                .label(
+                    "nvidia.com/gpu.product",
+                    "NVIDIA-A100-SXM4-80GB-MIG-7g.80gb-SHARED",
+                )
+                .label("nvidia.com/gpu.replicas", "2")
+                .allocatable("nvidia.com/gpu", "8")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-80GB", 4),
+        ),
+        (
+            "MIG single, partly used GPUs are counted low, never high",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb")
+                .allocatable("nvidia.com/gpu", "10")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 2),
+        ),
+        (
+            "MIG single, invalid configuration (GFD: count 0)",
+            node("n")
+                .label(
+                    "nvidia.com/gpu.product",
+                    "NVIDIA-A100-SXM4-40GB-MIG-INVALID",
+                )
+                .label("nvidia.com/gpu.count", "0")
+                .allocatable("nvidia.com/gpu", "0")
+                .build(),
+            vec![],
+        ),
+        (
+            "MIG mixed: nvidia.com/gpu excludes MIG GPUs, gpu.count has them all",
+            node("n")
+                .label("nvidia.com/mig.strategy", "mixed")
+                .label("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
+                .label("nvidia.com/gpu.count", "8")
+                .label("nvidia.com/mig-1g.10gb.count", "14")
+                .label("nvidia.com/mig-3g.40gb.count", "4")
+                .allocatable("nvidia.com/gpu", "4")
+                .allocatable("nvidia.com/mig-1g.10gb", "14")
+                .allocatable("nvidia.com/mig-3g.40gb", "4")
+                .build(),
+            one(NVIDIA, "NVIDIA-H100-80GB-HBM3", 8),
+        ),
+        (
+            "MIG mixed, every GPU MIG-enabled (nvidia.com/gpu is 0)",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB")
+                .label("nvidia.com/gpu.count", "2")
+                .allocatable("nvidia.com/gpu", "0")
+                .allocatable("nvidia.com/mig-2g.10gb", "6")
+                .build(),
+            one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 2),
+        ),
+        (
+            "MIG mixed without gpu.count: estimated from compute slices",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3")
+                .allocatable("nvidia.com/gpu", "4")
+                .allocatable("nvidia.com/mig-1g.10gb", "14")
+                .allocatable("nvidia.com/mig-3g.40gb", "4")
+                .build(),
+            one(NVIDIA, "NVIDIA-H100-80GB-HBM3", 8),
+        ),
+        (
+            "MIG mixed with a time-sliced MIG profile and no gpu.count",
+            node("n")
+                .allocatable("nvidia.com/mig-7g.80gb", "8")
+                .label("nvidia.com/mig-7g.80gb.replicas", "4")
+                .build(),
+            one(NVIDIA, "NVIDIA", 2),
+        ),
+        (
+            "AMD, one model",
+            node("n").amd("AMD_Instinct_MI300X", 8).build(),
+            one(AMD, "AMD_Instinct_MI300X", 8),
+        ),
+        (
+            "AMD, several models: per-model counts",
+            node("n")
+                .label("amd.com/gpu.product-name.AMD_Instinct_MI300X_OAM", "4")
+                .label("amd.com/gpu.product-name.AMD_Instinct_MI210", "2")
+                .label("amd.com/gpu.product-name.Broken", "x")
+                .allocatable("amd.com/gpu", "6")
+                .build(),
+            vec![
+                NodeGpus {
+                    vendor: AMD,
+                    model: "AMD_Instinct_MI210".into(),
+                    count: 2,
+                },
+                NodeGpus {
+                    vendor: AMD,
+                    model: "AMD_Instinct_MI300X_OAM".into(),
+                    count: 4,
+                },
+            ],
+        ),
+        (
+            "AMD, older labeller: beta keys only",
+            node("n")
+                .label("beta.amd.com/gpu.product-name", "AMD_Instinct_MI250X_MI250")
+                .label(
+                    "beta.amd.com/gpu.product-name.AMD_Instinct_MI250X_MI250",
+                    "8",
+                )
+                .allocatable("amd.com/gpu", "8")
+                .build(),
+            one(AMD, "AMD_Instinct_MI250X_MI250", 8),
+        ),
+        (
+            "AMD, no product label",
+            node("n").allocatable("amd.com/gpu", "2").build(),
+            one(AMD, "AMD", 2),
+        ),
+        (
+            "AMD labels without allocatable GPUs",
+            node("n")
+                .label("amd.com/gpu.product-name", "AMD_Instinct_MI210")
+                .build(),
+            vec![],
+        ),
+        (
+            "NVIDIA and AMD on one node",
+            node("n")
+                .nvidia("NVIDIA-L4", 1)
+                .amd("AMD_Instinct_MI210", 2)
+                .build(),
+            vec![
+                NodeGpus {
+                    vendor: NVIDIA,
+                    model: "NVIDIA-L4".into(),
+                    count: 1,
+                },
+                NodeGpus {
+                    vendor: AMD,
+                    model: "AMD_Instinct_MI210".into(),
+                    count: 2,
+                },
+            ],
+        ),
+        ("CPU only", node("n").build(), vec![]),
+        (
+            "garbage quantities are not counted",
+            node("n")
+                .label("nvidia.com/gpu.product", "NVIDIA-L4")
+                .allocatable("nvidia.com/gpu", "-3")
+                .allocatable("amd.com/gpu", "99999999999999999999999")
+                .build(),
+            vec![],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, n, want) in cases {
+        let got = node_gpus(&n);
+        if got != want {
+            failures.push(format!("{name}:\n  got  {got:?}\n  want {want:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn mig_instances_per_gpu_match_nvidia_profiles() {
+    for (profile, model, per_gpu) in [
+        ("1g.5gb", "NVIDIA-A100-SXM4-40GB", 7),
+        ("1g.10gb", "NVIDIA-A100-SXM4-40GB", 4),
+        ("2g.10gb", "NVIDIA-A100-SXM4-40GB", 3),
+        ("3g.20gb", "NVIDIA-A100-SXM4-40GB", 2),
+        ("4g.20gb", "NVIDIA-A100-SXM4-40GB", 1),
+        ("7g.40gb", "NVIDIA-A100-SXM4-40GB", 1),
+        ("1g.10gb", "NVIDIA-A100-SXM4-80GB", 7),
+        ("1g.20gb", "NVIDIA-A100-SXM4-80GB", 4),
+        ("1g.10gb", "NVIDIA-H100-80GB-HBM3", 7),
+        ("2g.20gb", "NVIDIA-H100-80GB-HBM3", 3),
+        ("3g.40gb", "NVIDIA-H100-80GB-HBM3", 2),
+        ("1g.18gb", "NVIDIA-H200-SXM-141GB", 7),
+        ("1g.35gb", "NVIDIA-H200-SXM-141GB", 4),
+        ("3g.71gb", "NVIDIA-H200-SXM-141GB", 2),
+        ("7g.141gb", "NVIDIA-H200-SXM-141GB", 1),
+        ("1g.6gb", "NVIDIA-A30-24GB", 4),
+        ("2g.12gb", "NVIDIA-A30-24GB", 2),
+        ("4g.24gb", "NVIDIA-A30-24GB", 1),
+        ("1g.10gb+me", "NVIDIA-A100-SXM4-80GB", 1),
+        // No memory in the model name: compute slices only.
+        ("1g.23gb", "NVIDIA-B200", 7),
+        ("3g.90gb", "NVIDIA-B200", 2),
+        // Unparseable: each device counts as a GPU.
+        ("weird", "NVIDIA-A100-SXM4-80GB", 1),
+        ("0g.0gb", "NVIDIA-A100-SXM4-80GB", 1),
+    ] {
+        assert_eq!(
+            mig_instances_per_gpu(profile, model),
+            per_gpu,
+            "{profile} on {model}"
+        );
+    }
+}
+
+#[test]
+fn fleet_count_merges_per_model_and_leaves_out_unusable_nodes() {
+    let nodes = [
+        node("a1").nvidia("NVIDIA-A100-SXM4-80GB", 4).build(),
+        node("a2").nvidia("NVIDIA-A100-SXM4-80GB", 4).build(),
+        node("a3").nvidia("NVIDIA-A100-PCIE-40GB", 2).build(),
+        node("l").nvidia("NVIDIA-L40S", 2).build(),
+        node("m").amd("AMD_Instinct_MI300X", 8).build(),
+        node("cordoned")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .cordoned()
+            .build(),
+        node("notready")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .ready("False")
+            .build(),
+        node("unknown")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .ready("Unknown")
+            .build(),
+        node("fresh")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .without_conditions()
+            .build(),
+        node("cpu-cordoned").cordoned().build(),
+        node("cpu").build(),
+    ];
+    let count = count_gpus(&nodes);
+    let got: Vec<(&str, &str, &str, i64, i32)> = count
+        .gpus
+        .iter()
+        .map(|g| {
+            (
+                g.vendor.as_str(),
+                g.model.as_str(),
+                g.short_name.as_str(),
+                g.count,
+                g.node_count,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("NVIDIA", "NVIDIA-A100-PCIE-40GB", "a100", 2, 1),
+            ("NVIDIA", "NVIDIA-A100-SXM4-80GB", "a100", 8, 2),
+            ("NVIDIA", "NVIDIA-L40S", "l40s", 2, 1),
+            ("AMD", "AMD_Instinct_MI300X", "mi300x", 8, 1),
+        ]
+    );
+    assert_eq!(count.total_gpus, 20);
+    assert_eq!(count.gpu_nodes, 5);
+    assert_eq!(
+        count.excluded_nodes, 4,
+        "CPU-only nodes are not GPU nodes left out"
+    );
+    assert_eq!(
+        count.summary(),
+        "8x AMD_Instinct_MI300X, 2x NVIDIA-A100-PCIE-40GB, 8x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S"
+    );
+}
+
+#[test]
+fn the_e2e_fleet_counts_as_its_table_says() {
+    // target-b of e2e/src/fleet.rs.
+    let nodes = [
+        node("b-h200-0").nvidia("NVIDIA-H200-SXM-141GB", 8).build(),
+        node("b-l40s-0").nvidia("NVIDIA-L40S", 2).build(),
+        node("b-h100-cordoned")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .cordoned()
+            .build(),
+        node("b-mi300x-0").amd("AMD_Instinct_MI300X", 8).build(),
+        node("b-cpu-0").build(),
+    ];
+    let count = count_gpus(&nodes);
+    assert_eq!(
+        count.summary(),
+        "8x AMD_Instinct_MI300X, 8x NVIDIA-H200-SXM-141GB, 2x NVIDIA-L40S"
+    );
+    assert_eq!(count.total_gpus, 18);
+    assert_eq!(count.excluded_nodes, 1);
+    let shorts: Vec<&str> = count.gpus.iter().map(|g| g.short_name.as_str()).collect();
+    assert_eq!(shorts, ["h200", "l40s", "mi300x"]);
+}
+
+#[test]
+fn empty_fleet() {
+    let count = count_gpus(&[]);
+    assert_eq!(count, GpuCount::default());
+    assert_eq!(count.summary(), "none");
+    let only_cpus = [node("cpu").build()];
+    assert_eq!(count_gpus(&only_cpus).summary(), EMPTY_SUMMARY);
+}
+
+#[test]
+fn huge_counts_saturate_instead_of_overflowing() {
+    let nodes = [
+        node("a").allocatable("nvidia.com/gpu", "9E").build(),
+        node("b").allocatable("nvidia.com/gpu", "9E").build(),
+    ];
+    let count = count_gpus(&nodes);
+    assert_eq!(count.total_gpus, i64::MAX);
+}
+
+#[test]
+fn quantities() {
+    for (q, want) in [
+        ("8", Some(8)),
+        (" 8 ", Some(8)),
+        ("+8", Some(8)),
+        ("0", Some(0)),
+        ("1k", Some(1000)),
+        ("1.5k", Some(1500)),
+        ("2Ki", Some(2048)),
+        ("1M", Some(1_000_000)),
+        ("1e3", Some(1000)),
+        ("1E2", Some(100)),
+        ("2.9", Some(2)),
+        ("500m", Some(0)),
+        ("1500m", Some(1)),
+        ("9E", Some(9_000_000_000_000_000_000)),
+        ("10E", None),
+        ("1e31", None),
+        ("-1", None),
+        ("", None),
+        (".", None),
+        ("1.2.3", None),
+        ("abc", None),
+        ("8 GPUs", None),
+        ("1x", None),
+    ] {
+        assert_eq!(parse_quantity(q), want, "{q:?}");
+    }
+}

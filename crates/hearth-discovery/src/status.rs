@@ -1,0 +1,658 @@
+//! The status a probe leads to: the plan step of discovery, a plain function from what
+//! was observed and what status already says to the fields hearth-discovery owns.
+//!
+//! The result holds only discovery's fields (`kubeconfigStatus`, `hardware`,
+//! `credentialsExpireAt`, `nextProbeAt`, `gpuSummary`, and the `KubeconfigValid` and
+//! `GPUDiscovered` conditions), ready for server-side apply under discovery's field
+//! manager; fields of other controllers are left out so they are never touched.
+//!
+//! Decisions:
+//! - A transient failure (no answer from the target, or the node list failing midway)
+//!   of a `Valid` cluster changes neither condition until `threshold` probes in a row
+//!   have failed; only `hardware.consecutiveFailures`, `lastError` and `nextProbeAt`
+//!   move, so a flapping network flaps neither quota nor conditions.
+//! - Definite answers (Secret gone, kubeconfig refused, 401, RBAC forbids listing
+//!   nodes) apply at once.
+//! - When a probe fails, `hardware` keeps the last successful count (with its
+//!   `lastDiscovery`): kueue-sync zeroes quota for a cluster that is not `Valid`, and
+//!   people still see what the cluster had.
+//! - Messages are stable while the situation is: no counters or relative times in
+//!   them, so a repeated probe with the same result changes nothing but the
+//!   timestamps [`diff_status`] ignores.
+
+use std::time::Duration;
+
+use hearth_api::conditions::{DesiredCondition, Status, find, next_condition};
+use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
+use hearth_api::{FournosClusterStatus, Hardware, KubeconfigStatus};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::credentials::{Expiry, ExpiryState, expiry_state, expiry_warning};
+use crate::gpus::{GpuCount, gpu_summary};
+use crate::kubeconfig::KubeconfigError;
+use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, within_threshold};
+
+/// Longest detail (an error text from the probe) carried into status.
+const MAX_DETAIL_CHARS: usize = 512;
+
+/// Condition reasons; also used as Event reasons.
+pub mod reasons {
+    // KubeconfigValid
+    pub const VALID: &str = "Valid";
+    pub const MISSING: &str = "Missing";
+    pub const INVALID: &str = "Invalid";
+    pub const UNAUTHORIZED: &str = "Unauthorized";
+    pub const UNREACHABLE: &str = "Unreachable";
+    /// Still `True`: the credentials work but expire within the warning window.
+    pub const CREDENTIALS_EXPIRING_SOON: &str = "CredentialsExpiringSoon";
+    /// Still `True`: the credentials say they have expired, yet the target accepts them.
+    pub const CREDENTIALS_EXPIRED: &str = "CredentialsExpired";
+    // GPUDiscovered
+    pub const DISCOVERED: &str = "Discovered";
+    pub const FORBIDDEN: &str = "Forbidden";
+    pub const DISCOVERY_FAILED: &str = "DiscoveryFailed";
+    // Events only
+    pub const GPUS_CHANGED: &str = "GPUsChanged";
+}
+
+/// What one probe of a cluster found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeOutcome {
+    /// The Secret named by `spec.kubeconfigSecret` does not exist.
+    SecretMissing,
+    /// The Secret exists without a `kubeconfig` key.
+    KeyMissing,
+    /// The kubeconfig was refused before any connection.
+    Invalid(KubeconfigError),
+    /// The target answered 401. `detail` must hold no credential.
+    Unauthorized { detail: String },
+    /// No answer: network, TLS, timeout. `detail` must hold no credential.
+    Unreachable { detail: String },
+    /// The target answered; then its nodes were listed (or not).
+    Reached {
+        /// `gitVersion` from `/version`, when known.
+        server_version: Option<String>,
+        nodes: NodeListing,
+    },
+}
+
+/// How listing the target's nodes went.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeListing {
+    Counted(GpuCount),
+    /// 403: the credentials may not list nodes.
+    Forbidden {
+        detail: String,
+    },
+    /// Anything else (timeout midway, 5xx, malformed page).
+    Failed {
+        detail: String,
+    },
+}
+
+impl ProbeOutcome {
+    pub fn verdict(&self) -> ProbeVerdict {
+        match self {
+            Self::SecretMissing | Self::KeyMissing => ProbeVerdict::Missing,
+            Self::Invalid(_) => ProbeVerdict::Invalid,
+            Self::Unauthorized { .. } => ProbeVerdict::Unauthorized,
+            Self::Unreachable { .. } => ProbeVerdict::Unreachable,
+            Self::Reached { .. } => ProbeVerdict::Reached,
+        }
+    }
+
+    /// Short, stable label for metrics ("probes by result").
+    pub fn result_label(&self) -> &'static str {
+        match self {
+            Self::SecretMissing | Self::KeyMissing => reasons::MISSING,
+            Self::Invalid(_) => reasons::INVALID,
+            Self::Unauthorized { .. } => reasons::UNAUTHORIZED,
+            Self::Unreachable { .. } => reasons::UNREACHABLE,
+            Self::Reached {
+                nodes: NodeListing::Counted(_),
+                ..
+            } => reasons::DISCOVERED,
+            Self::Reached {
+                nodes: NodeListing::Forbidden { .. },
+                ..
+            } => reasons::FORBIDDEN,
+            Self::Reached {
+                nodes: NodeListing::Failed { .. },
+                ..
+            } => reasons::DISCOVERY_FAILED,
+        }
+    }
+
+    fn succeeded(&self) -> bool {
+        matches!(
+            self,
+            Self::Reached {
+                nodes: NodeListing::Counted(_),
+                ..
+            }
+        )
+    }
+
+    /// Failures that a retry may well cure.
+    fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Unreachable { .. }
+                | Self::Reached {
+                    nodes: NodeListing::Failed { .. },
+                    ..
+                }
+        )
+    }
+}
+
+/// Everything [`plan_status`] needs.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    pub outcome: &'a ProbeOutcome,
+    /// The cluster's current status, if it has one.
+    pub previous: Option<&'a FournosClusterStatus>,
+    /// `metadata.generation`, for `observedGeneration`.
+    pub generation: Option<i64>,
+    pub now: Timestamp,
+    /// `namespace/name` of the kubeconfig Secret, for messages.
+    pub secret: &'a str,
+    /// The credentials' expiry, when the kubeconfig was valid and states one.
+    pub credentials: Option<Expiry>,
+    pub interval: Duration,
+    pub failure_threshold: u32,
+    pub expiry_window: Duration,
+}
+
+/// The status to apply and the Events to emit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusPlan {
+    pub status: FournosClusterStatus,
+    pub events: Vec<PlannedEvent>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An Event to publish on the FournosCluster; emitted on transitions only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedEvent {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The discovery-owned status after a probe.
+pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
+    let empty = FournosClusterStatus::default();
+    let previous = input.previous.unwrap_or(&empty);
+    let previous_hardware = previous.hardware.clone().unwrap_or_default();
+    let outcome = input.outcome;
+
+    let failures = if outcome.succeeded() {
+        0
+    } else {
+        u32::try_from(previous_hardware.consecutive_failures.max(0))
+            .unwrap_or(0)
+            .saturating_add(1)
+    };
+    let kubeconfig_status = next_kubeconfig_status(
+        previous.kubeconfig_status,
+        outcome.verdict(),
+        failures,
+        input.failure_threshold,
+    );
+    // A transient failure of a Valid cluster, below the threshold: GPUDiscovered stays,
+    // and so does KubeconfigValid when the target did not answer at all.
+    let held = outcome.is_transient()
+        && previous.kubeconfig_status == Some(KubeconfigStatus::Valid)
+        && within_threshold(failures, input.failure_threshold);
+    let kubeconfig_held = held && outcome.verdict() == ProbeVerdict::Unreachable;
+
+    let hardware = match outcome {
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Counted(count),
+            ..
+        } => Hardware {
+            gpus: count.gpus.clone(),
+            total_gpus: count.total_gpus,
+            last_discovery: Some(Time(input.now)),
+            consecutive_failures: 0,
+            last_error: None,
+            excluded_nodes: count.excluded_nodes,
+        },
+        _ => Hardware {
+            consecutive_failures: i32::try_from(failures).unwrap_or(i32::MAX),
+            last_error: Some(last_error(outcome, input.secret)),
+            ..previous_hardware
+        },
+    };
+
+    let credentials = match outcome {
+        ProbeOutcome::SecretMissing | ProbeOutcome::KeyMissing | ProbeOutcome::Invalid(_) => None,
+        _ => input.credentials,
+    };
+
+    let previous_kubeconfig = find(&previous.conditions, KUBECONFIG_VALID);
+    let previous_gpus = find(&previous.conditions, GPU_DISCOVERED);
+    let desired_kubeconfig = match (kubeconfig_held, previous_kubeconfig) {
+        (true, Some(c)) => as_desired(KUBECONFIG_VALID, c),
+        _ => kubeconfig_condition(input, kubeconfig_status, credentials),
+    };
+    let desired_gpus = match (held, previous_gpus) {
+        (true, Some(c)) => as_desired(GPU_DISCOVERED, c),
+        _ => gpu_condition(outcome, kubeconfig_status, &hardware),
+    };
+    let now = Time(input.now);
+    let conditions = vec![
+        next_condition(
+            previous_kubeconfig,
+            &desired_kubeconfig,
+            input.generation,
+            &now,
+        ),
+        next_condition(previous_gpus, &desired_gpus, input.generation, &now),
+    ];
+
+    let status = FournosClusterStatus {
+        kubeconfig_status: Some(kubeconfig_status),
+        gpu_summary: hardware
+            .last_discovery
+            .is_some()
+            .then(|| gpu_summary(&hardware.gpus)),
+        hardware: Some(hardware),
+        credentials_expire_at: credentials.map(|e| Time(e.at)),
+        next_probe_at: Some(Time(next_probe_at(input.now, input.interval, failures))),
+        conditions,
+        ..Default::default()
+    };
+    let events = plan_events(previous, &status);
+    StatusPlan { status, events }
+}
+
+fn as_desired(type_: &'static str, c: &Condition) -> DesiredCondition {
+    let status = match c.status.as_str() {
+        "True" => Status::True,
+        "False" => Status::False,
+        _ => Status::Unknown,
+    };
+    DesiredCondition::new(type_, status, c.reason.clone(), c.message.clone())
+}
+
+fn kubeconfig_condition(
+    input: &PlanInput<'_>,
+    status: KubeconfigStatus,
+    credentials: Option<Expiry>,
+) -> DesiredCondition {
+    let secret = input.secret;
+    let (ok, reason, message) = match (status, input.outcome) {
+        (KubeconfigStatus::Valid, outcome) => {
+            let version = match outcome {
+                ProbeOutcome::Reached {
+                    server_version: Some(v),
+                    ..
+                } => format!(" (Kubernetes {})", bounded(v)),
+                _ => String::new(),
+            };
+            let warning = credentials.and_then(|e| {
+                let message = expiry_warning(e, input.now, input.expiry_window)?;
+                let reason = match expiry_state(e.at, input.now, input.expiry_window) {
+                    ExpiryState::Expired => reasons::CREDENTIALS_EXPIRED,
+                    _ => reasons::CREDENTIALS_EXPIRING_SOON,
+                };
+                Some((reason, message))
+            });
+            match warning {
+                Some((reason, warning)) => (
+                    true,
+                    reason,
+                    format!(
+                        "the target accepts the credentials in Secret {secret}{version}, but {warning}"
+                    ),
+                ),
+                None => (
+                    true,
+                    reasons::VALID,
+                    format!("the target accepts the credentials in Secret {secret}{version}"),
+                ),
+            }
+        }
+        (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
+            false,
+            reasons::MISSING,
+            format!(
+                "Secret {secret} has no `kubeconfig` key: put the target's kubeconfig under that key"
+            ),
+        ),
+        (KubeconfigStatus::Missing, _) => (
+            false,
+            reasons::MISSING,
+            format!(
+                "Secret {secret} does not exist: create it with the target's kubeconfig under the `kubeconfig` key"
+            ),
+        ),
+        (KubeconfigStatus::Invalid, ProbeOutcome::Invalid(e)) => (
+            false,
+            reasons::INVALID,
+            format!("the kubeconfig in Secret {secret} cannot be used: {e}"),
+        ),
+        (KubeconfigStatus::Invalid, _) => (
+            false,
+            reasons::INVALID,
+            format!("the kubeconfig in Secret {secret} cannot be used"),
+        ),
+        (KubeconfigStatus::Unauthorized, outcome) => {
+            let expired = credentials
+                .filter(|e| e.at <= input.now)
+                .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
+                .unwrap_or_default();
+            let detail = match outcome {
+                ProbeOutcome::Unauthorized { detail } if !detail.is_empty() => {
+                    format!(": {}", bounded(detail))
+                }
+                _ => String::new(),
+            };
+            (
+                false,
+                reasons::UNAUTHORIZED,
+                format!(
+                    "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
+                     put valid, unexpired credentials in the Secret{detail}"
+                ),
+            )
+        }
+        (KubeconfigStatus::Unreachable, outcome) => {
+            let detail = match outcome {
+                ProbeOutcome::Unreachable { detail } if !detail.is_empty() => {
+                    format!(": {}", bounded(detail))
+                }
+                _ => String::new(),
+            };
+            (
+                false,
+                reasons::UNREACHABLE,
+                format!(
+                    "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
+                     from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
+                     server's certificate"
+                ),
+            )
+        }
+    };
+    DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message)
+}
+
+fn gpu_condition(
+    outcome: &ProbeOutcome,
+    kubeconfig: KubeconfigStatus,
+    hardware: &Hardware,
+) -> DesiredCondition {
+    let kept = match &hardware.last_discovery {
+        Some(at) => format!("; hardware still shows the count from {}", at.0),
+        None => String::new(),
+    };
+    let (ok, reason, message) = match outcome {
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Counted(count),
+            ..
+        } => (true, reasons::DISCOVERED, discovered_message(count)),
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Forbidden { detail },
+            ..
+        } => (
+            false,
+            reasons::FORBIDDEN,
+            format!(
+                "the kubeconfig's identity may not list nodes on the target: grant it `list` on `nodes` \
+                 (a ClusterRole and ClusterRoleBinding){}{kept}",
+                with_detail(detail)
+            ),
+        ),
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Failed { detail },
+            ..
+        } => (
+            false,
+            reasons::DISCOVERY_FAILED,
+            format!(
+                "listing the target's nodes failed{}{kept}",
+                with_detail(detail)
+            ),
+        ),
+        _ => (
+            false,
+            reasons::DISCOVERY_FAILED,
+            format!(
+                "GPUs cannot be discovered while the kubeconfig is {kubeconfig} (see condition KubeconfigValid){kept}"
+            ),
+        ),
+    };
+    DesiredCondition::new(GPU_DISCOVERED, ok, reason, message)
+}
+
+fn discovered_message(count: &GpuCount) -> String {
+    let nodes = |n: i32| if n == 1 { "node" } else { "nodes" };
+    let left_out = match count.excluded_nodes {
+        0 => String::new(),
+        n => format!(
+            "; {n} GPU {} left out because cordoned or not Ready",
+            nodes(n)
+        ),
+    };
+    if count.gpus.is_empty() {
+        format!("no GPUs on the target's schedulable, Ready nodes{left_out}")
+    } else {
+        format!(
+            "{} on {} {}{left_out}",
+            count.summary(),
+            count.gpu_nodes,
+            nodes(count.gpu_nodes)
+        )
+    }
+}
+
+fn last_error(outcome: &ProbeOutcome, secret: &str) -> String {
+    let text = match outcome {
+        ProbeOutcome::SecretMissing => format!("Missing: Secret {secret} does not exist"),
+        ProbeOutcome::KeyMissing => format!("Missing: Secret {secret} has no `kubeconfig` key"),
+        ProbeOutcome::Invalid(e) => format!("Invalid: {e}"),
+        ProbeOutcome::Unauthorized { detail } => {
+            format!("Unauthorized: HTTP 401{}", with_detail(detail))
+        }
+        ProbeOutcome::Unreachable { detail } => format!("Unreachable{}", with_detail(detail)),
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Forbidden { detail },
+            ..
+        } => format!("Forbidden: listing nodes{}", with_detail(detail)),
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Failed { detail },
+            ..
+        } => format!("DiscoveryFailed: listing nodes{}", with_detail(detail)),
+        ProbeOutcome::Reached {
+            nodes: NodeListing::Counted(_),
+            ..
+        } => String::new(),
+    };
+    bounded(&text)
+}
+
+fn with_detail(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", bounded(detail))
+    }
+}
+
+/// At most [`MAX_DETAIL_CHARS`] characters, on a character boundary.
+fn bounded(text: &str) -> String {
+    match text.char_indices().nth(MAX_DETAIL_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Events for what changed between the previous status and the planned one.
+fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    let condition = |s: &FournosClusterStatus, t| find(&s.conditions, t).cloned();
+    let (old_kc, new_kc) = (
+        condition(previous, KUBECONFIG_VALID),
+        condition(next, KUBECONFIG_VALID),
+    );
+    let (old_gpu, new_gpu) = (
+        condition(previous, GPU_DISCOVERED),
+        condition(next, GPU_DISCOVERED),
+    );
+    let reason_of = |c: &Option<Condition>| c.as_ref().map(|c| c.reason.clone());
+
+    if previous.kubeconfig_status != next.kubeconfig_status
+        && let Some(status) = next.kubeconfig_status
+    {
+        let (type_, reason) = match status {
+            KubeconfigStatus::Valid => (EventType::Normal, "KubeconfigValid"),
+            KubeconfigStatus::Missing => (EventType::Warning, "KubeconfigMissing"),
+            KubeconfigStatus::Invalid => (EventType::Warning, "KubeconfigInvalid"),
+            KubeconfigStatus::Unauthorized => (EventType::Warning, "KubeconfigUnauthorized"),
+            KubeconfigStatus::Unreachable => (EventType::Warning, "KubeconfigUnreachable"),
+        };
+        events.push(PlannedEvent {
+            type_,
+            reason,
+            message: new_kc
+                .as_ref()
+                .map(|c| c.message.clone())
+                .unwrap_or_default(),
+        });
+    }
+    if let Some(c) = &new_kc
+        && reason_of(&old_kc) != reason_of(&new_kc)
+        && matches!(
+            c.reason.as_str(),
+            reasons::CREDENTIALS_EXPIRING_SOON | reasons::CREDENTIALS_EXPIRED
+        )
+    {
+        let reason = if c.reason == reasons::CREDENTIALS_EXPIRED {
+            reasons::CREDENTIALS_EXPIRED
+        } else {
+            reasons::CREDENTIALS_EXPIRING_SOON
+        };
+        events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason,
+            message: c.message.clone(),
+        });
+    }
+    // Discovery failures get their own Event only while the kubeconfig works; otherwise
+    // the kubeconfig Event already says why.
+    if let Some(c) = &new_gpu
+        && next.kubeconfig_status == Some(KubeconfigStatus::Valid)
+        && reason_of(&old_gpu) != reason_of(&new_gpu)
+    {
+        let reason = match c.reason.as_str() {
+            reasons::FORBIDDEN => Some(reasons::FORBIDDEN),
+            reasons::DISCOVERY_FAILED => Some(reasons::DISCOVERY_FAILED),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            events.push(PlannedEvent {
+                type_: EventType::Warning,
+                reason,
+                message: c.message.clone(),
+            });
+        }
+    }
+    let discovered = next
+        .hardware
+        .as_ref()
+        .is_some_and(|h| h.consecutive_failures == 0);
+    if discovered && previous.gpu_summary != next.gpu_summary {
+        let message = match &previous.gpu_summary {
+            Some(old) => format!(
+                "GPUs now {} (were {old})",
+                next.gpu_summary.as_deref().unwrap_or_default()
+            ),
+            None => format!(
+                "GPUs discovered: {}",
+                next.gpu_summary.as_deref().unwrap_or_default()
+            ),
+        };
+        events.push(PlannedEvent {
+            type_: EventType::Normal,
+            reason: reasons::GPUS_CHANGED,
+            message,
+        });
+    }
+    events
+}
+
+/// How a planned status differs from the current one, over discovery's fields only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusDiff {
+    /// Nothing to write.
+    Same,
+    /// Only `hardware.lastDiscovery` and `nextProbeAt` moved, as they do on every probe
+    /// with the same result: a write of timestamps alone, no transition, no Event.
+    TimestampsOnly,
+    /// Something a person or another controller cares about changed.
+    Changed,
+}
+
+/// Compares the discovery-owned fields of two statuses.
+pub fn diff_status(old: Option<&FournosClusterStatus>, new: &FournosClusterStatus) -> StatusDiff {
+    let empty = FournosClusterStatus::default();
+    let old = old.unwrap_or(&empty);
+    if status_changed(Some(old), new) {
+        StatusDiff::Changed
+    } else if old.next_probe_at != new.next_probe_at
+        || old
+            .hardware
+            .as_ref()
+            .and_then(|h| h.last_discovery.as_ref())
+            != new
+                .hardware
+                .as_ref()
+                .and_then(|h| h.last_discovery.as_ref())
+    {
+        StatusDiff::TimestampsOnly
+    } else {
+        StatusDiff::Same
+    }
+}
+
+/// Whether discovery's fields differ other than in the timestamps every probe moves
+/// (`hardware.lastDiscovery`, `nextProbeAt`). Other controllers' fields and
+/// conditions are ignored; so is the order of conditions.
+pub fn status_changed(old: Option<&FournosClusterStatus>, new: &FournosClusterStatus) -> bool {
+    let empty = FournosClusterStatus::default();
+    discovery_view(old.unwrap_or(&empty)) != discovery_view(new)
+}
+
+fn discovery_view(s: &FournosClusterStatus) -> FournosClusterStatus {
+    let mut conditions: Vec<Condition> = s
+        .conditions
+        .iter()
+        .filter(|c| c.type_ == KUBECONFIG_VALID || c.type_ == GPU_DISCOVERED)
+        .cloned()
+        .collect();
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    FournosClusterStatus {
+        kubeconfig_status: s.kubeconfig_status,
+        hardware: s.hardware.clone().map(|h| Hardware {
+            last_discovery: None,
+            ..h
+        }),
+        credentials_expire_at: s.credentials_expire_at.clone(),
+        next_probe_at: None,
+        gpu_summary: s.gpu_summary.clone(),
+        conditions,
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;
