@@ -29,16 +29,19 @@ unit:
     cargo test --workspace --exclude hearth-e2e
 
 # Everything CI runs: lint, unit tests, and the end-to-end tests on a real control plane.
+# The e2e tests run the controllers' binaries, so every binary is built first.
 test: lint tools
+    cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test --workspace --no-fail-fast
 
 # End-to-end tests only.
 e2e: tools
+    cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test -p hearth-e2e --no-fail-fast
 
-# Start the local control plane, the emulated GPU fleet and the three controllers.
+# Start the local control plane, the emulated GPU fleet and the three controllers (state in .hearth/plane).
 up: tools
-    cargo build -p hearth-discovery -p hearth-kueue-sync -p hearth-lock-manager -p hearth-e2e
+    cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug
 
 # Stop everything `just up` started.

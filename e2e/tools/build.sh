@@ -10,11 +10,20 @@ key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/
 bin="$cache_root/$key/bin"
 want=(kube-apiserver etcd kubectl kueue helm)
 
-have_all() { for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+crds="$cache_root/$key/kueue-crds"
+have_all() {
+  for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done
+  [ -d "$crds" ]
+}
 if have_all; then echo "$bin"; exit 0; fi
 
 command -v go >/dev/null || { echo "build.sh: Go is required (see README: Development)" >&2; exit 1; }
 mkdir -p "$bin"
+# One build at a time (`just up` and a test run may both start one on a cold cache); the
+# second waits and then finds everything built.
+exec 9>"$cache_root/$key/.lock"
+flock 9
+if have_all; then echo "$bin"; exit 0; fi
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 k8s_version=$(awk '$1=="k8s.io/kubernetes"{print $2; exit}' "$here/kube/go.mod")
 minor=$(echo "$k8s_version" | cut -d. -f2)
@@ -35,10 +44,12 @@ build() { # dir out pkg [ldflags]
 build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
 build kube etcd go.etcd.io/etcd/server/v3
 build kube kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
-build kube kueue sigs.k8s.io/kueue/cmd/kueue
-build helm helm helm.sh/helm/v3/cmd/helm
+# Both report a placeholder version (v0.0.0-main, v3.21) unless stamped.
+kueue_version=$(awk '$1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/kube/go.mod")
+helm_version=$(awk '$1=="require" && $2=="helm.sh/helm/v3"{print $3; exit} $1=="helm.sh/helm/v3"{print $2; exit}' "$here/helm/go.mod")
+build kube kueue sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
 # Kueue's CRDs come from the same pinned module.
-crds="$cache_root/$key/kueue-crds"
 if [ ! -d "$crds" ]; then
   src=$(cd "$here/kube" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components/crd/bases
   mkdir -p "$crds.tmp" && cp "$src"/*.yaml "$crds.tmp"/ && chmod -R u+w "$crds.tmp" && mv "$crds.tmp" "$crds"

@@ -1,0 +1,366 @@
+//! Child processes of the supervisor: spawning with a log file, liveness, and a
+//! terminate-then-kill stop. Every child runs in a process group of its own (so a Ctrl-C in
+//! the terminal reaches only the supervisor, which then stops them in order) and, where
+//! `setpriv` exists, with a parent-death signal, so that even a SIGKILLed supervisor leaves
+//! no child behind.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::error::{Context, PlaneError, Result};
+use crate::protocol::{Pids, ProcessState, write_json};
+
+/// The supervisor's record of its children, mirrored to `pids.json` on every change.
+static REGISTRY: Mutex<Option<(PathBuf, Pids)>> = Mutex::new(None);
+
+/// Makes every later [`spawn`] and [`Managed::stop`] rewrite `path`.
+pub fn record_pids_in(path: PathBuf) -> Result<()> {
+    let pids = Pids {
+        supervisor_pid: std::process::id(),
+        supervisor_exe: std::env::current_exe().unwrap_or_default(),
+        processes: Vec::new(),
+    };
+    write_json(&path, &pids)?;
+    *REGISTRY.lock().expect("registry poisoned") = Some((path, pids));
+    Ok(())
+}
+
+fn update_registry(change: impl FnOnce(&mut Vec<ProcessState>)) {
+    let mut guard = REGISTRY.lock().expect("registry poisoned");
+    if let Some((path, pids)) = guard.as_mut() {
+        change(&mut pids.processes);
+        if let Err(e) = write_json(path, pids) {
+            tracing::warn!(error = %e, "could not update the pid file");
+        }
+    }
+}
+
+/// Every child currently registered.
+pub fn registered() -> Vec<ProcessState> {
+    REGISTRY
+        .lock()
+        .expect("registry poisoned")
+        .as_ref()
+        .map(|(_, pids)| pids.processes.clone())
+        .unwrap_or_default()
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Spawn {
+    /// Short name used in logs and the state file (`etcd`, `apiserver-target-a`, …).
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    /// stdout and stderr are appended here.
+    pub log: PathBuf,
+}
+
+impl Spawn {
+    pub fn new(
+        name: impl Into<String>,
+        program: impl Into<PathBuf>,
+        log: impl Into<PathBuf>,
+    ) -> Self {
+        Spawn {
+            name: name.into(),
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            log: log.into(),
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+}
+
+/// A running child.
+#[derive(Debug)]
+pub struct Managed {
+    pub spec: Spawn,
+    pub pid: u32,
+    child: tokio::process::Child,
+}
+
+fn setpriv() -> Option<&'static Path> {
+    static SETPRIV: OnceLock<Option<PathBuf>> = OnceLock::new();
+    SETPRIV
+        .get_or_init(|| {
+            ["/usr/bin/setpriv", "/bin/setpriv"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+        })
+        .as_deref()
+}
+
+/// Starts `spec`. Must be called from a thread that lives as long as the child should
+/// (the supervisor's main thread): Linux delivers the parent-death signal when the
+/// *thread* that forked exits.
+pub fn spawn(spec: Spawn) -> Result<Managed> {
+    if let Some(parent) = spec.log.parent() {
+        std::fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.log)
+        .context(|| format!("opening {}", spec.log.display()))?;
+    let log_err = log
+        .try_clone()
+        .context(|| "duplicating a log handle".into())?;
+    let mut cmd = match setpriv() {
+        Some(setpriv) => {
+            let mut cmd = tokio::process::Command::new(setpriv);
+            cmd.args(["--pdeathsig", "KILL", "--"]).arg(&spec.program);
+            cmd
+        }
+        None => tokio::process::Command::new(&spec.program),
+    };
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .context(|| format!("starting {} ({})", spec.name, spec.program.display()))?;
+    let pid = child.id().ok_or_else(|| PlaneError::Exited {
+        what: spec.name.clone(),
+        status: "at once".into(),
+        log: Some(spec.log.clone()),
+    })?;
+    tracing::info!(name = %spec.name, pid, log = %spec.log.display(), "started");
+    let entry = ProcessState {
+        name: spec.name.clone(),
+        pid,
+        exe: std::fs::canonicalize(&spec.program).unwrap_or_else(|_| spec.program.clone()),
+        log: spec.log.clone(),
+    };
+    update_registry(|all| all.push(entry));
+    Ok(Managed { spec, pid, child })
+}
+
+impl Managed {
+    /// `Err(Exited)` if the process is gone: used inside readiness waits so that a crash is
+    /// reported at once, with its log, instead of as a timeout.
+    pub fn check_running(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(PlaneError::Exited {
+                what: self.spec.name.clone(),
+                status: status.to_string(),
+                log: Some(self.spec.log.clone()),
+            }),
+            Err(e) => Err(PlaneError::Io {
+                context: format!("checking {}", self.spec.name),
+                source: e,
+            }),
+        }
+    }
+
+    /// Resolves when the child exits; used by the supervisor to notice crashes.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// SIGTERM to the child's process group, then SIGKILL after `grace`; a zero grace is a
+    /// crash on purpose: SIGKILL at once.
+    pub async fn stop(&mut self, grace: Duration) {
+        let pid = self.pid;
+        if self.child.try_wait().ok().flatten().is_some() {
+            update_registry(|all| all.retain(|p| p.pid != pid));
+            return;
+        }
+        let group = Pid::from_raw(self.pid as i32);
+        if !grace.is_zero() {
+            let _ = killpg(group, Signal::SIGTERM);
+        }
+        if tokio::time::timeout(grace, self.child.wait())
+            .await
+            .is_err()
+        {
+            if !grace.is_zero() {
+                tracing::warn!(name = %self.spec.name, pid = self.pid, "did not stop after SIGTERM; killing");
+            }
+            let _ = killpg(group, Signal::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        // Anything the child itself started in its group goes too.
+        let _ = killpg(group, Signal::SIGKILL);
+        update_registry(|all| all.retain(|p| p.pid != pid));
+        tracing::info!(name = %self.spec.name, pid = self.pid, "stopped");
+    }
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state letter follows the parenthesised command name, which may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// The executable behind `pid`.
+pub fn exe_of(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// Whether `pid` is alive and runs `exe`: a pid from a state file may have been recycled.
+/// An executable replaced on disk since it started (cargo rebuilt `hearth-plane`) still
+/// counts: the kernel then reports it as `<path> (deleted)`.
+pub fn runs(pid: u32, exe: &Path) -> bool {
+    is_alive(pid)
+        && exe_of(pid).is_some_and(|actual| {
+            let actual = actual.to_string_lossy();
+            Path::new(actual.strip_suffix(" (deleted)").unwrap_or(&actual)) == exe
+        })
+}
+
+/// A free loopback port. Ports handed out by this process are never handed out twice, so
+/// components started together cannot collide with each other.
+pub fn free_port() -> Result<u16> {
+    static TAKEN: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
+    let taken = TAKEN.get_or_init(Default::default);
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context(|| "binding 127.0.0.1:0".into())?
+            .port();
+        if taken.lock().expect("port set poisoned").insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(PlaneError::Invalid("no free loopback port".into()))
+}
+
+/// The last `lines` lines of a (log) file, for error messages.
+pub fn tail(path: &Path, lines: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Polls `probe` until it yields a value or `timeout` passes. The interval grows from 50 ms
+/// to 1 s: fast when things are quick, quiet when they are not. Never a fixed sleep.
+pub async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        if let Some(value) = probe().await? {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            return Err(PlaneError::Timeout {
+                what: what.to_string(),
+                secs: timeout.as_secs(),
+                log: None,
+            });
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// A minimal plain-HTTP GET for loopback health endpoints (etcd, Kueue, Hearth's admin
+/// server): returns the status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let io = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        Ok::<_, std::io::Error>(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(3), io)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::TimedOut, "health probe timed out")
+        })??;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response")
+        })?;
+    Ok((code, body.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replaced_executable_still_counts_as_itself() {
+        let dir = std::env::temp_dir().join(format!("hearth-e2e-runs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("sleeper");
+        std::fs::copy("/bin/sleep", &exe).unwrap();
+        let mut child = std::process::Command::new(&exe).arg("30").spawn().unwrap();
+        assert!(runs(child.id(), &exe));
+        assert!(!runs(child.id(), Path::new("/bin/true")));
+        // What `cargo build` does to a running binary: a new file takes the old one's name.
+        std::fs::copy("/bin/sleep", dir.join("next")).unwrap();
+        std::fs::rename(dir.join("next"), &exe).unwrap();
+        assert!(runs(child.id(), &exe));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!runs(child.id(), &exe));
+        assert!(!is_alive(child.id()));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let path = std::env::temp_dir().join(format!("hearth-e2e-tail-{}", std::process::id()));
+        std::fs::write(&path, "a\nb\nc\n").unwrap();
+        assert_eq!(tail(&path, 2), "b\nc");
+        assert_eq!(tail(Path::new("/nonexistent"), 2), "");
+        std::fs::remove_file(path).unwrap();
+    }
+}

@@ -1,0 +1,82 @@
+//! The pinned control-plane binaries, built by `e2e/tools/build.sh` and cached outside the
+//! repository by pin hash.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::{PlaneError, Result};
+
+/// Overrides where the binaries are (skips `build.sh`).
+pub const BIN_DIR_ENV: &str = "HEARTH_E2E_BIN_DIR";
+
+/// The build script, found through this crate's source location.
+pub fn build_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/build.sh")
+}
+
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub bin_dir: PathBuf,
+    pub kube_apiserver: PathBuf,
+    pub etcd: PathBuf,
+    pub kueue: PathBuf,
+    pub kubectl: PathBuf,
+    /// Kueue's CRDs from the same pinned module (`<bin>/../kueue-crds`).
+    pub kueue_crds: PathBuf,
+}
+
+impl Tools {
+    pub fn from_bin_dir(bin_dir: &Path) -> Result<Tools> {
+        let tools = Tools {
+            bin_dir: bin_dir.to_path_buf(),
+            kube_apiserver: bin_dir.join("kube-apiserver"),
+            etcd: bin_dir.join("etcd"),
+            kueue: bin_dir.join("kueue"),
+            kubectl: bin_dir.join("kubectl"),
+            kueue_crds: bin_dir.parent().unwrap_or(bin_dir).join("kueue-crds"),
+        };
+        for path in [
+            &tools.kube_apiserver,
+            &tools.etcd,
+            &tools.kueue,
+            &tools.kueue_crds,
+        ] {
+            if !path.exists() {
+                return Err(PlaneError::Tools(format!(
+                    "{} does not exist; run {}",
+                    path.display(),
+                    build_script().display()
+                )));
+            }
+        }
+        Ok(tools)
+    }
+
+    /// `$HEARTH_E2E_BIN_DIR`, or whatever `build.sh` prints (building on a cold cache, which
+    /// takes minutes; its progress goes to stderr).
+    pub fn locate() -> Result<Tools> {
+        if let Some(dir) = std::env::var_os(BIN_DIR_ENV) {
+            return Tools::from_bin_dir(Path::new(&dir));
+        }
+        let script = build_script();
+        let output = Command::new("bash")
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| PlaneError::Tools(format!("running {}: {e}", script.display())))?;
+        if !output.status.success() {
+            return Err(PlaneError::Tools(format!(
+                "{} failed ({})",
+                script.display(),
+                output.status
+            )));
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let dir = stdout
+            .lines()
+            .last()
+            .ok_or_else(|| PlaneError::Tools(format!("{} printed nothing", script.display())))?;
+        Tools::from_bin_dir(Path::new(dir.trim()))
+    }
+}

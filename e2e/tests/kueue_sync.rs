@@ -1,0 +1,1323 @@
+//! End-to-end tests of hearth-kueue-sync on the local control plane: a real kube-apiserver
+//! and a real Kueue admitting Workloads, no mocks.
+//!
+//! Each test isolates itself (own namespaces, own ClusterQueue, cluster names unique to the
+//! test; see the `hearth_e2e` crate docs) and runs its own kueue-sync process, built from
+//! this workspace. The tests play hearth-discovery: they write `status.kubeconfigStatus` and
+//! `status.hardware` of their FournosClusters themselves, under a field manager of their
+//! own, so they do not depend on discovery. Every wait polls with a deadline; nothing
+//! sleeps to synchronise.
+//!
+//! Run: `cargo test -p hearth-e2e --test kueue_sync` (builds hearth-kueue-sync first unless
+//! `HEARTH_KUEUE_SYNC_BIN` names a binary; attaches to `HEARTH_E2E_PLANE_DIR` if set).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use futures::StreamExt;
+use hearth_api::kueue::{
+    ClusterQueue, FlavorQuotas, ResourceFlavor, ResourceGroup, ResourceQuota, Workload,
+    quantity_to_i64,
+};
+use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types};
+use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, KueueStatus};
+use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use hearth_e2e::process::{free_port, http_get, tail};
+use hearth_e2e::resources::apply;
+use hearth_e2e::{ControlPlane, Isolated, Target};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// How long any one expected change may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// `fournos/cluster-slot` per cluster (the default).
+const SLOTS: i64 = 100;
+/// The field manager the tests write FournosCluster status with, as discovery would.
+const DISCOVERY: &str = "e2e-discovery";
+
+// ---------------------------------------------------------------------------------------
+// The controller under test, as a process.
+// ---------------------------------------------------------------------------------------
+
+/// A running hearth-kueue-sync. Killed when dropped (and, through `setpriv --pdeathsig`,
+/// when the test thread that started it ends).
+struct KueueSync {
+    child: tokio::process::Child,
+    admin: SocketAddr,
+    log: PathBuf,
+}
+
+/// The hearth-kueue-sync binary: `$HEARTH_KUEUE_SYNC_BIN`, or built once per test process
+/// with cargo, so the tests never run a stale binary.
+async fn kueue_sync_binary() -> Result<PathBuf> {
+    static BINARY: OnceCell<std::result::Result<PathBuf, String>> = OnceCell::const_new();
+    BINARY
+        .get_or_init(|| async {
+            if let Some(path) = std::env::var_os("HEARTH_KUEUE_SYNC_BIN") {
+                return Ok(PathBuf::from(path));
+            }
+            tokio::task::spawn_blocking(build_kueue_sync)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| format!("{e:#}")))
+        })
+        .await
+        .clone()
+        .map_err(|e| anyhow::anyhow!("cannot build hearth-kueue-sync: {e}"))
+}
+
+fn build_kueue_sync() -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "-p",
+            "hearth-kueue-sync",
+            "--bin",
+            "hearth-kueue-sync",
+            "--message-format=json-render-diagnostics",
+        ])
+        .current_dir(&workspace)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo build")?;
+    ensure!(output.status.success(), "cargo build failed");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "hearth-kueue-sync")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .context("cargo did not report the hearth-kueue-sync executable")
+}
+
+impl KueueSync {
+    /// Starts kueue-sync in `scope` (`env` overrides or adds variables) and waits until it
+    /// is ready (its caches synced).
+    async fn start(
+        plane: &ControlPlane,
+        scope: &Isolated,
+        name: &str,
+        env: &[(&str, &str)],
+    ) -> Result<KueueSync> {
+        let binary = kueue_sync_binary().await?;
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        let log = plane
+            .logs_dir()
+            .join(format!("hearth-kueue-sync-{}-{name}.log", scope.id));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let mut command = match ["/usr/bin/setpriv", "/bin/setpriv"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+        {
+            Some(setpriv) => {
+                let mut c = tokio::process::Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL"]).arg(&binary);
+                c
+            }
+            None => tokio::process::Command::new(&binary),
+        };
+        command
+            .env_clear()
+            .envs(scope.controller_env())
+            .env("KUBECONFIG", plane.management_kubeconfig())
+            .env("HEARTH_ADMIN_ADDR", admin.to_string())
+            .env("HEARTH_LEADER_ELECTION", "false")
+            .env("HEARTH_LOG_LEVEL", "info,hearth_kueue_sync=debug")
+            .env("RUST_BACKTRACE", "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let mut ks = KueueSync { child, admin, log };
+        let what = format!("kueue-sync {name} ready");
+        eventually(&what, Some(&ks.log.clone()), || {
+            let exited = ks.child.try_wait();
+            let admin = ks.admin;
+            async move {
+                if let Some(status) = exited? {
+                    bail!("kueue-sync exited during startup ({status})");
+                }
+                Ok(match http_get(admin, "/readyz").await {
+                    Ok((200, _)) => Ok(()),
+                    Ok((code, body)) => Err(format!("/readyz {code}: {body}")),
+                    Err(e) => Err(e.to_string()),
+                })
+            }
+        })
+        .await?;
+        Ok(ks)
+    }
+
+    /// Stops it as Kubernetes would (SIGTERM) and checks it exits cleanly.
+    async fn stop(mut self) -> Result<()> {
+        let pid = self.child.id().context("kueue-sync already reaped")?;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )?;
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .context("kueue-sync did not exit within 30s of SIGTERM")??;
+        ensure!(
+            status.success(),
+            "kueue-sync exited with {status}; log:\n{}",
+            tail(&self.log, 30)
+        );
+        Ok(())
+    }
+
+    /// Kills it without warning (a crash).
+    async fn kill(mut self) -> Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        let (code, body) = http_get(self.admin, "/metrics").await?;
+        ensure!(code == 200, "/metrics answered {code}");
+        Ok(body)
+    }
+
+    /// The sum of every sample of metric `name` (all label sets).
+    async fn metric_sum(&self, name: &str) -> Result<f64> {
+        Ok(metric_sum(&self.metrics().await?, name))
+    }
+}
+
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Polls `probe` until it returns `Ok(value)`, failing after [`DEADLINE`] with the last
+/// reason it gave (`Err(why)`) and the tail of the controller's log.
+async fn eventually<T, F, Fut>(what: &str, log: Option<&PathBuf>, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<std::result::Result<T, String>>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        match probe().await? {
+            Ok(value) => return Ok(value),
+            Err(why) if Instant::now() >= deadline => {
+                let log = log
+                    .map(|l| format!("\n--- {} (tail):\n{}", l.display(), tail(l, 40)))
+                    .unwrap_or_default();
+                bail!("timed out after {DEADLINE:?} waiting for {what}; last: {why}{log}");
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// FournosClusters, as a person and hearth-discovery make them.
+// ---------------------------------------------------------------------------------------
+
+/// GPU short names of the emulated fleet's models (what discovery computes).
+fn short_name(model: &str) -> &'static str {
+    match model {
+        "NVIDIA-A100-SXM4-80GB" => "a100",
+        "NVIDIA-H200-SXM-141GB" => "h200",
+        "NVIDIA-L40S" => "l40s",
+        "AMD_Instinct_MI300X" => "mi300x",
+        "NVIDIA-L4" => "l4",
+        other => panic!("no short name for {other}"),
+    }
+}
+
+/// What discovery reports for `target`: schedulable GPUs per model.
+fn discovered_gpus(target: &Target) -> Vec<GpuInfo> {
+    let fleet = target.fleet();
+    let mut gpus: Vec<GpuInfo> = fleet
+        .schedulable_gpus()
+        .into_iter()
+        .map(|((vendor, model), count)| GpuInfo {
+            vendor: format!("{vendor:?}").to_uppercase(),
+            short_name: short_name(&model).to_owned(),
+            node_count: fleet
+                .nodes
+                .iter()
+                .filter(|n| n.counts_toward_quota())
+                .filter(|n| n.gpus.as_ref().is_some_and(|g| g.model == model))
+                .count() as i32,
+            model,
+            count: i64::from(count),
+        })
+        .collect();
+    gpus.sort_by(|a, b| a.short_name.cmp(&b.short_name));
+    gpus
+}
+
+fn gpu(short: &str, count: i64) -> GpuInfo {
+    GpuInfo {
+        vendor: "NVIDIA".into(),
+        model: format!("NVIDIA-{}", short.to_uppercase()),
+        short_name: short.into(),
+        count,
+        node_count: 1,
+    }
+}
+
+/// The quota kueue-sync should publish for `gpus`: slots and one resource per model.
+fn quota_of(gpus: &[GpuInfo]) -> BTreeMap<String, i64> {
+    let mut quota = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), SLOTS)]);
+    for g in gpus {
+        *quota.entry(gpu_resource(&g.short_name)).or_default() += g.count;
+    }
+    quota
+}
+
+fn gpu_resource(short: &str) -> String {
+    format!("fournos/gpu-{short}")
+}
+
+/// Creates FournosCluster `name` (as a person or discovery's onboarding would) and
+/// reports it `Valid` with `gpus`.
+async fn onboard(clusters: &Api<FournosCluster>, name: &str, gpus: &[GpuInfo]) -> Result<()> {
+    let cluster = FournosCluster::new(
+        name,
+        FournosClusterSpec {
+            kubeconfig_secret: format!("kubeconfig-{name}"),
+            ..FournosClusterSpec::default()
+        },
+    );
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .with_context(|| format!("creating FournosCluster {name}"))?;
+    discover(clusters, name, "Valid", gpus).await
+}
+
+/// Writes what hearth-discovery would: `kubeconfigStatus` and `hardware`.
+async fn discover(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    kubeconfig_status: &str,
+    gpus: &[GpuInfo],
+) -> Result<()> {
+    let total: i64 = gpus.iter().map(|g| g.count).sum();
+    let status = json!({
+        "apiVersion": "fournos.dev/v1",
+        "kind": "FournosCluster",
+        "status": {
+            "kubeconfigStatus": kubeconfig_status,
+            "hardware": {"gpus": gpus, "totalGPUs": total, "consecutiveFailures": 0},
+        },
+    });
+    clusters
+        .patch_status(
+            name,
+            &PatchParams::apply(DISCOVERY).force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .with_context(|| format!("writing the discovered status of {name}"))?;
+    Ok(())
+}
+
+/// `KueueSynced` of a cluster: (status, reason, message).
+fn synced(cluster: &FournosCluster) -> Option<(String, String, String)> {
+    let status = cluster.status.as_ref()?;
+    hearth_api::conditions::find(&status.conditions, condition_types::KUEUE_SYNCED)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until cluster `name` reports KueueSynced with `reason`; returns the cluster.
+async fn wait_reason(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    reason: &str,
+    log: &PathBuf,
+) -> Result<FournosCluster> {
+    eventually(&format!("{name} KueueSynced={reason}"), Some(log), || async {
+        let cluster = clusters.get(name).await?;
+        Ok(match synced(&cluster) {
+            Some((_, r, _)) if r == reason => Ok(cluster),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await
+}
+
+// ---------------------------------------------------------------------------------------
+// Kueue objects.
+// ---------------------------------------------------------------------------------------
+
+fn slot_group(cq: &ClusterQueue) -> Option<&ResourceGroup> {
+    cq.spec
+        .resource_groups
+        .iter()
+        .find(|g| g.covered_resources.iter().any(|r| r == CLUSTER_SLOT_RESOURCE))
+}
+
+/// The quota of flavor entry `flavor` in any group, as integers.
+fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
+    cq.spec
+        .resource_groups
+        .iter()
+        .flat_map(|g| &g.flavors)
+        .find(|f| f.name == flavor)
+        .map(|f| {
+            f.resources
+                .iter()
+                .map(|q| (q.name.clone(), quantity_to_i64(&q.nominal_quota).unwrap_or(-1)))
+                .collect()
+        })
+}
+
+/// `entry` without its zeros: what the flavor actually offers.
+fn nonzero(quota: BTreeMap<String, i64>) -> BTreeMap<String, i64> {
+    quota.into_iter().filter(|(_, n)| *n != 0).collect()
+}
+
+/// What Kueue's webhook (not running here) and CRD rules would refuse in the queue.
+fn kueue_problems(cq: &ClusterQueue) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut flavors = BTreeSet::new();
+    let mut resources = BTreeSet::new();
+    for (i, group) in cq.spec.resource_groups.iter().enumerate() {
+        if group.flavors.is_empty() || group.flavors.len() > 64 {
+            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
+        }
+        if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
+            problems.push(format!("group {i}: {} covered", group.covered_resources.len()));
+        }
+        for r in &group.covered_resources {
+            if !resources.insert(r.clone()) {
+                problems.push(format!("{r} covered twice"));
+            }
+        }
+        for f in &group.flavors {
+            if !flavors.insert(f.name.clone()) {
+                problems.push(format!("flavor {} listed twice", f.name));
+            }
+            let names: Vec<&String> = f.resources.iter().map(|q| &q.name).collect();
+            if names != group.covered_resources.iter().collect::<Vec<_>>() {
+                problems.push(format!(
+                    "group {i}: flavor {} lists {names:?}, covered {:?}",
+                    f.name, group.covered_resources
+                ));
+            }
+        }
+    }
+    problems
+}
+
+fn is_active(cq: &ClusterQueue) -> bool {
+    cq.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Active" && c.status == "True")
+    })
+}
+
+/// Waits until the ClusterQueue satisfies `check` (`Err(why)` while it does not).
+async fn wait_queue(
+    queues: &Api<ClusterQueue>,
+    name: &str,
+    what: &str,
+    log: &PathBuf,
+    check: impl Fn(&ClusterQueue) -> std::result::Result<(), String>,
+) -> Result<ClusterQueue> {
+    eventually(what, Some(log), || async {
+        Ok(match queues.get_opt(name).await? {
+            None => Err(format!("ClusterQueue {name} does not exist")),
+            Some(cq) => check(&cq).map(|()| cq),
+        })
+    })
+    .await
+}
+
+/// The check that Hearth's entries in the queue are exactly `expected` (flavor → nonzero
+/// quota), the queue is valid for Kueue, and its `coveredResources` sorted.
+fn hearth_entries_are(
+    expected: &BTreeMap<String, BTreeMap<String, i64>>,
+    foreign: &[&str],
+) -> impl Fn(&ClusterQueue) -> std::result::Result<(), String> {
+    let expected = expected.clone();
+    let foreign: BTreeSet<String> = foreign.iter().map(|s| s.to_string()).collect();
+    move |cq| {
+        let problems = kueue_problems(cq);
+        if !problems.is_empty() {
+            return Err(format!("invalid for Kueue: {problems:?}"));
+        }
+        let found: BTreeMap<String, BTreeMap<String, i64>> = cq
+            .spec
+            .resource_groups
+            .iter()
+            .flat_map(|g| &g.flavors)
+            .filter(|f| !foreign.contains(&f.name))
+            .map(|f| (f.name.clone(), nonzero(entry(cq, &f.name).unwrap_or_default())))
+            .collect();
+        if found != expected {
+            return Err(format!("entries {found:?}, want {expected:?}"));
+        }
+        if let Some(group) = slot_group(cq) {
+            let mut sorted = group.covered_resources.clone();
+            sorted.sort();
+            if sorted != group.covered_resources {
+                return Err(format!("coveredResources not sorted: {:?}", group.covered_resources));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A bare Workload asking for `requests` on `cluster` (a nodeSelector on its label), the
+/// way a Fournos job does.
+fn workload(scope: &Isolated, name: &str, cluster: &str, requests: &[(&str, i64)]) -> Value {
+    let requests: BTreeMap<&str, String> = requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
+    json!({
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": scope.execution_namespace},
+        "spec": {
+            "queueName": scope.local_queue,
+            "podSets": [{
+                "name": "main",
+                "count": 1,
+                "template": {"spec": {
+                    "nodeSelector": {CLUSTER_NODE_LABEL: cluster},
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "job",
+                        "image": "registry.invalid/hearth-e2e/never-runs",
+                        "resources": {"requests": requests, "limits": requests},
+                    }],
+                }},
+            }],
+        },
+    })
+}
+
+fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, String)> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until Workload `name` is admitted; returns resource → flavor it got.
+async fn wait_admitted(
+    workloads: &Api<Workload>,
+    name: &str,
+) -> Result<BTreeMap<String, String>> {
+    eventually(&format!("Workload {name} admitted"), None, || async {
+        let w = workloads.get(name).await?;
+        Ok(match workload_condition(&w, "Admitted") {
+            Some((s, _, _)) if s == "True" => Ok(w
+                .status
+                .and_then(|s| s.admission)
+                .and_then(|a| a.pod_set_assignments.into_iter().next())
+                .map(|p| p.flavors)
+                .unwrap_or_default()),
+            _ => Err(format!("{:?}", workload_condition(&w, "QuotaReserved"))),
+        })
+    })
+    .await
+}
+
+/// Waits until Kueue has evaluated Workload `name` and keeps it pending with a message
+/// containing every one of `needles`; returns the message.
+async fn wait_pending(workloads: &Api<Workload>, name: &str, needles: &[&str]) -> Result<String> {
+    let message = eventually(&format!("Workload {name} pending"), None, || async {
+        let w = workloads.get(name).await?;
+        Ok(match workload_condition(&w, "QuotaReserved") {
+            Some((s, _, m)) if s == "False" && needles.iter().all(|n| m.contains(n)) => Ok(m),
+            other => Err(format!("{other:?}")),
+        })
+    })
+    .await?;
+    let w = workloads.get(name).await?;
+    ensure!(
+        workload_condition(&w, "Admitted").is_none_or(|(s, _, _)| s != "True"),
+        "{name} is admitted: {:?}",
+        w.status
+    );
+    Ok(message)
+}
+
+/// Waits for an Event on FournosCluster `cluster` with `reason`; returns its note.
+async fn wait_event(client: &kube::Client, namespace: &str, cluster: &str, reason: &str) -> Result<Event> {
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    eventually(&format!("Event {reason} on {cluster}"), None, || async {
+        let list = events.list(&ListParams::default()).await?;
+        let found = list.items.into_iter().find(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+        });
+        Ok(found.ok_or_else(|| "not yet".to_owned()))
+    })
+    .await
+}
+
+struct Apis {
+    client: kube::Client,
+    clusters: Api<FournosCluster>,
+    queues: Api<ClusterQueue>,
+    flavors: Api<ResourceFlavor>,
+    workloads: Api<Workload>,
+}
+
+async fn apis(plane: &ControlPlane, scope: &Isolated) -> Result<Apis> {
+    let client = plane.management_client().await?;
+    Ok(Apis {
+        clusters: Api::namespaced(client.clone(), &scope.namespace),
+        queues: Api::all(client.clone()),
+        flavors: Api::all(client.clone()),
+        workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
+        client,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The tests.
+// ---------------------------------------------------------------------------------------
+
+/// The fleet is published (flavor per cluster, one entry per cluster, the union of GPU
+/// resources covered, status and Event on each cluster), and the real Kueue admits a job on
+/// the cluster it names and refuses one that asks for more A100s than that cluster has.
+#[tokio::test]
+async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_has() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_admission").await?;
+    let k = apis(plane, &scope).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
+    onboard(&k.clusters, &a, &gpus_a).await?;
+    onboard(&k.clusters, &b, &gpus_b).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+
+    let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
+    assert_eq!(expected[&a][&gpu_resource("a100")], 8, "the fleet table changed");
+    let cq = wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "both clusters published",
+        &ks.log,
+        hearth_entries_are(&expected, &[]),
+    )
+    .await?;
+    let group = slot_group(&cq).context("a slot group")?;
+    let mut union: BTreeSet<String> = expected.values().flat_map(|q| q.keys().cloned()).collect();
+    union.insert(CLUSTER_SLOT_RESOURCE.into());
+    assert_eq!(group.covered_resources, union.into_iter().collect::<Vec<_>>());
+    // Zero for what a cluster does not have: a's entry lists b's models too.
+    assert_eq!(entry(&cq, &a).unwrap()[&gpu_resource("h200")], 0);
+
+    for (name, gpus) in [(&a, &gpus_a), (&b, &gpus_b)] {
+        let flavor = k.flavors.get(name).await?;
+        assert_eq!(flavor.spec.node_labels.get(CLUSTER_NODE_LABEL), Some(name));
+        assert_eq!(
+            flavor.metadata.labels.unwrap_or_default().get("app.kubernetes.io/managed-by"),
+            Some(&"hearth".to_owned())
+        );
+        let cluster = wait_reason(&k.clusters, name, "Synced", &ks.log).await?;
+        let (status, _, message) = synced(&cluster).unwrap();
+        assert_eq!(status, "True");
+        assert!(message.contains(&scope.cluster_queue), "{message}");
+        assert_eq!(
+            cluster.status.unwrap().kueue,
+            Some(KueueStatus {
+                flavor: name.clone(),
+                cluster_queue: scope.cluster_queue.clone(),
+                quotas: quota_of(gpus),
+                cluster_slots: SLOTS,
+            })
+        );
+        let event = wait_event(&k.client, &scope.namespace, name, "QuotaPublished").await?;
+        assert_eq!(event.type_.as_deref(), Some("Normal"));
+    }
+    let cq = wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
+        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await?;
+    drop(cq);
+
+    // Kueue admits 4 A100 and one slot on a, on a's flavor.
+    let a100 = gpu_resource("a100");
+    apply(&k.client, &workload(&scope, "fits", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)])).await?;
+    let flavors = wait_admitted(&k.workloads, "fits").await?;
+    assert_eq!(flavors.get(&a100), Some(&a));
+    assert_eq!(flavors.get(CLUSTER_SLOT_RESOURCE), Some(&a));
+
+    // More A100s than a has: pending, and Kueue says why.
+    apply(&k.client, &workload(&scope, "too-many", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 9)])).await?;
+    let message = wait_pending(
+        &k.workloads,
+        "too-many",
+        &[&format!("insufficient quota for {a100} in flavor {a}"), "maximum capacity (8)"],
+    )
+    .await?;
+    eprintln!("Kueue on too-many: {message}");
+
+    ks.stop().await
+}
+
+/// A cluster whose kubeconfig stops working keeps its flavor and entry at zero quota: the
+/// real Kueue admits nothing new there until the kubeconfig is Valid again.
+#[tokio::test]
+async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_drain").await?;
+    let k = apis(plane, &scope).await?;
+    let a = scope.cluster("a");
+    let gpus = discovered_gpus(&plane.targets()[0]);
+    onboard(&k.clusters, &a, &gpus).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    let a100 = gpu_resource("a100");
+    apply(&k.client, &workload(&scope, "before", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)])).await?;
+    wait_admitted(&k.workloads, "before").await?;
+
+    discover(&k.clusters, &a, "Unauthorized", &gpus).await?;
+    let cluster = wait_reason(&k.clusters, &a, "Drained", &ks.log).await?;
+    let (status, _, message) = synced(&cluster).unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("Unauthorized") && message.contains(&format!("kubeconfig-{a}")), "{message}");
+    assert_eq!(
+        cluster.status.unwrap().kueue.map(|k| k.quotas),
+        Some(quota_of(&gpus).into_keys().map(|r| (r, 0)).collect())
+    );
+    let cq = wait_queue(&k.queues, &scope.cluster_queue, "a's entry at zero", &ks.log, |cq| {
+        match entry(cq, &a) {
+            Some(q) if q.values().all(|n| *n == 0) && is_active(cq) => Ok(()),
+            other => Err(format!("{other:?}, active {}", is_active(cq))),
+        }
+    })
+    .await?;
+    assert!(entry(&cq, &a).unwrap().contains_key(&a100), "the model stays covered");
+    assert!(k.flavors.get_opt(&a).await?.is_some(), "the flavor stays");
+    let event = wait_event(&k.client, &scope.namespace, &a, "Drained").await?;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+
+    apply(&k.client, &workload(&scope, "while-drained", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 1)])).await?;
+    let message = wait_pending(
+        &k.workloads,
+        "while-drained",
+        &["insufficient quota", &format!("in flavor {a}"), "maximum capacity (0)"],
+    )
+    .await?;
+    eprintln!("Kueue on while-drained: {message}");
+
+    discover(&k.clusters, &a, "Valid", &gpus).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    let flavors = wait_admitted(&k.workloads, "while-drained").await?;
+    assert_eq!(flavors.get(&a100), Some(&a));
+    ks.stop().await
+}
+
+/// Deleting a FournosCluster takes its entry out of the ClusterQueue first and deletes its
+/// ResourceFlavor only after that; the queue stays Active, the other cluster keeps its
+/// entry, and a GPU model nobody has any more leaves `coveredResources`.
+#[tokio::test]
+async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stays_active() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_delete").await?;
+    let k = apis(plane, &scope).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
+    onboard(&k.clusters, &a, &gpus_a).await?;
+    onboard(&k.clusters, &b, &gpus_b).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
+    wait_queue(&k.queues, &scope.cluster_queue, "both published", &ks.log, hearth_entries_are(&both, &[])).await?;
+
+    // Record, in etcd order, when the entry leaves the queue and when the flavor starts
+    // being deleted.
+    let order = DeletionOrder::watch(&k, &scope.cluster_queue, &a).await?;
+    k.clusters.delete(&a, &DeleteParams::default()).await?;
+
+    let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
+    let cq = wait_queue(&k.queues, &scope.cluster_queue, "a's entry removed", &ks.log, hearth_entries_are(&only_b, &[])).await?;
+    eventually("a's flavor deleted", Some(&ks.log), || async {
+        Ok(match k.flavors.get_opt(&a).await? {
+            None => Ok(()),
+            Some(f) => Err(format!("still there: {:?}", f.metadata)),
+        })
+    })
+    .await?;
+    let (entry_gone, flavor_deleting) = order.result(&ks.log).await?;
+    ensure!(
+        entry_gone < flavor_deleting,
+        "the flavor was deleted (resourceVersion {flavor_deleting}) before its entry left the \
+         queue (resourceVersion {entry_gone})"
+    );
+    let covered = &slot_group(&cq).unwrap().covered_resources;
+    assert!(!covered.contains(&gpu_resource("a100")), "{covered:?}");
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
+        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await?;
+    ks.stop().await
+}
+
+/// The resourceVersions at which the ClusterQueue first lists no entry for a flavor and
+/// the flavor first carries a deletionTimestamp (or is gone), from watches started before
+/// the deletion. On one etcd these versions are ordered.
+struct DeletionOrder {
+    entry_gone: Arc<Mutex<Option<u64>>>,
+    flavor_deleting: Arc<Mutex<Option<u64>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl DeletionOrder {
+    async fn watch(k: &Apis, queue: &str, flavor: &str) -> Result<DeletionOrder> {
+        let entry_gone = Arc::new(Mutex::new(None));
+        let flavor_deleting = Arc::new(Mutex::new(None));
+        let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(2);
+        let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok())
+        };
+
+        let (name, found, tx) = (flavor.to_owned(), entry_gone.clone(), synced_tx.clone());
+        let queues = watcher::watcher(
+            k.queues.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={queue}")),
+        );
+        let queue_task = tokio::spawn(async move {
+            let mut queues = std::pin::pin!(queues);
+            while let Some(event) = queues.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => drop(tx.send(()).await),
+                    Ok(watcher::Event::Apply(cq)) if entry(&cq, &name).is_none() => {
+                        found.lock().unwrap().get_or_insert(rv(&cq.metadata).unwrap_or(0));
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let found = flavor_deleting.clone();
+        let flavors = watcher::watcher(
+            k.flavors.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={flavor}")),
+        );
+        let flavor_task = tokio::spawn(async move {
+            let mut flavors = std::pin::pin!(flavors);
+            while let Some(event) = flavors.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => drop(synced_tx.send(()).await),
+                    Ok(watcher::Event::Apply(f)) if f.metadata.deletion_timestamp.is_some() => {
+                        found.lock().unwrap().get_or_insert(rv(&f.metadata).unwrap_or(0));
+                    }
+                    Ok(watcher::Event::Delete(f)) => {
+                        found.lock().unwrap().get_or_insert(rv(&f.metadata).unwrap_or(0));
+                    }
+                    _ => {}
+                }
+            }
+        });
+        for _ in 0..2 {
+            tokio::time::timeout(DEADLINE, synced_rx.recv())
+                .await
+                .context("watches did not sync")?;
+        }
+        Ok(DeletionOrder {
+            entry_gone,
+            flavor_deleting,
+            tasks: vec![queue_task, flavor_task],
+        })
+    }
+
+    async fn result(self, log: &PathBuf) -> Result<(u64, u64)> {
+        let result = eventually("both deletion steps seen by the watches", Some(log), || async {
+            let entry = *self.entry_gone.lock().unwrap();
+            let flavor = *self.flavor_deleting.lock().unwrap();
+            Ok(match (entry, flavor) {
+                (Some(e), Some(f)) => Ok((e, f)),
+                other => Err(format!("{other:?}")),
+            })
+        })
+        .await;
+        for task in &self.tasks {
+            task.abort();
+        }
+        result
+    }
+}
+
+/// A cluster deleted while kueue-sync is not running is cleaned up once it runs again:
+/// cleanup is a derived sweep, not a finalizer.
+#[tokio::test]
+async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_restart() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_restart").await?;
+    let k = apis(plane, &scope).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
+    onboard(&k.clusters, &a, &gpus_a).await?;
+    onboard(&k.clusters, &b, &gpus_b).await?;
+    let ks = KueueSync::start(plane, &scope, "first", &[]).await?;
+    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
+    wait_queue(&k.queues, &scope.cluster_queue, "both published", &ks.log, hearth_entries_are(&both, &[])).await?;
+    ks.stop().await?;
+
+    k.clusters.delete(&a, &DeleteParams::default()).await?;
+    eventually("FournosCluster a gone", None, || async {
+        Ok(match k.clusters.get_opt(&a).await? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        })
+    })
+    .await?;
+    // Nobody cleaned up: kueue-sync is not running and Hearth put no finalizer anywhere.
+    let cq = k.queues.get(&scope.cluster_queue).await?;
+    assert!(entry(&cq, &a).is_some());
+    assert!(k.flavors.get_opt(&a).await?.is_some());
+
+    let ks = KueueSync::start(plane, &scope, "second", &[]).await?;
+    let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
+    wait_queue(&k.queues, &scope.cluster_queue, "a's entry removed", &ks.log, hearth_entries_are(&only_b, &[])).await?;
+    eventually("a's flavor deleted", Some(&ks.log), || async {
+        Ok(match k.flavors.get_opt(&a).await? {
+            None => Ok(()),
+            Some(f) => Err(format!("still there: {:?}", f.metadata.deletion_timestamp)),
+        })
+    })
+    .await?;
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
+        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await?;
+    wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
+    ks.stop().await
+}
+
+/// kueue-sync never creates the ClusterQueue; clusters say it is missing, and everything
+/// is published as soon as someone creates it.
+#[tokio::test]
+async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_late_queue").await?;
+    let k = apis(plane, &scope).await?;
+    let a = scope.cluster("a");
+    let gpus = discovered_gpus(&plane.targets()[0]);
+    let late = format!("late-{}", scope.id);
+    onboard(&k.clusters, &a, &gpus).await?;
+    let ks = KueueSync::start(
+        plane,
+        &scope,
+        "main",
+        &[("HEARTH_KUEUE_CLUSTER_QUEUE_NAME", late.as_str())],
+    )
+    .await?;
+
+    let cluster = wait_reason(&k.clusters, &a, "ClusterQueueNotFound", &ks.log).await?;
+    let (status, _, message) = synced(&cluster).unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains(&late), "{message}");
+    assert_eq!(cluster.status.unwrap().kueue, None);
+    let event = wait_event(&k.client, &scope.namespace, &a, "ClusterQueueNotFound").await?;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(k.queues.get_opt(&late).await?.is_none(), "Hearth must not create the queue");
+    // The flavor costs nothing and exists already.
+    assert!(k.flavors.get_opt(&a).await?.is_some());
+
+    apply(&k.client, &cluster_queue(&late)).await?;
+    let expected = BTreeMap::from([(a.clone(), quota_of(&gpus))]);
+    wait_queue(&k.queues, &late, "a published in the new queue", &ks.log, hearth_entries_are(&expected, &[])).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    wait_queue(&k.queues, &late, "queue Active", &ks.log, |cq| {
+        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await?;
+    ks.stop().await
+}
+
+/// A GitOps-like writer updates the same ClusterQueue in a loop (its own flavor entry in
+/// Hearth's resource group, added and removed, and an unrelated spec field and
+/// annotation), always read-modify-write with the resourceVersion, while clusters come,
+/// change and go. Before each of its writes it checks that its previous write is still
+/// there; at the end both sides' last state must be in the queue.
+#[tokio::test]
+async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_concurrent").await?;
+    let k = apis(plane, &scope).await?;
+    let gitops = format!("gitops-{}", scope.id);
+    apply(
+        &k.client,
+        &json!({
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": gitops},
+            "spec": {"nodeLabels": {"pool": "gitops"}},
+        }),
+    )
+    .await?;
+    let names: Vec<String> = (0..5).map(|i| scope.cluster(&format!("c{i}"))).collect();
+    // The test's model of the fleet: live clusters, their GPUs and kubeconfig status.
+    let mut fleet: BTreeMap<String, (Vec<GpuInfo>, &str)> = BTreeMap::new();
+    fleet.insert(names[0].clone(), (vec![gpu("a100", 8)], "Valid"));
+    onboard(&k.clusters, &names[0], &fleet[&names[0]].0).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    wait_reason(&k.clusters, &names[0], "Synced", &ks.log).await?;
+
+    let mut writer = Writer::new(k.queues.clone(), scope.cluster_queue.clone(), gitops.clone());
+    for i in 0..60u32 {
+        writer.step(i).await?;
+        if i % 4 != 0 {
+            continue;
+        }
+        // One change to the fleet every few writer steps.
+        let (name, change): (&String, Option<(Vec<GpuInfo>, &str)>) = match i / 4 {
+            0 => (&names[1], Some((vec![gpu("h200", 8)], "Valid"))),
+            1 => (&names[2], Some((vec![gpu("l4", 1), gpu("a100", 2)], "Valid"))),
+            2 => (&names[1], None),
+            3 => (&names[0], Some((vec![gpu("a100", 4)], "Valid"))),
+            4 => (&names[3], Some((vec![gpu("mi300x", 8)], "Valid"))),
+            5 => (&names[2], Some((vec![gpu("l4", 1), gpu("a100", 2)], "Unauthorized"))),
+            6 => (&names[2], None),
+            7 => (&names[1], Some((vec![gpu("h100", 16)], "Valid"))),
+            8 => (&names[0], Some((vec![gpu("a100", 8)], "Valid"))),
+            9 => (&names[3], None),
+            10 => (&names[4], Some((vec![gpu("l40s", 2)], "Valid"))),
+            11 => (&names[2], Some((vec![gpu("a100", 1)], "Valid"))),
+            12 => (&names[4], Some((vec![gpu("l40s", 2)], "Unreachable"))),
+            13 => (&names[3], Some((vec![gpu("h200", 4)], "Valid"))),
+            _ => (&names[1], None),
+        };
+        match change {
+            None => {
+                fleet.remove(name);
+                k.clusters.delete(name, &DeleteParams::default()).await?;
+            }
+            Some((gpus, status)) => {
+                if !fleet.contains_key(name) {
+                    // A deleted cluster of the same name may still be on its way out.
+                    eventually(&format!("{name} gone before re-creating it"), None, || async {
+                        Ok(match k.clusters.get_opt(name).await? {
+                            None => Ok(()),
+                            Some(_) => Err("still there".to_owned()),
+                        })
+                    })
+                    .await?;
+                    onboard(&k.clusters, name, &gpus).await?;
+                }
+                discover(&k.clusters, name, status, &gpus).await?;
+                fleet.insert(name.clone(), (gpus, status));
+            }
+        }
+    }
+
+    // Hearth converges to the fleet as it ended, and the writer's last write is intact.
+    let expected: BTreeMap<String, BTreeMap<String, i64>> = fleet
+        .iter()
+        .map(|(name, (gpus, status))| {
+            let quota = if *status == "Valid" { nonzero(quota_of(gpus)) } else { BTreeMap::new() };
+            (name.clone(), quota)
+        })
+        .collect();
+    let cq = wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "Hearth's entries match the final fleet",
+        &ks.log,
+        hearth_entries_are(&expected, &[&gitops]),
+    )
+    .await?;
+    writer.check(&cq).map_err(|e| anyhow::anyhow!(e))?;
+    for (name, (_, status)) in &fleet {
+        let reason = if *status == "Valid" { "Synced" } else { "Drained" };
+        wait_reason(&k.clusters, name, reason, &ks.log).await?;
+    }
+    for name in names.iter().filter(|n| !fleet.contains_key(*n)) {
+        eventually(&format!("flavor {name} deleted"), Some(&ks.log), || async {
+            Ok(match k.flavors.get_opt(name).await? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_owned()),
+            })
+        })
+        .await?;
+    }
+    assert!(k.flavors.get_opt(&gitops).await?.is_some(), "a foreign flavor is never deleted");
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
+        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await?;
+    let metrics = ks.metrics().await?;
+    eprintln!(
+        "writer: {} writes, {} conflicts; kueue-sync: {} ClusterQueue writes, {} conflicts",
+        writer.writes,
+        writer.conflicts,
+        metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_writes_total"),
+        metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_conflicts_total"),
+    );
+    ks.stop().await
+}
+
+/// The concurrent writer: what it last wrote, and the read-modify-write that checks it.
+struct Writer {
+    queues: Api<ClusterQueue>,
+    queue: String,
+    flavor: String,
+    /// Last written: annotation value, queueingStrategy, own entry's slot quota (None:
+    /// entry removed).
+    last: Option<(String, String, Option<i64>)>,
+    writes: u32,
+    conflicts: u32,
+}
+
+const WRITER_ANNOTATION: &str = "e2e.hearth.dev/writer-step";
+
+impl Writer {
+    fn new(queues: Api<ClusterQueue>, queue: String, flavor: String) -> Self {
+        Writer {
+            queues,
+            queue,
+            flavor,
+            last: None,
+            writes: 0,
+            conflicts: 0,
+        }
+    }
+
+    /// Whether `cq` still holds this writer's last write.
+    fn check(&self, cq: &ClusterQueue) -> std::result::Result<(), String> {
+        let Some((annotation, strategy, slots)) = &self.last else {
+            return Ok(());
+        };
+        let found_annotation = cq
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(WRITER_ANNOTATION));
+        let found_strategy = cq.spec.other.get("queueingStrategy").and_then(Value::as_str);
+        let found_slots = entry(cq, &self.flavor).map(|q| q.get(CLUSTER_SLOT_RESOURCE).copied());
+        if found_annotation != Some(annotation)
+            || found_strategy != Some(strategy.as_str())
+            || found_slots != slots.map(Some)
+        {
+            return Err(format!(
+                "the writer's last write is lost: wrote ({annotation}, {strategy}, {slots:?}), \
+                 found ({found_annotation:?}, {found_strategy:?}, {found_slots:?}) in {:?}",
+                cq.spec
+            ));
+        }
+        Ok(())
+    }
+
+    /// Step `i`: read, check the previous write survived, modify, write with the
+    /// resourceVersion; on conflict start over.
+    async fn step(&mut self, i: u32) -> Result<()> {
+        for _ in 0..50 {
+            let mut cq = self.queues.get(&self.queue).await?;
+            self.check(&cq).map_err(|e| anyhow::anyhow!(e))?;
+            let annotation = i.to_string();
+            let strategy = if i % 2 == 0 { "StrictFIFO" } else { "BestEffortFIFO" };
+            let slots = (i % 5 != 4).then_some(1_000 + i64::from(i));
+            cq.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(WRITER_ANNOTATION.into(), annotation.clone());
+            cq.spec.other.insert("queueingStrategy".into(), json!(strategy));
+            self.set_entry(&mut cq, slots);
+            cq.metadata.managed_fields = None;
+            cq.status = None;
+            match self
+                .queues
+                .replace(&self.queue, &PostParams::default(), &cq)
+                .await
+            {
+                Ok(_) => {
+                    self.writes += 1;
+                    self.last = Some((annotation, strategy.to_owned(), slots));
+                    return Ok(());
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => self.conflicts += 1,
+                Err(e) => return Err(e).context("the writer's update"),
+            }
+        }
+        bail!("the writer lost 50 races in a row")
+    }
+
+    /// Puts the writer's own entry in the group covering the slot resource (listing every
+    /// covered resource in order, zero but the slots), or takes it out.
+    fn set_entry(&self, cq: &mut ClusterQueue, slots: Option<i64>) {
+        let groups = &mut cq.spec.resource_groups;
+        for group in groups.iter_mut() {
+            group.flavors.retain(|f| f.name != self.flavor);
+        }
+        groups.retain(|g| !g.flavors.is_empty());
+        let Some(slots) = slots else { return };
+        let index = match groups
+            .iter()
+            .position(|g| g.covered_resources.iter().any(|r| r == CLUSTER_SLOT_RESOURCE))
+        {
+            Some(index) => index,
+            None => {
+                groups.push(ResourceGroup {
+                    covered_resources: vec![CLUSTER_SLOT_RESOURCE.into()],
+                    ..ResourceGroup::default()
+                });
+                groups.len() - 1
+            }
+        };
+        let group = &mut groups[index];
+        let resources = group
+            .covered_resources
+            .iter()
+            .map(|r| ResourceQuota {
+                name: r.clone(),
+                nominal_quota: Quantity(if r == CLUSTER_SLOT_RESOURCE { slots } else { 0 }.to_string()),
+                other: Default::default(),
+            })
+            .collect();
+        group.flavors.push(FlavorQuotas {
+            name: self.flavor.clone(),
+            resources,
+            other: Default::default(),
+        });
+    }
+}
+
+/// Once converged, resyncs every second find nothing to write: no ClusterQueue,
+/// ResourceFlavor or FournosCluster changes, and the write counters stand still.
+#[tokio::test]
+async fn steady_state_writes_nothing() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_steady").await?;
+    let k = apis(plane, &scope).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    onboard(&k.clusters, &a, &discovered_gpus(&targets[0])).await?;
+    onboard(&k.clusters, &b, &discovered_gpus(&targets[1])).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[("HEARTH_RECONCILE_INTERVAL_SEC", "1")]).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
+
+    const WRITES: [&str; 3] = [
+        "hearth_kueue_sync_cluster_queue_writes_total",
+        "hearth_kueue_sync_flavor_writes_total",
+        "hearth_kueue_sync_status_writes_total",
+    ];
+    let reconciles = "hearth_kueue_sync_reconciles_total";
+    // Let the reconcile its own last writes trigger pass, then take the baseline.
+    let start = ks.metric_sum(reconciles).await?;
+    wait_metric_at_least(&ks, reconciles, start + 2.0).await?;
+    let versions = || async {
+        let cq = k.queues.get(&scope.cluster_queue).await?;
+        let mut v = vec![(
+            "ClusterQueue".to_owned(),
+            cq.metadata.resource_version.clone(),
+            cq.metadata.generation,
+        )];
+        for name in [&a, &b] {
+            let c = k.clusters.get(name).await?;
+            v.push((format!("FournosCluster {name}"), c.metadata.resource_version, c.metadata.generation));
+            let f = k.flavors.get(name).await?;
+            v.push((format!("ResourceFlavor {name}"), f.metadata.resource_version, f.metadata.generation));
+        }
+        anyhow::Ok(v)
+    };
+    let before = versions().await?;
+    let metrics = ks.metrics().await?;
+    let writes_before: Vec<f64> = WRITES.iter().map(|m| metric_sum(&metrics, m)).collect();
+    let baseline = metric_sum(&metrics, reconciles);
+
+    // A few resync intervals pass.
+    wait_metric_at_least(&ks, reconciles, baseline + 3.0).await?;
+
+    assert_eq!(versions().await?, before, "objects changed in steady state");
+    let metrics = ks.metrics().await?;
+    let writes_after: Vec<f64> = WRITES.iter().map(|m| metric_sum(&metrics, m)).collect();
+    assert_eq!(writes_after, writes_before, "kueue-sync wrote in steady state");
+    assert_eq!(metric_sum(&metrics, "hearth_kueue_sync_reconcile_errors_total"), 0.0);
+    ks.stop().await
+}
+
+async fn wait_metric_at_least(ks: &KueueSync, name: &str, value: f64) -> Result<()> {
+    eventually(&format!("{name} ≥ {value}"), Some(&ks.log), || async {
+        let now = ks.metric_sum(name).await?;
+        Ok(if now >= value { Ok(()) } else { Err(format!("{now}")) })
+    })
+    .await
+}
+
+/// Two replicas with leader election: both ready, only the Lease holder writes; when it
+/// dies the other takes over and publishes what changed meanwhile.
+#[tokio::test]
+async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_leader").await?;
+    let k = apis(plane, &scope).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
+    onboard(&k.clusters, &a, &gpus_a).await?;
+    let election = [
+        ("HEARTH_LEADER_ELECTION", "true"),
+        ("HEARTH_LEASE_DURATION_SEC", "4"),
+        ("HEARTH_LEASE_GRACE_SEC", "2"),
+    ];
+    let with_id = |id: &'static str| {
+        let mut env = election.to_vec();
+        env.push(("HEARTH_POD_NAME", id));
+        env
+    };
+    let one = KueueSync::start(plane, &scope, "one", &with_id("replica-one")).await?;
+    let two = KueueSync::start(plane, &scope, "two", &with_id("replica-two")).await?;
+    let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a))]);
+    wait_queue(&k.queues, &scope.cluster_queue, "a published", &one.log, hearth_entries_are(&expected, &[])).await?;
+
+    let leader_of = |ks: &KueueSync| {
+        let admin = ks.admin;
+        async move {
+            let (_, body) = http_get(admin, "/metrics").await?;
+            anyhow::Ok(metric_sum(&body, "hearth_leader") == 1.0)
+        }
+    };
+    let (leader, standby) = if leader_of(&one).await? { (one, two) } else { (two, one) };
+    ensure!(leader_of(&leader).await? && !leader_of(&standby).await?, "exactly one leader");
+    let standby_writes = |text: &str| {
+        ["hearth_kueue_sync_cluster_queue_writes_total", "hearth_kueue_sync_flavor_writes_total", "hearth_kueue_sync_status_writes_total"]
+            .iter()
+            .map(|m| metric_sum(text, m))
+            .sum::<f64>()
+    };
+    assert_eq!(standby_writes(&standby.metrics().await?), 0.0, "the standby wrote");
+
+    // The leader crashes; b arrives; the standby takes over and publishes it.
+    leader.kill().await?;
+    onboard(&k.clusters, &b, &gpus_b).await?;
+    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
+    wait_queue(&k.queues, &scope.cluster_queue, "b published by the new leader", &standby.log, hearth_entries_are(&both, &[])).await?;
+    wait_reason(&k.clusters, &b, "Synced", &standby.log).await?;
+    ensure!(leader_of(&standby).await?, "the standby leads now");
+    ensure!(standby_writes(&standby.metrics().await?) > 0.0);
+    standby.stop().await
+}

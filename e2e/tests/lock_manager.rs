@@ -1,0 +1,1304 @@
+//! End-to-end tests of hearth-lock-manager: the real binary as a process, against the local
+//! control plane's real kube-apiserver and real Kueue. No mocks.
+//!
+//! Run with:
+//! ```text
+//! cargo build -p hearth-lock-manager && cargo test -p hearth-e2e --test lock_manager -- --nocapture
+//! ```
+//! (`HEARTH_E2E_HEARTH_BIN_DIR` points at another build of the binary.)
+//!
+//! These tests start a plane of their own (not `HEARTH_E2E_PLANE_DIR`'s): Kueue runs with
+//! WaitForPodsReady on and a short timeout ([`WAIT_FOR_PODS_READY_SECS`]), so that a sentinel
+//! that would be evicted for having no ready pods is evicted while a test watches. Each test
+//! works in its own [`Isolated`] scope with its own lock-manager process (leader election on,
+//! short Lease), and does what hearth-kueue-sync would do itself: the ResourceFlavor, the
+//! ClusterQueue entry (`fournos/cluster-slot: 100`) and the FournosCluster's `status.kueue`
+//! (under kueue-sync's field manager), so it depends on no other controller. Everything is
+//! awaited by polling with a deadline, never by sleeping.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
+use hearth_api::{FournosCluster, FournosClusterSpec};
+use hearth_e2e::objects::{resource_flavor, slot_resource_groups, slot_workload};
+use hearth_e2e::process::{free_port, http_get};
+use hearth_e2e::resources::{apply, dynamic_api};
+use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Kueue's WaitForPodsReady timeout on this test binary's plane.
+const WAIT_FOR_PODS_READY_SECS: u64 = 20;
+/// Deadline of every wait that is not about a known duration.
+const DEADLINE: Duration = Duration::from_secs(90);
+/// What kueue-sync would publish for a cluster.
+const SLOTS: i64 = 100;
+
+// ---------------------------------------------------------------------------------------
+// The plane and the lock-manager process
+// ---------------------------------------------------------------------------------------
+
+static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+
+async fn plane() -> Result<&'static ControlPlane> {
+    let plane = PLANE
+        .get_or_init(|| async {
+            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
+            let options = PlaneOptions {
+                wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
+                // Hearth's controllers are started by each test, in its own scope.
+                hearth_bin_dir: None,
+                ..options
+            };
+            ControlPlane::start(options)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    plane
+        .as_ref()
+        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+}
+
+/// `hearth-lock-manager`, built by `cargo build -p hearth-lock-manager`.
+fn lock_manager_bin() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("HEARTH_E2E_HEARTH_BIN_DIR") {
+        return Ok(PathBuf::from(dir).join("hearth-lock-manager"));
+    }
+    let exe = std::env::current_exe()?;
+    // Tests run from target/<profile>/deps/; binaries live in target/<profile>/.
+    exe.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("hearth-lock-manager"))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            anyhow!(
+                "hearth-lock-manager not found near {}: run `cargo build -p hearth-lock-manager` first",
+                exe.display()
+            )
+        })
+}
+
+/// A hearth-lock-manager process working in a test's scope.
+struct LockManager {
+    bin: PathBuf,
+    env: Vec<(String, String)>,
+    admin: SocketAddr,
+    log: PathBuf,
+    child: Option<tokio::process::Child>,
+}
+
+impl LockManager {
+    /// Starts lock-manager with `--sentinel <kind>` and waits until it is ready.
+    async fn start(lab: &Lab, kind: &str, extra_env: &[(&str, &str)]) -> Result<LockManager> {
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let mut env = lab.scope.controller_env();
+        env.extend(
+            [
+                (
+                    "KUBECONFIG",
+                    lab.plane.management_kubeconfig().display().to_string(),
+                ),
+                ("HEARTH_SENTINEL", kind.to_owned()),
+                ("HEARTH_ADMIN_ADDR", admin.to_string()),
+                ("HEARTH_LEADER_ELECTION", "true".to_owned()),
+                ("HEARTH_LEASE_DURATION_SEC", "6".to_owned()),
+                ("HEARTH_LEASE_GRACE_SEC", "2".to_owned()),
+                ("HEARTH_LOG_LEVEL", "info".to_owned()),
+            ]
+            .map(|(k, v)| (k.to_owned(), v)),
+        );
+        env.extend(
+            extra_env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        let mut lm = LockManager {
+            bin: lock_manager_bin()?,
+            env,
+            admin,
+            log: lab
+                .plane
+                .logs_dir()
+                .join(format!("lock-manager-{}.log", lab.scope.id)),
+            child: None,
+        };
+        lm.spawn().await?;
+        Ok(lm)
+    }
+
+    async fn spawn(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .with_context(|| format!("opening {}", self.log.display()))?;
+        let child = tokio::process::Command::new(&self.bin)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin.display()))?;
+        let child = std::sync::Mutex::new(child);
+        let admin = self.admin;
+        let ready = eventually("lock-manager /readyz", DEADLINE, || async {
+            let exited = child.lock().expect("poisoned").try_wait()?;
+            if let Some(status) = exited {
+                bail!("lock-manager exited with {status}:\n{}", self.log_tail());
+            }
+            Ok(match http_get(admin, "/readyz").await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            })
+        })
+        .await;
+        self.child = Some(child.into_inner().expect("poisoned"));
+        ready
+    }
+
+    /// SIGKILL: no shutdown, no Lease release.
+    async fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().context("lock-manager is not running")?;
+        child.start_kill()?;
+        child.wait().await?;
+        Ok(())
+    }
+
+    async fn metrics(&self) -> Result<String> {
+        match http_get(self.admin, "/metrics").await? {
+            (200, body) => Ok(body),
+            (code, body) => bail!("/metrics answered {code}: {body}"),
+        }
+    }
+
+    /// The value of the sample `name` (with its labels, if any) in `/metrics`.
+    async fn metric(&self, name: &str) -> Result<f64> {
+        let text = self.metrics().await?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0))
+    }
+
+    fn log_tail(&self) -> String {
+        hearth_e2e::process::tail(&self.log, 40)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Polling
+// ---------------------------------------------------------------------------------------
+
+/// Polls `probe` until it returns `Ok(Ok(value))`, or fails after `timeout` with the last
+/// state it reported (`Ok(Err(state))`). The interval grows from 50 ms to 500 ms.
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<std::result::Result<T, String>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        let last = match probe().await? {
+            Ok(value) => return Ok(value),
+            Err(state) => state,
+        };
+        if Instant::now() >= deadline {
+            bail!(
+                "timed out after {}s waiting for {what}; last seen: {last}",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condition> {
+    condition(w.status.as_ref()?.conditions.as_slice(), type_)
+}
+
+fn workload_is(w: &Workload, type_: &str) -> bool {
+    workload_condition(w, type_).is_some_and(|c| c.status == "True")
+}
+
+fn locked(fc: &FournosCluster) -> Option<&Condition> {
+    condition(fc.status.as_ref()?.conditions.as_slice(), LOCKED)
+}
+
+/// Short description of a cluster's lock status for failure messages.
+fn lock_state(fc: &FournosCluster) -> String {
+    let s = fc.status.clone().unwrap_or_default();
+    format!(
+        "owner={:?} locked={:?} job={:?} lockOwner={:?} Locked={:?}",
+        fc.spec.owner,
+        s.locked,
+        s.lock_job_name,
+        s.lock_owner,
+        locked(fc).map(|c| format!("{}/{}: {}", c.status, c.reason, c.message))
+    )
+}
+
+fn is_held(fc: &FournosCluster) -> bool {
+    fc.status.as_ref().and_then(|s| s.locked) == Some(true)
+        && locked(fc).is_some_and(|c| c.status == "True" && c.reason == "Held")
+}
+
+fn quota_message(cluster: &str) -> String {
+    format!("insufficient unused quota for {CLUSTER_SLOT_RESOURCE} in flavor {cluster}")
+}
+
+// ---------------------------------------------------------------------------------------
+// A test's world: its scope, its clusters, helpers over the API
+// ---------------------------------------------------------------------------------------
+
+struct Lab {
+    plane: &'static ControlPlane,
+    scope: Isolated,
+    client: kube::Client,
+    clusters: Api<FournosCluster>,
+    workloads: Api<Workload>,
+    events: Api<Event>,
+    /// Clusters whose flavor is in the scope's ClusterQueue.
+    queued: std::sync::Mutex<Vec<String>>,
+}
+
+impl Lab {
+    async fn new(test: &str) -> Result<Lab> {
+        let plane = plane().await?;
+        let scope = plane.isolated(test).await?;
+        let client = plane.management_client().await?;
+        Ok(Lab {
+            clusters: Api::namespaced(client.clone(), &scope.namespace),
+            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
+            events: Api::namespaced(client.clone(), &scope.namespace),
+            plane,
+            scope,
+            client,
+            queued: Default::default(),
+        })
+    }
+
+    /// A FournosCluster with its flavor and queue entry, as kueue-sync would make them;
+    /// `status.kueue` too when `synced`.
+    async fn cluster(&self, base: &str, synced: bool) -> Result<String> {
+        let name = self.scope.cluster(base);
+        apply(&self.client, &resource_flavor(&name)).await?;
+        let entries: Vec<(String, i64)> = {
+            let mut queued = self.queued.lock().expect("poisoned");
+            queued.push(name.clone());
+            queued.iter().map(|c| (c.clone(), SLOTS)).collect()
+        };
+        let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+        let (queues, _) = dynamic_api(
+            &self.client,
+            &hearth_e2e::fixtures::cluster_queue(&self.scope.cluster_queue),
+        )
+        .await?;
+        queues
+            .patch(
+                &self.scope.cluster_queue,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "spec": { "resourceGroups": slot_resource_groups(&entries) } }),
+                ),
+            )
+            .await
+            .context("adding the flavor to the ClusterQueue")?;
+        let mut fc = FournosCluster::new(
+            &name,
+            FournosClusterSpec {
+                kubeconfig_secret: format!("kubeconfig-{name}"),
+                ..Default::default()
+            },
+        );
+        fc.metadata.namespace = Some(self.scope.namespace.clone());
+        self.clusters.create(&PostParams::default(), &fc).await?;
+        if synced {
+            self.publish_kueue_status(&name).await?;
+        }
+        Ok(name)
+    }
+
+    /// `status.kueue` under kueue-sync's field manager, as kueue-sync would write it.
+    async fn publish_kueue_status(&self, name: &str) -> Result<()> {
+        let patch = json!({
+            "apiVersion": "fournos.dev/v1",
+            "kind": "FournosCluster",
+            "status": { "kueue": {
+                "flavor": name,
+                "clusterQueue": self.scope.cluster_queue,
+                "quotas": { CLUSTER_SLOT_RESOURCE: SLOTS },
+                "clusterSlots": SLOTS,
+            }},
+        });
+        self.clusters
+            .patch_status(
+                name,
+                &PatchParams::apply("hearth-kueue-sync").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .context("publishing status.kueue")?;
+        Ok(())
+    }
+
+    /// What a person does: `kubectl patch fc <name> --type merge -p '{"spec":{…}}'`.
+    async fn set_spec(&self, name: &str, spec: Value) -> Result<()> {
+        self.clusters
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .with_context(|| format!("patching spec of {name}"))?;
+        Ok(())
+    }
+
+    async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosCluster) -> bool,
+    ) -> Result<FournosCluster> {
+        eventually(&format!("{name}: {what}"), DEADLINE, || async {
+            let fc = self.clusters.get(name).await?;
+            Ok(if done(&fc) {
+                Ok(fc)
+            } else {
+                Err(lock_state(&fc))
+            })
+        })
+        .await
+    }
+
+    /// Sentinels of `cluster` (by the contract's label), of either kind.
+    async fn sentinels<K>(&self, cluster: &str) -> Result<Vec<K>>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.scope.execution_namespace);
+        let selector = format!("{CLUSTER_LOCK_LABEL}={cluster}");
+        Ok(api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items)
+    }
+
+    /// The one sentinel Workload of `cluster`, once it satisfies `done`.
+    async fn wait_sentinel(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&Workload) -> bool,
+    ) -> Result<Workload> {
+        eventually(
+            &format!("sentinel of {cluster}: {what}"),
+            DEADLINE,
+            || async {
+                let mut found = self.sentinels::<Workload>(cluster).await?;
+                Ok(match found.len() {
+                    1 if done(&found[0]) => Ok(found.remove(0)),
+                    1 => Err(format!("{:?}", found[0].status)),
+                    n => Err(format!("{n} sentinels")),
+                })
+            },
+        )
+        .await
+    }
+
+    async fn wait_no_sentinel(&self, cluster: &str) -> Result<()> {
+        eventually(&format!("no sentinel of {cluster}"), DEADLINE, || async {
+            let found = self.sentinels::<Workload>(cluster).await?;
+            let found_jobs = self.sentinels::<FournosJob>(cluster).await?;
+            Ok(if found.is_empty() && found_jobs.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} Workloads, {} FournosJobs",
+                    found.len(),
+                    found_jobs.len()
+                ))
+            })
+        })
+        .await
+    }
+
+    /// A job's bare Workload asking for `slots` of `cluster`'s slots.
+    async fn job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
+        let w = slot_workload(
+            &self.scope.execution_namespace,
+            name,
+            &self.scope.local_queue,
+            cluster,
+            slots,
+        );
+        apply(&self.client, &w).await?;
+        Ok(())
+    }
+
+    async fn wait_workload(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Workload) -> bool,
+    ) -> Result<Workload> {
+        eventually(&format!("Workload {name}: {what}"), timeout, || async {
+            let w = self.workloads.get(name).await?;
+            Ok(if done(&w) {
+                Ok(w)
+            } else {
+                Err(format!("{:?}", w.status.as_ref().map(|s| &s.conditions)))
+            })
+        })
+        .await
+    }
+
+    /// A job that runs: admitted, and its pods ready (so WaitForPodsReady leaves it be).
+    async fn running_job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
+        self.job(name, cluster, slots).await?;
+        self.wait_workload(name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
+            .await?;
+        self.mark_pods_ready(name).await
+    }
+
+    async fn mark_pods_ready(&self, name: &str) -> Result<()> {
+        let patch = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "status": { "conditions": [{
+                "type": "PodsReady", "status": "True", "reason": "Started",
+                "message": "pods of the test job run",
+                "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            }]},
+        });
+        self.workloads
+            .patch_status(
+                name,
+                &PatchParams::apply("hearth-e2e-job").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .with_context(|| format!("marking {name} PodsReady"))?;
+        Ok(())
+    }
+
+    /// A job pending because the cluster's slots are taken, with Kueue's own message.
+    async fn wait_job_pending_for_quota(&self, name: &str, cluster: &str) -> Result<Workload> {
+        let wanted = quota_message(cluster);
+        let w = self
+            .wait_workload(name, "pending for cluster slots", DEADLINE, |w| {
+                workload_condition(w, "QuotaReserved")
+                    .is_some_and(|c| c.status == "False" && c.message.contains(&wanted))
+            })
+            .await?;
+        ensure!(!workload_is(&w, "Admitted"), "admitted while locked: {w:?}");
+        Ok(w)
+    }
+
+    async fn events_of(&self, cluster: &str, reason: &str) -> Result<Vec<Event>> {
+        Ok(self
+            .events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .collect())
+    }
+
+    async fn wait_event(&self, cluster: &str, reason: &str) -> Result<Event> {
+        eventually(
+            &format!("Event {reason} on {cluster}"),
+            DEADLINE,
+            || async {
+                let mut found = self.events_of(cluster, reason).await?;
+                Ok(if found.is_empty() {
+                    Err("none".into())
+                } else {
+                    Ok(found.remove(0))
+                })
+            },
+        )
+        .await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The scenarios
+// ---------------------------------------------------------------------------------------
+
+/// Issue 6, scenario 1: lock an idle cluster; new work pends with Kueue's quota message;
+/// unlock; it is admitted. Also: `WaitingForFlavor` until kueue-sync reports the flavor,
+/// and the sentinel's exact shape.
+#[tokio::test]
+async fn lock_idle_cluster_blocks_new_work_until_unlocked() -> Result<()> {
+    let lab = Lab::new("lock_idle").await?;
+    let cluster = lab.cluster("idle", false).await?;
+    let lm = LockManager::start(&lab, "workload", &[]).await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "alice" })).await?;
+    lab.wait_cluster(&cluster, "WaitingForFlavor", |fc| {
+        locked(fc).is_some_and(|c| c.reason == "WaitingForFlavor")
+    })
+    .await?;
+    ensure!(
+        lab.sentinels::<Workload>(&cluster).await?.is_empty(),
+        "no sentinel before the flavor"
+    );
+
+    lab.publish_kueue_status(&cluster).await?;
+    let started = Instant::now();
+    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    eprintln!(
+        "lock_idle: held {:?} after status.kueue appeared",
+        started.elapsed()
+    );
+    let status = fc.status.clone().unwrap_or_default();
+    let sentinel_name = format!("cluster-lock-{cluster}");
+    assert_eq!(
+        status.lock_job_name.as_deref(),
+        Some(sentinel_name.as_str())
+    );
+    assert_eq!(status.lock_owner.as_deref(), Some("alice"));
+    assert!(status.owner_set_at.is_some());
+    assert_eq!(status.lock_expires_at, None, "no ttl, no expiry");
+    assert_eq!(
+        locked(&fc).unwrap().observed_generation,
+        fc.metadata.generation
+    );
+
+    // The sentinel: the contract's name and label, the owner, all slots, the cluster's nodes.
+    let sentinel = lab
+        .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    assert_eq!(sentinel.name_any(), sentinel_name);
+    assert_eq!(
+        sentinel
+            .labels()
+            .get(CLUSTER_LOCK_LABEL)
+            .map(String::as_str),
+        Some(cluster.as_str())
+    );
+    assert_eq!(
+        sentinel
+            .annotations()
+            .get("fournos.dev/owner")
+            .map(String::as_str),
+        Some("alice")
+    );
+    assert_eq!(
+        sentinel.spec.queue_name.as_deref(),
+        Some(lab.scope.local_queue.as_str())
+    );
+    let pod = sentinel.spec.pod_sets[0].template.spec.clone().unwrap();
+    assert_eq!(
+        pod.node_selector.unwrap().get("fournos.dev/cluster"),
+        Some(&cluster)
+    );
+    let requests = pod.containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .requests
+        .unwrap();
+    assert_eq!(requests[CLUSTER_SLOT_RESOURCE].0, SLOTS.to_string());
+    // It survives WaitForPodsReady: lock-manager reports its (absent) pods ready.
+    let sentinel = lab
+        .wait_sentinel(&cluster, "PodsReady", |w| workload_is(w, "PodsReady"))
+        .await?;
+    let managers: Vec<_> = sentinel
+        .managed_fields()
+        .iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    ensure!(
+        managers.iter().any(|m| m == "hearth-lock-manager"),
+        "PodsReady written under lock-manager's field manager: {managers:?}"
+    );
+
+    // New work on the locked cluster waits, and Kueue says why.
+    lab.job("job", &cluster, 1).await?;
+    lab.wait_job_pending_for_quota("job", &cluster).await?;
+
+    // Unlock: the sentinel goes, the job is admitted.
+    lab.set_spec(&cluster, json!({ "owner": null })).await?;
+    let started = Instant::now();
+    lab.wait_workload("job", "admitted after unlock", DEADLINE, |w| {
+        workload_is(w, "Admitted")
+    })
+    .await?;
+    eprintln!(
+        "lock_idle: job admitted {:?} after unlock",
+        started.elapsed()
+    );
+    lab.wait_no_sentinel(&cluster).await?;
+    let fc = lab
+        .wait_cluster(&cluster, "Released", |fc| {
+            locked(fc).is_some_and(|c| c.reason == "Released")
+        })
+        .await?;
+    let status = fc.status.unwrap();
+    assert_eq!(status.locked, Some(false));
+    assert_eq!(status.lock_job_name, None);
+    assert_eq!(status.owner_set_at, None);
+    lab.wait_event(&cluster, "LockHeld").await?;
+    lab.wait_event(&cluster, "LockReleased").await?;
+    ensure!(
+        lm.metric("hearth_lock_manager_lock_acquisition_seconds_count")
+            .await?
+            >= 1.0,
+        "acquisition latency observed"
+    );
+    Ok(())
+}
+
+/// Issue 6, scenario 2: a busy cluster's lock waits with Kueue's own message, and is held
+/// once the running work finishes.
+#[tokio::test]
+async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
+    let lab = Lab::new("lock_busy").await?;
+    let cluster = lab.cluster("busy", true).await?;
+    let lm = LockManager::start(&lab, "workload", &[]).await?;
+    lab.running_job("busy-job", &cluster, 1).await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "bob" })).await?;
+    let wanted = quota_message(&cluster);
+    let fc = lab
+        .wait_cluster(&cluster, "WaitingForAdmission with Kueue's message", |fc| {
+            locked(fc)
+                .is_some_and(|c| c.reason == "WaitingForAdmission" && c.message.contains(&wanted))
+        })
+        .await?;
+    let condition = locked(&fc).unwrap().clone();
+    eprintln!(
+        "lock_busy: Locked={}/{}: {}",
+        condition.status, condition.reason, condition.message
+    );
+    assert_eq!(condition.status, "False");
+    assert_eq!(fc.status.as_ref().unwrap().locked, Some(false));
+    assert_eq!(
+        fc.status.as_ref().unwrap().lock_job_name.as_deref(),
+        Some(format!("cluster-lock-{cluster}").as_str())
+    );
+    eventually("locks_waiting gauge", DEADLINE, || async {
+        let waiting = lm.metric("hearth_lock_manager_locks_waiting").await?;
+        Ok(if waiting == 1.0 {
+            Ok(())
+        } else {
+            Err(format!("{waiting}"))
+        })
+    })
+    .await?;
+
+    // The running work finishes.
+    lab.workloads
+        .delete("busy-job", &DeleteParams::default())
+        .await?;
+    let started = Instant::now();
+    lab.wait_cluster(&cluster, "held", is_held).await?;
+    eprintln!(
+        "lock_busy: held {:?} after the busy job was deleted",
+        started.elapsed()
+    );
+    lab.wait_event(&cluster, "LockHeld").await?;
+    eventually("locks_held gauge", DEADLINE, || async {
+        let held = lm.metric("hearth_lock_manager_locks_held").await?;
+        Ok(if held == 1.0 {
+            Ok(())
+        } else {
+            Err(format!("{held}"))
+        })
+    })
+    .await?;
+    Ok(())
+}
+
+/// Issue 6, scenario 3: a TTL of 1m expires on time (not a resync later: the resync is set
+/// to 10 minutes here): sentinel gone, `spec.owner` cleared, Event, new work admitted.
+#[tokio::test]
+async fn ttl_expires_on_time() -> Result<()> {
+    let lab = Lab::new("ttl_expiry").await?;
+    let cluster = lab.cluster("ttl", true).await?;
+    let lm = LockManager::start(
+        &lab,
+        "workload",
+        &[("HEARTH_RECONCILE_INTERVAL_SEC", "600")],
+    )
+    .await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "carol", "ttl": "1m" }))
+        .await?;
+    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    let status = fc.status.clone().unwrap();
+    let set_at = status.owner_set_at.clone().context("ownerSetAt")?.0;
+    let expires = status.lock_expires_at.clone().context("lockExpiresAt")?.0;
+    assert_eq!(
+        expires.duration_since(set_at),
+        SignedDuration::from_secs(60)
+    );
+    lab.job("after-expiry", &cluster, 1).await?;
+    lab.wait_job_pending_for_quota("after-expiry", &cluster)
+        .await?;
+
+    // Wait for the expiry: until a minute after ownerSetAt, plus a margin.
+    let until_expiry =
+        Duration::try_from(expires.duration_since(Timestamp::now())).unwrap_or_default();
+    let fc = eventually(
+        &format!("{cluster}: spec.owner cleared at {expires}"),
+        until_expiry + Duration::from_secs(30),
+        || async {
+            let fc = lab.clusters.get(&cluster).await?;
+            Ok(if fc.spec.owner.is_none() {
+                Ok(fc)
+            } else {
+                Err(lock_state(&fc))
+            })
+        },
+    )
+    .await?;
+    let seen_late = Timestamp::now().duration_since(expires);
+    // When lock-manager cleared it, by the apiserver's clock (whole seconds).
+    let cleared_at = fc
+        .managed_fields()
+        .iter()
+        .filter(|m| m.manager.as_deref() == Some("hearth-lock-manager") && m.subresource.is_none())
+        .filter_map(|m| m.time.clone())
+        .max()
+        .context("lock-manager's spec write in managedFields")?;
+    let event = lab.wait_event(&cluster, "LockExpired").await?;
+    let event_time = event.event_time.clone().context("eventTime")?.0;
+    let late = event_time.duration_since(expires);
+    eprintln!(
+        "ttl_expiry: lockExpiresAt {expires}; LockExpired eventTime {event_time} ({late:#} late); \
+         spec write at {} (whole seconds); the test saw spec.owner cleared {seen_late:#} after expiry",
+        cleared_at.0
+    );
+    ensure!(
+        late >= SignedDuration::ZERO && late < SignedDuration::from_secs(2),
+        "expiry fired {late:#} after lockExpiresAt"
+    );
+    ensure!(
+        cleared_at.0 >= expires
+            && cleared_at.0.duration_since(expires) < SignedDuration::from_secs(2),
+        "spec.owner cleared at {} for an expiry at {expires}",
+        cleared_at.0
+    );
+
+    lab.wait_no_sentinel(&cluster).await?;
+    lab.wait_workload("after-expiry", "admitted after expiry", DEADLINE, |w| {
+        workload_is(w, "Admitted")
+    })
+    .await?;
+    let fc = lab
+        .wait_cluster(&cluster, "Expired", |fc| {
+            locked(fc).is_some_and(|c| c.reason == "Expired")
+        })
+        .await?;
+    assert_eq!(fc.status.unwrap().locked, Some(false));
+    assert_eq!(
+        lm.metric("hearth_lock_manager_locks_expired_total").await?,
+        1.0
+    );
+    Ok(())
+}
+
+/// Issue 6, scenario 4: lock-manager SIGKILLed and restarted while locks exist (one held,
+/// one waiting) and while a locked cluster is deleted: nothing lost, nothing duplicated,
+/// nothing rewritten, and the orphan swept.
+#[tokio::test]
+async fn restart_loses_and_duplicates_nothing() -> Result<()> {
+    let lab = Lab::new("restart").await?;
+    let held = lab.cluster("held", true).await?;
+    let waiting = lab.cluster("waiting", true).await?;
+    let doomed = lab.cluster("doomed", true).await?;
+    let mut lm = LockManager::start(&lab, "workload", &[]).await?;
+    lab.running_job("busy-job", &waiting, 1).await?;
+
+    for (cluster, owner) in [(&held, "erin"), (&waiting, "frank"), (&doomed, "grace")] {
+        lab.set_spec(cluster, json!({ "owner": owner })).await?;
+    }
+    let held_before = lab.wait_cluster(&held, "held", is_held).await?;
+    lab.wait_cluster(&doomed, "held", is_held).await?;
+    let waiting_before = lab
+        .wait_cluster(&waiting, "WaitingForAdmission", |fc| {
+            locked(fc).is_some_and(|c| {
+                c.reason == "WaitingForAdmission" && c.message.contains("insufficient")
+            })
+        })
+        .await?;
+    let held_sentinel = lab
+        .wait_sentinel(&held, "PodsReady", |w| workload_is(w, "PodsReady"))
+        .await?;
+    let waiting_sentinel = lab.wait_sentinel(&waiting, "created", |_| true).await?;
+    lab.wait_sentinel(&doomed, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+
+    lm.kill().await?;
+    // While lock-manager is down, a locked cluster is deleted (its sentinel is orphaned).
+    lab.clusters
+        .delete(&doomed, &DeleteParams::default())
+        .await?;
+    lm.spawn().await?;
+
+    // The sweep finds the orphan once both caches are in and the Lease is ours.
+    lab.wait_no_sentinel(&doomed).await?;
+    eventually(
+        "both clusters reconciled after the restart",
+        DEADLINE,
+        || async {
+            let n = lm.metric("hearth_lock_manager_reconciles_total").await?;
+            let held = lm.metric("hearth_lock_manager_locks_held").await?;
+            let waiting = lm.metric("hearth_lock_manager_locks_waiting").await?;
+            Ok(if n >= 2.0 && held == 1.0 && waiting == 1.0 {
+                Ok(())
+            } else {
+                Err(format!("reconciles {n}, held {held}, waiting {waiting}"))
+            })
+        },
+    )
+    .await?;
+
+    for (cluster, before, sentinel) in [
+        (&held, &held_before, &held_sentinel),
+        (&waiting, &waiting_before, &waiting_sentinel),
+    ] {
+        let now = lab.clusters.get(cluster).await?;
+        assert_eq!(now.status, before.status, "{cluster}: status unchanged");
+        assert_eq!(
+            now.resource_version(),
+            before.resource_version(),
+            "{cluster}: nothing written (status was already right)"
+        );
+        let sentinels = lab.sentinels::<Workload>(cluster).await?;
+        assert_eq!(sentinels.len(), 1, "{cluster}: one sentinel");
+        assert_eq!(
+            sentinels[0].uid(),
+            sentinel.uid(),
+            "{cluster}: the same sentinel"
+        );
+    }
+    let writes: Vec<String> = lm
+        .metrics()
+        .await?
+        .lines()
+        .filter(|l| l.starts_with("hearth_lock_manager_writes_total"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        writes,
+        vec![r#"hearth_lock_manager_writes_total{what="sentinel_delete"} 1"#.to_owned()],
+        "after a restart only the orphan is written"
+    );
+
+    // And it carries on: the waiting lock is taken once the cluster frees up.
+    lab.workloads
+        .delete("busy-job", &DeleteParams::default())
+        .await?;
+    let fc = lab.wait_cluster(&waiting, "held", is_held).await?;
+    assert_eq!(
+        fc.status.unwrap().owner_set_at,
+        waiting_before.status.unwrap().owner_set_at,
+        "ownerSetAt survived the restart"
+    );
+    Ok(())
+}
+
+/// Owner changed A → B: B's lock, with a new sentinel and a new `ownerSetAt`.
+#[tokio::test]
+async fn owner_change_makes_a_new_lock() -> Result<()> {
+    let lab = Lab::new("owner_change").await?;
+    let cluster = lab.cluster("transfer", true).await?;
+    let _lm = LockManager::start(&lab, "workload", &[]).await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "alice", "ttl": "2h" }))
+        .await?;
+    let before = lab.wait_cluster(&cluster, "held by alice", is_held).await?;
+    let first = lab
+        .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "bob" })).await?;
+    let after = lab
+        .wait_cluster(&cluster, "held by bob", |fc| {
+            is_held(fc) && fc.status.as_ref().unwrap().lock_owner.as_deref() == Some("bob")
+        })
+        .await?;
+    let second = lab
+        .wait_sentinel(&cluster, "bob's, admitted", |w| {
+            workload_is(w, "Admitted")
+                && w.annotations().get("fournos.dev/owner").map(String::as_str) == Some("bob")
+        })
+        .await?;
+    assert_ne!(
+        first.uid(),
+        second.uid(),
+        "a new sentinel for the new owner"
+    );
+    let (b, a) = (before.status.unwrap(), after.status.unwrap());
+    assert!(
+        a.owner_set_at >= b.owner_set_at,
+        "the clock restarts for bob"
+    );
+    assert_eq!(
+        a.lock_expires_at
+            .unwrap()
+            .0
+            .duration_since(a.owner_set_at.unwrap().0),
+        SignedDuration::from_hours(2)
+    );
+    lab.wait_event(&cluster, "LockOwnerChanged").await?;
+    Ok(())
+}
+
+/// A sentinel deleted by someone while the lock is wanted is recreated; a sentinel whose
+/// cluster does not exist is removed.
+#[tokio::test]
+async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
+    let lab = Lab::new("recreate_orphan").await?;
+    let cluster = lab.cluster("recreate", true).await?;
+    let _lm = LockManager::start(&lab, "workload", &[]).await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "heidi" })).await?;
+    lab.wait_cluster(&cluster, "held", is_held).await?;
+    let first = lab
+        .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    lab.workloads
+        .delete(
+            &first.name_any(),
+            &DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: first.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            },
+        )
+        .await?;
+    let second = lab
+        .wait_sentinel(&cluster, "recreated and admitted", |w| {
+            w.uid() != first.uid() && workload_is(w, "Admitted")
+        })
+        .await?;
+    assert_eq!(second.name_any(), first.name_any());
+    lab.wait_cluster(&cluster, "held again", is_held).await?;
+    lab.wait_event(&cluster, "SentinelRecreated").await?;
+
+    // A sentinel for a cluster that does not exist.
+    let ghost = lab.scope.cluster("ghost");
+    let mut orphan = slot_workload(
+        &lab.scope.execution_namespace,
+        &format!("cluster-lock-{ghost}"),
+        &lab.scope.local_queue,
+        &ghost,
+        SLOTS,
+    );
+    orphan["metadata"]["labels"] = json!({ CLUSTER_LOCK_LABEL: ghost });
+    apply(&lab.client, &orphan).await?;
+    lab.wait_no_sentinel(&ghost).await?;
+    // The real lock is untouched.
+    let kept = lab.sentinels::<Workload>(&cluster).await?;
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].uid(), second.uid());
+    Ok(())
+}
+
+/// With Kueue's WaitForPodsReady on (timeout [`WAIT_FOR_PODS_READY_SECS`]), a bare Workload
+/// without ready pods is evicted, and the sentinel, which has no pods either, is not.
+#[tokio::test]
+async fn sentinel_survives_wait_for_pods_ready() -> Result<()> {
+    let lab = Lab::new("wait_for_pods_ready").await?;
+    let cluster = lab.cluster("wfpr", true).await?;
+    let other = lab.cluster("control", true).await?;
+    let _lm = LockManager::start(&lab, "workload", &[]).await?;
+
+    lab.set_spec(&cluster, json!({ "owner": "ivan" })).await?;
+    lab.wait_cluster(&cluster, "held", is_held).await?;
+    let sentinel = lab
+        .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+
+    // The control: the same kind of bare Workload, nobody reports its pods ready.
+    lab.job("control", &other, 1).await?;
+    let admitted = lab
+        .wait_workload("control", "admitted", DEADLINE, |w| {
+            workload_is(w, "Admitted")
+        })
+        .await?;
+    let started = Instant::now();
+    let evicted = lab
+        .wait_workload(
+            "control",
+            "evicted by the PodsReady timeout",
+            Duration::from_secs(WAIT_FOR_PODS_READY_SECS + 60),
+            |w| workload_condition(w, "Evicted").is_some_and(|c| c.status == "True"),
+        )
+        .await?;
+    let reason = workload_condition(&evicted, "Evicted")
+        .unwrap()
+        .reason
+        .clone();
+    eprintln!(
+        "wait_for_pods_ready: control Workload evicted ({reason}) {:?} after it was seen admitted",
+        started.elapsed()
+    );
+    assert_eq!(reason, "PodsReadyTimeout");
+    let control_admitted_at = workload_condition(&admitted, "Admitted")
+        .unwrap()
+        .last_transition_time
+        .0;
+    let sentinel_admitted_at = workload_condition(&sentinel, "Admitted")
+        .unwrap()
+        .last_transition_time
+        .0;
+    assert!(
+        sentinel_admitted_at <= control_admitted_at,
+        "the sentinel was admitted first"
+    );
+
+    // The sentinel has been admitted longer than the timeout and is still admitted.
+    let now = lab.workloads.get(&sentinel.name_any()).await?;
+    assert_eq!(now.uid(), sentinel.uid());
+    assert!(workload_is(&now, "Admitted"), "{:?}", now.status);
+    assert!(workload_is(&now, "PodsReady"), "{:?}", now.status);
+    assert!(
+        workload_condition(&now, "Evicted").is_none_or(|c| c.status != "True"),
+        "{:?}",
+        now.status
+    );
+    ensure!(
+        Timestamp::now().duration_since(sentinel_admitted_at)
+            > SignedDuration::from_secs(WAIT_FOR_PODS_READY_SECS as i64),
+        "observed past the timeout"
+    );
+    let fc = lab.clusters.get(&cluster).await?;
+    assert!(is_held(&fc), "{}", lock_state(&fc));
+    Ok(())
+}
+
+/// The `fournosjob` kind: the FournosJob has exactly the contract's spec and label, and a
+/// stand-in for Fournos (what Fournos documents for lockOnly jobs: a Workload requesting
+/// all slots, `status.phase` from Kueue's admission) shows `locked` following the phase.
+#[tokio::test]
+async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
+    let lab = Lab::new("fournosjob").await?;
+    let cluster = lab.cluster("fj", true).await?;
+    let _lm = LockManager::start(&lab, "fournosjob", &[]).await?;
+    lab.running_job("busy-job", &cluster, 1).await?;
+    let fournos = tokio::spawn(fournos_stand_in(
+        lab.client.clone(),
+        lab.scope.execution_namespace.clone(),
+        lab.scope.local_queue.clone(),
+    ));
+
+    lab.set_spec(&cluster, json!({ "owner": "judy" })).await?;
+    let job = eventually("the FournosJob sentinel", DEADLINE, || async {
+        let mut jobs = lab.sentinels::<FournosJob>(&cluster).await?;
+        Ok(if jobs.len() == 1 {
+            Ok(jobs.remove(0))
+        } else {
+            Err(format!("{} jobs", jobs.len()))
+        })
+    })
+    .await?;
+    let raw: Value = serde_json::to_value(&job)?;
+    assert_eq!(raw["metadata"]["name"], format!("cluster-lock-{cluster}"));
+    assert_eq!(
+        raw["metadata"]["labels"],
+        json!({ CLUSTER_LOCK_LABEL: cluster })
+    );
+    assert_eq!(
+        raw["spec"],
+        json!({
+            "cluster": cluster,
+            "exclusive": true,
+            "lockOnly": true,
+            "owner": "judy",
+            "displayName": format!("Cluster lock: {cluster} (owner: judy)"),
+        })
+    );
+    assert!(
+        lab.sentinels::<Workload>(&cluster).await?.is_empty(),
+        "no Workload sentinel of lock-manager's"
+    );
+
+    // Pending in Fournos (the cluster is busy): not locked, and it says why.
+    let wanted = quota_message(&cluster);
+    lab.wait_cluster(
+        &cluster,
+        "WaitingForAdmission with the job's message",
+        |fc| {
+            fc.status.as_ref().and_then(|s| s.locked) == Some(false)
+                && locked(fc).is_some_and(|c| {
+                    c.reason == "WaitingForAdmission" && c.message.contains(&wanted)
+                })
+        },
+    )
+    .await?;
+
+    // The busy job finishes: Fournos's Workload is admitted, the phase says so, locked.
+    lab.workloads
+        .delete("busy-job", &DeleteParams::default())
+        .await?;
+    lab.wait_cluster(&cluster, "held", is_held).await?;
+
+    // locked follows the phase, whoever sets it.
+    fournos.abort();
+    let jobs: Api<FournosJob> = Api::namespaced(lab.client.clone(), &lab.scope.execution_namespace);
+    let set_phase = |phase: &'static str| {
+        let jobs = jobs.clone();
+        let name = job.name_any();
+        async move {
+            jobs.patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "status": { "phase": phase, "message": format!("test set {phase}") } }),
+                ),
+            )
+            .await
+            .map(drop)
+        }
+    };
+    set_phase("Pending").await?;
+    lab.wait_cluster(&cluster, "not held in phase Pending", |fc| {
+        fc.status.as_ref().and_then(|s| s.locked) == Some(false)
+            && locked(fc).is_some_and(|c| {
+                c.reason == "WaitingForAdmission" && c.message.contains("test set Pending")
+            })
+    })
+    .await?;
+    lab.wait_event(&cluster, "LockLost").await?;
+    set_phase("Running").await?;
+    lab.wait_cluster(&cluster, "held in phase Running", is_held)
+        .await?;
+
+    // Unlock: the FournosJob is deleted.
+    lab.set_spec(&cluster, json!({ "owner": null })).await?;
+    lab.wait_no_sentinel(&cluster).await?;
+    lab.wait_cluster(&cluster, "Released", |fc| {
+        locked(fc).is_some_and(|c| c.reason == "Released")
+    })
+    .await?;
+    Ok(())
+}
+
+/// What Fournos does for a lockOnly FournosJob, reduced to what lock-manager relies on: a
+/// Workload requesting all of the cluster's slots, kept while the job exists (its pods
+/// reported ready, as Fournos's running job would), and `status.phase` (with Kueue's
+/// message while pending) from Kueue's admission.
+async fn fournos_stand_in(
+    client: kube::Client,
+    namespace: String,
+    local_queue: String,
+) -> Result<()> {
+    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), &namespace);
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), &namespace);
+    loop {
+        let current = jobs.list(&ListParams::default()).await?.items;
+        for job in &current {
+            if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = format!("fournos-{}", job.name_any());
+            let Some(workload) = workloads.get_opt(&name).await? else {
+                let mut w = slot_workload(
+                    &namespace,
+                    &name,
+                    &local_queue,
+                    job.spec.cluster.as_deref().unwrap_or_default(),
+                    SLOTS,
+                );
+                w["metadata"]["labels"] = json!({ "fournos.dev/job": job.name_any() });
+                apply(&client, &w).await?;
+                continue;
+            };
+            let admitted = workload_is(&workload, "Admitted");
+            if admitted && !workload_is(&workload, "PodsReady") {
+                let patch = json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                    "status": { "conditions": [{
+                        "type": "PodsReady", "status": "True", "reason": "Started", "message": "lockOnly",
+                        "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                    }]},
+                });
+                workloads
+                    .patch_status(
+                        &name,
+                        &PatchParams::apply("fournos-stand-in").force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await?;
+            }
+            let (phase, message) = if admitted {
+                ("Admitted", String::new())
+            } else {
+                let message = workload_condition(&workload, "QuotaReserved")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                ("Pending", message)
+            };
+            let status = job.status.as_ref();
+            let same = status.and_then(|s| s.phase.as_deref()) == Some(phase)
+                && status
+                    .and_then(|s| s.other.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    == message;
+            if !same {
+                jobs.patch_status(
+                    &job.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": { "phase": phase, "message": message } })),
+                )
+                .await?;
+            }
+        }
+        // Workloads of jobs that are gone (no garbage collector on this plane).
+        let selector = ListParams::default().labels("fournos.dev/job");
+        for workload in workloads.list(&selector).await?.items {
+            let job = workload
+                .labels()
+                .get("fournos.dev/job")
+                .cloned()
+                .unwrap_or_default();
+            if !current.iter().any(|j| j.name_any() == job) {
+                workloads
+                    .delete(&workload.name_any(), &DeleteParams::default())
+                    .await?;
+            }
+        }
+        // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
