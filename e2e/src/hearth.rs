@@ -11,7 +11,7 @@ use crate::plane::{ControlPlane, Isolated, hearth_binary};
 use crate::protocol::ControllerState;
 
 /// One of the three Hearth binaries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Controller {
     Discovery,
     KueueSync,

@@ -299,6 +299,27 @@ where
     }
 }
 
+/// [`poll`] for tests: the probe may fail with any error (it ends the wait at once),
+/// and a time-out says what was awaited.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        if let Some(value) = probe().await? {
+            return Ok(value);
+        }
+        if Instant::now() >= deadline {
+            anyhow::bail!("timed out after {}s waiting for {what}", timeout.as_secs());
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
 /// A minimal plain-HTTP GET for loopback health endpoints (etcd, Kueue, Hearth's admin
 /// server): returns the status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {

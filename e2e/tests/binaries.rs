@@ -1,0 +1,260 @@
+//! The three binaries as people run them: `--help` documents every setting, and a
+//! binary started with a kubeconfig serves its admin endpoints, elects a leader
+//! through a real Lease, and exports traces over OTLP.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use hearth_e2e::ControlPlane;
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::plane::hearth_binary;
+use hearth_e2e::process::{eventually, http_get};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+
+fn admin(running: &Running) -> SocketAddr {
+    running.state.admin_addr.parse().expect("admin address")
+}
+
+#[test]
+fn help_lists_every_setting_with_its_variable() -> Result<()> {
+    let common = [
+        "HEARTH_NAMESPACE",
+        "HEARTH_RECONCILE_INTERVAL_SEC",
+        "HEARTH_LOG_LEVEL",
+        "HEARTH_ADMIN_ADDR",
+        "HEARTH_LEADER_ELECTION",
+    ];
+    let own: BTreeMap<Controller, &[&str]> = [
+        (
+            Controller::Discovery,
+            &[
+                "HEARTH_SECRETS_NAMESPACE",
+                "HEARTH_KUBECONFIG_SECRET_PATTERN",
+                "HEARTH_GPU_DISCOVERY_DEFAULT_INTERVAL_SEC",
+                "HEARTH_GPU_DISCOVERY_TIMEOUT_SEC",
+            ][..],
+        ),
+        (
+            Controller::KueueSync,
+            &[
+                "HEARTH_KUEUE_CLUSTER_QUEUE_NAME",
+                "HEARTH_GPU_RESOURCE_PREFIX",
+            ][..],
+        ),
+        (
+            Controller::LockManager,
+            &["HEARTH_EXECUTION_NAMESPACE", "HEARTH_SENTINEL"][..],
+        ),
+    ]
+    .into();
+    for (controller, vars) in own {
+        let out = std::process::Command::new(hearth_binary(controller.binary())?)
+            .arg("--help")
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "{} --help failed",
+            controller.binary()
+        );
+        let help = String::from_utf8(out.stdout)?;
+        for var in common.iter().chain(vars) {
+            ensure!(
+                help.contains(var),
+                "{} --help does not mention {var}",
+                controller.binary()
+            );
+        }
+        ensure!(help.contains("[default: hearth]"), "defaults are shown");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_binary_serves_health_and_metrics() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("admin_endpoints").await?;
+    for controller in Controller::ALL {
+        let running = hearth::start(plane, &iso, controller, "0", &[]).await?;
+        let addr = admin(&running);
+        let (code, _) = http_get(addr, "/healthz").await?;
+        ensure!(
+            code == 200,
+            "{}: /healthz answered {code}",
+            controller.binary()
+        );
+        // Ready once its caches have synced.
+        wait_ready(addr)
+            .await
+            .with_context(|| format!("{}:\n{}", controller.binary(), running.log()))?;
+        let (code, metrics) = http_get(addr, "/metrics").await?;
+        ensure!(
+            code == 200,
+            "{}: /metrics answered {code}",
+            controller.binary()
+        );
+        for family in ["hearth_build_info", "hearth_leader"] {
+            ensure!(
+                metrics.contains(family),
+                "{}: /metrics lacks {family}:\n{metrics}",
+                controller.binary()
+            );
+        }
+        running.stop(plane).await?;
+    }
+    Ok(())
+}
+
+async fn wait_ready(addr: SocketAddr) -> Result<()> {
+    eventually(
+        "/readyz to answer 200",
+        Duration::from_secs(30),
+        || async move { Ok((http_get(addr, "/readyz").await?.0 == 200).then_some(())) },
+    )
+    .await
+}
+
+fn leader_gauge(metrics: &str) -> Option<u8> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("hearth_leader"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn one_replica_leads_and_a_standby_takes_over() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("leader_election").await?;
+    let env = [
+        ("HEARTH_LEADER_ELECTION", "true"),
+        ("HEARTH_LEASE_NAMESPACE", iso.namespace.as_str()),
+        ("HEARTH_LEASE_DURATION_SEC", "4"),
+        ("HEARTH_LEASE_GRACE_SEC", "2"),
+    ];
+    let mut replicas = Vec::new();
+    for i in ["0", "1"] {
+        replicas.push(hearth::start(plane, &iso, Controller::KueueSync, i, &env).await?);
+    }
+    let leaders = |replicas: Vec<Running>| async move {
+        let mut gauges = Vec::new();
+        for r in &replicas {
+            let (code, metrics) = http_get(admin(r), "/metrics").await?;
+            ensure!(code == 200, "a standby must stay ready and serve metrics");
+            gauges.push(leader_gauge(&metrics));
+        }
+        Ok(gauges)
+    };
+    let first = eventually("exactly one leader", Duration::from_secs(30), || {
+        let replicas = replicas.clone();
+        async move {
+            let g = leaders(replicas).await?;
+            Ok((g.iter().filter(|v| **v == Some(1)).count() == 1).then_some(g))
+        }
+    })
+    .await?;
+    let leader = first.iter().position(|v| *v == Some(1)).context("leader")?;
+    // Every replica, leader or not, is ready.
+    for r in &replicas {
+        wait_ready(admin(r)).await.context("standby not ready")?;
+    }
+
+    replicas[leader].kill(plane).await?;
+    let standby = replicas[1 - leader].clone();
+    eventually("the standby takes over", Duration::from_secs(30), || {
+        let standby = standby.clone();
+        async move {
+            let (_, metrics) = http_get(admin(&standby), "/metrics").await?;
+            Ok((leader_gauge(&metrics) == Some(1)).then_some(()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The smallest OTLP/HTTP receiver: answers 200 to everything and records the path
+/// and body size of each request.
+async fn otlp_receiver() -> Result<(SocketAddr, Arc<Mutex<Vec<(String, usize)>>>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                loop {
+                    let mut request_line = String::new();
+                    if stream.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = request_line
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("")
+                        .to_owned();
+                    let mut length = 0usize;
+                    loop {
+                        let mut header = String::new();
+                        if stream.read_line(&mut header).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let header = header.trim_end();
+                        if header.is_empty() {
+                            break;
+                        }
+                        if let Some((k, v)) = header.split_once(':')
+                            && k.eq_ignore_ascii_case("content-length")
+                        {
+                            length = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    if stream.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    record.lock().unwrap().push((path, body.len()));
+                    let reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                    if stream.get_mut().write_all(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Ok((addr, seen))
+}
+
+#[tokio::test]
+async fn a_binary_exports_its_spans_over_otlp() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("otlp_export").await?;
+    let (addr, seen) = otlp_receiver().await?;
+    let endpoint = format!("http://{addr}");
+    let running = hearth::start(
+        plane,
+        &iso,
+        Controller::LockManager,
+        "0",
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str())],
+    )
+    .await?;
+    // Spans are batched; a graceful stop flushes them.
+    running.stop(plane).await?;
+    eventually("a trace export", Duration::from_secs(20), || {
+        let seen = seen.clone();
+        async move {
+            let seen = seen.lock().unwrap();
+            Ok(seen
+                .iter()
+                .any(|(path, len)| path == "/v1/traces" && *len > 0)
+                .then_some(()))
+        }
+    })
+    .await
+    .with_context(|| format!("controller log:\n{}", running.log()))?;
+    Ok(())
+}
