@@ -5,10 +5,37 @@
 //! ClusterQueue through [`Scope::controller_env`](crate::Scope::controller_env), leader
 //! election off unless the test asks for it, and a fast resync so tests never wait a
 //! production interval.
+//!
+//! They run **as the chart's ServiceAccounts**, never as admin: for each test scope the
+//! chart's ServiceAccounts and RBAC are rendered by `helm template` with that scope's
+//! namespaces and ClusterQueue and applied to the management apiserver, and each
+//! controller gets a kubeconfig holding its own ServiceAccount's token. A rule missing
+//! from the chart fails the test that needs it.
 
-use crate::error::Result;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+
+use crate::error::{PlaneError, Result};
+use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 use crate::plane::{ControlPlane, Isolated, hearth_binary};
 use crate::protocol::ControllerState;
+use crate::resources::{apply, parse_yaml_documents};
+use crate::tools::Tools;
+
+/// Kinds of the chart that grant identity and rights; the Deployments never run here
+/// (there is no kubelet), the controllers run as processes instead.
+const RBAC_KINDS: &[&str] = &[
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+];
 
 /// One of the three Hearth binaries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,6 +101,7 @@ pub async fn start(
     extra: &[(&str, &str)],
 ) -> Result<Running> {
     let program = hearth_binary(controller.binary())?;
+    let kubeconfig = service_account_kubeconfig(plane, iso, controller).await?;
     let mut env = iso.controller_env();
     env.extend(
         [
@@ -87,6 +115,9 @@ pub async fn start(
                 "HEARTH_POD_NAME",
                 &format!("{}-{instance}", controller.binary()),
             ),
+            // The chart's Lease RBAC is in the release namespace: the test's namespace.
+            ("HEARTH_LEASE_NAMESPACE", &iso.namespace),
+            ("KUBECONFIG", &kubeconfig.display().to_string()),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned())),
     );
@@ -98,4 +129,103 @@ pub async fn start(
     let name = format!("{}-{}-{instance}", controller.binary(), iso.id);
     let state = plane.start_controller(&name, &program, env).await?;
     Ok(Running { controller, state })
+}
+
+/// The chart's directory in this repository.
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/hearth")
+}
+
+/// `helm template` of the chart for `iso`'s scope: release namespace = the test's
+/// FournosCluster namespace, and the test's secrets/execution namespaces and queue.
+pub fn render_chart(iso: &Isolated, extra: &[(&str, &str)]) -> Result<Vec<serde_json::Value>> {
+    let tools = Tools::locate()?;
+    let mut set = vec![
+        format!("config.namespace={}", iso.namespace),
+        format!("config.secretsNamespace={}", iso.secrets_namespace),
+        format!("config.executionNamespace={}", iso.execution_namespace),
+        format!("config.clusterQueueName={}", iso.cluster_queue),
+        format!("config.localQueueName={}", iso.local_queue),
+        "config.sentinel=workload".to_owned(),
+    ];
+    set.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut cmd = std::process::Command::new(&tools.helm);
+    cmd.args(["template", "hearth"]).arg(chart_dir()).args([
+        "--namespace",
+        &iso.namespace,
+        "--kube-version",
+        "1.36.3",
+    ]);
+    for s in &set {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| PlaneError::Tools(format!("running helm: {e}")))?;
+    if !out.status.success() {
+        return Err(PlaneError::Tools(format!(
+            "helm template failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    parse_yaml_documents(&String::from_utf8_lossy(&out.stdout), "helm template")
+}
+
+/// Applies the chart's ServiceAccounts and RBAC for `iso` (once per scope) and returns
+/// a kubeconfig file for `controller`'s ServiceAccount.
+pub async fn service_account_kubeconfig(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    controller: Controller,
+) -> Result<PathBuf> {
+    static INSTALLED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let client = plane.management_client().await?;
+    let installed = INSTALLED
+        .lock()
+        .expect("poisoned")
+        .get_or_insert_with(HashSet::new)
+        .contains(&iso.id);
+    if !installed {
+        for doc in render_chart(iso, &[])? {
+            if RBAC_KINDS.contains(&doc["kind"].as_str().unwrap_or_default()) {
+                apply(&client, &doc).await?;
+            }
+        }
+        INSTALLED
+            .lock()
+            .expect("poisoned")
+            .get_or_insert_with(HashSet::new)
+            .insert(iso.id.clone());
+    }
+
+    let sa = controller.binary();
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(24 * 3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(client, &iso.namespace)
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .map_err(|e| PlaneError::Invalid(format!("token for {}/{sa}: {e}", iso.namespace)))?
+        .status
+        .and_then(|s| s.token)
+        .ok_or_else(|| PlaneError::Invalid(format!("no token for {}/{sa}", iso.namespace)))?;
+    let state = plane.state();
+    let yaml = kubeconfig_yaml(
+        "management",
+        &state.management.server,
+        &state.management.ca_pem,
+        sa,
+        &Credentials::Token(token),
+    );
+    let dir = plane.state_dir().join("kubeconfigs");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| PlaneError::Invalid(format!("creating {}: {e}", dir.display())))?;
+    let path = dir.join(format!("{sa}-{}.yaml", iso.id));
+    std::fs::write(&path, yaml)
+        .map_err(|e| PlaneError::Invalid(format!("writing {}: {e}", path.display())))?;
+    Ok(path)
 }

@@ -21,6 +21,7 @@ pub struct Tools {
     pub etcd: PathBuf,
     pub kueue: PathBuf,
     pub kubectl: PathBuf,
+    pub helm: PathBuf,
     /// Kueue's CRDs from the same pinned module (`<bin>/../kueue-crds`).
     pub kueue_crds: PathBuf,
 }
@@ -33,12 +34,14 @@ impl Tools {
             etcd: bin_dir.join("etcd"),
             kueue: bin_dir.join("kueue"),
             kubectl: bin_dir.join("kubectl"),
+            helm: bin_dir.join("helm"),
             kueue_crds: bin_dir.parent().unwrap_or(bin_dir).join("kueue-crds"),
         };
         for path in [
             &tools.kube_apiserver,
             &tools.etcd,
             &tools.kueue,
+            &tools.helm,
             &tools.kueue_crds,
         ] {
             if !path.exists() {
