@@ -24,6 +24,11 @@ lint:
 crdgen:
     cargo run -q -p hearth-api --bin crdgen > manifests/crd.yaml
 
+# Regenerate every generated manifest: the CRD, its copy in the chart, and the plain install.
+manifests: crdgen tools
+    cp manifests/crd.yaml charts/hearth/crds/fournosclusters.yaml
+    HELM="$(e2e/tools/build.sh)/helm" manifests/render.sh > manifests/install.yaml
+
 # Unit tests only (no control plane).
 unit:
     cargo test --workspace --exclude hearth-e2e

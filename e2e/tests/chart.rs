@@ -1,0 +1,444 @@
+//! The Helm chart and the plain manifests, proven with the real helm and the real
+//! RBAC authorizer of the management apiserver.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use hearth_e2e::ControlPlane;
+use hearth_e2e::hearth::{Controller, chart_dir, service_account_kubeconfig};
+use hearth_e2e::resources::parse_yaml_documents;
+use hearth_e2e::tools::Tools;
+use serde_json::Value;
+
+const KUBE_VERSION: &str = "1.36.3";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn helm(args: &[&str]) -> Result<std::process::Output> {
+    let tools = Tools::locate()?;
+    Ok(Command::new(&tools.helm).args(args).output()?)
+}
+
+/// `helm template` with `--set` values; Err carries helm's message.
+fn template(sets: &[&str]) -> Result<Vec<Value>> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "template",
+        "hearth",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "hearth",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let out = helm(&args)?;
+    if !out.status.success() {
+        bail!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(parse_yaml_documents(
+        &String::from_utf8(out.stdout)?,
+        "helm template",
+    )?)
+}
+
+fn names_of(docs: &[Value], kind: &str) -> Vec<String> {
+    let mut names: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == kind)
+        .map(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Everything in the rendered chart that belongs to `component` (by name prefix).
+fn owned_by(docs: &[Value], component: &str) -> Vec<String> {
+    docs.iter()
+        .filter(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with(component))
+        })
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap_or(""),
+                d["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn helm_lint_passes() -> Result<()> {
+    let chart = chart_dir();
+    let out = helm(&[
+        "lint",
+        chart.to_str().unwrap(),
+        "--strict",
+        "--kube-version",
+        KUBE_VERSION,
+    ])?;
+    ensure!(
+        out.status.success(),
+        "helm lint:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Ok(())
+}
+
+#[test]
+fn each_controller_can_be_disabled_alone() -> Result<()> {
+    let all = template(&[])?;
+    let components = [
+        ("discovery", Controller::Discovery),
+        ("kueueSync", Controller::KueueSync),
+        ("lockManager", Controller::LockManager),
+    ];
+    for (_, c) in components {
+        ensure!(
+            names_of(&all, "Deployment").contains(&c.binary().to_owned()),
+            "{} missing by default",
+            c.binary()
+        );
+    }
+    for (key, disabled) in components {
+        let docs = template(&[&format!("{key}.enabled=false")])?;
+        let left = owned_by(&docs, disabled.binary());
+        ensure!(
+            left.is_empty(),
+            "{key}.enabled=false still renders {left:?}"
+        );
+        for (_, other) in components.iter().filter(|(k, _)| *k != key) {
+            ensure!(
+                owned_by(&docs, other.binary()) == owned_by(&all, other.binary()),
+                "disabling {key} changed {}",
+                other.binary()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn replicas_and_hardened_pods_render() -> Result<()> {
+    let docs = template(&["kueueSync.replicas=3"])?;
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "hearth-kueue-sync")
+        .context("kueue-sync Deployment")?;
+    ensure!(deployment["spec"]["replicas"] == 3);
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        let pod = &d["spec"]["template"]["spec"];
+        ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+        ensure!(pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault");
+        let c = &pod["containers"][0];
+        ensure!(c["securityContext"]["readOnlyRootFilesystem"] == true);
+        ensure!(c["securityContext"]["allowPrivilegeEscalation"] == false);
+        ensure!(c["securityContext"]["capabilities"]["drop"] == serde_json::json!(["ALL"]));
+        ensure!(c["livenessProbe"]["httpGet"]["path"] == "/healthz");
+        ensure!(c["readinessProbe"]["httpGet"]["path"] == "/readyz");
+    }
+    Ok(())
+}
+
+#[test]
+fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
+    for (set, expect) in [
+        ("discovery.replicas=-1", "replicas"),
+        ("config.sentinel=job", "sentinel"),
+        ("config.logFormat=xml", "logFormat"),
+        (
+            "config.kubeconfigSecretPattern=kubeconfig",
+            "kubeconfigSecretPattern",
+        ),
+        ("unknownKey=1", "unknownKey"),
+    ] {
+        match template(&[set]) {
+            Ok(_) => bail!("{set} was accepted"),
+            Err(e) => ensure!(
+                e.to_string().contains(expect),
+                "{set}: unclear refusal: {e}"
+            ),
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn chart_crd_is_the_generated_crd() -> Result<()> {
+    let chart = std::fs::read_to_string(chart_dir().join("crds/fournosclusters.yaml"))?;
+    let manifests = std::fs::read_to_string(repo().join("manifests/crd.yaml"))?;
+    ensure!(
+        chart == manifests,
+        "charts/hearth/crds/fournosclusters.yaml differs from manifests/crd.yaml: run `just manifests`"
+    );
+    Ok(())
+}
+
+#[test]
+fn plain_install_is_the_rendered_chart() -> Result<()> {
+    let generated = Command::new(repo().join("manifests/render.sh"))
+        .env("HELM", Tools::locate()?.helm)
+        .output()?;
+    ensure!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let on_disk = std::fs::read(repo().join("manifests/install.yaml"))?;
+    ensure!(
+        generated.stdout == on_disk,
+        "manifests/install.yaml is stale: run `just manifests`"
+    );
+    Ok(())
+}
+
+#[test]
+fn containerfiles_build_the_binaries_the_chart_runs() -> Result<()> {
+    let docs = template(&[])?;
+    for (file, binary) in [
+        ("Containerfile.discovery", "hearth-discovery"),
+        ("Containerfile.kueue", "hearth-kueue-sync"),
+        ("Containerfile.lock", "hearth-lock-manager"),
+    ] {
+        let text = std::fs::read_to_string(repo().join(file))?;
+        ensure!(
+            text.contains(&format!("-p {binary} --bin {binary}")),
+            "{file} does not build {binary}"
+        );
+        ensure!(
+            text.contains(&format!("ENTRYPOINT [\"/usr/local/bin/{binary}\"]")),
+            "{file}'s entrypoint is not {binary}"
+        );
+        ensure!(text.contains("USER 65532"), "{file} must run as non-root");
+        let deployment = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == binary)
+            .context(binary)?;
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        ensure!(container["name"] == binary);
+        ensure!(
+            container["image"]
+                .as_str()
+                .unwrap_or("")
+                .contains(&format!("/{binary}:")),
+            "chart image for {binary}: {}",
+            container["image"]
+        );
+        ensure!(
+            container.get("command").is_none(),
+            "the chart must rely on the image's entrypoint"
+        );
+    }
+    Ok(())
+}
+
+fn can_i(
+    kubeconfig: &Path,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    sa: &str,
+    ns_of_sa: &str,
+) -> Result<bool> {
+    let tools = Tools::locate()?;
+    // `resource/name` names an object; `resource#sub` a subresource.
+    let (resource, subresource) = match resource.split_once('#') {
+        Some((r, sub)) => (r, Some(sub)),
+        None => (resource, None),
+    };
+    let mut cmd = Command::new(&tools.kubectl);
+    cmd.arg("--kubeconfig").arg(kubeconfig).args([
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        &format!("--as=system:serviceaccount:{ns_of_sa}:{sa}"),
+    ]);
+    if let Some(sub) = subresource {
+        cmd.arg(format!("--subresource={sub}"));
+    }
+    match namespace {
+        Some(ns) => cmd.args(["-n", ns]),
+        None => cmd.arg("--all-namespaces"),
+    };
+    let out = cmd.output()?;
+    let answer = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    match answer.as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => bail!(
+            "kubectl auth can-i: {answer} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[tokio::test]
+async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("chart_rbac").await?;
+    // Applies the chart's ServiceAccounts and RBAC for this scope.
+    service_account_kubeconfig(plane, &iso, Controller::Discovery).await?;
+    let admin = plane.management_kubeconfig();
+    let ns = iso.namespace.as_str();
+    let secrets = iso.secrets_namespace.as_str();
+    let exec = iso.execution_namespace.as_str();
+    let cq = format!("clusterqueues.kueue.x-k8s.io/{}", iso.cluster_queue);
+    let (d, k, l) = (
+        "hearth-discovery",
+        "hearth-kueue-sync",
+        "hearth-lock-manager",
+    );
+    // (sa, verb, resource, namespace, allowed)
+    let checks: Vec<(&str, &str, &str, Option<&str>, bool)> = vec![
+        (d, "list", "secrets", Some(secrets), true),
+        (d, "watch", "secrets", Some(secrets), true),
+        (d, "get", "secrets", Some(ns), false),
+        (d, "list", "secrets", Some("default"), false),
+        (d, "list", "secrets", None, false),
+        (d, "create", "secrets", Some(secrets), false),
+        (d, "create", "fournosclusters.fournos.dev", Some(ns), true),
+        (d, "delete", "fournosclusters.fournos.dev", Some(ns), true),
+        (
+            d,
+            "patch",
+            "fournosclusters.fournos.dev#status",
+            Some(ns),
+            true,
+        ),
+        (
+            d,
+            "create",
+            "fournosclusters.fournos.dev",
+            Some("default"),
+            false,
+        ),
+        (d, "update", &cq, None, false),
+        (k, "create", "resourceflavors.kueue.x-k8s.io", None, true),
+        (k, "delete", "resourceflavors.kueue.x-k8s.io", None, true),
+        (k, "update", &cq, None, true),
+        (
+            k,
+            "update",
+            "clusterqueues.kueue.x-k8s.io/someone-elses-queue",
+            None,
+            false,
+        ),
+        (k, "delete", &cq, None, false),
+        (k, "get", "secrets", Some(secrets), false),
+        (k, "list", "secrets", None, false),
+        (
+            k,
+            "patch",
+            "fournosclusters.fournos.dev#status",
+            Some(ns),
+            true,
+        ),
+        (k, "create", "fournosclusters.fournos.dev", Some(ns), false),
+        (l, "create", "workloads.kueue.x-k8s.io", Some(exec), true),
+        (l, "delete", "fournosjobs.fournos.dev", Some(exec), true),
+        (
+            l,
+            "patch",
+            "workloads.kueue.x-k8s.io#status",
+            Some(exec),
+            true,
+        ),
+        (l, "create", "workloads.kueue.x-k8s.io", Some(ns), false),
+        (l, "update", &cq, None, false),
+        (l, "patch", "fournosclusters.fournos.dev", Some(ns), true),
+        (l, "get", "secrets", Some(secrets), false),
+    ];
+    let mut wrong = Vec::new();
+    for (sa, verb, resource, namespace, allowed) in checks {
+        if can_i(&admin, verb, resource, namespace, sa, ns)? != allowed {
+            wrong.push(format!(
+                "{sa} {verb} {resource} in {}: expected {}",
+                namespace.unwrap_or("all namespaces"),
+                if allowed { "yes" } else { "no" }
+            ));
+        }
+    }
+    ensure!(wrong.is_empty(), "RBAC is off:\n{}", wrong.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let kubeconfig = plane.management_kubeconfig();
+    let chart = chart_dir();
+    let cases: [(&str, &[&str]); 5] = [
+        ("defaults", &[]),
+        ("nodiscovery", &["discovery.enabled=false"]),
+        ("nokueuesync", &["kueueSync.enabled=false"]),
+        ("nolock", &["lockManager.enabled=false"]),
+        (
+            "replicas",
+            &[
+                "discovery.replicas=3",
+                "kueueSync.replicas=3",
+                "lockManager.replicas=3",
+            ],
+        ),
+    ];
+    for (case, sets) in cases {
+        let iso = plane.isolated(&format!("helm_{case}")).await?;
+        let mut args = vec![
+            "install".to_owned(),
+            format!("hearth-{case}"),
+            chart.display().to_string(),
+            "--kubeconfig".into(),
+            kubeconfig.display().to_string(),
+            "--namespace".into(),
+            iso.namespace.clone(),
+            "--set".into(),
+            format!("config.secretsNamespace={}", iso.secrets_namespace),
+            "--set".into(),
+            format!("config.executionNamespace={}", iso.execution_namespace),
+            "--set".into(),
+            format!("config.clusterQueueName={}", iso.cluster_queue),
+        ];
+        for s in sets {
+            args.extend(["--set".into(), (*s).to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = helm(&args)?;
+        ensure!(
+            out.status.success(),
+            "helm install ({case}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let notes = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            notes.contains("kubectl -n"),
+            "NOTES.txt tells what to do next"
+        );
+        let status = helm(&[
+            "status",
+            &format!("hearth-{case}"),
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--namespace",
+            &iso.namespace,
+        ])?;
+        ensure!(
+            String::from_utf8_lossy(&status.stdout).contains("STATUS: deployed"),
+            "{case} not deployed"
+        );
+    }
+    Ok(())
+}
