@@ -3,13 +3,15 @@
 //!
 //! Each test isolates itself (own namespaces, own ClusterQueue, cluster names unique to the
 //! test; see the `hearth_e2e` crate docs) and runs its own kueue-sync process, built from
-//! this workspace. The tests play hearth-discovery: they write `status.kubeconfigStatus` and
+//! this workspace and started by the plane as the chart's ServiceAccount (so the chart's
+//! RBAC is tested too). The tests play hearth-discovery: they write `status.kubeconfigStatus` and
 //! `status.hardware` of their FournosClusters themselves, under a field manager of their
 //! own, so they do not depend on discovery. Every wait polls with a deadline; nothing
 //! sleeps to synchronise.
 //!
 //! Run: `cargo test -p hearth-e2e --test kueue_sync` (builds hearth-kueue-sync first unless
-//! `HEARTH_KUEUE_SYNC_BIN` names a binary; attaches to `HEARTH_E2E_PLANE_DIR` if set).
+//! `HEARTH_E2E_NO_BUILD` is set; needs a plane of its own, not an attached one, since the
+//! controllers run under the plane's supervisor).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -25,10 +27,14 @@ use hearth_api::kueue::{
     ClusterQueue, FlavorQuotas, ResourceFlavor, ResourceGroup, ResourceQuota, Workload,
     quantity_to_i64,
 };
-use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types};
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types,
+};
 use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, KueueStatus};
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
-use hearth_e2e::process::{free_port, http_get, tail};
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::plane::hearth_binary;
+use hearth_e2e::process::{http_get, tail};
 use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, Isolated, Target};
 use k8s_openapi::api::events::v1::Event;
@@ -49,27 +55,27 @@ const DISCOVERY: &str = "e2e-discovery";
 // The controller under test, as a process.
 // ---------------------------------------------------------------------------------------
 
-/// A running hearth-kueue-sync. Killed when dropped (and, through `setpriv --pdeathsig`,
-/// when the test thread that started it ends).
+/// A running hearth-kueue-sync, started through the plane's supervisor as the chart's
+/// ServiceAccount (so the chart's RBAC is what it gets; see `hearth_e2e::hearth`).
 struct KueueSync {
-    child: tokio::process::Child,
+    running: Running,
     admin: SocketAddr,
     log: PathBuf,
 }
 
-/// The hearth-kueue-sync binary: `$HEARTH_KUEUE_SYNC_BIN`, or built once per test process
-/// with cargo, so the tests never run a stale binary.
-async fn kueue_sync_binary() -> Result<PathBuf> {
-    static BINARY: OnceCell<std::result::Result<PathBuf, String>> = OnceCell::const_new();
-    BINARY
+/// Builds hearth-kueue-sync once per test process, so that the binary the plane runs
+/// (found next to the test executable) is never stale. `HEARTH_E2E_NO_BUILD=1` skips it.
+async fn ensure_built() -> Result<()> {
+    static BUILT: OnceCell<std::result::Result<(), String>> = OnceCell::const_new();
+    BUILT
         .get_or_init(|| async {
-            if let Some(path) = std::env::var_os("HEARTH_KUEUE_SYNC_BIN") {
-                return Ok(PathBuf::from(path));
+            if std::env::var_os("HEARTH_E2E_NO_BUILD").is_some() {
+                return Ok(());
             }
             tokio::task::spawn_blocking(build_kueue_sync)
                 .await
                 .map_err(|e| e.to_string())
-                .and_then(|r| r.map_err(|e| format!("{e:#}")))
+                .and_then(|r| r.map(drop).map_err(|e| format!("{e:#}")))
         })
         .await
         .clone()
@@ -79,7 +85,30 @@ async fn kueue_sync_binary() -> Result<PathBuf> {
 fn build_kueue_sync() -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = std::process::Command::new(cargo)
+    let mut command = std::process::Command::new(cargo);
+    // Cargo gives this test process the variables it sets for a package's build
+    // (CARGO_PKG_NAME=hearth-e2e, …); build scripts that watch them (ring's do) would
+    // rebuild, and make the next ordinary build rebuild again.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_CFG_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    let output = command
         .args([
             "build",
             "-p",
@@ -93,101 +122,67 @@ fn build_kueue_sync() -> Result<PathBuf> {
         .output()
         .context("running cargo build")?;
     ensure!(output.status.success(), "cargo build failed");
-    String::from_utf8_lossy(&output.stdout)
+    let built = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "hearth-kueue-sync")
+        .filter(|m| {
+            m["reason"] == "compiler-artifact" && m["target"]["name"] == "hearth-kueue-sync"
+        })
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo did not report the hearth-kueue-sync executable")
+        .context("cargo did not report the hearth-kueue-sync executable")?;
+    let used = hearth_binary(Controller::KueueSync.binary())?;
+    ensure!(
+        built.canonicalize()? == used.canonicalize()?,
+        "built {} but the plane runs {}",
+        built.display(),
+        used.display()
+    );
+    Ok(built)
 }
 
 impl KueueSync {
-    /// Starts kueue-sync in `scope` (`env` overrides or adds variables) and waits until it
-    /// is ready (its caches synced).
+    /// Starts kueue-sync in `scope` (`env` on top of the harness's) and waits until it is
+    /// ready: its caches synced.
     async fn start(
         plane: &ControlPlane,
         scope: &Isolated,
-        name: &str,
+        instance: &str,
         env: &[(&str, &str)],
     ) -> Result<KueueSync> {
-        let binary = kueue_sync_binary().await?;
-        let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let log = plane
-            .logs_dir()
-            .join(format!("hearth-kueue-sync-{}-{name}.log", scope.id));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .with_context(|| format!("opening {}", log.display()))?;
-        let mut command = match ["/usr/bin/setpriv", "/bin/setpriv"]
-            .into_iter()
-            .find(|p| Path::new(p).exists())
-        {
-            Some(setpriv) => {
-                let mut c = tokio::process::Command::new(setpriv);
-                c.args(["--pdeathsig", "KILL"]).arg(&binary);
-                c
-            }
-            None => tokio::process::Command::new(&binary),
+        ensure_built().await?;
+        let running = hearth::start(plane, scope, Controller::KueueSync, instance, env).await?;
+        let ks = KueueSync {
+            admin: running.state.admin_addr.parse()?,
+            log: running.state.log.clone(),
+            running,
         };
-        command
-            .env_clear()
-            .envs(scope.controller_env())
-            .env("KUBECONFIG", plane.management_kubeconfig())
-            .env("HEARTH_ADMIN_ADDR", admin.to_string())
-            .env("HEARTH_LEADER_ELECTION", "false")
-            .env("HEARTH_LOG_LEVEL", "info,hearth_kueue_sync=debug")
-            .env("RUST_BACKTRACE", "1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
-        let mut ks = KueueSync { child, admin, log };
-        let what = format!("kueue-sync {name} ready");
-        eventually(&what, Some(&ks.log.clone()), || {
-            let exited = ks.child.try_wait();
-            let admin = ks.admin;
-            async move {
-                if let Some(status) = exited? {
-                    bail!("kueue-sync exited during startup ({status})");
-                }
-                Ok(match http_get(admin, "/readyz").await {
-                    Ok((200, _)) => Ok(()),
-                    Ok((code, body)) => Err(format!("/readyz {code}: {body}")),
-                    Err(e) => Err(e.to_string()),
-                })
-            }
+        let what = format!("kueue-sync {instance} ready");
+        eventually(&what, Some(&ks.log), || async {
+            Ok(match http_get(ks.admin, "/readyz").await {
+                Ok((200, _)) => Ok(()),
+                Ok((code, body)) => Err(format!("/readyz {code}: {body}")),
+                Err(e) => Err(e.to_string()),
+            })
         })
         .await?;
         Ok(ks)
     }
 
-    /// Stops it as Kubernetes would (SIGTERM) and checks it exits cleanly.
-    async fn stop(mut self) -> Result<()> {
-        let pid = self.child.id().context("kueue-sync already reaped")?;
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        )?;
-        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
-            .await
-            .context("kueue-sync did not exit within 30s of SIGTERM")??;
+    /// Stops it as Kubernetes would (SIGTERM) and checks it stopped cleanly.
+    async fn stop(self, plane: &ControlPlane) -> Result<()> {
+        self.running.stop(plane).await?;
+        let log = self.running.log();
         ensure!(
-            status.success(),
-            "kueue-sync exited with {status}; log:\n{}",
+            log.contains("hearth_runtime: stopped") && !log.contains("stopped with an error"),
+            "kueue-sync did not stop cleanly:\n{}",
             tail(&self.log, 30)
         );
         Ok(())
     }
 
     /// Kills it without warning (a crash).
-    async fn kill(mut self) -> Result<()> {
-        self.child.kill().await?;
+    async fn kill(self, plane: &ControlPlane) -> Result<()> {
+        self.running.kill(plane).await?;
         Ok(())
     }
 
@@ -358,13 +353,17 @@ async fn wait_reason(
     reason: &str,
     log: &PathBuf,
 ) -> Result<FournosCluster> {
-    eventually(&format!("{name} KueueSynced={reason}"), Some(log), || async {
-        let cluster = clusters.get(name).await?;
-        Ok(match synced(&cluster) {
-            Some((_, r, _)) if r == reason => Ok(cluster),
-            other => Err(format!("{other:?}")),
-        })
-    })
+    eventually(
+        &format!("{name} KueueSynced={reason}"),
+        Some(log),
+        || async {
+            let cluster = clusters.get(name).await?;
+            Ok(match synced(&cluster) {
+                Some((_, r, _)) if r == reason => Ok(cluster),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
     .await
 }
 
@@ -373,10 +372,11 @@ async fn wait_reason(
 // ---------------------------------------------------------------------------------------
 
 fn slot_group(cq: &ClusterQueue) -> Option<&ResourceGroup> {
-    cq.spec
-        .resource_groups
-        .iter()
-        .find(|g| g.covered_resources.iter().any(|r| r == CLUSTER_SLOT_RESOURCE))
+    cq.spec.resource_groups.iter().find(|g| {
+        g.covered_resources
+            .iter()
+            .any(|r| r == CLUSTER_SLOT_RESOURCE)
+    })
 }
 
 /// The quota of flavor entry `flavor` in any group, as integers.
@@ -389,7 +389,12 @@ fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
         .map(|f| {
             f.resources
                 .iter()
-                .map(|q| (q.name.clone(), quantity_to_i64(&q.nominal_quota).unwrap_or(-1)))
+                .map(|q| {
+                    (
+                        q.name.clone(),
+                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
+                    )
+                })
                 .collect()
         })
 }
@@ -409,7 +414,10 @@ fn kueue_problems(cq: &ClusterQueue) -> Vec<String> {
             problems.push(format!("group {i}: {} flavors", group.flavors.len()));
         }
         if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
-            problems.push(format!("group {i}: {} covered", group.covered_resources.len()));
+            problems.push(format!(
+                "group {i}: {} covered",
+                group.covered_resources.len()
+            ));
         }
         for r in &group.covered_resources {
             if !resources.insert(r.clone()) {
@@ -476,7 +484,12 @@ fn hearth_entries_are(
             .iter()
             .flat_map(|g| &g.flavors)
             .filter(|f| !foreign.contains(&f.name))
-            .map(|f| (f.name.clone(), nonzero(entry(cq, &f.name).unwrap_or_default())))
+            .map(|f| {
+                (
+                    f.name.clone(),
+                    nonzero(entry(cq, &f.name).unwrap_or_default()),
+                )
+            })
             .collect();
         if found != expected {
             return Err(format!("entries {found:?}, want {expected:?}"));
@@ -485,7 +498,10 @@ fn hearth_entries_are(
             let mut sorted = group.covered_resources.clone();
             sorted.sort();
             if sorted != group.covered_resources {
-                return Err(format!("coveredResources not sorted: {:?}", group.covered_resources));
+                return Err(format!(
+                    "coveredResources not sorted: {:?}",
+                    group.covered_resources
+                ));
             }
         }
         Ok(())
@@ -495,7 +511,8 @@ fn hearth_entries_are(
 /// A bare Workload asking for `requests` on `cluster` (a nodeSelector on its label), the
 /// way a Fournos job does.
 fn workload(scope: &Isolated, name: &str, cluster: &str, requests: &[(&str, i64)]) -> Value {
-    let requests: BTreeMap<&str, String> = requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
+    let requests: BTreeMap<&str, String> =
+        requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
     json!({
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Workload",
@@ -529,10 +546,7 @@ fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, Stri
 }
 
 /// Waits until Workload `name` is admitted; returns resource → flavor it got.
-async fn wait_admitted(
-    workloads: &Api<Workload>,
-    name: &str,
-) -> Result<BTreeMap<String, String>> {
+async fn wait_admitted(workloads: &Api<Workload>, name: &str) -> Result<BTreeMap<String, String>> {
     eventually(&format!("Workload {name} admitted"), None, || async {
         let w = workloads.get(name).await?;
         Ok(match workload_condition(&w, "Admitted") {
@@ -569,7 +583,12 @@ async fn wait_pending(workloads: &Api<Workload>, name: &str, needles: &[&str]) -
 }
 
 /// Waits for an Event on FournosCluster `cluster` with `reason`; returns its note.
-async fn wait_event(client: &kube::Client, namespace: &str, cluster: &str, reason: &str) -> Result<Event> {
+async fn wait_event(
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    reason: &str,
+) -> Result<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     eventually(&format!("Event {reason} on {cluster}"), None, || async {
         let list = events.list(&ListParams::default()).await?;
@@ -620,8 +639,15 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
     onboard(&k.clusters, &b, &gpus_b).await?;
     let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
 
-    let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
-    assert_eq!(expected[&a][&gpu_resource("a100")], 8, "the fleet table changed");
+    let expected = BTreeMap::from([
+        (a.clone(), quota_of(&gpus_a)),
+        (b.clone(), quota_of(&gpus_b)),
+    ]);
+    assert_eq!(
+        expected[&a][&gpu_resource("a100")],
+        8,
+        "the fleet table changed"
+    );
     let cq = wait_queue(
         &k.queues,
         &scope.cluster_queue,
@@ -633,7 +659,10 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
     let group = slot_group(&cq).context("a slot group")?;
     let mut union: BTreeSet<String> = expected.values().flat_map(|q| q.keys().cloned()).collect();
     union.insert(CLUSTER_SLOT_RESOURCE.into());
-    assert_eq!(group.covered_resources, union.into_iter().collect::<Vec<_>>());
+    assert_eq!(
+        group.covered_resources,
+        union.into_iter().collect::<Vec<_>>()
+    );
     // Zero for what a cluster does not have: a's entry lists b's models too.
     assert_eq!(entry(&cq, &a).unwrap()[&gpu_resource("h200")], 0);
 
@@ -641,7 +670,11 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         let flavor = k.flavors.get(name).await?;
         assert_eq!(flavor.spec.node_labels.get(CLUSTER_NODE_LABEL), Some(name));
         assert_eq!(
-            flavor.metadata.labels.unwrap_or_default().get("app.kubernetes.io/managed-by"),
+            flavor
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("app.kubernetes.io/managed-by"),
             Some(&"hearth".to_owned())
         );
         let cluster = wait_reason(&k.clusters, name, "Synced", &ks.log).await?;
@@ -660,30 +693,59 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         let event = wait_event(&k.client, &scope.namespace, name, "QuotaPublished").await?;
         assert_eq!(event.type_.as_deref(), Some("Normal"));
     }
-    let cq = wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
-        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
-    })
+    let cq = wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "queue Active",
+        &ks.log,
+        |cq| {
+            is_active(cq)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", cq.status))
+        },
+    )
     .await?;
     drop(cq);
 
     // Kueue admits 4 A100 and one slot on a, on a's flavor.
     let a100 = gpu_resource("a100");
-    apply(&k.client, &workload(&scope, "fits", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)])).await?;
+    apply(
+        &k.client,
+        &workload(
+            &scope,
+            "fits",
+            &a,
+            &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)],
+        ),
+    )
+    .await?;
     let flavors = wait_admitted(&k.workloads, "fits").await?;
     assert_eq!(flavors.get(&a100), Some(&a));
     assert_eq!(flavors.get(CLUSTER_SLOT_RESOURCE), Some(&a));
 
     // More A100s than a has: pending, and Kueue says why.
-    apply(&k.client, &workload(&scope, "too-many", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 9)])).await?;
+    apply(
+        &k.client,
+        &workload(
+            &scope,
+            "too-many",
+            &a,
+            &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 9)],
+        ),
+    )
+    .await?;
     let message = wait_pending(
         &k.workloads,
         "too-many",
-        &[&format!("insufficient quota for {a100} in flavor {a}"), "maximum capacity (8)"],
+        &[
+            &format!("insufficient quota for {a100} in flavor {a}"),
+            "maximum capacity (8)",
+        ],
     )
     .await?;
     eprintln!("Kueue on too-many: {message}");
 
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// A cluster whose kubeconfig stops working keeps its flavor and entry at zero quota: the
@@ -699,51 +761,92 @@ async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Resul
     let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
     wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
     let a100 = gpu_resource("a100");
-    apply(&k.client, &workload(&scope, "before", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)])).await?;
+    apply(
+        &k.client,
+        &workload(
+            &scope,
+            "before",
+            &a,
+            &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 4)],
+        ),
+    )
+    .await?;
     wait_admitted(&k.workloads, "before").await?;
 
     discover(&k.clusters, &a, "Unauthorized", &gpus).await?;
     let cluster = wait_reason(&k.clusters, &a, "Drained", &ks.log).await?;
     let (status, _, message) = synced(&cluster).unwrap();
     assert_eq!(status, "False");
-    assert!(message.contains("Unauthorized") && message.contains(&format!("kubeconfig-{a}")), "{message}");
+    assert!(
+        message.contains("Unauthorized") && message.contains(&format!("kubeconfig-{a}")),
+        "{message}"
+    );
     assert_eq!(
         cluster.status.unwrap().kueue.map(|k| k.quotas),
         Some(quota_of(&gpus).into_keys().map(|r| (r, 0)).collect())
     );
-    let cq = wait_queue(&k.queues, &scope.cluster_queue, "a's entry at zero", &ks.log, |cq| {
-        match entry(cq, &a) {
+    let cq = wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "a's entry at zero",
+        &ks.log,
+        |cq| match entry(cq, &a) {
             Some(q) if q.values().all(|n| *n == 0) && is_active(cq) => Ok(()),
             other => Err(format!("{other:?}, active {}", is_active(cq))),
-        }
-    })
+        },
+    )
     .await?;
-    assert!(entry(&cq, &a).unwrap().contains_key(&a100), "the model stays covered");
+    assert!(
+        entry(&cq, &a).unwrap().contains_key(&a100),
+        "the model stays covered"
+    );
     assert!(k.flavors.get_opt(&a).await?.is_some(), "the flavor stays");
     let event = wait_event(&k.client, &scope.namespace, &a, "Drained").await?;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
 
-    apply(&k.client, &workload(&scope, "while-drained", &a, &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 1)])).await?;
+    apply(
+        &k.client,
+        &workload(
+            &scope,
+            "while-drained",
+            &a,
+            &[(CLUSTER_SLOT_RESOURCE, 1), (&a100, 1)],
+        ),
+    )
+    .await?;
     let message = wait_pending(
         &k.workloads,
         "while-drained",
-        &["insufficient quota", &format!("in flavor {a}"), "maximum capacity (0)"],
+        &[
+            "insufficient quota",
+            &format!("in flavor {a}"),
+            "maximum capacity (0)",
+        ],
     )
     .await?;
     eprintln!("Kueue on while-drained: {message}");
+    // Draining stops new admissions; what runs there already is not evicted.
+    let before = k.workloads.get("before").await?;
+    assert_eq!(
+        workload_condition(&before, "Admitted").map(|(s, _, _)| s),
+        Some("True".to_owned()),
+        "{:?}",
+        before.status
+    );
 
     discover(&k.clusters, &a, "Valid", &gpus).await?;
     wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
     let flavors = wait_admitted(&k.workloads, "while-drained").await?;
     assert_eq!(flavors.get(&a100), Some(&a));
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// Deleting a FournosCluster takes its entry out of the ClusterQueue first and deletes its
 /// ResourceFlavor only after that; the queue stays Active, the other cluster keeps its
 /// entry, and a GPU model nobody has any more leaves `coveredResources`.
 #[tokio::test]
-async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stays_active() -> Result<()> {
+async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stays_active()
+-> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_delete").await?;
     let k = apis(plane, &scope).await?;
@@ -752,9 +855,36 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
     onboard(&k.clusters, &a, &gpus_a).await?;
     onboard(&k.clusters, &b, &gpus_b).await?;
+    // A flavor of a Hearth in another namespace: not this one's to sweep.
+    let staging = scope.cluster("staging");
+    apply(
+        &k.client,
+        &json!({
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": staging, "labels": {
+                "app.kubernetes.io/managed-by": "hearth",
+                CLUSTER_NAMESPACE_LABEL: format!("staging-{}", scope.id),
+            }},
+            "spec": {"nodeLabels": {CLUSTER_NODE_LABEL: staging}},
+        }),
+    )
+    .await?;
     let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
-    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
-    wait_queue(&k.queues, &scope.cluster_queue, "both published", &ks.log, hearth_entries_are(&both, &[])).await?;
+    let both = BTreeMap::from([
+        (a.clone(), quota_of(&gpus_a)),
+        (b.clone(), quota_of(&gpus_b)),
+    ]);
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "both published",
+        &ks.log,
+        hearth_entries_are(&both, &[]),
+    )
+    .await?;
+    let own = k.flavors.get(&a).await?.metadata.labels.unwrap_or_default();
+    assert_eq!(own.get(CLUSTER_NAMESPACE_LABEL), Some(&scope.namespace));
 
     // Record, in etcd order, when the entry leaves the queue and when the flavor starts
     // being deleted.
@@ -762,7 +892,14 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     k.clusters.delete(&a, &DeleteParams::default()).await?;
 
     let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
-    let cq = wait_queue(&k.queues, &scope.cluster_queue, "a's entry removed", &ks.log, hearth_entries_are(&only_b, &[])).await?;
+    let cq = wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "a's entry removed",
+        &ks.log,
+        hearth_entries_are(&only_b, &[]),
+    )
+    .await?;
     eventually("a's flavor deleted", Some(&ks.log), || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
@@ -771,6 +908,10 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     })
     .await?;
     let (entry_gone, flavor_deleting) = order.result(&ks.log).await?;
+    assert!(
+        k.flavors.get_opt(&staging).await?.is_some(),
+        "another Hearth's flavor was swept"
+    );
     ensure!(
         entry_gone < flavor_deleting,
         "the flavor was deleted (resourceVersion {flavor_deleting}) before its entry left the \
@@ -778,11 +919,19 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     );
     let covered = &slot_group(&cq).unwrap().covered_resources;
     assert!(!covered.contains(&gpu_resource("a100")), "{covered:?}");
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
-        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
-    })
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "queue Active",
+        &ks.log,
+        |cq| {
+            is_active(cq)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", cq.status))
+        },
+    )
     .await?;
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// The resourceVersions at which the ClusterQueue first lists no entry for a flavor and
@@ -800,7 +949,9 @@ impl DeletionOrder {
         let flavor_deleting = Arc::new(Mutex::new(None));
         let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(2);
         let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok())
+            m.resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
         };
 
         let (name, found, tx) = (flavor.to_owned(), entry_gone.clone(), synced_tx.clone());
@@ -814,7 +965,10 @@ impl DeletionOrder {
                 match event {
                     Ok(watcher::Event::InitDone) => drop(tx.send(()).await),
                     Ok(watcher::Event::Apply(cq)) if entry(&cq, &name).is_none() => {
-                        found.lock().unwrap().get_or_insert(rv(&cq.metadata).unwrap_or(0));
+                        found
+                            .lock()
+                            .unwrap()
+                            .get_or_insert(rv(&cq.metadata).unwrap_or(0));
                     }
                     _ => {}
                 }
@@ -831,10 +985,16 @@ impl DeletionOrder {
                 match event {
                     Ok(watcher::Event::InitDone) => drop(synced_tx.send(()).await),
                     Ok(watcher::Event::Apply(f)) if f.metadata.deletion_timestamp.is_some() => {
-                        found.lock().unwrap().get_or_insert(rv(&f.metadata).unwrap_or(0));
+                        found
+                            .lock()
+                            .unwrap()
+                            .get_or_insert(rv(&f.metadata).unwrap_or(0));
                     }
                     Ok(watcher::Event::Delete(f)) => {
-                        found.lock().unwrap().get_or_insert(rv(&f.metadata).unwrap_or(0));
+                        found
+                            .lock()
+                            .unwrap()
+                            .get_or_insert(rv(&f.metadata).unwrap_or(0));
                     }
                     _ => {}
                 }
@@ -853,14 +1013,18 @@ impl DeletionOrder {
     }
 
     async fn result(self, log: &PathBuf) -> Result<(u64, u64)> {
-        let result = eventually("both deletion steps seen by the watches", Some(log), || async {
-            let entry = *self.entry_gone.lock().unwrap();
-            let flavor = *self.flavor_deleting.lock().unwrap();
-            Ok(match (entry, flavor) {
-                (Some(e), Some(f)) => Ok((e, f)),
-                other => Err(format!("{other:?}")),
-            })
-        })
+        let result = eventually(
+            "both deletion steps seen by the watches",
+            Some(log),
+            || async {
+                let entry = *self.entry_gone.lock().unwrap();
+                let flavor = *self.flavor_deleting.lock().unwrap();
+                Ok(match (entry, flavor) {
+                    (Some(e), Some(f)) => Ok((e, f)),
+                    other => Err(format!("{other:?}")),
+                })
+            },
+        )
         .await;
         for task in &self.tasks {
             task.abort();
@@ -882,9 +1046,19 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
     onboard(&k.clusters, &a, &gpus_a).await?;
     onboard(&k.clusters, &b, &gpus_b).await?;
     let ks = KueueSync::start(plane, &scope, "first", &[]).await?;
-    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
-    wait_queue(&k.queues, &scope.cluster_queue, "both published", &ks.log, hearth_entries_are(&both, &[])).await?;
-    ks.stop().await?;
+    let both = BTreeMap::from([
+        (a.clone(), quota_of(&gpus_a)),
+        (b.clone(), quota_of(&gpus_b)),
+    ]);
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "both published",
+        &ks.log,
+        hearth_entries_are(&both, &[]),
+    )
+    .await?;
+    ks.stop(plane).await?;
 
     k.clusters.delete(&a, &DeleteParams::default()).await?;
     eventually("FournosCluster a gone", None, || async {
@@ -901,7 +1075,14 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
 
     let ks = KueueSync::start(plane, &scope, "second", &[]).await?;
     let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
-    wait_queue(&k.queues, &scope.cluster_queue, "a's entry removed", &ks.log, hearth_entries_are(&only_b, &[])).await?;
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "a's entry removed",
+        &ks.log,
+        hearth_entries_are(&only_b, &[]),
+    )
+    .await?;
     eventually("a's flavor deleted", Some(&ks.log), || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
@@ -909,12 +1090,20 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
         })
     })
     .await?;
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
-        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
-    })
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "queue Active",
+        &ks.log,
+        |cq| {
+            is_active(cq)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", cq.status))
+        },
+    )
     .await?;
     wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// kueue-sync never creates the ClusterQueue; clusters say it is missing, and everything
@@ -926,15 +1115,19 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
     let k = apis(plane, &scope).await?;
     let a = scope.cluster("a");
     let gpus = discovered_gpus(&plane.targets()[0]);
-    let late = format!("late-{}", scope.id);
-    onboard(&k.clusters, &a, &gpus).await?;
-    let ks = KueueSync::start(
-        plane,
-        &scope,
-        "main",
-        &[("HEARTH_KUEUE_CLUSTER_QUEUE_NAME", late.as_str())],
-    )
+    // The chart lets kueue-sync update only the ClusterQueue it is configured with: take
+    // the scope's away (Kueue lets it go at once: nothing uses it) and bring it back later.
+    let late = scope.cluster_queue.clone();
+    k.queues.delete(&late, &DeleteParams::default()).await?;
+    eventually("the scope's ClusterQueue deleted", None, || async {
+        Ok(match k.queues.get_opt(&late).await? {
+            None => Ok(()),
+            Some(cq) => Err(format!("still there: {:?}", cq.metadata.finalizers)),
+        })
+    })
     .await?;
+    onboard(&k.clusters, &a, &gpus).await?;
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
 
     let cluster = wait_reason(&k.clusters, &a, "ClusterQueueNotFound", &ks.log).await?;
     let (status, _, message) = synced(&cluster).unwrap();
@@ -943,19 +1136,31 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
     assert_eq!(cluster.status.unwrap().kueue, None);
     let event = wait_event(&k.client, &scope.namespace, &a, "ClusterQueueNotFound").await?;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
-    assert!(k.queues.get_opt(&late).await?.is_none(), "Hearth must not create the queue");
+    assert!(
+        k.queues.get_opt(&late).await?.is_none(),
+        "Hearth must not create the queue"
+    );
     // The flavor costs nothing and exists already.
     assert!(k.flavors.get_opt(&a).await?.is_some());
 
     apply(&k.client, &cluster_queue(&late)).await?;
     let expected = BTreeMap::from([(a.clone(), quota_of(&gpus))]);
-    wait_queue(&k.queues, &late, "a published in the new queue", &ks.log, hearth_entries_are(&expected, &[])).await?;
+    wait_queue(
+        &k.queues,
+        &late,
+        "a published in the new queue",
+        &ks.log,
+        hearth_entries_are(&expected, &[]),
+    )
+    .await?;
     wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
     wait_queue(&k.queues, &late, "queue Active", &ks.log, |cq| {
-        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
     })
     .await?;
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// A GitOps-like writer updates the same ClusterQueue in a loop (its own flavor entry in
@@ -987,20 +1192,30 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
     let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
     wait_reason(&k.clusters, &names[0], "Synced", &ks.log).await?;
 
-    let mut writer = Writer::new(k.queues.clone(), scope.cluster_queue.clone(), gitops.clone());
+    let mut writer = Writer::new(
+        k.queues.clone(),
+        scope.cluster_queue.clone(),
+        gitops.clone(),
+    );
     for i in 0..60u32 {
         writer.step(i).await?;
-        if i % 4 != 0 {
+        if !i.is_multiple_of(4) {
             continue;
         }
         // One change to the fleet every few writer steps.
         let (name, change): (&String, Option<(Vec<GpuInfo>, &str)>) = match i / 4 {
             0 => (&names[1], Some((vec![gpu("h200", 8)], "Valid"))),
-            1 => (&names[2], Some((vec![gpu("l4", 1), gpu("a100", 2)], "Valid"))),
+            1 => (
+                &names[2],
+                Some((vec![gpu("l4", 1), gpu("a100", 2)], "Valid")),
+            ),
             2 => (&names[1], None),
             3 => (&names[0], Some((vec![gpu("a100", 4)], "Valid"))),
             4 => (&names[3], Some((vec![gpu("mi300x", 8)], "Valid"))),
-            5 => (&names[2], Some((vec![gpu("l4", 1), gpu("a100", 2)], "Unauthorized"))),
+            5 => (
+                &names[2],
+                Some((vec![gpu("l4", 1), gpu("a100", 2)], "Unauthorized")),
+            ),
             6 => (&names[2], None),
             7 => (&names[1], Some((vec![gpu("h100", 16)], "Valid"))),
             8 => (&names[0], Some((vec![gpu("a100", 8)], "Valid"))),
@@ -1019,12 +1234,16 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
             Some((gpus, status)) => {
                 if !fleet.contains_key(name) {
                     // A deleted cluster of the same name may still be on its way out.
-                    eventually(&format!("{name} gone before re-creating it"), None, || async {
-                        Ok(match k.clusters.get_opt(name).await? {
-                            None => Ok(()),
-                            Some(_) => Err("still there".to_owned()),
-                        })
-                    })
+                    eventually(
+                        &format!("{name} gone before re-creating it"),
+                        None,
+                        || async {
+                            Ok(match k.clusters.get_opt(name).await? {
+                                None => Ok(()),
+                                Some(_) => Err("still there".to_owned()),
+                            })
+                        },
+                    )
                     .await?;
                     onboard(&k.clusters, name, &gpus).await?;
                 }
@@ -1038,7 +1257,11 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
     let expected: BTreeMap<String, BTreeMap<String, i64>> = fleet
         .iter()
         .map(|(name, (gpus, status))| {
-            let quota = if *status == "Valid" { nonzero(quota_of(gpus)) } else { BTreeMap::new() };
+            let quota = if *status == "Valid" {
+                nonzero(quota_of(gpus))
+            } else {
+                BTreeMap::new()
+            };
             (name.clone(), quota)
         })
         .collect();
@@ -1052,7 +1275,11 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
     .await?;
     writer.check(&cq).map_err(|e| anyhow::anyhow!(e))?;
     for (name, (_, status)) in &fleet {
-        let reason = if *status == "Valid" { "Synced" } else { "Drained" };
+        let reason = if *status == "Valid" {
+            "Synced"
+        } else {
+            "Drained"
+        };
         wait_reason(&k.clusters, name, reason, &ks.log).await?;
     }
     for name in names.iter().filter(|n| !fleet.contains_key(*n)) {
@@ -1064,10 +1291,21 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         })
         .await?;
     }
-    assert!(k.flavors.get_opt(&gitops).await?.is_some(), "a foreign flavor is never deleted");
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks.log, |cq| {
-        is_active(cq).then_some(()).ok_or_else(|| format!("{:?}", cq.status))
-    })
+    assert!(
+        k.flavors.get_opt(&gitops).await?.is_some(),
+        "a foreign flavor is never deleted"
+    );
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "queue Active",
+        &ks.log,
+        |cq| {
+            is_active(cq)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", cq.status))
+        },
+    )
     .await?;
     let metrics = ks.metrics().await?;
     eprintln!(
@@ -1077,7 +1315,7 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_writes_total"),
         metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_conflicts_total"),
     );
-    ks.stop().await
+    ks.stop(plane).await
 }
 
 /// The concurrent writer: what it last wrote, and the read-modify-write that checks it.
@@ -1116,7 +1354,11 @@ impl Writer {
             .annotations
             .as_ref()
             .and_then(|a| a.get(WRITER_ANNOTATION));
-        let found_strategy = cq.spec.other.get("queueingStrategy").and_then(Value::as_str);
+        let found_strategy = cq
+            .spec
+            .other
+            .get("queueingStrategy")
+            .and_then(Value::as_str);
         let found_slots = entry(cq, &self.flavor).map(|q| q.get(CLUSTER_SLOT_RESOURCE).copied());
         if found_annotation != Some(annotation)
             || found_strategy != Some(strategy.as_str())
@@ -1138,13 +1380,19 @@ impl Writer {
             let mut cq = self.queues.get(&self.queue).await?;
             self.check(&cq).map_err(|e| anyhow::anyhow!(e))?;
             let annotation = i.to_string();
-            let strategy = if i % 2 == 0 { "StrictFIFO" } else { "BestEffortFIFO" };
+            let strategy = if i.is_multiple_of(2) {
+                "StrictFIFO"
+            } else {
+                "BestEffortFIFO"
+            };
             let slots = (i % 5 != 4).then_some(1_000 + i64::from(i));
             cq.metadata
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(WRITER_ANNOTATION.into(), annotation.clone());
-            cq.spec.other.insert("queueingStrategy".into(), json!(strategy));
+            cq.spec
+                .other
+                .insert("queueingStrategy".into(), json!(strategy));
             self.set_entry(&mut cq, slots);
             cq.metadata.managed_fields = None;
             cq.status = None;
@@ -1174,10 +1422,11 @@ impl Writer {
         }
         groups.retain(|g| !g.flavors.is_empty());
         let Some(slots) = slots else { return };
-        let index = match groups
-            .iter()
-            .position(|g| g.covered_resources.iter().any(|r| r == CLUSTER_SLOT_RESOURCE))
-        {
+        let index = match groups.iter().position(|g| {
+            g.covered_resources
+                .iter()
+                .any(|r| r == CLUSTER_SLOT_RESOURCE)
+        }) {
             Some(index) => index,
             None => {
                 groups.push(ResourceGroup {
@@ -1193,7 +1442,9 @@ impl Writer {
             .iter()
             .map(|r| ResourceQuota {
                 name: r.clone(),
-                nominal_quota: Quantity(if r == CLUSTER_SLOT_RESOURCE { slots } else { 0 }.to_string()),
+                nominal_quota: Quantity(
+                    if r == CLUSTER_SLOT_RESOURCE { slots } else { 0 }.to_string(),
+                ),
                 other: Default::default(),
             })
             .collect();
@@ -1216,7 +1467,13 @@ async fn steady_state_writes_nothing() -> Result<()> {
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     onboard(&k.clusters, &a, &discovered_gpus(&targets[0])).await?;
     onboard(&k.clusters, &b, &discovered_gpus(&targets[1])).await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[("HEARTH_RECONCILE_INTERVAL_SEC", "1")]).await?;
+    let ks = KueueSync::start(
+        plane,
+        &scope,
+        "main",
+        &[("HEARTH_RECONCILE_INTERVAL_SEC", "1")],
+    )
+    .await?;
     wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
     wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
 
@@ -1238,9 +1495,17 @@ async fn steady_state_writes_nothing() -> Result<()> {
         )];
         for name in [&a, &b] {
             let c = k.clusters.get(name).await?;
-            v.push((format!("FournosCluster {name}"), c.metadata.resource_version, c.metadata.generation));
+            v.push((
+                format!("FournosCluster {name}"),
+                c.metadata.resource_version,
+                c.metadata.generation,
+            ));
             let f = k.flavors.get(name).await?;
-            v.push((format!("ResourceFlavor {name}"), f.metadata.resource_version, f.metadata.generation));
+            v.push((
+                format!("ResourceFlavor {name}"),
+                f.metadata.resource_version,
+                f.metadata.generation,
+            ));
         }
         anyhow::Ok(v)
     };
@@ -1255,15 +1520,25 @@ async fn steady_state_writes_nothing() -> Result<()> {
     assert_eq!(versions().await?, before, "objects changed in steady state");
     let metrics = ks.metrics().await?;
     let writes_after: Vec<f64> = WRITES.iter().map(|m| metric_sum(&metrics, m)).collect();
-    assert_eq!(writes_after, writes_before, "kueue-sync wrote in steady state");
-    assert_eq!(metric_sum(&metrics, "hearth_kueue_sync_reconcile_errors_total"), 0.0);
-    ks.stop().await
+    assert_eq!(
+        writes_after, writes_before,
+        "kueue-sync wrote in steady state"
+    );
+    assert_eq!(
+        metric_sum(&metrics, "hearth_kueue_sync_reconcile_errors_total"),
+        0.0
+    );
+    ks.stop(plane).await
 }
 
 async fn wait_metric_at_least(ks: &KueueSync, name: &str, value: f64) -> Result<()> {
     eventually(&format!("{name} ≥ {value}"), Some(&ks.log), || async {
         let now = ks.metric_sum(name).await?;
-        Ok(if now >= value { Ok(()) } else { Err(format!("{now}")) })
+        Ok(if now >= value {
+            Ok(())
+        } else {
+            Err(format!("{now}"))
+        })
     })
     .await
 }
@@ -1292,7 +1567,14 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
     let one = KueueSync::start(plane, &scope, "one", &with_id("replica-one")).await?;
     let two = KueueSync::start(plane, &scope, "two", &with_id("replica-two")).await?;
     let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a))]);
-    wait_queue(&k.queues, &scope.cluster_queue, "a published", &one.log, hearth_entries_are(&expected, &[])).await?;
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "a published",
+        &one.log,
+        hearth_entries_are(&expected, &[]),
+    )
+    .await?;
 
     let leader_of = |ks: &KueueSync| {
         let admin = ks.admin;
@@ -1301,23 +1583,125 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
             anyhow::Ok(metric_sum(&body, "hearth_leader") == 1.0)
         }
     };
-    let (leader, standby) = if leader_of(&one).await? { (one, two) } else { (two, one) };
-    ensure!(leader_of(&leader).await? && !leader_of(&standby).await?, "exactly one leader");
-    let standby_writes = |text: &str| {
-        ["hearth_kueue_sync_cluster_queue_writes_total", "hearth_kueue_sync_flavor_writes_total", "hearth_kueue_sync_status_writes_total"]
-            .iter()
-            .map(|m| metric_sum(text, m))
-            .sum::<f64>()
+    let (leader, standby) = if leader_of(&one).await? {
+        (one, two)
+    } else {
+        (two, one)
     };
-    assert_eq!(standby_writes(&standby.metrics().await?), 0.0, "the standby wrote");
+    ensure!(
+        leader_of(&leader).await? && !leader_of(&standby).await?,
+        "exactly one leader"
+    );
+    let standby_writes = |text: &str| {
+        [
+            "hearth_kueue_sync_cluster_queue_writes_total",
+            "hearth_kueue_sync_flavor_writes_total",
+            "hearth_kueue_sync_status_writes_total",
+        ]
+        .iter()
+        .map(|m| metric_sum(text, m))
+        .sum::<f64>()
+    };
+    assert_eq!(
+        standby_writes(&standby.metrics().await?),
+        0.0,
+        "the standby wrote"
+    );
 
     // The leader crashes; b arrives; the standby takes over and publishes it.
-    leader.kill().await?;
+    leader.kill(plane).await?;
     onboard(&k.clusters, &b, &gpus_b).await?;
-    let both = BTreeMap::from([(a.clone(), quota_of(&gpus_a)), (b.clone(), quota_of(&gpus_b))]);
-    wait_queue(&k.queues, &scope.cluster_queue, "b published by the new leader", &standby.log, hearth_entries_are(&both, &[])).await?;
+    let both = BTreeMap::from([
+        (a.clone(), quota_of(&gpus_a)),
+        (b.clone(), quota_of(&gpus_b)),
+    ]);
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "b published by the new leader",
+        &standby.log,
+        hearth_entries_are(&both, &[]),
+    )
+    .await?;
     wait_reason(&k.clusters, &b, "Synced", &standby.log).await?;
     ensure!(leader_of(&standby).await?, "the standby leads now");
     ensure!(standby_writes(&standby.metrics().await?) > 0.0);
-    standby.stop().await
+    standby.stop(plane).await
+}
+
+/// Kueue allows 64 flavors in a resource group: with 65 clusters the newest waits
+/// (`LimitReached`), the queue stays valid and Active, and one ClusterQueue write carries
+/// all the entries. When an older cluster goes, the newest takes its place.
+#[tokio::test]
+async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("ks_limit").await?;
+    let k = apis(plane, &scope).await?;
+    // Created in name order before kueue-sync starts: age, then name, decides the order.
+    let names: Vec<String> = (0..65)
+        .map(|i| scope.cluster(&format!("c{i:02}")))
+        .collect();
+    let gpus = vec![gpu("a100", 1)];
+    for name in &names {
+        onboard(&k.clusters, name, &gpus).await?;
+    }
+    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let (newest, oldest) = (&names[64], &names[0]);
+    let expected: BTreeMap<String, BTreeMap<String, i64>> = names[..64]
+        .iter()
+        .map(|n| (n.clone(), quota_of(&gpus)))
+        .collect();
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "64 clusters published",
+        &ks.log,
+        hearth_entries_are(&expected, &[]),
+    )
+    .await?;
+    let cluster = wait_reason(&k.clusters, newest, "LimitReached", &ks.log).await?;
+    let (_, _, message) = synced(&cluster).unwrap();
+    assert!(message.contains("64"), "{message}");
+    wait_event(&k.client, &scope.namespace, newest, "LimitReached").await?;
+    assert!(
+        k.flavors.get_opt(newest).await?.is_some(),
+        "its flavor waits too"
+    );
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "queue Active",
+        &ks.log,
+        |cq| {
+            is_active(cq)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", cq.status))
+        },
+    )
+    .await?;
+    // No write storm: the entries of 64 new clusters went in together (a conflict with
+    // Kueue's own status updates may add a retry).
+    let writes = ks
+        .metric_sum("hearth_kueue_sync_cluster_queue_writes_total")
+        .await?;
+    ensure!(
+        writes <= 3.0,
+        "{writes} ClusterQueue writes for one batch of clusters"
+    );
+
+    k.clusters.delete(oldest, &DeleteParams::default()).await?;
+    let expected: BTreeMap<String, BTreeMap<String, i64>> = names[1..]
+        .iter()
+        .map(|n| (n.clone(), quota_of(&gpus)))
+        .collect();
+    wait_queue(
+        &k.queues,
+        &scope.cluster_queue,
+        "the newest cluster takes the oldest's place",
+        &ks.log,
+        hearth_entries_are(&expected, &[]),
+    )
+    .await?;
+    wait_reason(&k.clusters, newest, "Synced", &ks.log).await?;
+    ks.stop(plane).await
 }

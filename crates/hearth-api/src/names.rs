@@ -23,6 +23,12 @@ pub const AUTO_DISCOVERED_LABEL: &str = "fournos.dev/auto-discovered";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "hearth";
 
+/// Label on every ResourceFlavor Hearth makes, naming the namespace of its FournosCluster
+/// (`HEARTH_NAMESPACE`). ResourceFlavors are cluster-scoped: this tells the Hearth that owns
+/// a flavor from another Hearth (another namespace) on the same management cluster, whose
+/// flavors it must neither adopt nor sweep.
+pub const CLUSTER_NAMESPACE_LABEL: &str = "fournos.dev/cluster-namespace";
+
 /// Node label a cluster's ResourceFlavor selects (`fournos.dev/cluster: <cluster>`).
 pub const CLUSTER_NODE_LABEL: &str = "fournos.dev/cluster";
 /// Label on a lock sentinel naming the cluster it locks.

@@ -4,6 +4,8 @@ use clap::Parser;
 use hearth_api::names::{DEFAULT_CLUSTER_SLOTS, defaults};
 use hearth_runtime::CommonArgs;
 
+use crate::plan::PlanSettings;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "hearth-kueue-sync",
@@ -46,6 +48,19 @@ pub struct KueueSyncConfig {
         value_parser = clap::value_parser!(i64).range(1..),
     )]
     pub cluster_slots: i64,
+}
+
+impl KueueSyncConfig {
+    /// What the plan needs of the configuration; `namespace` is where the FournosClusters
+    /// live (`HEARTH_NAMESPACE`).
+    pub fn plan_settings(&self, namespace: &str) -> PlanSettings {
+        PlanSettings {
+            namespace: namespace.to_owned(),
+            cluster_queue: self.cluster_queue_name.clone(),
+            gpu_resource_prefix: self.gpu_resource_prefix.clone(),
+            cluster_slots: self.cluster_slots,
+        }
+    }
 }
 
 /// A resource name is `<domain>/<name>`; the prefix must carry the domain and the slash

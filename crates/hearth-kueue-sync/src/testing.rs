@@ -8,7 +8,7 @@ use hearth_api::conditions::set_condition;
 use hearth_api::kueue::{
     ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceQuota, quantity_to_i64,
 };
-use hearth_api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hearth_api::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
 };
@@ -33,6 +33,7 @@ pub(crate) fn at(secs: i64) -> Time {
 
 pub(crate) fn settings() -> PlanSettings {
     PlanSettings {
+        namespace: "hearth".into(),
         cluster_queue: QUEUE.into(),
         gpu_resource_prefix: "fournos/gpu-".into(),
         cluster_slots: 100,
@@ -108,7 +109,7 @@ impl ClusterBuilder {
 
 /// A ResourceFlavor as Hearth makes it, with Kueue's finalizer.
 pub(crate) fn hearth_flavor(name: &str) -> ResourceFlavor {
-    let mut flavor = desired_flavor(name);
+    let mut flavor = desired_flavor(name, "hearth");
     flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
     flavor
 }
@@ -279,7 +280,7 @@ impl World {
             flavors: self
                 .flavors
                 .iter()
-                .map(ObservedFlavor::from_flavor)
+                .map(|f| ObservedFlavor::from_flavor(f, &self.settings.namespace))
                 .collect(),
         }
     }
@@ -439,11 +440,9 @@ impl World {
     /// Whether a flavor carries Hearth's label.
     pub fn is_hearths(&self, name: &str) -> bool {
         self.flavor(name).is_some_and(|f| {
-            f.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .is_some_and(|v| v == MANAGED_BY_VALUE)
+            let label = |key| f.metadata.labels.as_ref().and_then(|l| l.get(key));
+            label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
+                && label(CLUSTER_NAMESPACE_LABEL) == Some(&self.settings.namespace)
         })
     }
 }

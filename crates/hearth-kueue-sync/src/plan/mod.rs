@@ -5,8 +5,10 @@
 //!
 //! # Rules
 //!
-//! **Ownership.** A ResourceFlavor is Hearth's iff it carries the label
-//! `app.kubernetes.io/managed-by=hearth`. A ClusterQueue flavor entry is Hearth's iff
+//! **Ownership.** A ResourceFlavor is Hearth's iff it carries the labels
+//! `app.kubernetes.io/managed-by=hearth` and `fournos.dev/cluster-namespace=<this Hearth's
+//! namespace>` (ResourceFlavors are cluster-scoped: a Hearth in another namespace of the
+//! same management cluster owns its own, and they are foreign here). A ClusterQueue flavor entry is Hearth's iff
 //! its ResourceFlavor is Hearth's; every other entry, group and field is *foreign* and
 //! is kept as found, with the single exception below (the resource group covering
 //! `fournos/cluster-slot` must stay valid). An entry naming a ResourceFlavor that does
@@ -102,7 +104,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec};
-use hearth_api::names::{CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use observe::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
@@ -123,6 +127,10 @@ pub const MAX_RESOURCE_GROUPS: usize = 16;
 /// The settings the plan depends on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlanSettings {
+    /// Namespace of the FournosClusters (`HEARTH_NAMESPACE`). Hearth's flavors carry it
+    /// in [`CLUSTER_NAMESPACE_LABEL`]; flavors of a Hearth in another namespace are
+    /// foreign.
+    pub namespace: String,
     /// Name of the shared ClusterQueue (`HEARTH_KUEUE_CLUSTER_QUEUE_NAME`).
     pub cluster_queue: String,
     /// Prefix of GPU quota resources (`HEARTH_GPU_RESOURCE_PREFIX`), e.g. `fournos/gpu-`.
@@ -260,14 +268,16 @@ pub fn plan(input: &PlanInput) -> Plan {
         let state = match flavors.get(cluster.name.as_str()) {
             _ if !is_label_value(&cluster.name) => FlavorState::InvalidName,
             None => {
-                plan.flavors_to_create.push(desired_flavor(&cluster.name));
+                plan.flavors_to_create
+                    .push(desired_flavor(&cluster.name, &settings.namespace));
                 FlavorState::Creating
             }
             Some(f) if !f.is_hearths() => FlavorState::NotManaged,
             Some(f) if f.deleting => FlavorState::Deleting,
             Some(f) => {
                 if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
-                    plan.flavors_to_repair.push(desired_flavor(&cluster.name));
+                    plan.flavors_to_repair
+                        .push(desired_flavor(&cluster.name, &settings.namespace));
                 }
                 FlavorState::Ready
             }
@@ -351,15 +361,15 @@ pub fn plan(input: &PlanInput) -> Plan {
     plan
 }
 
-/// The ResourceFlavor Hearth wants for `cluster`.
-pub fn desired_flavor(cluster: &str) -> ResourceFlavor {
+/// The ResourceFlavor Hearth wants for `cluster`, a FournosCluster in `namespace`.
+pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
     ResourceFlavor {
         metadata: ObjectMeta {
             name: Some(cluster.to_owned()),
-            labels: Some(BTreeMap::from([(
-                MANAGED_BY_LABEL.to_owned(),
-                MANAGED_BY_VALUE.to_owned(),
-            )])),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+                (CLUSTER_NAMESPACE_LABEL.to_owned(), namespace.to_owned()),
+            ])),
             ..ObjectMeta::default()
         },
         spec: ResourceFlavorSpec {

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use hearth_api::conditions;
 use hearth_api::kueue::ResourceFlavor;
-use hearth_api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE, condition_types};
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, condition_types,
+};
 use hearth_api::{FournosCluster, GpuInfo, KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -66,7 +68,8 @@ impl ObservedCluster {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedFlavor {
     pub name: String,
-    /// Carries `app.kubernetes.io/managed-by=hearth`.
+    /// Carries `app.kubernetes.io/managed-by=hearth` and
+    /// `fournos.dev/cluster-namespace=<this Hearth's namespace>`.
     pub managed_by_hearth: bool,
     /// `spec.nodeLabels`.
     pub node_labels: BTreeMap<String, String>,
@@ -77,15 +80,14 @@ pub struct ObservedFlavor {
 }
 
 impl ObservedFlavor {
-    pub fn from_flavor(flavor: &ResourceFlavor) -> Self {
+    /// `flavor` as seen by the Hearth whose FournosClusters live in `namespace`.
+    pub fn from_flavor(flavor: &ResourceFlavor, namespace: &str) -> Self {
         let meta = &flavor.metadata;
+        let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
         Self {
             name: meta.name.clone().unwrap_or_default(),
-            managed_by_hearth: meta
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(MANAGED_BY_LABEL))
-                .is_some_and(|v| v == MANAGED_BY_VALUE),
+            managed_by_hearth: label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
+                && label(CLUSTER_NAMESPACE_LABEL).is_some_and(|v| v == namespace),
             node_labels: flavor.spec.node_labels.clone(),
             deleting: meta.deletion_timestamp.is_some(),
             in_use: meta
@@ -97,7 +99,8 @@ impl ObservedFlavor {
 
     /// Whether Hearth manages this flavor and its ClusterQueue entry.
     ///
-    /// The one place that decides ownership. Today: the managed-by label, nothing else.
+    /// The one place that decides ownership. Today: the managed-by and cluster-namespace
+    /// labels, nothing else.
     /// Hook for adopting legacy flavors (made by the Python controller, or by hand,
     /// without the label): decide adoption here — e.g. a flavor whose only node label
     /// is `fournos.dev/cluster=<its own name>` and whose name is a live cluster — and

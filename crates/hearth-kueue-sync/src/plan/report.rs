@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use hearth_api::conditions::{DesiredCondition, Status};
 use hearth_api::names::{
-    CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    condition_types::KUEUE_SYNCED,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE, condition_types::KUEUE_SYNCED,
 };
 use hearth_api::{KubeconfigStatus, KueueStatus};
 
@@ -108,15 +108,18 @@ pub(crate) fn cluster_report(
             );
         }
         FlavorState::NotManaged => {
+            let namespace = &settings.namespace;
             return no_entry(
                 SyncReason::FlavorNotManaged,
                 format!(
-                    "A ResourceFlavor named '{name}' exists but is not Hearth's (it lacks the \
-                     label {MANAGED_BY_LABEL}={MANAGED_BY_VALUE}), so Hearth leaves it and its \
-                     ClusterQueue entries alone and publishes no quota for this cluster. \
-                     Remove it from every ClusterQueue and delete it, and Hearth creates its \
-                     own; or, if it selects {CLUSTER_NODE_LABEL}={name}, add that label to \
-                     hand it over to Hearth."
+                    "A ResourceFlavor named '{name}' exists but is not this Hearth's (it lacks \
+                     the labels {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and \
+                     {CLUSTER_NAMESPACE_LABEL}={namespace}: someone else, or a Hearth in \
+                     another namespace, made it), so Hearth leaves it and its ClusterQueue \
+                     entries alone and publishes no quota for this cluster. Remove it from \
+                     every ClusterQueue and delete it, and Hearth creates its own; or, if it \
+                     selects {CLUSTER_NODE_LABEL}={name} and nobody else uses it, add those \
+                     labels to hand it over to Hearth."
                 ),
             );
         }

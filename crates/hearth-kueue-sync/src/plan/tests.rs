@@ -1,6 +1,8 @@
 use hearth_api::KubeconfigStatus;
 use hearth_api::conditions;
-use hearth_api::names::{CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, condition_types::KUEUE_SYNCED};
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, condition_types::KUEUE_SYNCED,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::json;
 
@@ -414,7 +416,7 @@ fn unlabeled_flavor_named_like_a_cluster_is_not_touched() {
     assert!(
         a.condition
             .message
-            .contains("lacks the label app.kubernetes.io/managed-by=hearth"),
+            .contains("lacks the labels app.kubernetes.io/managed-by=hearth and"),
         "{}",
         a.condition.message
     );
@@ -1145,7 +1147,7 @@ fn cluster_name_too_long_for_a_node_label_gets_nothing() {
 fn observed_views_read_the_api_objects() {
     let mut flavor = hearth_flavor("a");
     flavor.metadata.deletion_timestamp = Some(crate::testing::at(1));
-    let observed = ObservedFlavor::from_flavor(&flavor);
+    let observed = ObservedFlavor::from_flavor(&flavor, "hearth");
     assert_eq!(
         observed,
         ObservedFlavor {
@@ -1156,7 +1158,11 @@ fn observed_views_read_the_api_objects() {
             in_use: true,
         }
     );
-    assert!(!ObservedFlavor::from_flavor(&foreign_flavor("x")).is_hearths());
+    assert!(!ObservedFlavor::from_flavor(&foreign_flavor("x"), "hearth").is_hearths());
+    assert!(
+        !ObservedFlavor::from_flavor(&flavor, "hearth-staging").is_hearths(),
+        "another Hearth's flavor"
+    );
 
     let c = ObservedCluster::from_cluster(
         &cluster("a")
@@ -1177,11 +1183,14 @@ fn observed_views_read_the_api_objects() {
 #[test]
 fn desired_flavor_is_the_contract() {
     assert_eq!(
-        serde_json::to_value(desired_flavor("gpu-a")).unwrap(),
+        serde_json::to_value(desired_flavor("gpu-a", "hearth")).unwrap(),
         json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
-            "metadata": {"name": "gpu-a", "labels": {"app.kubernetes.io/managed-by": "hearth"}},
+            "metadata": {"name": "gpu-a", "labels": {
+                "app.kubernetes.io/managed-by": "hearth",
+                "fournos.dev/cluster-namespace": "hearth",
+            }},
             "spec": {"nodeLabels": {"fournos.dev/cluster": "gpu-a"}},
         })
     );
@@ -1427,4 +1436,44 @@ fn random_worlds_converge_to_a_valid_fixpoint_and_stay_there() {
             check_converged(&world, &foreign_group, seed);
         }
     }
+}
+
+#[test]
+fn flavors_of_a_hearth_in_another_namespace_are_foreign() {
+    // Another Hearth (namespace hearth-staging) on the same management cluster made "s",
+    // listed in this queue, and a flavor named like this Hearth's cluster "a".
+    let theirs = |name: &str| {
+        let mut flavor = desired_flavor(name, "hearth-staging");
+        flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
+        flavor
+    };
+    let mut world = World::new()
+        .with_clusters([cluster("a").gpu("a100", 8), cluster("b").gpu("a100", 4)])
+        .with_flavors([theirs("s"), theirs("a")])
+        .with_queue(Some(queue(json!({"resourceGroups": [{
+            "coveredResources": [SLOT],
+            "flavors": [{"name": "s", "resources": [{"name": SLOT, "nominalQuota": "7"}]}],
+        }]}))));
+    world.converge();
+
+    assert!(
+        world.flavor("s").is_some(),
+        "another Hearth's flavor is not swept"
+    );
+    assert_eq!(
+        world.flavor("a").unwrap().metadata.labels.as_ref().unwrap()[CLUSTER_NAMESPACE_LABEL],
+        "hearth-staging",
+        "nor adopted"
+    );
+    let quotas = slot_group_quotas(world.queue());
+    assert_eq!(quotas[0], ("s".into(), q(&[(SLOT, 7), (&gpu("a100"), 0)])));
+    assert!(quotas.iter().all(|(name, _)| name != "a"));
+    let a = synced(&world, "a");
+    assert_eq!(a.reason, "FlavorNotManaged");
+    assert!(
+        a.message.contains("fournos.dev/cluster-namespace=hearth"),
+        "{}",
+        a.message
+    );
+    assert_eq!(synced(&world, "b").reason, "Synced");
 }

@@ -1,0 +1,364 @@
+//! Apply: the API calls that carry out a plan, one kind of write each.
+//!
+//! - ResourceFlavors Hearth owns: server-side apply under [`KUEUE_SYNC`], forced (the
+//!   label says they are Hearth's), and deletes with `uid`/`resourceVersion`
+//!   preconditions (a flavor recreated or changed meanwhile is left to the next round).
+//! - The shared ClusterQueue: `PUT` of the object as observed with only `spec` replaced,
+//!   carrying the observed `resourceVersion`, so a concurrent writer makes it fail with
+//!   409 instead of being overwritten. Never server-side apply or merge patch: Hearth
+//!   would then either claim fields others own or lose their concurrent changes.
+//! - FournosCluster status: server-side apply of kueue-sync's own fields.
+
+use hearth_api::FournosCluster;
+use hearth_api::kueue::{ClusterQueue, ClusterQueueSpec, ResourceFlavor};
+use hearth_api::names::controllers::KUEUE_SYNC;
+use hearth_runtime::events::Events;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::core::DeserializeGuard;
+
+use crate::error::{Error, is_conflict, is_not_found};
+use crate::metrics::Metrics;
+use crate::plan::ClusterSync;
+use crate::report::{EventSpec, status_patch};
+
+/// What kueue-sync writes with, in its own namespace.
+#[derive(Clone)]
+pub(crate) struct Writer {
+    namespace: String,
+    pub clusters: Api<FournosCluster>,
+    pub queues: Api<ClusterQueue>,
+    pub queue_reads: Api<DeserializeGuard<ClusterQueue>>,
+    pub flavors: Api<ResourceFlavor>,
+    pub events: Events,
+    pub metrics: Metrics,
+}
+
+/// What a flavor write is for (a metric label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlavorAction {
+    Create,
+    Repair,
+}
+
+impl FlavorAction {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Repair => "repair",
+        }
+    }
+}
+
+impl Writer {
+    pub fn new(client: kube::Client, namespace: &str, events: Events, metrics: Metrics) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            clusters: Api::namespaced(client.clone(), namespace),
+            queues: Api::all(client.clone()),
+            queue_reads: Api::all(client.clone()),
+            flavors: Api::all(client),
+            events,
+            metrics,
+        }
+    }
+
+    /// Where the FournosClusters live.
+    pub fn clusters_namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// Creates or repairs one of Hearth's ResourceFlavors.
+    pub async fn apply_flavor(
+        &self,
+        flavor: &ResourceFlavor,
+        action: FlavorAction,
+    ) -> Result<ResourceFlavor, Error> {
+        let name = flavor.metadata.name.clone().unwrap_or_default();
+        let result = self
+            .flavors
+            .patch(
+                &name,
+                &PatchParams::apply(KUEUE_SYNC).force(),
+                &Patch::Apply(flavor),
+            )
+            .await;
+        self.metrics.flavor_write(action.as_str(), result.is_ok());
+        match result {
+            Ok(written) => {
+                tracing::info!(flavor = %name, action = action.as_str(), "applied ResourceFlavor");
+                Ok(written)
+            }
+            Err(source) => Err(Error::ApplyFlavor { name, source }),
+        }
+    }
+
+    /// Deletes one of Hearth's ResourceFlavors, if it is still the one observed. Gone
+    /// already, or changed since: nothing to do now (the next round re-plans).
+    pub async fn delete_flavor(
+        &self,
+        name: &str,
+        uid: Option<String>,
+        resource_version: Option<String>,
+    ) -> Result<(), Error> {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version,
+            }),
+            ..DeleteParams::default()
+        };
+        let result = self.flavors.delete(name, &params).await;
+        self.metrics.flavor_write("delete", result.is_ok());
+        match result {
+            Ok(_) => {
+                tracing::info!(flavor = %name, "deleted ResourceFlavor");
+                Ok(())
+            }
+            Err(error) if is_not_found(&error) || is_conflict(&error) => {
+                tracing::debug!(flavor = %name, %error, "ResourceFlavor changed or gone before its delete");
+                Ok(())
+            }
+            Err(source) => Err(Error::DeleteFlavor {
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+
+    /// The resourceVersion-guarded update of the ClusterQueue. A 409 means someone
+    /// else wrote first: re-observe and re-plan.
+    pub async fn update_cluster_queue(
+        &self,
+        observed: &ClusterQueue,
+        spec: &ClusterQueueSpec,
+    ) -> Result<ClusterQueue, kube::Error> {
+        let update = cluster_queue_update(observed, spec);
+        let name = update.metadata.name.clone().unwrap_or_default();
+        let params = PostParams {
+            dry_run: false,
+            field_manager: Some(KUEUE_SYNC.to_owned()),
+        };
+        self.queues.replace(&name, &params, &update).await
+    }
+
+    /// One read of the ClusterQueue, when the watch cache lags after a conflict.
+    /// `None`: it no longer exists.
+    pub async fn get_cluster_queue(
+        &self,
+        name: &str,
+    ) -> Result<Option<DeserializeGuard<ClusterQueue>>, Error> {
+        self.queue_reads
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::ReadClusterQueue {
+                name: name.to_owned(),
+                source,
+            })
+    }
+
+    /// Writes `sync` to the cluster's status.
+    pub async fn write_status(
+        &self,
+        cluster: &FournosCluster,
+        sync: &ClusterSync,
+        now: &Time,
+    ) -> Result<FournosCluster, kube::Error> {
+        let patch = status_patch(cluster, sync, now);
+        let result =
+            hearth_runtime::status::apply_status(&self.clusters, cluster, KUEUE_SYNC, patch).await;
+        self.metrics.status_write(result.is_ok());
+        result
+    }
+
+    pub async fn publish(&self, regarding: &ObjectReference, event: &EventSpec) {
+        if event.warning {
+            self.events
+                .warning(regarding, event.reason, event.action, event.note.clone())
+                .await;
+        } else {
+            self.events
+                .normal(regarding, event.reason, event.action, event.note.clone())
+                .await;
+        }
+    }
+}
+
+/// The object to `PUT`: the ClusterQueue as observed (`resourceVersion`, labels,
+/// annotations, every spec field Hearth does not model) with `spec` replaced. Without
+/// `managedFields` (the server keeps its own) and `status` (a subresource; ignored).
+pub(crate) fn cluster_queue_update(
+    observed: &ClusterQueue,
+    spec: &ClusterQueueSpec,
+) -> ClusterQueue {
+    let mut update = observed.clone();
+    update.metadata.managed_fields = None;
+    update.status = None;
+    update.spec = spec.clone();
+    update
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::queue;
+    use http::{Method, Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use serde_json::{Value, json};
+    use std::sync::{Arc, Mutex};
+
+    fn observed() -> ClusterQueue {
+        serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {
+                "name": "fournos-queue",
+                "resourceVersion": "4242",
+                "uid": "u-1",
+                "labels": {"team": "platform"},
+                "managedFields": [{"manager": "argocd", "operation": "Apply"}]
+            },
+            "spec": {"cohortName": "gpu", "resourceGroups": []},
+            "status": {"conditions": [{"type": "Active", "status": "True", "reason": "Ready",
+                        "message": "", "lastTransitionTime": "2026-11-21T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_update_is_the_observed_object_with_the_new_spec() {
+        let spec = queue(json!({"cohortName": "gpu", "resourceGroups": [
+            {"coveredResources": ["fournos/cluster-slot"],
+             "flavors": [{"name": "a", "resources": [{"name": "fournos/cluster-slot", "nominalQuota": "100"}]}]}
+        ]}));
+        let update = serde_json::to_value(cluster_queue_update(&observed(), &spec)).unwrap();
+        assert_eq!(update["metadata"]["resourceVersion"], "4242");
+        assert_eq!(update["metadata"]["labels"]["team"], "platform");
+        assert!(update["metadata"].get("managedFields").is_none());
+        assert!(update.get("status").is_none());
+        assert_eq!(update["spec"]["cohortName"], "gpu");
+        assert_eq!(
+            update["spec"]["resourceGroups"][0]["flavors"][0]["name"],
+            "a"
+        );
+    }
+
+    /// What the fake API server saw: method, path and query, body.
+    type Seen = Arc<Mutex<Vec<(Method, String, Value)>>>;
+
+    /// A client whose API server answers every request with `status` and `body`.
+    fn fake_client(status: StatusCode, body: Value) -> (kube::Client, Seen) {
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let log = log.clone();
+            let body = body.clone();
+            async move {
+                let (parts, request_body) = request.into_parts();
+                let bytes = request_body.collect().await?.to_bytes();
+                let sent = if bytes.is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_slice(&bytes)?
+                };
+                log.lock().unwrap().push((
+                    parts.method,
+                    parts.uri.path_and_query().unwrap().to_string(),
+                    sent,
+                ));
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&body)?))?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        (kube::Client::new(service, "hearth"), seen)
+    }
+
+    fn writer(client: kube::Client) -> Writer {
+        let (_, leader) = tokio::sync::watch::channel(false);
+        let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader);
+        let mut registry = prometheus_client::registry::Registry::default();
+        Writer::new(client, "hearth", events, Metrics::register(&mut registry))
+    }
+
+    #[tokio::test]
+    async fn the_cluster_queue_is_put_with_the_observed_resource_version() {
+        let mut answer = serde_json::to_value(observed()).unwrap();
+        answer["metadata"]["resourceVersion"] = json!("4243");
+        let (client, seen) = fake_client(StatusCode::OK, answer);
+        let spec = queue(json!({"cohortName": "gpu"}));
+        let written = writer(client)
+            .update_cluster_queue(&observed(), &spec)
+            .await
+            .unwrap();
+        assert_eq!(written.metadata.resource_version.as_deref(), Some("4243"));
+
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "exactly one request: {seen:?}");
+        let (method, path, body) = &seen[0];
+        assert_eq!(method, Method::PUT);
+        assert_eq!(
+            path,
+            "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fournos-queue?&fieldManager=hearth-kueue-sync"
+        );
+        assert_eq!(body["metadata"]["resourceVersion"], "4242");
+        assert_eq!(body["metadata"]["uid"], "u-1");
+        assert_eq!(body["spec"], json!({"cohortName": "gpu"}));
+    }
+
+    #[tokio::test]
+    async fn a_stale_resource_version_is_a_conflict() {
+        let status = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
+            "code": 409,
+            "message": "Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io \"fournos-queue\": the object has been modified; please apply your changes to the latest version and try again"
+        });
+        let (client, _) = fake_client(StatusCode::CONFLICT, status);
+        let error = writer(client)
+            .update_cluster_queue(&observed(), &queue(json!({})))
+            .await
+            .unwrap_err();
+        assert!(is_conflict(&error), "{error:?}");
+    }
+
+    #[tokio::test]
+    async fn flavors_are_server_side_applied_and_deleted_with_preconditions() {
+        let flavor = crate::plan::desired_flavor("a", "hearth");
+        let (client, seen) = fake_client(StatusCode::OK, serde_json::to_value(&flavor).unwrap());
+        let writer = writer(client);
+        writer
+            .apply_flavor(&flavor, FlavorAction::Create)
+            .await
+            .unwrap();
+        writer
+            .delete_flavor("a", Some("u-a".into()), Some("7".into()))
+            .await
+            .unwrap();
+
+        let seen = seen.lock().unwrap();
+        let (method, path, body) = &seen[0];
+        assert_eq!(method, Method::PATCH);
+        assert_eq!(
+            path,
+            "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/a?&force=true&fieldManager=hearth-kueue-sync"
+        );
+        assert_eq!(body["apiVersion"], "kueue.x-k8s.io/v1beta2");
+        assert_eq!(body["kind"], "ResourceFlavor");
+        assert_eq!(
+            body["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "hearth"
+        );
+        assert_eq!(body["spec"]["nodeLabels"]["fournos.dev/cluster"], "a");
+
+        let (method, path, body) = &seen[1];
+        assert_eq!(method, Method::DELETE);
+        assert_eq!(path, "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/a?");
+        assert_eq!(
+            body["preconditions"],
+            json!({"uid": "u-a", "resourceVersion": "7"})
+        );
+    }
+}

@@ -1,0 +1,293 @@
+//! kueue-sync's metrics, exported as `hearth_kueue_sync_*` (the runtime adds `hearth_`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::plan::{Plan, SyncReason};
+
+type Labels1 = [(&'static str, String); 1];
+type Labels2 = [(&'static str, String); 2];
+
+/// Outcome label of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Ok,
+    Conflict,
+    Error,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Conflict => "conflict",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The handles; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    reconciles: Counter,
+    reconcile_errors: Family<Labels1, Counter>,
+    reconcile_duration: Histogram,
+    cluster_queue_writes: Family<Labels1, Counter>,
+    cluster_queue_conflicts: Counter,
+    flavor_writes: Family<Labels2, Counter>,
+    status_writes: Family<Labels1, Counter>,
+    flavors_managed: Gauge,
+    quota_published: Family<Labels2, Gauge>,
+    clusters: Family<Labels1, Gauge>,
+    invalid_objects: Family<Labels1, Gauge>,
+    watch_errors: Family<Labels1, Counter>,
+    /// The `(cluster, resource)` series of `quota_published` set last time, to remove
+    /// those of clusters that are gone.
+    published: Arc<Mutex<BTreeSet<(String, String)>>>,
+}
+
+impl Metrics {
+    /// Registers every metric under `kueue_sync` in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            reconciles: Counter::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            cluster_queue_writes: Family::default(),
+            cluster_queue_conflicts: Counter::default(),
+            flavor_writes: Family::default(),
+            status_writes: Family::default(),
+            flavors_managed: Gauge::default(),
+            quota_published: Family::default(),
+            clusters: Family::default(),
+            invalid_objects: Family::default(),
+            watch_errors: Family::default(),
+            published: Arc::default(),
+        };
+        let r = registry.sub_registry_with_prefix("kueue_sync");
+        r.register(
+            "reconciles",
+            "Global reconciles run (every FournosCluster, the ClusterQueue and the flavors at once)",
+            metrics.reconciles.clone(),
+        );
+        r.register(
+            "reconcile_errors",
+            "Reconciles that failed, by reason",
+            metrics.reconcile_errors.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Duration of a reconcile, writes included",
+            metrics.reconcile_duration.clone(),
+        );
+        r.register(
+            "cluster_queue_writes",
+            "resourceVersion-guarded ClusterQueue updates, by outcome (ok, conflict, error)",
+            metrics.cluster_queue_writes.clone(),
+        );
+        r.register(
+            "cluster_queue_conflicts",
+            "ClusterQueue updates refused because another writer changed it first (then re-planned)",
+            metrics.cluster_queue_conflicts.clone(),
+        );
+        r.register(
+            "flavor_writes",
+            "ResourceFlavor writes, by action (create, repair, delete) and outcome",
+            metrics.flavor_writes.clone(),
+        );
+        r.register(
+            "status_writes",
+            "FournosCluster status writes (status.kueue, KueueSynced), by outcome",
+            metrics.status_writes.clone(),
+        );
+        r.register(
+            "flavors_managed",
+            "ResourceFlavors carrying app.kubernetes.io/managed-by=hearth",
+            metrics.flavors_managed.clone(),
+        );
+        r.register(
+            "quota_published",
+            "Quota published in the ClusterQueue, per cluster and resource (0 while drained)",
+            metrics.quota_published.clone(),
+        );
+        r.register(
+            "clusters",
+            "Live FournosClusters by KueueSynced reason",
+            metrics.clusters.clone(),
+        );
+        r.register(
+            "invalid_objects",
+            "Watched objects that do not decode and are skipped, by kind",
+            metrics.invalid_objects.clone(),
+        );
+        r.register(
+            "watch_errors",
+            "Errors of the watches (retried with backoff), by kind",
+            metrics.watch_errors.clone(),
+        );
+        metrics
+    }
+
+    pub(crate) fn reconciled(&self, elapsed: Duration, error: Option<&'static str>) {
+        self.reconciles.inc();
+        self.reconcile_duration.observe(elapsed.as_secs_f64());
+        if let Some(reason) = error {
+            self.reconcile_errors
+                .get_or_create(&[("reason", reason.to_owned())])
+                .inc();
+        }
+    }
+
+    pub(crate) fn cluster_queue_write(&self, outcome: Outcome) {
+        self.cluster_queue_writes
+            .get_or_create(&[("outcome", outcome.as_str().to_owned())])
+            .inc();
+        if outcome == Outcome::Conflict {
+            self.cluster_queue_conflicts.inc();
+        }
+    }
+
+    pub(crate) fn flavor_write(&self, action: &'static str, ok: bool) {
+        let outcome = if ok { Outcome::Ok } else { Outcome::Error };
+        self.flavor_writes
+            .get_or_create(&[
+                ("action", action.to_owned()),
+                ("outcome", outcome.as_str().to_owned()),
+            ])
+            .inc();
+    }
+
+    pub(crate) fn status_write(&self, ok: bool) {
+        let outcome = if ok { Outcome::Ok } else { Outcome::Error };
+        self.status_writes
+            .get_or_create(&[("outcome", outcome.as_str().to_owned())])
+            .inc();
+    }
+
+    pub(crate) fn watch_error(&self, kind: &'static str) {
+        self.watch_errors
+            .get_or_create(&[("kind", kind.to_owned())])
+            .inc();
+    }
+
+    pub(crate) fn observed(&self, flavors_managed: usize, invalid: &BTreeMap<&'static str, usize>) {
+        self.flavors_managed
+            .set(i64::try_from(flavors_managed).unwrap_or(i64::MAX));
+        for kind in ["FournosCluster", "ClusterQueue", "ResourceFlavor"] {
+            let n = invalid.get(kind).copied().unwrap_or(0);
+            self.invalid_objects
+                .get_or_create(&[("kind", kind.to_owned())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// What `plan` says every cluster publishes and why: call once its writes succeeded.
+    pub(crate) fn published(&self, plan: &Plan) {
+        let mut by_reason: BTreeMap<&str, i64> =
+            SyncReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+        let mut now = BTreeSet::new();
+        for (cluster, sync) in &plan.clusters {
+            *by_reason.entry(sync.reason()).or_default() += 1;
+            for (resource, quota) in sync.kueue.iter().flat_map(|k| &k.quotas) {
+                self.quota_published
+                    .get_or_create(&[("cluster", cluster.clone()), ("resource", resource.clone())])
+                    .set(*quota);
+                now.insert((cluster.clone(), resource.clone()));
+            }
+        }
+        for (reason, n) in by_reason {
+            self.clusters
+                .get_or_create(&[("reason", reason.to_owned())])
+                .set(n);
+        }
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (cluster, resource) in published.difference(&now) {
+            self.quota_published
+                .remove(&[("cluster", cluster.clone()), ("resource", resource.clone())]);
+        }
+        *published = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{World, cluster};
+    use prometheus_client::encoding::text::encode;
+
+    fn text(registry: &Registry) -> String {
+        let mut out = String::new();
+        encode(&mut out, registry).unwrap();
+        out
+    }
+
+    #[test]
+    fn published_quota_follows_the_clusters() {
+        let mut registry = Registry::with_prefix("hearth");
+        let metrics = Metrics::register(&mut registry);
+        let mut world = World::new().with_clusters([
+            cluster("a").gpu("a100", 8),
+            cluster("b").gpu("h100", 4).created(1),
+        ]);
+        world.converge();
+        metrics.published(&world.plan());
+        let out = text(&registry);
+        assert!(
+            out.contains(
+                "hearth_kueue_sync_quota_published{cluster=\"a\",resource=\"fournos/gpu-a100\"} 8"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("hearth_kueue_sync_clusters{reason=\"Synced\"} 2"),
+            "{out}"
+        );
+        assert!(
+            out.contains("hearth_kueue_sync_clusters{reason=\"Drained\"} 0"),
+            "{out}"
+        );
+
+        world.remove_cluster("a");
+        world.converge();
+        metrics.published(&world.plan());
+        let out = text(&registry);
+        assert!(!out.contains("cluster=\"a\""), "{out}");
+        assert!(
+            out.contains(
+                "hearth_kueue_sync_quota_published{cluster=\"b\",resource=\"fournos/gpu-h100\"} 4"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn writes_are_counted_by_outcome() {
+        let mut registry = Registry::with_prefix("hearth");
+        let metrics = Metrics::register(&mut registry);
+        metrics.cluster_queue_write(Outcome::Ok);
+        metrics.cluster_queue_write(Outcome::Conflict);
+        metrics.flavor_write("create", true);
+        metrics.reconciled(Duration::from_millis(3), Some("WriteStatusFailed"));
+        let out = text(&registry);
+        for line in [
+            "hearth_kueue_sync_cluster_queue_writes_total{outcome=\"ok\"} 1",
+            "hearth_kueue_sync_cluster_queue_writes_total{outcome=\"conflict\"} 1",
+            "hearth_kueue_sync_cluster_queue_conflicts_total 1",
+            "hearth_kueue_sync_flavor_writes_total{action=\"create\",outcome=\"ok\"} 1",
+            "hearth_kueue_sync_reconcile_errors_total{reason=\"WriteStatusFailed\"} 1",
+            "hearth_kueue_sync_reconciles_total 1",
+        ] {
+            assert!(out.contains(line), "{line} in\n{out}");
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Observe: the plan's input, read from the watch caches only (no API call).
+//!
+//! Objects that do not decode are kept in the caches as [`DeserializeGuard`] errors so
+//! that one bad object never stops a watch. Here they become:
+//! - a FournosCluster: a cluster known only by its metadata, treated as drained (its
+//!   flavor and entry stay, with zero quota, since its GPUs cannot be read) and never
+//!   given a status write; reported in logs and once per version as a Warning Event;
+//! - a ResourceFlavor: known by its metadata (name, labels, deletion, finalizers) with
+//!   no node labels;
+//! - the ClusterQueue: the reconcile stops with [`Error::InvalidClusterQueue`]; Hearth
+//!   never rewrites an object it cannot fully read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hearth_api::FournosCluster;
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
+use kube::runtime::reflector::Store;
+
+use crate::error::Error;
+use crate::plan::{ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
+
+pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
+pub(crate) type QueueObject = DeserializeGuard<ClusterQueue>;
+pub(crate) type FlavorObject = DeserializeGuard<ResourceFlavor>;
+
+/// The three watch caches.
+#[derive(Clone)]
+pub(crate) struct Stores {
+    pub clusters: Store<ClusterObject>,
+    pub queues: Store<QueueObject>,
+    pub flavors: Store<FlavorObject>,
+}
+
+impl Stores {
+    /// The ClusterQueue named `name` as cached, if any.
+    pub fn queue(&self, name: &str) -> Option<Arc<QueueObject>> {
+        self.queues
+            .state()
+            .into_iter()
+            .find(|q| meta_name(q.as_ref()) == name)
+    }
+
+    /// Everything the plan needs, from the caches; `queue` replaces the cached
+    /// ClusterQueue (after a conflict the cache may lag behind a GET).
+    pub fn snapshot(
+        &self,
+        settings: &PlanSettings,
+        queue: Option<Option<Arc<QueueObject>>>,
+    ) -> Result<Snapshot, Error> {
+        let queue = queue.unwrap_or_else(|| self.queue(&settings.cluster_queue));
+        snapshot(
+            settings,
+            &self.clusters.state(),
+            queue.as_deref(),
+            &self.flavors.state(),
+        )
+    }
+}
+
+/// An object that does not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Invalid {
+    pub kind: &'static str,
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub message: String,
+}
+
+/// The observed world: the plan's input and the objects the apply step writes to.
+#[derive(Clone, Debug)]
+pub(crate) struct Snapshot {
+    pub input: PlanInput,
+    /// FournosClusters that decoded, by name.
+    pub clusters: BTreeMap<String, FournosCluster>,
+    /// The ClusterQueue, if it exists.
+    pub queue: Option<ClusterQueue>,
+    /// `(uid, resourceVersion)` of every ResourceFlavor, for delete preconditions.
+    pub flavor_versions: BTreeMap<String, (Option<String>, Option<String>)>,
+    /// Objects skipped because they do not decode.
+    pub invalid: Vec<Invalid>,
+}
+
+impl Snapshot {
+    pub fn queue_resource_version(&self) -> Option<&str> {
+        self.queue
+            .as_ref()
+            .and_then(|q| q.metadata.resource_version.as_deref())
+    }
+
+    /// Invalid objects per kind (every kind present, zero included).
+    pub fn invalid_counts(&self) -> BTreeMap<&'static str, usize> {
+        let mut counts = BTreeMap::new();
+        for invalid in &self.invalid {
+            *counts.entry(invalid.kind).or_default() += 1;
+        }
+        counts
+    }
+
+    /// ResourceFlavors Hearth manages.
+    pub fn hearth_flavors(&self) -> usize {
+        self.input.flavors.iter().filter(|f| f.is_hearths()).count()
+    }
+}
+
+/// Builds the [`Snapshot`] from cached objects. Pure.
+pub(crate) fn snapshot(
+    settings: &PlanSettings,
+    clusters: &[Arc<ClusterObject>],
+    queue: Option<&QueueObject>,
+    flavors: &[Arc<FlavorObject>],
+) -> Result<Snapshot, Error> {
+    let mut invalid = Vec::new();
+    let mut observed_clusters = Vec::with_capacity(clusters.len());
+    let mut decoded = BTreeMap::new();
+    for object in clusters {
+        match &object.0 {
+            Ok(cluster) => {
+                observed_clusters.push(ObservedCluster::from_cluster(cluster));
+                decoded.insert(meta_name(object.as_ref()), cluster.clone());
+            }
+            Err(error) => {
+                observed_clusters.push(undecodable_cluster(error));
+                invalid.push(invalid_object("FournosCluster", error));
+            }
+        }
+    }
+
+    let queue = match queue.map(|q| &q.0) {
+        None => None,
+        Some(Ok(queue)) => Some(queue.clone()),
+        Some(Err(error)) => {
+            return Err(Error::InvalidClusterQueue {
+                name: settings.cluster_queue.clone(),
+                message: error.error.clone(),
+            });
+        }
+    };
+
+    let mut observed_flavors = Vec::with_capacity(flavors.len());
+    let mut flavor_versions = BTreeMap::new();
+    for object in flavors {
+        let meta = kube::Resource::meta(object.as_ref());
+        flavor_versions.insert(
+            meta_name(object.as_ref()),
+            (meta.uid.clone(), meta.resource_version.clone()),
+        );
+        match &object.0 {
+            Ok(flavor) => {
+                observed_flavors.push(ObservedFlavor::from_flavor(flavor, &settings.namespace))
+            }
+            Err(error) => {
+                let flavor = ResourceFlavor {
+                    metadata: error.metadata.clone(),
+                    spec: Default::default(),
+                };
+                observed_flavors.push(ObservedFlavor::from_flavor(&flavor, &settings.namespace));
+                invalid.push(invalid_object("ResourceFlavor", error));
+            }
+        }
+    }
+
+    Ok(Snapshot {
+        input: PlanInput {
+            settings: settings.clone(),
+            clusters: observed_clusters,
+            cluster_queue: queue.as_ref().map(|q| q.spec.clone()),
+            flavors: observed_flavors,
+        },
+        clusters: decoded,
+        queue,
+        flavor_versions,
+        invalid,
+    })
+}
+
+/// A FournosCluster known only by its metadata: it keeps its place, flavor and entry,
+/// with zero quota (no kubeconfig status means drained).
+fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
+    let meta = &error.metadata;
+    ObservedCluster {
+        name: meta.name.clone().unwrap_or_default(),
+        created: meta.creation_timestamp.as_ref().map(|t| t.0),
+        deleting: meta.deletion_timestamp.is_some(),
+        generation: meta.generation,
+        kubeconfig_secret: String::new(),
+        kubeconfig_status: None,
+        gpus: Vec::new(),
+        kueue: None,
+        synced_condition: None,
+    }
+}
+
+fn invalid_object(kind: &'static str, error: &InvalidObject) -> Invalid {
+    Invalid {
+        kind,
+        name: error.metadata.name.clone().unwrap_or_default(),
+        resource_version: error.metadata.resource_version.clone(),
+        message: error.error.clone(),
+    }
+}
+
+fn meta_name<K: kube::Resource>(object: &K) -> String {
+    object.meta().name.clone().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{cluster, hearth_flavor, settings};
+    use serde_json::json;
+
+    fn guard<K: serde::de::DeserializeOwned + kube::Resource>(
+        value: serde_json::Value,
+    ) -> Arc<DeserializeGuard<K>> {
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    fn valid_cluster(name: &str) -> Arc<ClusterObject> {
+        let mut value = serde_json::to_value(cluster(name).gpu("a100", 8).build()).unwrap();
+        value["metadata"]["resourceVersion"] = json!("7");
+        guard(value)
+    }
+
+    /// A FournosCluster whose status does not decode (a newer discovery's value).
+    fn broken_cluster(name: &str) -> Arc<ClusterObject> {
+        guard(json!({
+            "apiVersion": "fournos.dev/v1",
+            "kind": "FournosCluster",
+            "metadata": {"name": name, "namespace": "hearth", "resourceVersion": "9",
+                         "creationTimestamp": "2026-11-01T00:00:00Z"},
+            "spec": {"kubeconfigSecret": "kubeconfig-b"},
+            "status": {"kubeconfigStatus": "Expiring"}
+        }))
+    }
+
+    fn queue_object(spec: serde_json::Value) -> QueueObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": "fournos-queue", "resourceVersion": "42"},
+            "spec": spec
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn decoded_objects_become_the_plan_input() {
+        let flavor = hearth_flavor_object("a");
+        let queue = queue_object(json!({"cohortName": "x"}));
+        let snapshot =
+            snapshot(&settings(), &[valid_cluster("a")], Some(&queue), &[flavor]).unwrap();
+        assert_eq!(snapshot.input.clusters.len(), 1);
+        assert_eq!(snapshot.input.clusters[0].gpus[0].count, 8);
+        assert!(snapshot.clusters.contains_key("a"));
+        assert_eq!(snapshot.queue_resource_version(), Some("42"));
+        assert_eq!(
+            snapshot.input.cluster_queue.as_ref().unwrap().other["cohortName"],
+            json!("x")
+        );
+        assert_eq!(
+            snapshot.flavor_versions["a"],
+            (Some("u-a".into()), Some("3".into()))
+        );
+        assert_eq!(snapshot.hearth_flavors(), 1);
+        assert!(snapshot.invalid.is_empty());
+    }
+
+    fn hearth_flavor_object(name: &str) -> Arc<FlavorObject> {
+        let mut f = serde_json::to_value(hearth_flavor(name)).unwrap();
+        f["metadata"]["uid"] = json!(format!("u-{name}"));
+        f["metadata"]["resourceVersion"] = json!("3");
+        guard::<ResourceFlavor>(f)
+    }
+
+    #[test]
+    fn an_undecodable_cluster_keeps_its_place_drained_and_is_reported() {
+        let queue = queue_object(json!({}));
+        let snapshot = snapshot(
+            &settings(),
+            &[valid_cluster("a"), broken_cluster("b")],
+            Some(&queue),
+            &[hearth_flavor_object("a"), hearth_flavor_object("b")],
+        )
+        .unwrap();
+        let b = snapshot
+            .input
+            .clusters
+            .iter()
+            .find(|c| c.name == "b")
+            .unwrap();
+        assert!(b.drained() && !b.deleting && b.created.is_some());
+        assert!(
+            !snapshot.clusters.contains_key("b"),
+            "no status write target"
+        );
+        assert_eq!(snapshot.invalid.len(), 1);
+        assert_eq!(snapshot.invalid[0].kind, "FournosCluster");
+        assert_eq!(snapshot.invalid[0].name, "b");
+        assert_eq!(snapshot.invalid[0].resource_version.as_deref(), Some("9"));
+        assert_eq!(snapshot.invalid_counts()["FournosCluster"], 1);
+
+        // Its flavor is not swept as an orphan; its entry publishes zero.
+        let plan = crate::plan::plan(&snapshot.input);
+        assert!(plan.flavors_to_delete.is_empty());
+        assert_eq!(plan.clusters["b"].reason(), "Drained");
+        assert_eq!(plan.clusters["a"].reason(), "Synced");
+        let b_entry = plan.cluster_queue.unwrap().resource_groups[0]
+            .flavors
+            .iter()
+            .find(|f| f.name == "b")
+            .cloned()
+            .unwrap();
+        assert!(
+            b_entry.resources.iter().all(|q| q.nominal_quota.0 == "0"),
+            "{b_entry:?}"
+        );
+    }
+
+    #[test]
+    fn an_undecodable_cluster_queue_stops_the_reconcile() {
+        let queue = queue_object(json!({"resourceGroups": [{"flavors": "not a list"}]}));
+        assert!(queue.0.is_err());
+        let error = snapshot(&settings(), &[valid_cluster("a")], Some(&queue), &[]).unwrap_err();
+        assert_eq!(error.reason(), "InvalidClusterQueue");
+    }
+
+    #[test]
+    fn an_undecodable_flavor_is_known_by_its_metadata() {
+        let flavor = guard::<ResourceFlavor>(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "a", "labels": {"app.kubernetes.io/managed-by": "hearth",
+                                                  "fournos.dev/cluster-namespace": "hearth"}},
+            "spec": {"nodeLabels": {"fournos.dev/cluster": 5}}
+        }));
+        assert!(flavor.0.is_err());
+        let snapshot = snapshot(&settings(), &[], None, &[flavor]).unwrap();
+        assert!(snapshot.input.flavors[0].is_hearths());
+        assert!(snapshot.input.flavors[0].node_labels.is_empty());
+        assert_eq!(snapshot.invalid[0].kind, "ResourceFlavor");
+    }
+}

@@ -1,0 +1,423 @@
+//! One global reconcile: observe (the caches) → [`plan`] → apply → report, with the
+//! apply order the plan requires:
+//!
+//! 1. create and repair ResourceFlavors (an entry may only name an existing flavor);
+//! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
+//!    Conflict, wait briefly for the cache to show the other writer's version (one GET
+//!    if it does not), re-plan from that and try again, a bounded number of times;
+//! 3. delete orphaned flavors (the plan lists only those no entry references);
+//! 4. only once the ClusterQueue write succeeded: each changed cluster's status, and an
+//!    Event when its news changed.
+//!
+//! Then it waits (bounded) until the caches show its own writes, so that the reconcile
+//! those writes trigger plans from them instead of racing them into a conflict.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use hearth_api::FournosCluster;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::apply::{FlavorAction, Writer};
+use crate::error::{Error, is_conflict, is_not_found};
+use crate::metrics::Outcome;
+use crate::observe::{QueueObject, Snapshot, Stores};
+use crate::plan::{PlanSettings, cluster_queue_changes_summary, plan};
+use crate::report::{INVALID_OBJECT, event_for};
+
+/// ClusterQueue updates per reconcile before giving up (and retrying with backoff).
+pub(crate) const MAX_ATTEMPTS: usize = 5;
+/// How long to wait after a conflict for the cache to show the winner's version.
+const CACHE_LAG: Duration = Duration::from_secs(2);
+/// How long to wait for the caches to show this reconcile's own writes.
+const CATCH_UP: Duration = Duration::from_secs(5);
+/// Status writes in flight at once.
+const STATUS_CONCURRENCY: usize = 8;
+
+/// Everything a reconcile needs.
+pub(crate) struct Context {
+    pub settings: PlanSettings,
+    pub stores: Stores,
+    pub writer: Writer,
+    pub leader: watch::Receiver<bool>,
+    /// Bumped on every change any cache sees.
+    pub changes: watch::Receiver<u64>,
+    /// Invalid objects already reported, by `(kind, name, resourceVersion)`.
+    pub reported: Mutex<BTreeSet<(&'static str, String, Option<String>)>>,
+}
+
+/// A write whose result the caches should show before the next reconcile.
+#[derive(Debug)]
+enum Written {
+    Queue(String),
+    Flavor(String, String),
+    Cluster(String, String),
+}
+
+impl Context {
+    fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Runs one reconcile. Returns the number of writes made.
+    pub async fn reconcile(&self) -> Result<usize, Error> {
+        let mut fresh_queue: Option<Option<Arc<QueueObject>>> = None;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let snapshot = self.stores.snapshot(&self.settings, fresh_queue.take())?;
+            self.writer
+                .metrics
+                .observed(snapshot.hearth_flavors(), &snapshot.invalid_counts());
+            // A standby only keeps its caches warm.
+            if !self.is_leader() {
+                return Ok(0);
+            }
+            self.report_invalid(&snapshot).await;
+            let plan = plan(&snapshot.input);
+            if plan.is_noop() {
+                self.writer.metrics.published(&plan);
+                return Ok(0);
+            }
+            tracing::debug!(?plan, attempt, "plan");
+
+            let mut errors = Vec::new();
+            let mut written = Vec::new();
+            let flavors = plan
+                .flavors_to_create
+                .iter()
+                .map(|f| (f, FlavorAction::Create))
+                .chain(
+                    plan.flavors_to_repair
+                        .iter()
+                        .map(|f| (f, FlavorAction::Repair)),
+                );
+            for (flavor, action) in flavors {
+                match self.writer.apply_flavor(flavor, action).await {
+                    Ok(applied) => written
+                        .extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv))),
+                    Err(error) => errors.push(error),
+                }
+            }
+
+            let mut queue_written = true;
+            if let (Some(spec), Some(observed)) = (&plan.cluster_queue, &snapshot.queue) {
+                if !self.is_leader() {
+                    return Ok(written.len());
+                }
+                let sent = snapshot
+                    .queue_resource_version()
+                    .unwrap_or_default()
+                    .to_owned();
+                match self.writer.update_cluster_queue(observed, spec).await {
+                    Ok(updated) => {
+                        self.writer.metrics.cluster_queue_write(Outcome::Ok);
+                        let rv = updated.metadata.resource_version.unwrap_or_default();
+                        tracing::info!(
+                            cluster_queue = %self.settings.cluster_queue,
+                            resource_version = %rv,
+                            changes = %cluster_queue_changes_summary(Some(&observed.spec), spec),
+                            "updated ClusterQueue"
+                        );
+                        written.push(Written::Queue(rv));
+                    }
+                    Err(error) if is_conflict(&error) => {
+                        self.writer.metrics.cluster_queue_write(Outcome::Conflict);
+                        tracing::info!(
+                            cluster_queue = %self.settings.cluster_queue,
+                            resource_version = %sent,
+                            attempt,
+                            "ClusterQueue changed by another writer; re-planning from its new version"
+                        );
+                        fresh_queue = self.fresh_queue(&sent).await?;
+                        continue;
+                    }
+                    Err(error) if is_not_found(&error) => {
+                        self.writer.metrics.cluster_queue_write(Outcome::Error);
+                        tracing::info!(cluster_queue = %self.settings.cluster_queue, "ClusterQueue deleted meanwhile; re-planning");
+                        fresh_queue = Some(None);
+                        continue;
+                    }
+                    Err(source) => {
+                        self.writer.metrics.cluster_queue_write(Outcome::Error);
+                        queue_written = false;
+                        errors.push(Error::UpdateClusterQueue {
+                            name: self.settings.cluster_queue.clone(),
+                            source,
+                        });
+                    }
+                }
+            }
+
+            let mut deletes = 0;
+            for name in &plan.flavors_to_delete {
+                let (uid, rv) = snapshot
+                    .flavor_versions
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default();
+                match self.writer.delete_flavor(name, uid, rv).await {
+                    Ok(()) => deletes += 1,
+                    Err(error) => errors.push(error),
+                }
+            }
+
+            // The statuses describe the world after the ClusterQueue write.
+            if queue_written {
+                let (statuses, status_error) = self.write_statuses(&snapshot, &plan).await;
+                written.extend(statuses);
+                errors.extend(status_error);
+                self.writer.metrics.published(&plan);
+            }
+
+            let writes = written.len() + deletes;
+            self.catch_up(&written).await;
+            return errors.into_iter().next().map_or(Ok(writes), Err);
+        }
+        Err(Error::ConflictsExhausted {
+            name: self.settings.cluster_queue.clone(),
+            attempts: MAX_ATTEMPTS,
+        })
+    }
+
+    /// The ClusterQueue to re-plan from after a conflict on version `sent`: the cache's,
+    /// once it shows another version (`None`: use the cache), else one GET.
+    async fn fresh_queue(&self, sent: &str) -> Result<Option<Option<Arc<QueueObject>>>, Error> {
+        let name = &self.settings.cluster_queue;
+        let moved = self
+            .wait_for_caches(CACHE_LAG, |stores| {
+                stores
+                    .queue(name)
+                    .is_none_or(|q| q.meta().resource_version.as_deref() != Some(sent))
+            })
+            .await;
+        if moved {
+            return Ok(None);
+        }
+        tracing::debug!(cluster_queue = %name, "the cache lags; reading the ClusterQueue once");
+        Ok(Some(
+            self.writer.get_cluster_queue(name).await?.map(Arc::new),
+        ))
+    }
+
+    /// Writes the status of every live cluster whose status changes, a bounded number at
+    /// a time, with an Event where there is news. Returns what was written and the first
+    /// error (naming every cluster that failed).
+    async fn write_statuses(
+        &self,
+        snapshot: &Snapshot,
+        plan: &crate::plan::Plan,
+    ) -> (Vec<Written>, Option<Error>) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let results: Vec<_> = futures::stream::iter(
+            plan.clusters
+                .iter()
+                .filter(|(_, sync)| sync.status_changed)
+                .filter_map(|(name, sync)| snapshot.clusters.get(name).map(|c| (c, sync))),
+        )
+        .map(|(cluster, sync)| {
+            let now = now.clone();
+            async move {
+                let name = cluster.metadata.name.clone().unwrap_or_default();
+                match self.writer.write_status(cluster, sync, &now).await {
+                    Ok(updated) => {
+                        tracing::info!(
+                            cluster = %name,
+                            reason = sync.reason(),
+                            "wrote status"
+                        );
+                        if let Some(event) = event_for(cluster, sync) {
+                            self.writer.publish(&cluster.object_ref(&()), &event).await;
+                        }
+                        Ok(version_of(&updated).map(|(name, rv)| Written::Cluster(name, rv)))
+                    }
+                    // Deleted meanwhile: nothing to say any more.
+                    Err(error) if is_not_found(&error) => Ok(None),
+                    Err(error) => Err((name, error)),
+                }
+            }
+        })
+        .buffer_unordered(STATUS_CONCURRENCY)
+        .collect()
+        .await;
+        let mut written = Vec::new();
+        let mut failed = Vec::new();
+        let mut first = None;
+        for result in results {
+            match result {
+                Ok(w) => written.extend(w),
+                Err((name, error)) => {
+                    tracing::warn!(cluster = %name, %error, "cannot write status");
+                    failed.push(name);
+                    first.get_or_insert(error);
+                }
+            }
+        }
+        failed.sort();
+        let error = first.map(|source| Error::WriteStatus {
+            clusters: failed,
+            source,
+        });
+        (written, error)
+    }
+
+    /// Logs, and for FournosClusters also reports as a Warning Event, each object that
+    /// does not decode, once per version.
+    async fn report_invalid(&self, snapshot: &Snapshot) {
+        let current: BTreeSet<_> = snapshot
+            .invalid
+            .iter()
+            .map(|i| (i.kind, i.name.clone(), i.resource_version.clone()))
+            .collect();
+        let new: Vec<_> = {
+            let mut reported = self
+                .reported
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            reported.retain(|key| current.contains(key));
+            snapshot
+                .invalid
+                .iter()
+                .filter(|i| reported.insert((i.kind, i.name.clone(), i.resource_version.clone())))
+                .cloned()
+                .collect()
+        };
+        for invalid in new {
+            tracing::warn!(
+                kind = invalid.kind,
+                name = %invalid.name,
+                error = %invalid.message,
+                "object does not decode; skipped"
+            );
+            if invalid.kind == "FournosCluster" {
+                let regarding = ObjectReference {
+                    api_version: Some(FournosCluster::api_version(&()).into_owned()),
+                    kind: Some(FournosCluster::kind(&()).into_owned()),
+                    name: Some(invalid.name.clone()),
+                    namespace: Some(self.writer.clusters_namespace().to_owned()),
+                    ..ObjectReference::default()
+                };
+                let note = format!(
+                    "Hearth cannot read this FournosCluster ({}), so it publishes zero quota \
+                     for it and does not update its status. Fix the object (kubectl edit) so \
+                     that it matches the CRD.",
+                    invalid.message
+                );
+                self.writer
+                    .publish(
+                        &regarding,
+                        &crate::report::EventSpec {
+                            warning: true,
+                            reason: INVALID_OBJECT,
+                            action: "ReadCluster",
+                            note,
+                        },
+                    )
+                    .await;
+            }
+        }
+    }
+
+    /// Waits until the caches show `written` (or [`CATCH_UP`] passes).
+    async fn catch_up(&self, written: &[Written]) {
+        if written.is_empty() {
+            return;
+        }
+        let queue = &self.settings.cluster_queue;
+        let caught_up = self
+            .wait_for_caches(CATCH_UP, |stores| {
+                written.iter().all(|w| match w {
+                    Written::Queue(rv) => {
+                        seen(stores.queue(queue).as_deref().map(|q| q.meta()), rv)
+                    }
+                    Written::Flavor(name, rv) => seen(
+                        stores
+                            .flavors
+                            .state()
+                            .iter()
+                            .find(|f| f.meta().name.as_deref() == Some(name))
+                            .map(|f| f.meta()),
+                        rv,
+                    ),
+                    Written::Cluster(name, rv) => seen(
+                        stores
+                            .clusters
+                            .state()
+                            .iter()
+                            .find(|c| c.meta().name.as_deref() == Some(name))
+                            .map(|c| c.meta()),
+                        rv,
+                    ),
+                })
+            })
+            .await;
+        if !caught_up {
+            tracing::debug!(?written, "the caches do not show every write yet");
+        }
+    }
+
+    /// Waits until `ready(stores)` holds, re-checking on every cache change, for at most
+    /// `timeout`. Returns whether it holds.
+    async fn wait_for_caches(&self, timeout: Duration, ready: impl Fn(&Stores) -> bool) -> bool {
+        let mut changes = self.changes.clone();
+        let deadline = Instant::now() + timeout;
+        loop {
+            changes.borrow_and_update();
+            if ready(&self.stores) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, changes.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return ready(&self.stores),
+            }
+        }
+    }
+}
+
+/// `(name, resourceVersion)` of a written object.
+fn version_of<K: Resource>(object: &K) -> Option<(String, String)> {
+    let meta = object.meta();
+    Some((meta.name.clone()?, meta.resource_version.clone()?))
+}
+
+/// Whether a cached object shows a write that returned `written`: its version is that
+/// one or a later one, or the object is gone. Resource versions are opaque; they are
+/// compared as numbers (what etcd makes them) only to stop waiting early, never to
+/// decide a write.
+pub(crate) fn seen(
+    cached: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+    written: &str,
+) -> bool {
+    let Some(rv) = cached.and_then(|m| m.resource_version.as_deref()) else {
+        return true;
+    };
+    rv == written
+        || matches!(
+            (rv.parse::<u64>(), written.parse::<u64>()),
+            (Ok(cached), Ok(written)) if cached > written
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn a_write_is_seen_at_its_version_or_later_or_when_gone() {
+        let meta = |rv: &str| ObjectMeta {
+            resource_version: Some(rv.into()),
+            ..ObjectMeta::default()
+        };
+        assert!(seen(Some(&meta("10")), "10"));
+        assert!(seen(Some(&meta("11")), "10"));
+        assert!(!seen(Some(&meta("9")), "10"));
+        assert!(seen(None, "10"));
+        assert!(!seen(Some(&meta("abc")), "10"));
+        assert!(seen(Some(&meta("abc")), "abc"));
+    }
+}

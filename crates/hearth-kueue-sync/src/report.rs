@@ -1,0 +1,220 @@
+//! Report: what a cluster's status write says, and which Event tells a person about a
+//! change. Pure; the apply step sends them.
+
+use hearth_api::conditions::next_condition;
+use hearth_api::names::condition_types::KUEUE_SYNCED;
+use hearth_api::{FournosCluster, KueueStatus, conditions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::{Value, json};
+
+use crate::plan::{ClusterSync, SyncReason};
+
+/// The status fields kueue-sync owns, to server-side apply: `kueue` (left out, hence
+/// removed, while the cluster has no entry) and the `KueueSynced` condition, whose
+/// `lastTransitionTime` moves only when its status flips.
+pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &Time) -> Value {
+    let condition = next_condition(
+        current_condition(cluster),
+        &sync.condition,
+        cluster.metadata.generation,
+        now,
+    );
+    let mut status = json!({ "conditions": [condition] });
+    if let Some(kueue) = &sync.kueue {
+        status["kueue"] = serde_json::to_value(kueue).expect("KueueStatus serializes");
+    }
+    status
+}
+
+fn current_condition(cluster: &FournosCluster) -> Option<&Condition> {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, KUEUE_SYNCED))
+}
+
+/// An Event to publish on a FournosCluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct EventSpec {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+/// Event reason when a cluster's quota becomes published.
+pub(crate) const QUOTA_PUBLISHED: &str = "QuotaPublished";
+/// Event reason when a published cluster's quota changes (GPUs added or lost).
+pub(crate) const QUOTA_UPDATED: &str = "QuotaUpdated";
+/// Event reason for a FournosCluster that cannot be decoded.
+pub(crate) const INVALID_OBJECT: &str = "InvalidObject";
+
+const PUBLISH: &str = "PublishQuota";
+const DRAIN: &str = "DrainQuota";
+
+/// The Event for a status write that takes `cluster` to `sync`, if it is news to a
+/// person: the `KueueSynced` reason changed (published, drained, limit reached, …), or
+/// the published quota of a synced cluster changed. Waiting for a new flavor is a
+/// moment of every onboarding, not news.
+pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
+    let reason = SyncReason::ALL
+        .into_iter()
+        .find(|r| r.as_str() == sync.reason())?;
+    let before = current_condition(cluster).map(|c| c.reason.as_str());
+    let message = sync.condition.message.clone();
+    if before == Some(sync.reason()) {
+        let old = cluster.status.as_ref().and_then(|s| s.kueue.as_ref());
+        return (reason == SyncReason::Synced
+            && old.map(|k| &k.quotas) != sync.kueue.as_ref().map(|k| &k.quotas))
+        .then(|| EventSpec {
+            warning: false,
+            reason: QUOTA_UPDATED,
+            action: PUBLISH,
+            note: format!(
+                "Quota changed from {} to {}. {message}",
+                quotas(old),
+                quotas(sync.kueue.as_ref())
+            ),
+        });
+    }
+    let (warning, reason, action) = match reason {
+        SyncReason::WaitingForFlavor => return None,
+        SyncReason::Synced => (false, QUOTA_PUBLISHED, PUBLISH),
+        SyncReason::Drained => (true, reason.as_str(), DRAIN),
+        other => (true, other.as_str(), PUBLISH),
+    };
+    Some(EventSpec {
+        warning,
+        reason,
+        action,
+        note: message,
+    })
+}
+
+fn quotas(kueue: Option<&KueueStatus>) -> String {
+    match kueue {
+        None => "nothing".to_owned(),
+        Some(k) => k
+            .quotas
+            .iter()
+            .map(|(r, n)| format!("{r}={n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{World, at, cluster};
+    use hearth_api::KubeconfigStatus;
+
+    /// A converged world with cluster `a` (8 A100s), and what the next plan says of `a`
+    /// after `change`.
+    fn after(change: impl FnOnce(&mut World)) -> (FournosCluster, ClusterSync) {
+        let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
+        world.converge();
+        let before = world.clusters[0].clone();
+        change(&mut world);
+        let sync = world.plan().clusters["a"].clone();
+        (before, sync)
+    }
+
+    #[test]
+    fn status_patch_holds_only_kueue_and_the_condition() {
+        let (cluster, sync) = after(|w| w.cluster_mut("a").status.as_mut().unwrap().kueue = None);
+        let patch = status_patch(&cluster, &sync, &at(5_000));
+        assert_eq!(
+            patch["kueue"],
+            json!({"flavor": "a", "clusterQueue": "fournos-queue",
+                   "quotas": {"fournos/cluster-slot": 100, "fournos/gpu-a100": 8},
+                   "clusterSlots": 100})
+        );
+        let conditions = patch["conditions"].as_array().unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0]["type"], "KueueSynced");
+        assert_eq!(conditions[0]["status"], "True");
+        assert_eq!(conditions[0]["observedGeneration"], 1);
+        // Already True: the transition time stays.
+        let current = current_condition(&cluster).unwrap();
+        assert_eq!(
+            conditions[0]["lastTransitionTime"],
+            serde_json::to_value(&current.last_transition_time).unwrap()
+        );
+        assert_eq!(patch.as_object().unwrap().len(), 2, "{patch}");
+    }
+
+    #[test]
+    fn no_entry_means_no_kueue_field_so_it_is_removed() {
+        let (cluster, sync) = after(|w| w.queue = None);
+        assert_eq!(sync.reason(), "ClusterQueueNotFound");
+        let patch = status_patch(&cluster, &sync, &at(5_000));
+        assert!(patch.get("kueue").is_none(), "{patch}");
+        assert_eq!(patch["conditions"][0]["status"], "False");
+        assert_eq!(
+            patch["conditions"][0]["lastTransitionTime"],
+            serde_json::to_value(at(5_000)).unwrap()
+        );
+    }
+
+    #[test]
+    fn events_say_what_changed() {
+        let (cluster, sync) = after(|w| {
+            w.cluster_mut("a")
+                .status
+                .as_mut()
+                .unwrap()
+                .kubeconfig_status = Some(KubeconfigStatus::Unauthorized)
+        });
+        let event = event_for(&cluster, &sync).unwrap();
+        assert!(event.warning);
+        assert_eq!((event.reason, event.action), ("Drained", "DrainQuota"));
+        assert!(event.note.contains("Unauthorized"), "{}", event.note);
+
+        let (cluster, sync) = after(|w| w.queue = None);
+        let event = event_for(&cluster, &sync).unwrap();
+        assert_eq!(event.reason, "ClusterQueueNotFound");
+        assert!(event.note.contains("create it"), "{}", event.note);
+
+        let (cluster, sync) = after(|w| {
+            let hw = w.cluster_mut("a").status.as_mut().unwrap();
+            hw.hardware.as_mut().unwrap().gpus[0].count = 4;
+        });
+        let event = event_for(&cluster, &sync).unwrap();
+        assert!(!event.warning);
+        assert_eq!(event.reason, QUOTA_UPDATED);
+        assert!(event.note.contains("fournos/gpu-a100=8"), "{}", event.note);
+        assert!(event.note.contains("fournos/gpu-a100=4"), "{}", event.note);
+    }
+
+    #[test]
+    fn waiting_for_a_flavor_and_no_change_are_not_news() {
+        let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
+        let plan = world.plan();
+        assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
+        assert_eq!(event_for(&world.clusters[0], &plan.clusters["a"]), None);
+        world.converge();
+        let sync = world.plan().clusters["a"].clone();
+        assert!(!sync.status_changed);
+        assert_eq!(event_for(&world.clusters[0], &sync), None);
+    }
+
+    #[test]
+    fn the_first_published_status_is_an_event() {
+        let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
+        let mut published = None;
+        for _ in 0..5 {
+            let plan = world.plan();
+            let sync = plan.clusters["a"].clone();
+            if sync.reason() == "Synced" && sync.status_changed {
+                published = event_for(&world.clusters[0], &sync);
+                break;
+            }
+            world.apply(&plan);
+        }
+        let event = published.expect("a round publishes a's quota");
+        assert_eq!(event.reason, QUOTA_PUBLISHED);
+        assert!(!event.warning);
+        assert!(event.note.contains("fournos/gpu-a100=8"), "{}", event.note);
+    }
+}
