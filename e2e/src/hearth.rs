@@ -92,7 +92,7 @@ impl Running {
 
 /// Starts `controller` for the test scope `iso`, with `extra` environment on top
 /// (later entries win). `instance` distinguishes several replicas of one controller
-/// in one test ("0", "1", …). Returns once its `/readyz` answers.
+/// in one test ("0", "1", …). Returns once its `/readyz` answers 200 (caches synced).
 pub async fn start(
     plane: &ControlPlane,
     iso: &Isolated,
@@ -128,7 +128,26 @@ pub async fn start(
     );
     let name = format!("{}-{}-{instance}", controller.binary(), iso.id);
     let state = plane.start_controller(&name, &program, env).await?;
-    Ok(Running { controller, state })
+    let running = Running { controller, state };
+    // The plane returns once the admin server answers; a test wants the caches synced.
+    let addr: std::net::SocketAddr = running
+        .state
+        .admin_addr
+        .parse()
+        .map_err(|e| PlaneError::Invalid(format!("admin address of {name}: {e}")))?;
+    crate::process::poll(
+        &format!("{name} /readyz to answer 200"),
+        std::time::Duration::from_secs(60),
+        || async move {
+            Ok(matches!(
+                crate::process::http_get(addr, "/readyz").await,
+                Ok((200, _))
+            )
+            .then_some(()))
+        },
+    )
+    .await?;
+    Ok(running)
 }
 
 /// The chart's directory in this repository.
