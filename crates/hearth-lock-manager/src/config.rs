@@ -1,5 +1,7 @@
 //! hearth-lock-manager's command line: the common runtime options plus its own.
 
+use std::num::NonZeroU16;
+
 use clap::{Parser, ValueEnum};
 use hearth_api::names::defaults;
 use hearth_runtime::CommonArgs;
@@ -56,9 +58,15 @@ pub struct LockManagerConfig {
     #[arg(long, env = "HEARTH_LOCAL_QUEUE_NAME", default_value = DEFAULT_LOCAL_QUEUE_NAME)]
     pub local_queue_name: String,
 
-    /// WorkloadPriorityClass of sentinels; none by default.
+    /// WorkloadPriorityClass of `workload` sentinels; none by default. Its value is
+    /// read from the API when a sentinel is created (Kueue v1beta2 needs both
+    /// `priorityClassRef` and `priority`). Unused with `fournosjob` sentinels.
     #[arg(long, env = "HEARTH_SENTINEL_PRIORITY_CLASS")]
     pub sentinel_priority_class: Option<String>,
+
+    /// Clusters reconciled at the same time.
+    #[arg(long, env = "HEARTH_LOCK_CONCURRENCY", default_value = "4")]
+    pub lock_concurrency: NonZeroU16,
 }
 
 #[cfg(test)]
@@ -84,6 +92,7 @@ mod tests {
                 sentinel: SentinelKind::FournosJob,
                 local_queue_name: "fournos-queue".into(),
                 sentinel_priority_class: None,
+                lock_concurrency: NonZeroU16::new(4).unwrap(),
             }
         );
     }
@@ -96,6 +105,7 @@ mod tests {
             ("sentinel", "HEARTH_SENTINEL"),
             ("local_queue_name", "HEARTH_LOCAL_QUEUE_NAME"),
             ("sentinel_priority_class", "HEARTH_SENTINEL_PRIORITY_CLASS"),
+            ("lock_concurrency", "HEARTH_LOCK_CONCURRENCY"),
             ("namespace", "HEARTH_NAMESPACE"),
         ] {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
@@ -114,6 +124,7 @@ mod tests {
             SentinelKind::FournosJob
         );
         assert!(parse(&["--sentinel=pod"]).is_err());
+        assert!(parse(&["--lock-concurrency=0"]).is_err());
         let config = parse(&["--sentinel-priority-class=cluster-lock"]).unwrap();
         assert_eq!(
             config.sentinel_priority_class.as_deref(),

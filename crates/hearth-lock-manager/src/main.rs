@@ -1,16 +1,12 @@
-mod config;
-
 use clap::Parser;
 use hearth_api::names::controllers::LOCK_MANAGER;
+use hearth_lock_manager::{config, controller};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config::Args { common, config } = config::Args::parse();
     hearth_runtime::run(LOCK_MANAGER, common, |rt| async move {
-        // The controller goes here; until then the binary only proves its wiring.
-        tracing::info!(?config, "configuration");
-        rt.readiness().gate("startup").ready();
-        rt.shutdown().cancelled().await;
+        controller::run(rt, config).await?;
         Ok(())
     })
     .await

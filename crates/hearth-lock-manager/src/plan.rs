@@ -139,9 +139,11 @@ pub fn plan_lock(
         Some(o) => o == owner,
         None => cluster.status.owner_set_at.is_some(),
     };
+    // Whole seconds, as status stores times: the expiry computed now is the one every
+    // later plan computes from the stored `ownerSetAt`.
     let owner_set_at = match ts(&cluster.status.owner_set_at) {
         Some(t) if same_owner => t,
-        _ => now,
+        _ => Timestamp::from_second(now.as_second()).unwrap_or(now),
     };
 
     let mut ttl_note = None;
@@ -686,6 +688,24 @@ mod tests {
         let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(0));
         assert_eq!(reason(&plan), reasons::HELD);
         assert_eq!(plan.requeue_after, Some(Duration::from_secs(160)));
+    }
+
+    #[test]
+    fn new_owner_set_at_is_whole_seconds_like_the_stored_status() {
+        // A status time has no fraction: planning with the fraction would put the
+        // first expiry up to a second after the one every later plan computes.
+        let status = synced();
+        let now = at(10)
+            .checked_add(SignedDuration::from_millis(999))
+            .unwrap();
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &[], now);
+        assert_eq!(plan.status.owner_set_at, Some(at(10)));
+        assert_eq!(plan.status.lock_expires_at, Some(at(70)));
+        assert_eq!(
+            plan.requeue_after,
+            Some(Duration::from_millis(59_001)),
+            "requeued for the stored expiry"
+        );
     }
 
     #[test]

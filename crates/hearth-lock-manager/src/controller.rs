@@ -1,0 +1,294 @@
+//! The controller: FournosClusters in Hearth's namespace, triggered also by their
+//! sentinels (mapped by the `fournos.dev/cluster-lock` label) and by becoming leader.
+//!
+//! Reconcile = observe (watch caches only) → [`plan_lock`] (pure) → [`apply_plan`]
+//! (leader only) → requeue at the lock's expiry, so a TTL runs out on time rather than
+//! up to a resync interval late.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use hearth_api::FournosCluster;
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use hearth_api::names::CLUSTER_LOCK_LABEL;
+use hearth_runtime::Runtime;
+use hearth_runtime::leadership::on_acquired;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::{Notify, watch};
+use tracing::Instrument as _;
+
+use crate::apply::{Applied, Writer, apply_plan};
+use crate::config::{LockManagerConfig, SentinelKind};
+use crate::error::Error;
+use crate::metrics::LockMetrics;
+use crate::plan::{ClusterView, plan_lock};
+use crate::sentinel::{Sentinel, cluster_of, observe};
+
+/// Longest wait before a failed reconcile is retried (doubling from 1s).
+pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
+/// Retry after the cluster changed under an expiry (the watch event usually comes first).
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+/// Shared by every reconcile and the sweep.
+pub struct Context<K: Sentinel> {
+    pub rt: Runtime,
+    pub writer: Writer<K>,
+    pub sentinels: Store<DeserializeGuard<K>>,
+    pub synced: Synced,
+    /// Consecutive failures per cluster, for the retry backoff (soft state: losing it
+    /// only resets a backoff).
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Whether each watch cache has its first complete list. Set from the watch streams'
+/// `InitDone` rather than awaited with `Store::wait_until_ready`, which wakes only one
+/// of several concurrent waiters (the controller itself waits on the cluster cache).
+#[derive(Clone, Debug)]
+pub struct Synced {
+    pub clusters: watch::Receiver<bool>,
+    pub sentinels: watch::Receiver<bool>,
+}
+
+impl Synced {
+    pub async fn clusters(&self) -> Result<(), Error> {
+        wait_true(self.clusters.clone()).await
+    }
+
+    pub async fn sentinels(&self) -> Result<(), Error> {
+        wait_true(self.sentinels.clone()).await
+    }
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) -> Result<(), Error> {
+    rx.wait_for(|synced| *synced)
+        .await
+        .map(drop)
+        .map_err(|_| Error::CacheGone)
+}
+
+/// Marks `synced` once the watch stream has delivered its first complete list.
+fn mark_synced<K>(synced: &watch::Sender<bool>, event: &Result<watcher::Event<K>, watcher::Error>) {
+    if matches!(event, Ok(watcher::Event::InitDone)) {
+        synced.send_replace(true);
+    }
+}
+
+/// Runs lock-manager with the configured sentinel kind until shutdown.
+pub async fn run(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
+    match config.sentinel {
+        SentinelKind::FournosJob => run_with::<FournosJob>(rt, config).await,
+        SentinelKind::Workload => run_with::<Workload>(rt, config).await,
+    }
+}
+
+async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
+    let client = rt.client();
+    let namespace = rt.namespace().to_owned();
+    let clusters_gate = rt.readiness().gate("fournosclusters");
+    let sentinels_gate = rt.readiness().gate("sentinels");
+    let metrics = LockMetrics::new();
+    metrics.register(&mut rt.metrics().registry());
+    let poke = Arc::new(Notify::new());
+
+    // One watch per kind, each feeding its cache; every event also pokes the sweep.
+    let (cluster_store, cluster_writer) = reflector::store();
+    let (clusters_synced_tx, clusters_synced) = watch::channel(false);
+    let (sentinels_synced_tx, sentinels_synced) = watch::channel(false);
+    let synced = Synced {
+        clusters: clusters_synced,
+        sentinels: sentinels_synced,
+    };
+    let poke_clusters = poke.clone();
+    let cluster_events = watcher(
+        Api::<DeserializeGuard<FournosCluster>>::namespaced(client.clone(), &namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(cluster_writer)
+    .inspect(move |event| {
+        mark_synced(&clusters_synced_tx, event);
+        poke_clusters.notify_one();
+    })
+    .applied_objects()
+    .inspect(log_invalid_cluster);
+
+    let (sentinel_store, sentinel_writer) = reflector::store();
+    let poke_sentinels = poke.clone();
+    let sentinel_events = watcher(
+        Api::<DeserializeGuard<K>>::namespaced(client.clone(), &config.execution_namespace),
+        watcher::Config::default().labels(CLUSTER_LOCK_LABEL),
+    )
+    .default_backoff()
+    .reflect(sentinel_writer)
+    .inspect(move |event| {
+        mark_synced(&sentinels_synced_tx, event);
+        poke_sentinels.notify_one();
+    })
+    .touched_objects();
+
+    let ctx = Arc::new(Context {
+        rt: rt.clone(),
+        writer: Writer::new(client, &namespace, config.clone(), rt.events(), metrics),
+        sentinels: sentinel_store,
+        synced: synced.clone(),
+        failures: Mutex::new(HashMap::new()),
+    });
+
+    {
+        let synced = synced.clone();
+        tokio::spawn(async move {
+            if synced.clusters().await.is_ok() {
+                clusters_gate.ready();
+            }
+            if synced.sentinels().await.is_ok() {
+                sentinels_gate.ready();
+            }
+        });
+    }
+    let sweep = tokio::spawn(
+        crate::sweep::run(ctx.clone(), cluster_store.clone(), poke)
+            .instrument(tracing::info_span!("sweep")),
+    );
+
+    tracing::info!(
+        sentinel = ?config.sentinel,
+        execution_namespace = %config.execution_namespace,
+        local_queue = %config.local_queue_name,
+        priority_class = ?config.sentinel_priority_class,
+        concurrency = config.lock_concurrency.get(),
+        "lock-manager starting"
+    );
+    let mapper_namespace = namespace.clone();
+    Controller::for_stream(cluster_events, cluster_store)
+        .watches_stream(sentinel_events, move |sentinel: DeserializeGuard<K>| {
+            cluster_of(&sentinel).map(|cluster| ObjectRef::new(cluster).within(&mapper_namespace))
+        })
+        .reconcile_all_on(on_acquired(rt.leader()))
+        .with_config(Config::default().concurrency(config.lock_concurrency.get()))
+        .graceful_shutdown_on(rt.shutdown().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                tracing::debug!(%error, "controller event");
+            }
+        })
+        .await;
+    sweep.abort();
+    Ok(())
+}
+
+fn log_invalid_cluster(event: &Result<DeserializeGuard<FournosCluster>, watcher::Error>) {
+    match event {
+        Ok(DeserializeGuard(Err(invalid))) => tracing::warn!(
+            cluster = invalid.metadata.name.as_deref().unwrap_or_default(),
+            error = %invalid.error,
+            "a FournosCluster cannot be decoded; it is skipped"
+        ),
+        Err(error) => tracing::warn!(%error, "FournosCluster watch error; retrying"),
+        Ok(_) => {}
+    }
+}
+
+#[tracing::instrument(skip_all, fields(cluster = %object.name_any()))]
+async fn reconcile<K: Sentinel>(
+    object: Arc<DeserializeGuard<FournosCluster>>,
+    ctx: Arc<Context<K>>,
+) -> Result<Action, Error> {
+    let cluster = match &object.0 {
+        Ok(cluster) => cluster,
+        Err(invalid) => return Err(Error::InvalidCluster(invalid.error.clone())),
+    };
+    // Planning from a half-filled sentinel cache would create duplicates.
+    ctx.synced.sentinels().await?;
+    let name = cluster.name_any();
+    let observed = ctx
+        .sentinels
+        .state_filter(|s| cluster_of(s) == Some(name.as_str()));
+    let views: Vec<_> = observed.iter().map(|s| observe(s.as_ref())).collect();
+    let status = cluster.status.clone().unwrap_or_default();
+    let view = ClusterView {
+        name: &name,
+        owner: cluster.spec.owner.as_deref(),
+        ttl: cluster.spec.ttl.as_deref(),
+        deleting: cluster.metadata.deletion_timestamp.is_some(),
+        status: &status,
+    };
+    let now = Timestamp::now();
+    let plan = plan_lock(&view, &views, now);
+    tracing::debug!(?plan, "planned");
+
+    if !ctx.rt.is_leader() {
+        // Becoming leader reconciles everything again.
+        ctx.writer.metrics.reconciles.inc();
+        return Ok(Action::await_change());
+    }
+    let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
+    ctx.failures
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&name);
+    ctx.writer.metrics.reconciles.inc();
+    Ok(match applied {
+        Applied::Conflict => Action::requeue(CONFLICT_RETRY),
+        Applied::Done => {
+            let resync = ctx.rt.reconcile_interval();
+            Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync)))
+        }
+    })
+}
+
+fn error_policy<K: Sentinel>(
+    object: Arc<DeserializeGuard<FournosCluster>>,
+    error: &Error,
+    ctx: Arc<Context<K>>,
+) -> Action {
+    let reason = error.reason();
+    ctx.writer.metrics.error(reason);
+    let name = object.name_any();
+    tracing::warn!(cluster = %name, reason, error = %error, "reconcile failed");
+    let message = error.to_string();
+    let regarding = object.object_ref(&());
+    let events = ctx.writer.events.clone();
+    tokio::spawn(async move {
+        events
+            .warning(&regarding, reason, "Reconcile", message)
+            .await;
+    });
+    if matches!(error, Error::InvalidCluster(_)) {
+        // Retrying cannot help; a fixed object comes back through the watch.
+        return Action::await_change();
+    }
+    let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+    let count = failures.entry(name).or_insert(0);
+    *count = count.saturating_add(1);
+    Action::requeue(error_backoff(*count))
+}
+
+/// 1s, 2s, 4s, … capped at [`MAX_ERROR_BACKOFF`].
+pub fn error_backoff(failures: u32) -> Duration {
+    let exponent = failures.saturating_sub(1).min(16);
+    Duration::from_secs(1u64 << exponent).min(MAX_ERROR_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_backoff_doubles_and_is_capped() {
+        assert_eq!(error_backoff(1), Duration::from_secs(1));
+        assert_eq!(error_backoff(2), Duration::from_secs(2));
+        assert_eq!(error_backoff(6), Duration::from_secs(32));
+        assert_eq!(error_backoff(7), MAX_ERROR_BACKOFF);
+        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
+    }
+}

@@ -1,0 +1,238 @@
+//! The derived sweep: sentinels whose FournosCluster no longer exists are deleted,
+//! including those orphaned while lock-manager was not running (no finalizers: a
+//! disabled lock-manager strands nothing). It also counts held and waiting locks for
+//! the gauges. Runs on every sentinel or cluster event and on the resync interval,
+//! from the watch caches only.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use hearth_api::FournosCluster;
+use kube::api::{DeleteParams, Preconditions};
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use tokio::sync::Notify;
+
+use crate::controller::Context;
+use crate::error::is_status;
+use crate::sentinel::{Sentinel, cluster_of};
+
+/// A sentinel to delete: no FournosCluster of its label's name exists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orphan {
+    pub name: String,
+    /// Deletion is preconditioned on it, so a newer namesake is never hit.
+    pub uid: Option<String>,
+    pub cluster: String,
+}
+
+/// Sentinels (not already being deleted) whose cluster is not in `clusters`.
+pub fn orphans<K: Resource>(
+    clusters: &HashSet<String>,
+    sentinels: &[Arc<DeserializeGuard<K>>],
+) -> Vec<Orphan> {
+    let mut found: Vec<Orphan> = sentinels
+        .iter()
+        .filter(|s| s.meta().deletion_timestamp.is_none())
+        .filter_map(|s| {
+            let cluster = cluster_of(s.as_ref()).unwrap_or_default();
+            (!clusters.contains(cluster)).then(|| Orphan {
+                name: s.name_any(),
+                uid: s.uid(),
+                cluster: cluster.to_owned(),
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| a.name.cmp(&b.name));
+    found
+}
+
+/// `(held, waiting)`: clusters whose lock is held, and clusters with an owner whose
+/// lock is not held (yet).
+pub fn lock_counts(clusters: &[Arc<DeserializeGuard<FournosCluster>>]) -> (i64, i64) {
+    let mut held = 0;
+    let mut waiting = 0;
+    for cluster in clusters.iter().filter_map(|c| c.0.as_ref().ok()) {
+        let locked = cluster.status.as_ref().and_then(|s| s.locked) == Some(true);
+        let wanted = cluster
+            .spec
+            .owner
+            .as_deref()
+            .is_some_and(|o| !o.trim().is_empty());
+        if locked {
+            held += 1;
+        } else if wanted {
+            waiting += 1;
+        }
+    }
+    (held, waiting)
+}
+
+/// Runs until shutdown: waits for both caches, then sweeps on every `poke` and every
+/// resync interval.
+pub async fn run<K: Sentinel>(
+    ctx: Arc<Context<K>>,
+    clusters: Store<DeserializeGuard<FournosCluster>>,
+    poke: Arc<Notify>,
+) {
+    let shutdown = ctx.rt.shutdown();
+    let ready =
+        async { ctx.synced.clusters().await.is_ok() && ctx.synced.sentinels().await.is_ok() };
+    let ready = tokio::select! {
+        ready = ready => ready,
+        () = shutdown.cancelled() => return,
+    };
+    if !ready {
+        return;
+    }
+    let mut resync = tokio::time::interval(ctx.rt.reconcile_interval());
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = poke.notified() => {}
+            _ = resync.tick() => {}
+            () = shutdown.cancelled() => return,
+        }
+        sweep_once(&ctx, &clusters).await;
+    }
+}
+
+async fn sweep_once<K: Sentinel>(
+    ctx: &Context<K>,
+    clusters: &Store<DeserializeGuard<FournosCluster>>,
+) {
+    let state = clusters.state();
+    let (held, waiting) = lock_counts(&state);
+    ctx.writer.metrics.held.set(held);
+    ctx.writer.metrics.waiting.set(waiting);
+    if !ctx.rt.is_leader() {
+        return;
+    }
+    let names: HashSet<String> = state.iter().map(|c| c.name_any()).collect();
+    for orphan in orphans(&names, &ctx.sentinels.state()) {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: orphan.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match ctx.writer.sentinels.delete(&orphan.name, &params).await {
+            Ok(_) => {
+                ctx.writer.metrics.orphans_deleted.inc();
+                ctx.writer.metrics.wrote("sentinel_delete");
+                tracing::info!(
+                    sentinel = %orphan.name,
+                    cluster = %orphan.cluster,
+                    "deleted a sentinel whose FournosCluster no longer exists"
+                );
+            }
+            // Gone already, or replaced by a newer namesake: nothing to do.
+            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+            Err(error) => {
+                ctx.writer.metrics.error("SentinelDeleteFailed");
+                tracing::warn!(%error, sentinel = %orphan.name, "cannot delete an orphaned sentinel");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_api::kueue::Workload;
+    use serde_json::json;
+
+    fn sentinel(
+        name: &str,
+        cluster: Option<&str>,
+        deleting: bool,
+    ) -> Arc<DeserializeGuard<Workload>> {
+        let mut meta = json!({ "name": name, "uid": format!("uid-{name}") });
+        if let Some(c) = cluster {
+            meta["labels"] = json!({ "fournos.dev/cluster-lock": c });
+        }
+        if deleting {
+            meta["deletionTimestamp"] = json!("2026-11-21T00:00:00Z");
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": meta, "spec": { "podSets": [] },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn cluster(
+        name: &str,
+        owner: Option<&str>,
+        locked: Option<bool>,
+    ) -> Arc<DeserializeGuard<FournosCluster>> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                "metadata": { "name": name },
+                "spec": { "kubeconfigSecret": "k", "owner": owner },
+                "status": { "locked": locked },
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn sentinels_of_missing_clusters_are_orphans() {
+        let clusters: HashSet<String> = ["a".to_owned()].into();
+        let sentinels = [
+            sentinel("cluster-lock-a", Some("a"), false),
+            sentinel("cluster-lock-gone", Some("gone"), false),
+            sentinel("cluster-lock-going", Some("going"), true),
+            sentinel("unlabeled-value", Some(""), false),
+        ];
+        assert_eq!(
+            orphans(&clusters, &sentinels),
+            vec![
+                Orphan {
+                    name: "cluster-lock-gone".into(),
+                    uid: Some("uid-cluster-lock-gone".into()),
+                    cluster: "gone".into()
+                },
+                Orphan {
+                    name: "unlabeled-value".into(),
+                    uid: Some("uid-unlabeled-value".into()),
+                    cluster: String::new()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn undecodable_cluster_still_protects_its_sentinel() {
+        let broken: Arc<DeserializeGuard<FournosCluster>> = Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                "metadata": { "name": "a" }, "spec": { "owner": 7 },
+            }))
+            .unwrap(),
+        );
+        assert!(broken.0.is_err());
+        let names: HashSet<String> = [broken.name_any()].into();
+        assert_eq!(
+            orphans(&names, &[sentinel("cluster-lock-a", Some("a"), false)]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn counts_held_and_waiting_locks() {
+        let clusters = [
+            cluster("a", Some("alice"), Some(true)),
+            cluster("b", Some("bob"), Some(false)),
+            cluster("c", Some("carol"), None),
+            cluster("d", None, Some(false)),
+            cluster("e", Some(" "), None),
+        ];
+        assert_eq!(lock_counts(&clusters), (1, 2));
+    }
+}
