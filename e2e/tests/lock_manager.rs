@@ -977,21 +977,14 @@ async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
 
 /// `--sentinel-priority-class`: the sentinel carries `priorityClassRef` and the class's
 /// value as `priority` (Kueue v1beta2 requires both), read from the WorkloadPriorityClass.
-///
-/// Runs lock-manager with the admin kubeconfig: the chart's lock-manager RBAC does not
-/// grant `get` on `workloadpriorityclasses` (yet), which this setting needs.
 #[tokio::test]
 async fn sentinel_priority_comes_from_its_priority_class() -> Result<()> {
     let lab = Lab::new("priority").await?;
     let cluster = lab.cluster("prio", true).await?;
-    let admin = lab.plane.management_kubeconfig().display().to_string();
     let _lm = LockManager::start(
         &lab,
         "workload",
-        &[
-            ("HEARTH_SENTINEL_PRIORITY_CLASS", LOCK_PRIORITY_CLASS),
-            ("KUBECONFIG", &admin),
-        ],
+        &[("HEARTH_SENTINEL_PRIORITY_CLASS", LOCK_PRIORITY_CLASS)],
     )
     .await?;
 

@@ -73,10 +73,10 @@ pub const DURATION_PATTERN: &str = "^[0-9]+(m|h|d)$";
     ),
     printcolumn(
         name = "Lock Expires",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.lockExpiresAt",
         priority = 1,
-        description = "When the lock expires"
+        description = "When the lock expires (UTC); a date column would print <invalid> for a future time"
     )
 )]
 /// What people want of the cluster: where its kubeconfig is, who locks it and for

@@ -10,7 +10,8 @@ const MAX_NOTE: usize = 1024;
 
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    client: kube::Client,
+    reporter: Reporter,
     leader: watch::Receiver<bool>,
 }
 
@@ -26,7 +27,8 @@ impl Events {
             instance: Some(instance),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            reporter,
             leader,
         }
     }
@@ -71,7 +73,12 @@ impl Events {
             action: action.to_owned(),
             secondary: None,
         };
-        if let Err(error) = self.recorder.publish(&event, regarding).await {
+        // A fresh Recorder per Event: kube's Recorder folds repeats of one reason on one
+        // object into a series that keeps the first message, so "locked for bob" would
+        // still read "locked for alice". Hearth emits Events on transitions only, so
+        // there is no storm to fold.
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        if let Err(error) = recorder.publish(&event, regarding).await {
             tracing::warn!(
                 %error,
                 reason,
