@@ -93,45 +93,71 @@ impl GpuCount {
 
 /// Counts the GPUs of `nodes` (one page or all pages of a node list).
 pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
-    let mut per_model: BTreeMap<(&'static str, String), (i64, i32)> = BTreeMap::new();
-    let mut count = GpuCount::default();
-    for node in nodes {
+    let mut tally = GpuTally::default();
+    tally.add_all(nodes);
+    tally.finish()
+}
+
+/// A [`GpuCount`] built up page by page, so a large node list never has to be held in
+/// memory at once.
+#[derive(Debug, Clone, Default)]
+pub struct GpuTally {
+    /// `(gpus, nodes)` per `(vendor, model)`.
+    per_model: BTreeMap<(&'static str, String), (i64, i32)>,
+    gpu_nodes: i32,
+    excluded_nodes: i32,
+}
+
+impl GpuTally {
+    pub fn add(&mut self, node: &Node) {
         let gpus: Vec<NodeGpus> = node_gpus(node)
             .into_iter()
             .filter(|g| g.count > 0)
             .collect();
         if gpus.is_empty() {
-            continue;
+            return;
         }
         if !counts_toward_quota(node) {
-            count.excluded_nodes = count.excluded_nodes.saturating_add(1);
-            continue;
+            self.excluded_nodes = self.excluded_nodes.saturating_add(1);
+            return;
         }
-        count.gpu_nodes = count.gpu_nodes.saturating_add(1);
+        self.gpu_nodes = self.gpu_nodes.saturating_add(1);
         for g in gpus {
-            let entry = per_model.entry((g.vendor, g.model)).or_default();
+            let entry = self.per_model.entry((g.vendor, g.model)).or_default();
             entry.0 = entry.0.saturating_add(g.count);
             entry.1 = entry.1.saturating_add(1);
         }
     }
-    count.gpus = per_model
-        .into_iter()
-        .map(|((vendor, model), (gpus, nodes))| GpuInfo {
-            vendor: vendor.to_owned(),
-            short_name: short_name(&model),
-            model,
-            count: gpus,
-            node_count: nodes,
-        })
-        .collect();
-    count.gpus.sort_by(|a, b| {
-        (&a.short_name, &a.model, &a.vendor).cmp(&(&b.short_name, &b.model, &b.vendor))
-    });
-    count.total_gpus = count
-        .gpus
-        .iter()
-        .fold(0i64, |sum, g| sum.saturating_add(g.count));
-    count
+
+    pub fn add_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a Node>) {
+        for node in nodes {
+            self.add(node);
+        }
+    }
+
+    pub fn finish(self) -> GpuCount {
+        let mut gpus: Vec<GpuInfo> = self
+            .per_model
+            .into_iter()
+            .map(|((vendor, model), (gpus, nodes))| GpuInfo {
+                vendor: vendor.to_owned(),
+                short_name: short_name(&model),
+                model,
+                count: gpus,
+                node_count: nodes,
+            })
+            .collect();
+        gpus.sort_by(|a, b| {
+            (&a.short_name, &a.model, &a.vendor).cmp(&(&b.short_name, &b.model, &b.vendor))
+        });
+        let total_gpus = gpus.iter().fold(0i64, |sum, g| sum.saturating_add(g.count));
+        GpuCount {
+            gpus,
+            total_gpus,
+            gpu_nodes: self.gpu_nodes,
+            excluded_nodes: self.excluded_nodes,
+        }
+    }
 }
 
 /// `<count>x <model>` per model, ordered by model name; [`EMPTY_SUMMARY`] when empty.

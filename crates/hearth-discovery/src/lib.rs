@@ -1,14 +1,28 @@
-//! hearth-discovery's pure logic: what a kubeconfig may contain, when its credentials
-//! expire, how many GPUs a target's nodes hold and under which short names, when to
-//! probe next, and what status follows from a probe. No I/O here: the binary observes
-//! (reads the Secret, probes the target) and applies what these modules plan.
+//! hearth-discovery: creates a FournosCluster for each labeled kubeconfig Secret,
+//! validates every target for real and counts its GPUs.
+//!
+//! Pure logic (no I/O, unit-tested): what a kubeconfig may contain ([`kubeconfig`]),
+//! when its credentials expire ([`credentials`]), how many GPUs a target's nodes hold
+//! ([`gpus`], [`short_name`]), when to probe ([`schedule`]), what status follows from a
+//! probe ([`status`]), and which clusters to create or delete ([`onboarding`]).
+//!
+//! I/O around it: [`probe`] (one probe of one target), [`controller`] (watches and the
+//! per-cluster probe loop), `sweep` (onboarding and offboarding), [`metrics`].
 
+pub mod config;
+pub mod controller;
 pub mod credentials;
+pub mod error;
 pub mod gpus;
 pub mod kubeconfig;
+pub mod metrics;
+pub mod onboarding;
+pub mod probe;
 pub mod schedule;
+pub mod secret;
 pub mod short_name;
 pub mod status;
+mod sweep;
 
 #[cfg(test)]
 mod test_support;

@@ -6,7 +6,9 @@
 
 use std::time::Duration;
 
-use hearth_api::KubeconfigStatus;
+use hearth_api::conditions::find;
+use hearth_api::names::condition_types::KUBECONFIG_VALID;
+use hearth_api::{FournosClusterStatus, KubeconfigStatus};
 use jiff::{SignedDuration, Timestamp};
 
 /// First retry delay after a failed probe; doubled per further failure.
@@ -107,6 +109,102 @@ pub fn next_kubeconfig_status(
 /// Whether a run of `consecutive_failures` transient failures is still tolerated.
 pub fn within_threshold(consecutive_failures: u32, threshold: u32) -> bool {
     consecutive_failures < threshold.max(1)
+}
+
+/// What a cluster's Secret says about its kubeconfig, before any connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretView {
+    /// The Secret or its `kubeconfig` key is missing.
+    Missing,
+    /// The kubeconfig is refused.
+    Invalid,
+    /// The kubeconfig may be used; its credentials expire then, if they say.
+    Usable { expires_at: Option<Timestamp> },
+}
+
+/// Everything [`probe_due`] needs.
+#[derive(Debug, Clone, Copy)]
+pub struct DueInput<'a> {
+    pub now: Timestamp,
+    pub interval: Duration,
+    /// The cluster's status as discovery last wrote it.
+    pub status: Option<&'a FournosClusterStatus>,
+    /// Fingerprint of the kubeconfig this replica last probed the cluster with; `None`
+    /// after a restart or a change of leader.
+    pub remembered: Option<u64>,
+    /// Fingerprint of the kubeconfig the Secret holds now.
+    pub fingerprint: u64,
+    pub secret: SecretView,
+    /// `metadata.generation` of the cluster.
+    pub generation: Option<i64>,
+}
+
+/// Whether to probe a cluster now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeDue {
+    /// Probe now. `kubeconfig_changed`: the kubeconfig is not the one the status was
+    /// probed with, so the status must not lend it the old one's grace.
+    Now { kubeconfig_changed: bool },
+    /// Not yet: look again after this long.
+    After(Duration),
+}
+
+/// When to probe: at once for a cluster never probed, on any change of its kubeconfig
+/// (rotation takes effect at once) and on a new generation of its spec, otherwise when
+/// `status.nextProbeAt` comes.
+///
+/// A replica that does not remember which kubeconfig it probed (it just started or just
+/// became leader) resumes the schedule in status rather than probing every target at
+/// once, unless what the Secret says now contradicts that status (the Secret appeared,
+/// vanished, turned valid or invalid, or carries credentials with another expiry): then
+/// the Secret changed while nobody was watching, and is probed at once.
+///
+/// The wait is never longer than `interval`, so a shortened `gpuDiscoveryInterval`
+/// takes effect without waiting out the old one.
+pub fn probe_due(input: &DueInput<'_>) -> ProbeDue {
+    let Some(status) = input.status.filter(|s| s.kubeconfig_status.is_some()) else {
+        return ProbeDue::Now {
+            kubeconfig_changed: false,
+        };
+    };
+    let changed = match input.remembered {
+        Some(remembered) => remembered != input.fingerprint,
+        None => !status_agrees(status, input.secret),
+    };
+    if changed {
+        return ProbeDue::Now {
+            kubeconfig_changed: true,
+        };
+    }
+    // The spec changed since the last probe: probe, so the conditions'
+    // observedGeneration says the status reflects the spec people see.
+    let observed = find(&status.conditions, KUBECONFIG_VALID).and_then(|c| c.observed_generation);
+    if input.generation.is_some() && observed != input.generation {
+        return ProbeDue::Now {
+            kubeconfig_changed: false,
+        };
+    }
+    let next = status.next_probe_at.as_ref().map(|t| t.0);
+    match until_due(next, input.now).min(input.interval) {
+        Duration::ZERO => ProbeDue::Now {
+            kubeconfig_changed: false,
+        },
+        wait => ProbeDue::After(wait),
+    }
+}
+
+/// Whether `status` could have come from the kubeconfig the Secret holds now.
+fn status_agrees(status: &FournosClusterStatus, secret: SecretView) -> bool {
+    use KubeconfigStatus as S;
+    match (status.kubeconfig_status, secret) {
+        (Some(S::Missing), SecretView::Missing) | (Some(S::Invalid), SecretView::Invalid) => true,
+        (Some(S::Missing | S::Invalid), _) | (_, SecretView::Missing | SecretView::Invalid) => {
+            false
+        }
+        (_, SecretView::Usable { expires_at }) => {
+            status.credentials_expire_at.as_ref().map(|t| t.0) == expires_at
+        }
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +331,159 @@ mod tests {
                 S::Unreachable,
                 "{previous:?}"
             );
+        }
+    }
+
+    mod due {
+        use super::{FIVE_MIN, S, secs};
+        use crate::schedule::*;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use pretty_assertions::assert_eq;
+
+        fn now() -> Timestamp {
+            "2026-11-21T10:00:00Z".parse().unwrap()
+        }
+
+        fn status(kubeconfig: S, next_in_secs: i64) -> FournosClusterStatus {
+            FournosClusterStatus {
+                kubeconfig_status: Some(kubeconfig),
+                next_probe_at: Some(Time(now() + SignedDuration::from_secs(next_in_secs))),
+                ..Default::default()
+            }
+        }
+
+        fn due(
+            status: Option<&FournosClusterStatus>,
+            remembered: Option<u64>,
+            secret: SecretView,
+        ) -> ProbeDue {
+            probe_due(&DueInput {
+                now: now(),
+                interval: FIVE_MIN,
+                status,
+                remembered,
+                fingerprint: 7,
+                secret,
+                generation: None,
+            })
+        }
+
+        const USABLE: SecretView = SecretView::Usable { expires_at: None };
+        const NOW: ProbeDue = ProbeDue::Now {
+            kubeconfig_changed: false,
+        };
+        const CHANGED: ProbeDue = ProbeDue::Now {
+            kubeconfig_changed: true,
+        };
+
+        #[test]
+        fn a_cluster_never_probed_is_probed_at_once() {
+            assert_eq!(due(None, None, USABLE), NOW);
+            assert_eq!(due(None, Some(7), SecretView::Missing), NOW);
+            let empty = FournosClusterStatus::default();
+            assert_eq!(due(Some(&empty), Some(7), USABLE), NOW);
+        }
+
+        #[test]
+        fn a_changed_kubeconfig_is_probed_at_once() {
+            let s = status(S::Valid, 200);
+            assert_eq!(due(Some(&s), Some(6), USABLE), CHANGED);
+            assert_eq!(due(Some(&s), Some(7), USABLE), ProbeDue::After(secs(200)));
+        }
+
+        #[test]
+        fn the_schedule_in_status_is_kept() {
+            let s = status(S::Unreachable, 20);
+            assert_eq!(due(Some(&s), Some(7), USABLE), ProbeDue::After(secs(20)));
+            let s = status(S::Valid, 0);
+            assert_eq!(due(Some(&s), Some(7), USABLE), NOW);
+            let s = status(S::Valid, -100);
+            assert_eq!(due(Some(&s), Some(7), USABLE), NOW);
+            let mut s = status(S::Valid, 0);
+            s.next_probe_at = None;
+            assert_eq!(due(Some(&s), Some(7), USABLE), NOW);
+        }
+
+        #[test]
+        fn a_new_generation_is_probed_at_once() {
+            let mut s = status(S::Valid, 200);
+            s.conditions = vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: KUBECONFIG_VALID.into(),
+                status: "True".into(),
+                reason: "Valid".into(),
+                message: String::new(),
+                observed_generation: Some(1),
+                last_transition_time: Time(now()),
+            }];
+            let at = |generation| {
+                probe_due(&DueInput {
+                    now: now(),
+                    interval: FIVE_MIN,
+                    status: Some(&s),
+                    remembered: Some(7),
+                    fingerprint: 7,
+                    secret: USABLE,
+                    generation,
+                })
+            };
+            assert_eq!(at(Some(1)), ProbeDue::After(secs(200)));
+            assert_eq!(at(Some(2)), NOW);
+            assert_eq!(at(None), ProbeDue::After(secs(200)));
+        }
+
+        #[test]
+        fn a_shorter_interval_cuts_the_wait() {
+            let s = status(S::Valid, 3_600);
+            assert_eq!(due(Some(&s), Some(7), USABLE), ProbeDue::After(FIVE_MIN));
+        }
+
+        #[test]
+        fn after_a_restart_the_schedule_resumes_when_the_secret_agrees() {
+            let expiry: Timestamp = "2027-01-01T00:00:00Z".parse().unwrap();
+            let mut valid = status(S::Valid, 100);
+            valid.credentials_expire_at = Some(Time(expiry));
+            let same = SecretView::Usable {
+                expires_at: Some(expiry),
+            };
+            assert_eq!(due(Some(&valid), None, same), ProbeDue::After(secs(100)));
+            let missing = status(S::Missing, 100);
+            assert_eq!(
+                due(Some(&missing), None, SecretView::Missing),
+                ProbeDue::After(secs(100))
+            );
+            let invalid = status(S::Invalid, 100);
+            assert_eq!(
+                due(Some(&invalid), None, SecretView::Invalid),
+                ProbeDue::After(secs(100))
+            );
+            let unauthorized = status(S::Unauthorized, 100);
+            assert_eq!(
+                due(Some(&unauthorized), None, USABLE),
+                ProbeDue::After(secs(100))
+            );
+        }
+
+        #[test]
+        fn after_a_restart_a_secret_that_contradicts_status_is_probed_at_once() {
+            let expiry: Timestamp = "2027-01-01T00:00:00Z".parse().unwrap();
+            let mut valid = status(S::Valid, 100);
+            valid.credentials_expire_at = Some(Time(expiry));
+            for secret in [
+                SecretView::Missing,
+                SecretView::Invalid,
+                USABLE,
+                SecretView::Usable {
+                    expires_at: Some(expiry + SignedDuration::from_hours(24)),
+                },
+            ] {
+                assert_eq!(due(Some(&valid), None, secret), CHANGED, "{secret:?}");
+            }
+            for kubeconfig in [S::Missing, S::Invalid] {
+                let s = status(kubeconfig, 100);
+                assert_eq!(due(Some(&s), None, USABLE), CHANGED, "{kubeconfig:?}");
+            }
+            let missing = status(S::Missing, 100);
+            assert_eq!(due(Some(&missing), None, SecretView::Invalid), CHANGED);
         }
     }
 

@@ -23,6 +23,7 @@
 use std::time::Duration;
 
 use hearth_api::conditions::{DesiredCondition, Status, find, next_condition};
+use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
 use hearth_api::{FournosClusterStatus, Hardware, KubeconfigStatus};
 use jiff::Timestamp;
@@ -59,7 +60,8 @@ pub mod reasons {
 /// What one probe of a cluster found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ProbeOutcome {
-    /// The Secret named by `spec.kubeconfigSecret` does not exist.
+    /// The Secret named by `spec.kubeconfigSecret` does not exist (or lacks the
+    /// kubeconfig label, so discovery does not see it).
     SecretMissing,
     /// The Secret exists without a `kubeconfig` key.
     KeyMissing,
@@ -163,6 +165,11 @@ pub struct PlanInput<'a> {
     pub interval: Duration,
     pub failure_threshold: u32,
     pub expiry_window: Duration,
+    /// The kubeconfig differs from the one the previous status was probed with (the
+    /// Secret was rotated, or `spec.kubeconfigSecret` names another one). Rotation takes
+    /// effect at once: the old kubeconfig's failure count and the grace a `Valid`
+    /// cluster gets before turning `Unreachable` do not carry over to the new one.
+    pub kubeconfig_changed: bool,
 }
 
 /// The status to apply and the Events to emit.
@@ -193,22 +200,32 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
     let previous_hardware = previous.hardware.clone().unwrap_or_default();
     let outcome = input.outcome;
 
+    let failures_before = if input.kubeconfig_changed {
+        0
+    } else {
+        u32::try_from(previous_hardware.consecutive_failures.max(0)).unwrap_or(0)
+    };
     let failures = if outcome.succeeded() {
         0
     } else {
-        u32::try_from(previous_hardware.consecutive_failures.max(0))
-            .unwrap_or(0)
-            .saturating_add(1)
+        failures_before.saturating_add(1)
+    };
+    // A new kubeconfig has no Valid past to protect.
+    let status_before = if input.kubeconfig_changed {
+        None
+    } else {
+        previous.kubeconfig_status
     };
     let kubeconfig_status = next_kubeconfig_status(
-        previous.kubeconfig_status,
+        status_before,
         outcome.verdict(),
         failures,
         input.failure_threshold,
     );
     // A transient failure of a Valid cluster, below the threshold: GPUDiscovered stays,
     // and so does KubeconfigValid when the target did not answer at all.
-    let held = outcome.is_transient()
+    let held = !input.kubeconfig_changed
+        && outcome.is_transient()
         && previous.kubeconfig_status == Some(KubeconfigStatus::Valid)
         && within_threshold(failures, input.failure_threshold);
     let kubeconfig_held = held && outcome.verdict() == ProbeVerdict::Unreachable;
@@ -332,7 +349,8 @@ fn kubeconfig_condition(
             false,
             reasons::MISSING,
             format!(
-                "Secret {secret} does not exist: create it with the target's kubeconfig under the `kubeconfig` key"
+                "Secret {secret} does not exist or is not labeled {KUBECONFIG_SECRET_SELECTOR}: create it with the \
+                 target's kubeconfig under the `kubeconfig` key, and label it"
             ),
         ),
         (KubeconfigStatus::Invalid, ProbeOutcome::Invalid(e)) => (
@@ -457,7 +475,9 @@ fn discovered_message(count: &GpuCount) -> String {
 
 fn last_error(outcome: &ProbeOutcome, secret: &str) -> String {
     let text = match outcome {
-        ProbeOutcome::SecretMissing => format!("Missing: Secret {secret} does not exist"),
+        ProbeOutcome::SecretMissing => {
+            format!("Missing: Secret {secret} does not exist or is not labeled")
+        }
         ProbeOutcome::KeyMissing => format!("Missing: Secret {secret} has no `kubeconfig` key"),
         ProbeOutcome::Invalid(e) => format!("Invalid: {e}"),
         ProbeOutcome::Unauthorized { detail } => {

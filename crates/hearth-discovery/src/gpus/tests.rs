@@ -443,3 +443,27 @@ fn quantities() {
         assert_eq!(parse_quantity(q), want, "{q:?}");
     }
 }
+
+#[test]
+fn counting_page_by_page_equals_counting_at_once() {
+    let nodes = [
+        node("a1").nvidia("NVIDIA-A100-SXM4-80GB", 4).build(),
+        node("a2").nvidia("NVIDIA-A100-SXM4-80GB", 4).build(),
+        node("h")
+            .nvidia("NVIDIA-H100-80GB-HBM3", 8)
+            .cordoned()
+            .build(),
+        node("l").nvidia("NVIDIA-L40S", 2).build(),
+        node("cpu").build(),
+        node("m").amd("AMD_Instinct_MI300X", 8).build(),
+    ];
+    let at_once = count_gpus(&nodes);
+    let mut tally = GpuTally::default();
+    for page in nodes.chunks(2) {
+        tally.add_all(page);
+    }
+    assert_eq!(tally.finish(), at_once);
+    assert_eq!(at_once.total_gpus, 18);
+    assert_eq!(at_once.excluded_nodes, 1);
+    assert_eq!(at_once.gpu_nodes, 4);
+}

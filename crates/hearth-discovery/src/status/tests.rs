@@ -43,6 +43,7 @@ struct Probe<'a> {
     now: Timestamp,
     generation: Option<i64>,
     credentials: Option<Expiry>,
+    kubeconfig_changed: bool,
 }
 
 impl<'a> Probe<'a> {
@@ -57,6 +58,7 @@ impl<'a> Probe<'a> {
             now,
             generation: Some(1),
             credentials: None,
+            kubeconfig_changed: false,
         }
     }
 
@@ -71,6 +73,7 @@ impl<'a> Probe<'a> {
             interval: Duration::from_secs(300),
             failure_threshold: 3,
             expiry_window: crate::credentials::DEFAULT_EXPIRY_WARNING_WINDOW,
+            kubeconfig_changed: self.kubeconfig_changed,
         })
     }
 }
@@ -241,6 +244,52 @@ fn gpu_changes_are_a_change_with_an_event() {
     assert_eq!(
         second.events[0].message,
         "GPUs now 12x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S (were 8x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S)"
+    );
+}
+
+#[test]
+fn a_rotated_kubeconfig_gets_no_grace() {
+    // Valid, then one failure held back by the threshold; then the Secret is rotated to a
+    // kubeconfig whose server does not answer: Unreachable at once, counting from 1.
+    let valid = valid_status();
+    let held = plan(unreachable(), Some(&valid), at(300));
+    assert_eq!(held.status.kubeconfig_status, Some(KubeconfigStatus::Valid));
+    let mut probe = Probe::new(unreachable(), Some(&held.status), at(305));
+    probe.kubeconfig_changed = true;
+    let rotated = probe.plan();
+    let s = &rotated.status;
+    assert_eq!(
+        reasons_of(s),
+        (
+            "Unreachable".into(),
+            "False",
+            "Unreachable",
+            "False",
+            "DiscoveryFailed"
+        )
+    );
+    assert_eq!(s.hardware.as_ref().unwrap().consecutive_failures, 1);
+    assert_eq!(s.next_probe_at, Some(Time(at(315))), "backoff starts over");
+    assert_eq!(event_reasons(&rotated), ["KubeconfigUnreachable"]);
+
+    // Without the rotation the same probe would still be held.
+    let same = plan(unreachable(), Some(&held.status), at(305));
+    assert_eq!(same.status.kubeconfig_status, Some(KubeconfigStatus::Valid));
+}
+
+#[test]
+fn a_rotated_kubeconfig_that_works_is_valid_at_once() {
+    let invalid = plan(ProbeOutcome::Invalid(KubeconfigError::Empty), None, at(0));
+    let mut probe = Probe::new(reached(fleet()), Some(&invalid.status), at(5));
+    probe.kubeconfig_changed = true;
+    let back = probe.plan();
+    assert_eq!(
+        reasons_of(&back.status),
+        ("Valid".into(), "True", "Valid", "True", "Discovered")
+    );
+    assert_eq!(
+        back.status.hardware.as_ref().unwrap().consecutive_failures,
+        0
     );
 }
 
@@ -451,7 +500,8 @@ fn invalid_and_missing_apply_at_once_and_say_what_to_fix() {
     );
     assert_eq!(
         cond(&p.status, KUBECONFIG_VALID).message,
-        "Secret psap-secrets/kubeconfig-a does not exist: create it with the target's kubeconfig under the `kubeconfig` key"
+        "Secret psap-secrets/kubeconfig-a does not exist or is not labeled fournos.dev/cluster-kubeconfig=true: \
+         create it with the target's kubeconfig under the `kubeconfig` key, and label it"
     );
     let p = plan(ProbeOutcome::KeyMissing, None, at(0));
     assert_eq!(

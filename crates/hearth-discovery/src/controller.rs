@@ -1,0 +1,518 @@
+//! The discovery controller: watches, the per-cluster probe loop and the onboarding
+//! sweep, wired together.
+//!
+//! - Two watches, each feeding a cache: FournosClusters in the namespace, and Secrets in
+//!   the secrets namespace **with the kubeconfig label selector**, so only kubeconfig
+//!   Secrets are cached. Objects that do not decode are kept as [`DeserializeGuard`]
+//!   errors and skipped: one bad object never stops a watch.
+//! - A kube [`Controller`] over FournosClusters runs [`reconcile`]: probe when due
+//!   ([`probe_due`]), plan the status ([`plan_status`]), write it only when it differs
+//!   ([`diff_status`]), publish the transition Events, and requeue for the next probe.
+//!   A Secret change is mapped to the clusters that use it, so rotation is probed at
+//!   once. Concurrency is bounded by `--discovery-concurrency`; each probe by its deadline.
+//! - The onboarding sweep ([`crate::sweep`]) runs apart, since the Controller never
+//!   reconciles a cluster that does not exist yet.
+//! - Reads come from the caches only. Only the lease holder probes and writes; a replica
+//!   that becomes leader reconciles everything at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use hearth_api::names::{KUBECONFIG_SECRET_SELECTOR, controllers::DISCOVERY};
+use hearth_api::{FournosCluster, FournosClusterStatus};
+use hearth_runtime::Runtime;
+use hearth_runtime::events::Events;
+use hearth_runtime::leadership::on_acquired;
+use hearth_runtime::status::apply_status;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource as _, ResourceExt as _};
+use tokio::sync::{Notify, watch};
+use tracing::{Instrument as _, info_span};
+
+use crate::config::DiscoveryConfig;
+use crate::error::Error;
+use crate::metrics::Metrics;
+use crate::onboarding::SecretPattern;
+use crate::probe::{ProbeSettings, probe};
+use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
+use crate::secret::{SecretKubeconfig, fingerprint};
+use crate::status::{EventType, PlanInput, ProbeOutcome, StatusDiff, diff_status, plan_status};
+
+pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
+pub(crate) type SecretObject = DeserializeGuard<Secret>;
+
+/// How long to wait before retrying after an error of discovery's own I/O.
+const ERROR_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Discovery's settings, resolved from the command line.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub namespace: String,
+    pub secrets_namespace: String,
+    pub pattern: SecretPattern,
+    pub default_interval: Duration,
+    pub probe: ProbeSettings,
+    pub failure_threshold: u32,
+    pub expiry_window: Duration,
+    pub concurrency: u16,
+    /// Resync safety net: no cluster waits longer than this for a reconcile.
+    pub resync: Duration,
+}
+
+impl Settings {
+    pub fn new(config: &DiscoveryConfig, namespace: &str, resync: Duration) -> Self {
+        Self {
+            namespace: namespace.to_owned(),
+            secrets_namespace: config.secrets_namespace.clone(),
+            // clap has checked the placeholder already.
+            pattern: SecretPattern::new(&config.kubeconfig_secret_pattern)
+                .expect("the pattern holds {cluster} once"),
+            default_interval: Duration::from_secs(config.gpu_discovery_default_interval_sec),
+            probe: ProbeSettings::new(Duration::from_secs(config.gpu_discovery_timeout_sec)),
+            failure_threshold: config.failure_threshold,
+            expiry_window: config.credentials_expiry_warning,
+            concurrency: u16::try_from(config.discovery_concurrency.get()).unwrap_or(u16::MAX),
+            resync: resync.max(Duration::from_secs(1)),
+        }
+    }
+}
+
+/// What discovery remembers of a cluster between reconciles. Losing it (a restart, a
+/// new leader) costs nothing but a look at the Secret: see [`probe_due`].
+#[derive(Debug, Default)]
+struct Memory {
+    /// Fingerprint of the kubeconfig last probed (or found to agree with status).
+    fingerprint: Option<u64>,
+    /// The status last written, until the cache shows it (or something newer).
+    written: Option<Written>,
+}
+
+#[derive(Debug)]
+struct Written {
+    resource_version: u64,
+    status: FournosClusterStatus,
+}
+
+/// Shared by the reconciles and the sweep.
+pub(crate) struct Context {
+    pub rt: Runtime,
+    pub settings: Settings,
+    pub clusters: Store<ClusterObject>,
+    pub secrets: Store<SecretObject>,
+    pub cluster_api: Api<FournosCluster>,
+    pub events: Events,
+    pub metrics: Metrics,
+    /// True once both caches hold a full list.
+    pub synced: watch::Sender<bool>,
+    /// Wakes the sweep.
+    pub sweep: Notify,
+    memory: Mutex<HashMap<String, Memory>>,
+}
+
+impl Context {
+    /// Waits until both caches hold a full list; false if that never happens (the
+    /// controller is stopping).
+    pub async fn wait_synced(&self) -> bool {
+        let mut synced = self.synced.subscribe();
+        let shutdown = self.rt.shutdown();
+        tokio::select! {
+            result = synced.wait_for(|synced| *synced) => result.is_ok(),
+            () = shutdown.cancelled() => false,
+        }
+    }
+
+    /// The cached labeled Secret named `name`, if any.
+    pub fn secret(&self, name: &str) -> Option<Arc<SecretObject>> {
+        self.secrets
+            .get(&ObjectRef::new(name).within(&self.settings.secrets_namespace))
+    }
+
+    /// `namespace/name` of a Secret, for messages.
+    pub fn secret_ref(&self, name: &str) -> String {
+        format!("{}/{name}", self.settings.secrets_namespace)
+    }
+
+    /// Forgets clusters that are gone (by uid).
+    pub fn forget_except(&self, live: &std::collections::HashSet<String>) {
+        self.lock_memory().retain(|uid, _| live.contains(uid));
+    }
+
+    fn lock_memory(&self) -> std::sync::MutexGuard<'_, HashMap<String, Memory>> {
+        self.memory
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The remembered fingerprint, and the status to plan from: the cached one, unless
+    /// this replica wrote a newer one the cache does not show yet.
+    fn recall(&self, cluster: &FournosCluster) -> (Option<u64>, Option<FournosClusterStatus>) {
+        let uid = cluster.uid().unwrap_or_default();
+        let cached_version = cluster
+            .resource_version()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        let mut memory = self.lock_memory();
+        let Some(entry) = memory.get_mut(&uid) else {
+            return (None, cluster.status.clone());
+        };
+        let status = match &entry.written {
+            Some(written) if cached_version.is_some_and(|v| v < written.resource_version) => {
+                Some(written.status.clone())
+            }
+            _ => {
+                entry.written = None;
+                cluster.status.clone()
+            }
+        };
+        (entry.fingerprint, status)
+    }
+
+    fn remember(&self, cluster: &FournosCluster, fingerprint: u64, written: Option<Written>) {
+        let uid = cluster.uid().unwrap_or_default();
+        let mut memory = self.lock_memory();
+        let entry = memory.entry(uid).or_default();
+        entry.fingerprint = Some(fingerprint);
+        if written.is_some() {
+            entry.written = written;
+        }
+    }
+}
+
+/// Runs discovery until shutdown.
+pub async fn run(rt: Runtime, config: DiscoveryConfig) {
+    let settings = Settings::new(&config, rt.namespace(), rt.reconcile_interval());
+    tracing::info!(
+        namespace = %settings.namespace,
+        secrets_namespace = %settings.secrets_namespace,
+        pattern = settings.pattern.as_str(),
+        default_interval_sec = settings.default_interval.as_secs(),
+        timeout_sec = settings.probe.timeout.as_secs(),
+        concurrency = settings.concurrency,
+        failure_threshold = settings.failure_threshold,
+        "discovery settings"
+    );
+    let metrics = {
+        let mut registry = rt.metrics().registry();
+        Metrics::register(&mut registry)
+    };
+    let client = rt.client();
+
+    let (clusters, cluster_writer) = reflector::store::<ClusterObject>();
+    let cluster_watch = watcher(
+        Api::<ClusterObject>::namespaced(client.clone(), &settings.namespace),
+        watcher::Config::default(),
+    );
+    let (secrets, secret_writer) = reflector::store::<SecretObject>();
+    let secret_watch = watcher(
+        Api::<SecretObject>::namespaced(client.clone(), &settings.secrets_namespace),
+        watcher::Config::default().labels(KUBECONFIG_SECRET_SELECTOR),
+    );
+
+    let ctx = Arc::new(Context {
+        events: rt.events(),
+        cluster_api: Api::namespaced(client, &settings.namespace),
+        rt: rt.clone(),
+        settings,
+        clusters: clusters.clone(),
+        secrets,
+        metrics,
+        synced: watch::Sender::new(false),
+        sweep: Notify::new(),
+        memory: Mutex::default(),
+    });
+
+    let cluster_stream = watched(
+        reflector::reflector(
+            cluster_writer,
+            cluster_watch.default_backoff().modify(strip),
+        ),
+        "FournosCluster",
+        &ctx,
+    );
+    let secret_stream = watched(
+        reflector::reflector(secret_writer, secret_watch.default_backoff().modify(strip)),
+        "Secret",
+        &ctx,
+    );
+
+    let mapper_ctx = ctx.clone();
+    let controller = Controller::for_stream(cluster_stream, clusters)
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
+        .watches_stream(secret_stream, move |secret| {
+            clusters_using(&mapper_ctx, &secret.name_any())
+        })
+        .reconcile_all_on(on_acquired(rt.leader()))
+        .graceful_shutdown_on(rt.shutdown().cancelled_owned());
+
+    let reconciles = controller
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            match result {
+                Ok(_) => {}
+                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
+                    tracing::warn!(cluster = %object.name, reason = error.reason(), error = %error, "reconcile failed");
+                }
+                Err(error) => tracing::debug!(error = %error, "controller"),
+            }
+        });
+    let sweeps = crate::sweep::run(ctx.clone());
+    tokio::join!(reconciles, sweeps);
+}
+
+/// Strips what the caches do not need (managed fields are most of an object's size).
+fn strip<K: kube::Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// The objects of a reflector stream, with watch errors logged, counted and dropped
+/// (the watcher retries on its own, with backoff), and the sweep woken on every change.
+fn watched<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    kind: &'static str,
+    ctx: &Arc<Context>,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Clone + kube::Resource + Send + 'static,
+{
+    let ctx = ctx.clone();
+    events.touched_objects().filter_map(move |item| {
+        let ctx = ctx.clone();
+        async move {
+            match item {
+                Ok(object) => {
+                    ctx.sweep.notify_one();
+                    Some(Ok(object))
+                }
+                Err(error) => {
+                    // Management API errors only: no object content in them.
+                    tracing::warn!(kind, error = %error, "watch failed; retrying");
+                    ctx.metrics.watch_error(kind);
+                    None
+                }
+            }
+        }
+    })
+}
+
+/// The clusters whose probe a change of Secret `name` concerns: those naming it, and
+/// the one the pattern derives from it (if it exists, it is reconciled).
+fn clusters_using(ctx: &Context, name: &str) -> Vec<ObjectRef<ClusterObject>> {
+    let namespace = &ctx.settings.namespace;
+    let mut refs: Vec<ObjectRef<ClusterObject>> = ctx
+        .clusters
+        .state()
+        .iter()
+        .filter(|c| c.0.as_ref().is_ok_and(|c| c.spec.kubeconfig_secret == name))
+        .map(|c| ObjectRef::new(&c.name_any()).within(namespace))
+        .collect();
+    if let Some(cluster) = ctx.settings.pattern.cluster_name(name) {
+        let derived = ObjectRef::new(cluster).within(namespace);
+        if !refs.contains(&derived) {
+            refs.push(derived);
+        }
+    }
+    refs
+}
+
+fn error_policy(_: Arc<ClusterObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error(error.reason());
+    Action::requeue(ERROR_REQUEUE)
+}
+
+/// Probes one cluster if due, and writes what changed.
+async fn reconcile(object: Arc<ClusterObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Clusters that do not decode are reported by the sweep; nothing to probe.
+    let Ok(cluster) = &object.0 else {
+        return Ok(Action::await_change());
+    };
+    if cluster.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // Before the Secret cache is full, every Secret would look missing. The caches fill
+    // together, so this waits a moment at startup and never after.
+    if !ctx.wait_synced().await {
+        return Ok(Action::await_change());
+    }
+    if !ctx.rt.is_leader() {
+        // Standing by: the new leader reconciles everything when it takes over.
+        return Ok(Action::await_change());
+    }
+    let name = cluster.name_any();
+    let span = info_span!("reconcile", cluster = %name);
+    reconcile_cluster(cluster, &ctx).instrument(span).await
+}
+
+async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
+    let settings = &ctx.settings;
+    let secret_name = &cluster.spec.kubeconfig_secret;
+    let cached = ctx.secret(secret_name);
+    let secret = match cached.as_deref().map(|s| &s.0) {
+        None => None,
+        Some(Ok(secret)) => Some(secret),
+        Some(Err(_)) => {
+            // Never print the decode error: it may quote the Secret's data.
+            tracing::warn!(secret = %ctx.secret_ref(secret_name), "the Secret does not decode; treating it as holding no kubeconfig");
+            None
+        }
+    };
+    let current = fingerprint(secret_name, secret);
+    let kubeconfig = match (cached.is_some(), secret) {
+        (true, None) => SecretKubeconfig::KeyMissing,
+        (_, secret) => SecretKubeconfig::read(secret),
+    };
+    let interval = probe_interval(
+        cluster.spec.gpu_discovery_interval.as_deref(),
+        settings.default_interval,
+    );
+    let (remembered, previous) = ctx.recall(cluster);
+
+    let due = probe_due(&DueInput {
+        now: Timestamp::now(),
+        interval,
+        status: previous.as_ref(),
+        remembered,
+        fingerprint: current,
+        secret: kubeconfig.view(),
+        generation: cluster.metadata.generation,
+    });
+    let kubeconfig_changed = match due {
+        ProbeDue::After(wait) => {
+            tracing::debug!(
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "not due yet"
+            );
+            ctx.remember(cluster, current, None);
+            return Ok(Action::requeue(wait.min(settings.resync)));
+        }
+        ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
+    };
+
+    let started = std::time::Instant::now();
+    let (outcome, credentials) = match kubeconfig {
+        SecretKubeconfig::SecretMissing => (ProbeOutcome::SecretMissing, None),
+        SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
+        SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
+        SecretKubeconfig::Usable { kubeconfig, expiry } => {
+            (probe(&kubeconfig, settings.probe).await, expiry)
+        }
+    };
+    let elapsed = started.elapsed();
+    ctx.metrics.probed(outcome.result_label(), elapsed);
+
+    let secret_ref = ctx.secret_ref(secret_name);
+    let plan = plan_status(&PlanInput {
+        outcome: &outcome,
+        previous: previous.as_ref(),
+        generation: cluster.metadata.generation,
+        now: Timestamp::now(),
+        secret: &secret_ref,
+        credentials,
+        interval,
+        failure_threshold: settings.failure_threshold,
+        expiry_window: settings.expiry_window,
+        kubeconfig_changed,
+    });
+    let diff = diff_status(previous.as_ref(), &plan.status);
+    tracing::event!(
+        target: "hearth_discovery::probe",
+        tracing::Level::DEBUG,
+        result = outcome.result_label(),
+        elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        kubeconfig_changed,
+        ?diff,
+        "probed"
+    );
+
+    let written = match diff {
+        StatusDiff::Same => None,
+        StatusDiff::TimestampsOnly | StatusDiff::Changed => {
+            if !ctx.rt.is_leader() {
+                return Ok(Action::await_change());
+            }
+            match write_status(ctx, cluster, &plan.status).await? {
+                Some(written) => Some(written),
+                // Deleted while it was probed: nothing left to report on.
+                None => return Ok(Action::await_change()),
+            }
+        }
+    };
+    if diff == StatusDiff::Changed {
+        tracing::info!(
+            result = outcome.result_label(),
+            kubeconfig_status = plan.status.kubeconfig_status.map_or("", |s| s.as_str()),
+            gpus = plan.status.gpu_summary.as_deref().unwrap_or_default(),
+            consecutive_failures = plan
+                .status
+                .hardware
+                .as_ref()
+                .map(|h| h.consecutive_failures),
+            "status changed"
+        );
+    }
+    ctx.remember(cluster, current, written);
+
+    let reference = cluster.object_ref(&());
+    for event in &plan.events {
+        match event.type_ {
+            EventType::Normal => {
+                ctx.events
+                    .normal(&reference, event.reason, "Probe", event.message.clone())
+                    .await;
+            }
+            EventType::Warning => {
+                ctx.events
+                    .warning(&reference, event.reason, "Probe", event.message.clone())
+                    .await;
+            }
+        }
+    }
+
+    let next = until_due(
+        plan.status.next_probe_at.as_ref().map(|t| t.0),
+        Timestamp::now(),
+    );
+    Ok(Action::requeue(
+        next.min(settings.resync).max(Duration::from_millis(100)),
+    ))
+}
+
+/// Applies discovery's status fields; `None` when the cluster is gone.
+async fn write_status(
+    ctx: &Context,
+    cluster: &FournosCluster,
+    status: &FournosClusterStatus,
+) -> Result<Option<Written>, Error> {
+    let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
+    let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
+        cluster: name.clone(),
+        source,
+    })?;
+    match apply_status(&ctx.cluster_api, cluster, DISCOVERY, value).await {
+        Ok(applied) => {
+            ctx.metrics.status_write(true);
+            Ok(Some(Written {
+                resource_version: applied
+                    .resource_version()
+                    .and_then(|rv| rv.parse().ok())
+                    .unwrap_or(0),
+                status: status.clone(),
+            }))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(source) => {
+            ctx.metrics.status_write(false);
+            Err(Error::StatusWrite {
+                cluster: name,
+                source,
+            })
+        }
+    }
+}

@@ -1,0 +1,515 @@
+//! The I/O of one probe: build a client from a validated kubeconfig, `GET /version`,
+//! then list the target's nodes in pages and count their GPUs, all under one deadline.
+//!
+//! Nothing that comes back from a target reaches status, Events or logs unfiltered:
+//! transport failures become messages written here, and what a target says (its
+//! version, the message of a 403) is bounded, stripped of control characters, and has
+//! the kubeconfig's token and key removed in case a hostile or confused server echoes
+//! them.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use secrecy::ExposeSecret as _;
+use tokio::time::{Instant, timeout_at};
+
+use crate::gpus::{GpuCount, GpuTally};
+use crate::kubeconfig::{Auth, KubeconfigError, ValidatedKubeconfig, client_config};
+use crate::status::{NodeListing, ProbeOutcome};
+
+/// Nodes per page of the node list.
+pub const PAGE_SIZE: u32 = 500;
+/// Pages listed at most (`PAGE_SIZE × MAX_PAGES` nodes), so a target cannot keep a
+/// probe paging forever.
+pub const MAX_PAGES: u32 = 200;
+/// Longest text taken from a target into a message.
+const MAX_SERVER_TEXT: usize = 300;
+/// Largest answer read from a target: a page of [`PAGE_SIZE`] nodes is a few MiB.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How a probe runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ProbeSettings {
+    /// Deadline of the whole probe: connect, TLS, `/version` and every page.
+    pub timeout: Duration,
+    pub page_size: u32,
+    pub max_pages: u32,
+}
+
+impl ProbeSettings {
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            page_size: PAGE_SIZE,
+            max_pages: MAX_PAGES,
+        }
+    }
+}
+
+/// Probes the target of `kubeconfig`. Never fails: every failure is an outcome.
+pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) -> ProbeOutcome {
+    let deadline = Instant::now() + settings.timeout;
+    let redactor = Redactor::new(kubeconfig);
+    // Built per probe from the validated fields alone (see kubeconfig::client_config);
+    // it may fail only on TLS material the TLS stack refuses.
+    let client = match target_client(&client_config(kubeconfig, settings.timeout)) {
+        Ok(client) => client,
+        Err(_) => return ProbeOutcome::Invalid(KubeconfigError::ClientSetup),
+    };
+    let seconds = settings.timeout.as_secs();
+
+    let server_version = match timeout_at(deadline, client.apiserver_version()).await {
+        Err(_) => {
+            return ProbeOutcome::Unreachable {
+                detail: format!("no answer within {seconds}s"),
+            };
+        }
+        Ok(Ok(info)) => Some(redactor.clean(&info.git_version)).filter(|v| !v.is_empty()),
+        Ok(Err(error)) => match Failure::of(&error) {
+            Failure::Http { code: 401, .. } => {
+                return ProbeOutcome::Unauthorized {
+                    detail: String::new(),
+                };
+            }
+            // Authenticated, merely not allowed to read the version: go on.
+            Failure::Http { code: 403, .. } => None,
+            Failure::Http { code, .. } => {
+                return ProbeOutcome::Unreachable {
+                    detail: format!(
+                        "the server answered HTTP {code} to GET /version; is the server URL a Kubernetes API server?"
+                    ),
+                };
+            }
+            Failure::Transport(detail) => return ProbeOutcome::Unreachable { detail },
+            Failure::Decode => {
+                return ProbeOutcome::Unreachable {
+                    detail:
+                        "the server's answer to GET /version is not a Kubernetes version; is the \
+                             server URL a Kubernetes API server?"
+                            .into(),
+                };
+            }
+        },
+    };
+
+    let nodes = match timeout_at(deadline, count_nodes(&client, settings)).await {
+        Err(_) => Err(NodeFailure::Failed(format!(
+            "the probe did not finish within {seconds}s"
+        ))),
+        Ok(result) => result,
+    };
+    let nodes = match nodes {
+        Ok(count) => NodeListing::Counted(count),
+        Err(NodeFailure::Unauthorized) => {
+            return ProbeOutcome::Unauthorized {
+                detail: String::new(),
+            };
+        }
+        Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden {
+            detail: redactor.clean(&message),
+        },
+        Err(NodeFailure::Failed(detail)) => NodeListing::Failed {
+            detail: redactor.clean(&detail),
+        },
+    };
+    ProbeOutcome::Reached {
+        server_version,
+        nodes,
+    }
+}
+
+/// A client for a target, from a configuration made by
+/// [`client_config`](crate::kubeconfig::client_config): TLS and credentials from the
+/// configuration, a connect timeout, answers capped at [`MAX_RESPONSE_BYTES`]. Unlike
+/// `kube::Client::try_from`, no HTTP trace layer: a target that is down is an outcome
+/// reported in status, not an error line per request in the controller's log.
+pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
+    use kube::client::ConfigExt as _;
+    use tower::ServiceBuilder;
+
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(config.connect_timeout);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .map_response(|response: http::Response<_>| {
+            response.map(|body| http_body_util::Limited::new(body, MAX_RESPONSE_BYTES))
+        })
+        .map_err(tower::BoxError::from)
+        .service(client);
+    Ok(kube::Client::new(service, "default"))
+}
+
+enum NodeFailure {
+    Unauthorized,
+    /// With the server's message (it names the identity and what it may not do).
+    Forbidden(String),
+    Failed(String),
+}
+
+async fn count_nodes(
+    client: &kube::Client,
+    settings: ProbeSettings,
+) -> Result<GpuCount, NodeFailure> {
+    let api: Api<Node> = Api::all(client.clone());
+    let mut tally = GpuTally::default();
+    let mut continue_token: Option<String> = None;
+    for page in 0..settings.max_pages {
+        let mut params = ListParams::default().limit(settings.page_size);
+        if let Some(token) = &continue_token {
+            params = params.continue_token(token);
+        }
+        let list = api.list(&params).await.map_err(|error| match Failure::of(&error) {
+            Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
+            Failure::Http { code: 403, message } => NodeFailure::Forbidden(message),
+            Failure::Http { code: 410, .. } => NodeFailure::Failed(
+                "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
+                    .into(),
+            ),
+            Failure::Http { code, message } => {
+                NodeFailure::Failed(format!("HTTP {code} on page {}: {message}", page + 1))
+            }
+            Failure::Transport(detail) => NodeFailure::Failed(format!("{detail} (page {})", page + 1)),
+            Failure::Decode => NodeFailure::Failed(format!(
+                "page {} of the node list is not a list of Nodes",
+                page + 1
+            )),
+        })?;
+        tally.add_all(&list.items);
+        match list.metadata.continue_.filter(|t| !t.is_empty()) {
+            Some(token) => continue_token = Some(token),
+            None => return Ok(tally.finish()),
+        }
+    }
+    Err(NodeFailure::Failed(format!(
+        "the target has more than {} nodes ({} pages of {}); Hearth counts at most that many",
+        u64::from(settings.max_pages) * u64::from(settings.page_size),
+        settings.max_pages,
+        settings.page_size
+    )))
+}
+
+/// A failed request, in words chosen here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The server answered with an error status; `message` is its own words, bounded.
+    Http { code: u16, message: String },
+    /// No usable answer: connection, TLS, timeout.
+    Transport(String),
+    /// An answer that is not what a Kubernetes API server sends.
+    Decode,
+}
+
+impl Failure {
+    pub fn of(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) => Self::Http {
+                code: status.code,
+                message: bounded(&status.message),
+            },
+            kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => Self::Decode,
+            other => Self::Transport(describe_transport(other)),
+        }
+    }
+}
+
+/// A transport failure in words a person can act on. Only kinds of failure are named,
+/// never the library's own text.
+pub fn describe_transport(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut dns = false;
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return format!(
+                "the server's answer is larger than {} MiB",
+                MAX_RESPONSE_BYTES / (1024 * 1024)
+            );
+        }
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return describe_tls(tls);
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(tls) = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            {
+                return describe_tls(tls);
+            }
+            if let Some(text) = describe_io(io.kind()) {
+                return text.to_owned();
+            }
+        }
+        // hyper-util's resolver error has no public type; its text is fixed.
+        if e.to_string().starts_with("dns error") {
+            dns = true;
+        }
+        current = e.source();
+    }
+    if dns {
+        "the server's host name does not resolve".into()
+    } else {
+        "the connection to the server failed".into()
+    }
+}
+
+fn describe_io(kind: std::io::ErrorKind) -> Option<&'static str> {
+    use std::io::ErrorKind as K;
+    Some(match kind {
+        K::ConnectionRefused => "connection refused: nothing listens at the server's address",
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe => {
+            "the server closed the connection"
+        }
+        K::TimedOut => "timed out waiting for the server",
+        K::HostUnreachable | K::NetworkUnreachable => "no network route to the server",
+        K::UnexpectedEof => "the server closed the connection during the TLS handshake",
+        _ => return None,
+    })
+}
+
+fn describe_tls(error: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    match error {
+        rustls::Error::InvalidCertificate(cert) => match cert {
+            C::UnknownIssuer | C::BadSignature => {
+                "TLS: the server's certificate is not signed by the kubeconfig's certificate-authority-data"
+            }
+            C::NotValidForName | C::NotValidForNameContext { .. } => {
+                "TLS: the server's certificate is not valid for the server's host name (set tls-server-name?)"
+            }
+            C::Expired | C::ExpiredContext { .. } => "TLS: the server's certificate has expired",
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "TLS: the server's certificate is not valid yet"
+            }
+            C::Revoked => "TLS: the server's certificate is revoked",
+            _ => "TLS: the server's certificate is not acceptable",
+        }
+        .into(),
+        rustls::Error::AlertReceived(alert) => {
+            format!("TLS: the server refused the handshake ({alert:?})")
+        }
+        _ => "TLS: the handshake with the server failed".into(),
+    }
+}
+
+/// Removes a kubeconfig's secrets from text that came back from its target.
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+const REDACTED: &str = "[REDACTED]";
+
+impl Redactor {
+    pub fn new(kubeconfig: &ValidatedKubeconfig) -> Self {
+        let mut secrets = Vec::new();
+        match kubeconfig.auth() {
+            Auth::Token(token) => secrets.push(token.expose_secret().to_owned()),
+            Auth::ClientCert { key_pem, .. } => {
+                let pem = String::from_utf8_lossy(key_pem.expose_secret());
+                // The key's base64 lines; a fragment of one is useless and harmless.
+                secrets.extend(
+                    pem.lines()
+                        .map(str::trim)
+                        .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+                        .map(str::to_owned),
+                );
+            }
+        }
+        secrets.retain(|s| !s.is_empty());
+        Self { secrets }
+    }
+
+    /// `text` bounded, one line, printable, without any of the secrets.
+    pub fn clean(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), REDACTED);
+            }
+        }
+        bounded(&out)
+    }
+}
+
+/// At most [`MAX_SERVER_TEXT`] characters, control characters turned into spaces.
+fn bounded(text: &str) -> String {
+    let mut out: String = text
+        .trim()
+        .chars()
+        .take(MAX_SERVER_TEXT)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.trim().chars().count() > MAX_SERVER_TEXT {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubeconfig::validate;
+    use crate::test_support::{TOKEN, b64, cert, https_cluster, kubeconfig, token_user};
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn io(kind: std::io::ErrorKind) -> std::io::Error {
+        std::io::Error::new(kind, "library words")
+    }
+
+    #[derive(Debug)]
+    struct Wrapped(Box<dyn std::error::Error + Send + Sync>);
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(self.0.as_ref())
+        }
+    }
+
+    #[test]
+    fn transport_failures_are_described_in_our_words() {
+        let refused = Wrapped(Box::new(io(std::io::ErrorKind::ConnectionRefused)));
+        assert_eq!(
+            describe_transport(&refused),
+            "connection refused: nothing listens at the server's address"
+        );
+        let timeout = Wrapped(Box::new(io(std::io::ErrorKind::TimedOut)));
+        assert_eq!(
+            describe_transport(&timeout),
+            "timed out waiting for the server"
+        );
+        let tls = Wrapped(Box::new(std::io::Error::other(
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        )));
+        assert_eq!(
+            describe_transport(&tls),
+            "TLS: the server's certificate is not signed by the kubeconfig's certificate-authority-data"
+        );
+        let direct = rustls::Error::InvalidCertificate(rustls::CertificateError::Expired);
+        assert_eq!(
+            describe_transport(&direct),
+            "TLS: the server's certificate has expired"
+        );
+        let alert = rustls::Error::AlertReceived(rustls::AlertDescription::HandshakeFailure);
+        assert_eq!(
+            describe_transport(&alert),
+            "TLS: the server refused the handshake (HandshakeFailure)"
+        );
+        let other = Wrapped(Box::new(io(std::io::ErrorKind::Other)));
+        assert_eq!(
+            describe_transport(&other),
+            "the connection to the server failed"
+        );
+    }
+
+    #[derive(Debug)]
+    struct Dns;
+    impl std::fmt::Display for Dns {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("dns error")
+        }
+    }
+    impl std::error::Error for Dns {}
+
+    #[test]
+    fn dns_failures_are_named() {
+        let e = Wrapped(Box::new(Dns));
+        assert_eq!(
+            describe_transport(&e),
+            "the server's host name does not resolve"
+        );
+    }
+
+    #[test]
+    fn api_errors_keep_the_code_and_a_bounded_message() {
+        let status = kube::core::Status::failure(&"x\n".repeat(400), "Forbidden").with_code(403);
+        let Failure::Http { code, message } = Failure::of(&kube::Error::Api(status.boxed())) else {
+            panic!("not http")
+        };
+        assert_eq!(code, 403);
+        assert!(!message.contains('\n'));
+        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+    }
+
+    #[test]
+    fn tokens_echoed_by_a_server_are_removed() {
+        let kc = validate(
+            kubeconfig(https_cluster(), token_user())
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        let r = Redactor::new(&kc);
+        let echoed = format!("nodes is forbidden: bearer {TOKEN} may not");
+        assert_eq!(
+            r.clean(&echoed),
+            "nodes is forbidden: bearer [REDACTED] may not"
+        );
+    }
+
+    #[test]
+    fn key_material_echoed_by_a_server_is_removed() {
+        let c = cert();
+        let user = json!({
+            "client-certificate-data": b64(&c.cert_pem),
+            "client-key-data": b64(&c.key_pem),
+        });
+        let kc = validate(kubeconfig(https_cluster(), user).to_string().as_bytes()).unwrap();
+        let r = Redactor::new(&kc);
+        let line = c.key_pem.lines().find(|l| !l.starts_with("-----")).unwrap();
+        let cleaned = r.clean(&format!("echo {line}"));
+        assert!(!cleaned.contains(line), "{cleaned}");
+        assert!(cleaned.contains(REDACTED));
+    }
+
+    /// A server that accepts TCP and never answers: the probe ends at its deadline and
+    /// says so, without waiting for the OS's TCP timeouts.
+    #[tokio::test]
+    async fn a_silent_server_is_unreachable_within_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cluster = json!({
+            "server": format!("https://{addr}"),
+            "certificate-authority-data": b64(cert().cert_pem),
+        });
+        let kc = validate(kubeconfig(cluster, token_user()).to_string().as_bytes()).unwrap();
+        let started = std::time::Instant::now();
+        let outcome = probe(&kc, ProbeSettings::new(Duration::from_millis(500))).await;
+        let elapsed = started.elapsed();
+        drop(listener);
+        assert!(
+            matches!(&outcome, ProbeOutcome::Unreachable { .. }),
+            "{outcome:?}"
+        );
+        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_connection_refused() {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let cluster = json!({
+            "server": format!("https://127.0.0.1:{port}"),
+            "certificate-authority-data": b64(cert().cert_pem),
+        });
+        let kc = validate(kubeconfig(cluster, token_user()).to_string().as_bytes()).unwrap();
+        let outcome = probe(&kc, ProbeSettings::new(Duration::from_secs(5))).await;
+        assert_eq!(
+            outcome,
+            ProbeOutcome::Unreachable {
+                detail: "connection refused: nothing listens at the server's address".into()
+            }
+        );
+    }
+}

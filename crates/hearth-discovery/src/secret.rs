@@ -1,0 +1,145 @@
+//! A cluster's kubeconfig Secret as read from the watch cache: what it says before any
+//! connection, and a fingerprint that changes whenever the kubeconfig does.
+//!
+//! The fingerprint never leaves the process (it is not logged or written anywhere); it
+//! only tells whether the kubeconfig is the one last probed, so rotation takes effect at
+//! once while other Secret changes (labels, annotations) do not cause probes.
+
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+
+use hearth_api::names::KUBECONFIG_SECRET_KEY;
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::credentials::{Expiry, credentials_expiry};
+use crate::kubeconfig::{KubeconfigError, ValidatedKubeconfig, validate};
+use crate::schedule::SecretView;
+
+/// What a Secret holds for discovery.
+#[derive(Debug, Clone)]
+pub enum SecretKubeconfig {
+    /// No such Secret among the labeled ones.
+    SecretMissing,
+    /// The Secret has no `kubeconfig` key.
+    KeyMissing,
+    /// The kubeconfig is refused.
+    Invalid(KubeconfigError),
+    /// The kubeconfig can be probed.
+    Usable {
+        kubeconfig: Box<ValidatedKubeconfig>,
+        expiry: Option<Expiry>,
+    },
+}
+
+impl SecretKubeconfig {
+    /// Reads the `kubeconfig` key of `secret` (the cached Secret, if there is one).
+    pub fn read(secret: Option<&Secret>) -> Self {
+        let Some(secret) = secret else {
+            return Self::SecretMissing;
+        };
+        match kubeconfig_bytes(secret) {
+            None => Self::KeyMissing,
+            Some(data) => match validate(data) {
+                Err(error) => Self::Invalid(error),
+                Ok(kubeconfig) => Self::Usable {
+                    expiry: credentials_expiry(&kubeconfig),
+                    kubeconfig: Box::new(kubeconfig),
+                },
+            },
+        }
+    }
+
+    pub fn view(&self) -> SecretView {
+        match self {
+            Self::SecretMissing | Self::KeyMissing => SecretView::Missing,
+            Self::Invalid(_) => SecretView::Invalid,
+            Self::Usable { expiry, .. } => SecretView::Usable {
+                expires_at: expiry.map(|e| e.at),
+            },
+        }
+    }
+}
+
+fn kubeconfig_bytes(secret: &Secret) -> Option<&[u8]> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_SECRET_KEY))
+        .map(|b| b.0.as_slice())
+}
+
+/// Changes whenever the kubeconfig a cluster would be probed with changes: another
+/// Secret name, the Secret appearing or vanishing, the key's bytes.
+pub fn fingerprint(secret_name: &str, secret: Option<&Secret>) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    secret_name.hash(&mut hasher);
+    match secret {
+        None => 0u8.hash(&mut hasher),
+        Some(secret) => match kubeconfig_bytes(secret) {
+            None => 1u8.hash(&mut hasher),
+            Some(data) => {
+                2u8.hash(&mut hasher);
+                data.hash(&mut hasher);
+            }
+        },
+    }
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{https_cluster, kubeconfig, token_user};
+    use k8s_openapi::ByteString;
+    use std::collections::BTreeMap;
+
+    fn secret(data: Option<&[u8]>) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some("kubeconfig-a".into());
+        s.data = data
+            .map(|d| BTreeMap::from([(KUBECONFIG_SECRET_KEY.to_owned(), ByteString(d.to_vec()))]));
+        s
+    }
+
+    #[test]
+    fn reads_what_the_secret_holds() {
+        assert!(matches!(
+            SecretKubeconfig::read(None),
+            SecretKubeconfig::SecretMissing
+        ));
+        assert!(matches!(
+            SecretKubeconfig::read(Some(&secret(None))),
+            SecretKubeconfig::KeyMissing
+        ));
+        assert!(matches!(
+            SecretKubeconfig::read(Some(&secret(Some(b"")))),
+            SecretKubeconfig::Invalid(KubeconfigError::Empty)
+        ));
+        let good = kubeconfig(https_cluster(), token_user()).to_string();
+        let read = SecretKubeconfig::read(Some(&secret(Some(good.as_bytes()))));
+        assert!(matches!(read, SecretKubeconfig::Usable { .. }));
+        assert_eq!(read.view(), SecretView::Usable { expires_at: None });
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_kubeconfig_only() {
+        let a = secret(Some(b"one"));
+        let b = secret(Some(b"two"));
+        let mut relabeled = a.clone();
+        relabeled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
+        relabeled.metadata.resource_version = Some("99".into());
+        assert_eq!(
+            fingerprint("s", Some(&a)),
+            fingerprint("s", Some(&relabeled))
+        );
+        assert_ne!(fingerprint("s", Some(&a)), fingerprint("s", Some(&b)));
+        assert_ne!(fingerprint("s", Some(&a)), fingerprint("t", Some(&a)));
+        assert_ne!(
+            fingerprint("s", None),
+            fingerprint("s", Some(&secret(None)))
+        );
+        assert_ne!(
+            fingerprint("s", Some(&secret(None))),
+            fingerprint("s", Some(&secret(Some(b""))))
+        );
+    }
+}

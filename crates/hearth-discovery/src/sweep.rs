@@ -1,0 +1,371 @@
+//! The onboarding sweep: observe both caches, plan with
+//! [`plan_onboarding`](crate::onboarding::plan_onboarding), apply (create, delete, warn),
+//! and report the gauges that describe every cluster.
+//!
+//! It runs on every change either watch sees, when this replica becomes leader, and
+//! every resync interval, and never before both caches hold a full list: an empty
+//! Secret cache would otherwise read as "every Secret is gone" and offboard everything.
+//! Only the lease holder applies; every replica reports metrics.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use hearth_api::names::{
+    AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+};
+use hearth_api::{FournosCluster, FournosClusterSpec};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::{Resource as _, ResourceExt as _};
+
+use crate::controller::{ClusterObject, Context, SecretObject};
+use crate::error::Error;
+use crate::onboarding::{
+    NewCluster, ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, owner_from,
+    plan_onboarding,
+};
+
+/// Longest decode error quoted in an Event.
+const MAX_DECODE_ERROR: usize = 300;
+
+/// What the sweep remembers so that it does not repeat itself: each warning is
+/// published once per object version, each offboarding once per cluster.
+#[derive(Default)]
+struct Reported {
+    /// `(uid, resourceVersion, reason)` of Secrets and clusters warned about.
+    warned: HashSet<(String, String, &'static str)>,
+    /// uids of clusters whose deletion was requested.
+    offboarded: HashSet<String>,
+}
+
+pub(crate) async fn run(ctx: Arc<Context>) {
+    let shutdown = ctx.rt.shutdown();
+    let gate = ctx.rt.readiness().gate("caches");
+    let synced = async {
+        // Errors mean the writer is gone, i.e. the controller is stopping.
+        let clusters = ctx.clusters.wait_until_ready().await;
+        let secrets = ctx.secrets.wait_until_ready().await;
+        clusters.is_ok() && secrets.is_ok()
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        ok = synced => if !ok { return },
+    }
+    ctx.synced.send_replace(true);
+    gate.ready();
+    tracing::info!(
+        clusters = ctx.clusters.len(),
+        secrets = ctx.secrets.len(),
+        "caches synced"
+    );
+
+    let mut reported = Reported::default();
+    let mut resync = tokio::time::interval(ctx.settings.resync);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        sweep_once(&ctx, &mut reported).await;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = ctx.sweep.notified() => {}
+            _ = resync.tick() => {}
+        }
+    }
+}
+
+async fn sweep_once(ctx: &Context, reported: &mut Reported) {
+    let secrets = ctx.secrets.state();
+    let clusters = ctx.clusters.state();
+
+    ctx.metrics.clusters(
+        clusters
+            .iter()
+            .filter_map(|c| c.0.as_ref().ok())
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| {
+                (
+                    c.metadata.name.as_deref().unwrap_or_default(),
+                    c.status.as_ref(),
+                )
+            }),
+    );
+    let invalid_clusters: Vec<&Arc<ClusterObject>> =
+        clusters.iter().filter(|c| c.0.is_err()).collect();
+    let invalid_secrets = secrets.iter().filter(|s| s.0.is_err()).count();
+    ctx.metrics.invalid_objects(&[
+        ("FournosCluster", invalid_clusters.len()),
+        ("Secret", invalid_secrets),
+    ]);
+    let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
+    ctx.forget_except(&live);
+    reported.offboarded.retain(|uid| live.contains(uid));
+    let versions: HashSet<(String, String)> = secrets
+        .iter()
+        .map(|s| uid_version(s.as_ref()))
+        .chain(clusters.iter().map(|c| uid_version(c.as_ref())))
+        .collect();
+    reported
+        .warned
+        .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
+
+    if !ctx.rt.is_leader() {
+        return;
+    }
+    for invalid in invalid_clusters {
+        report_invalid_cluster(ctx, invalid, reported).await;
+    }
+
+    let observed_secrets: Vec<ObservedSecret> = secrets.iter().map(|s| observe_secret(s)).collect();
+    let observed_clusters: Vec<ObservedCluster> =
+        clusters.iter().map(|c| observe_cluster(c)).collect();
+    let OnboardingPlan {
+        create,
+        delete,
+        warnings,
+    } = plan_onboarding(
+        &observed_secrets,
+        &observed_clusters,
+        &ctx.settings.pattern,
+        &ctx.settings.secrets_namespace,
+        &ctx.settings.namespace,
+    );
+
+    for new in create {
+        if !ctx.rt.is_leader() {
+            return;
+        }
+        if let Err(error) = onboard(ctx, &new).await {
+            tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+        }
+    }
+    for gone in delete {
+        if !ctx.rt.is_leader() {
+            return;
+        }
+        let Some(uid) = gone.uid.clone() else {
+            continue;
+        };
+        if reported.offboarded.contains(&uid) {
+            continue;
+        }
+        match offboard(ctx, &gone).await {
+            Ok(()) => {
+                reported.offboarded.insert(uid);
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %gone.name, reason = error.reason(), error = %error, "offboarding failed; retrying on the next sweep");
+            }
+        }
+    }
+    for warning in warnings {
+        let key = (
+            warning.uid.clone().unwrap_or_default(),
+            warning.resource_version.clone().unwrap_or_default(),
+            warning.problem.reason(),
+        );
+        if reported.warned.contains(&key) {
+            continue;
+        }
+        tracing::warn!(
+            secret = %format!("{}/{}", ctx.settings.secrets_namespace, warning.secret),
+            reason = warning.problem.reason(),
+            "{}",
+            warning.message
+        );
+        let reference = secret_reference(ctx, &warning.secret, warning.uid.as_deref());
+        ctx.events
+            .warning(
+                &reference,
+                warning.problem.reason(),
+                "Onboard",
+                warning.message,
+            )
+            .await;
+        reported.warned.insert(key);
+    }
+}
+
+fn uid_version<K: kube::Resource>(object: &K) -> (String, String) {
+    let meta = object.meta();
+    (
+        meta.uid.clone().unwrap_or_default(),
+        meta.resource_version.clone().unwrap_or_default(),
+    )
+}
+
+/// Onboarding needs only a Secret's metadata, so even one that does not decode counts.
+fn observe_secret(secret: &SecretObject) -> ObservedSecret {
+    let meta = secret.meta();
+    ObservedSecret {
+        name: secret.name_any(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        owner: owner_from(meta.annotations.as_ref()),
+    }
+}
+
+fn observe_cluster(cluster: &ClusterObject) -> ObservedCluster {
+    let meta = cluster.meta();
+    ObservedCluster {
+        name: cluster.name_any(),
+        uid: meta.uid.clone(),
+        auto_discovered: ObservedCluster::is_auto_discovered(meta.labels.as_ref()),
+        kubeconfig_secret: cluster
+            .0
+            .as_ref()
+            .ok()
+            .map(|c| c.spec.kubeconfig_secret.clone()),
+        deleting: meta.deletion_timestamp.is_some(),
+    }
+}
+
+/// Creates the FournosCluster for a Secret. One that exists already (the cache lags
+/// behind a create of ours, or a person was quicker) is left alone: create only.
+async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
+    let mut cluster = FournosCluster::new(
+        &new.name,
+        FournosClusterSpec {
+            kubeconfig_secret: new.secret.clone(),
+            owner: new.owner.clone(),
+            ..Default::default()
+        },
+    );
+    cluster.metadata.namespace = Some(ctx.settings.namespace.clone());
+    cluster.metadata.labels = Some(BTreeMap::from([
+        (AUTO_DISCOVERED_LABEL.to_owned(), "true".to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+    ]));
+    match ctx
+        .cluster_api
+        .create(&PostParams::default(), &cluster)
+        .await
+    {
+        Ok(created) => {
+            ctx.metrics.onboarding("create", true);
+            let secret = ctx.secret_ref(&new.secret);
+            let owner = new
+                .owner
+                .as_deref()
+                .map(|o| format!(", owner {o}"))
+                .unwrap_or_default();
+            tracing::info!(cluster = %new.name, %secret, "onboarded");
+            ctx.events
+                .normal(
+                    &created.object_ref(&()),
+                    "Onboarded",
+                    "Onboard",
+                    format!("created from Secret {secret}{owner}"),
+                )
+                .await;
+            ctx.sweep.notify_one();
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => {
+            ctx.metrics.onboarding("create", false);
+            Err(Error::Create {
+                cluster: format!("{}/{}", ctx.settings.namespace, new.name),
+                source,
+            })
+        }
+    }
+}
+
+/// Deletes an auto-discovered FournosCluster whose Secret is gone, with an Event on it
+/// first. The uid precondition keeps a cluster recreated meanwhile safe.
+async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
+    let secret = ctx.secret_ref(&gone.secret);
+    let reference = ObjectReference {
+        api_version: Some(FournosCluster::api_version(&()).into_owned()),
+        kind: Some(FournosCluster::kind(&()).into_owned()),
+        name: Some(gone.name.clone()),
+        namespace: Some(ctx.settings.namespace.clone()),
+        uid: gone.uid.clone(),
+        ..Default::default()
+    };
+    ctx.events
+        .normal(
+            &reference,
+            "Offboarded",
+            "Offboard",
+            format!(
+                "Secret {secret} is gone (deleted, or no longer labeled {KUBECONFIG_SECRET_SELECTOR}): \
+                 deleting this auto-discovered FournosCluster"
+            ),
+        )
+        .await;
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: gone.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match ctx.cluster_api.delete(&gone.name, &params).await {
+        Ok(_) => {
+            ctx.metrics.onboarding("delete", true);
+            tracing::info!(cluster = %gone.name, %secret, "offboarded");
+            Ok(())
+        }
+        // Gone already, or replaced by a new cluster of the same name (uid mismatch).
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(source) => {
+            ctx.metrics.onboarding("delete", false);
+            Err(Error::Delete {
+                cluster: format!("{}/{}", ctx.settings.namespace, gone.name),
+                source,
+            })
+        }
+    }
+}
+
+/// A FournosCluster that does not decode: logged and reported once per version, and
+/// otherwise left alone (never probed, never deleted).
+async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported: &mut Reported) {
+    let Err(invalid) = &object.0 else {
+        return;
+    };
+    let (uid, rv) = uid_version(object);
+    let key = (uid, rv, "InvalidObject");
+    if reported.warned.contains(&key) {
+        return;
+    }
+    let mut error: String = invalid
+        .error
+        .chars()
+        .take(MAX_DECODE_ERROR)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if invalid.error.chars().count() > MAX_DECODE_ERROR {
+        error.push('…');
+    }
+    let name = object.name_any();
+    tracing::warn!(cluster = %name, %error, "FournosCluster does not decode; skipped");
+    let reference = ObjectReference {
+        api_version: Some(FournosCluster::api_version(&()).into_owned()),
+        kind: Some(FournosCluster::kind(&()).into_owned()),
+        name: Some(name),
+        namespace: Some(ctx.settings.namespace.clone()),
+        uid: invalid.metadata.uid.clone(),
+        ..Default::default()
+    };
+    ctx.events
+        .warning(
+            &reference,
+            "InvalidObject",
+            "Observe",
+            format!("hearth-discovery cannot read this FournosCluster and skips it: {error}"),
+        )
+        .await;
+    reported.warned.insert(key);
+}
+
+fn secret_reference(ctx: &Context, name: &str, uid: Option<&str>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Secret".into()),
+        name: Some(name.to_owned()),
+        namespace: Some(ctx.settings.secrets_namespace.clone()),
+        uid: uid.map(str::to_owned),
+        ..Default::default()
+    }
+}
