@@ -361,8 +361,20 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
         (l, "update", &cq, None, false),
         (l, "patch", "fournosclusters.fournos.dev", Some(ns), true),
         (l, "get", "secrets", Some(secrets), false),
-        (l, "get", "workloadpriorityclasses.kueue.x-k8s.io", None, true),
-        (l, "create", "workloadpriorityclasses.kueue.x-k8s.io", None, false),
+        (
+            l,
+            "get",
+            "workloadpriorityclasses.kueue.x-k8s.io",
+            None,
+            true,
+        ),
+        (
+            l,
+            "create",
+            "workloadpriorityclasses.kueue.x-k8s.io",
+            None,
+            false,
+        ),
     ];
     let mut wrong = Vec::new();
     for (sa, verb, resource, namespace, allowed) in checks {
