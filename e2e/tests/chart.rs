@@ -154,6 +154,33 @@ fn replicas_and_hardened_pods_render() -> Result<()> {
 }
 
 #[test]
+fn optional_service_monitor_and_network_policy() -> Result<()> {
+    let off = template(&[])?;
+    ensure!(
+        names_of(&off, "ServiceMonitor").is_empty() && names_of(&off, "NetworkPolicy").is_empty()
+    );
+    let on = template(&[
+        "serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+        "lockManager.enabled=false",
+    ])?;
+    ensure!(
+        names_of(&on, "ServiceMonitor") == ["hearth-discovery", "hearth-kueue-sync"],
+        "one ServiceMonitor per enabled controller: {:?}",
+        names_of(&on, "ServiceMonitor")
+    );
+    let policy = on
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .context("NetworkPolicy")?;
+    ensure!(
+        policy["spec"]["ingress"][0]["ports"][0]["port"] == 8080,
+        "ingress only to the admin port"
+    );
+    Ok(())
+}
+
+#[test]
 fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
     for (set, expect) in [
         ("discovery.replicas=-1", "replicas"),
