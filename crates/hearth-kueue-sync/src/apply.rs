@@ -40,6 +40,8 @@ pub(crate) struct Writer {
 pub(crate) enum FlavorAction {
     Create,
     Repair,
+    /// A legacy flavor taken over: Hearth's labels are added in place.
+    Adopt,
 }
 
 impl FlavorAction {
@@ -47,6 +49,7 @@ impl FlavorAction {
         match self {
             Self::Create => "create",
             Self::Repair => "repair",
+            Self::Adopt => "adopt",
         }
     }
 }

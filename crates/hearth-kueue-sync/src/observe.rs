@@ -98,9 +98,20 @@ impl Snapshot {
         counts
     }
 
-    /// ResourceFlavors Hearth manages.
+    /// ResourceFlavors Hearth manages (adopted legacy flavors included).
     pub fn hearth_flavors(&self) -> usize {
-        self.input.flavors.iter().filter(|f| f.is_hearths()).count()
+        let live: std::collections::BTreeSet<&str> = self
+            .input
+            .clusters
+            .iter()
+            .filter(|c| !c.deleting)
+            .map(|c| c.name.as_str())
+            .collect();
+        self.input
+            .flavors
+            .iter()
+            .filter(|f| f.is_hearths(&live))
+            .count()
     }
 }
 
@@ -337,7 +348,7 @@ mod tests {
         }));
         assert!(flavor.0.is_err());
         let snapshot = snapshot(&settings(), &[], None, &[flavor]).unwrap();
-        assert!(snapshot.input.flavors[0].is_hearths());
+        assert!(snapshot.input.flavors[0].is_hearths(&Default::default()));
         assert!(snapshot.input.flavors[0].node_labels.is_empty());
         assert_eq!(snapshot.invalid[0].kind, "ResourceFlavor");
     }

@@ -95,6 +95,11 @@ impl Context {
                     plan.flavors_to_repair
                         .iter()
                         .map(|f| (f, FlavorAction::Repair)),
+                )
+                .chain(
+                    plan.flavors_to_adopt
+                        .iter()
+                        .map(|f| (f, FlavorAction::Adopt)),
                 );
             for (flavor, action) in flavors {
                 match self.writer.apply_flavor(flavor, action).await {

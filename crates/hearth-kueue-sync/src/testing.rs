@@ -93,6 +93,21 @@ impl ClusterBuilder {
         self
     }
 
+    /// As the Python controller left it: the GPUs in `spec.hardware`, no
+    /// `status.hardware`.
+    pub fn legacy(mut self) -> Self {
+        let hardware = self.status().hardware.take();
+        self.0.spec.hardware = hardware;
+        self
+    }
+
+    /// hearth-discovery has counted the GPUs (`status.hardware.lastDiscovery` set).
+    pub fn discovered(mut self) -> Self {
+        let hardware = self.status().hardware.get_or_insert_with(Hardware::default);
+        hardware.last_discovery = Some(at(0));
+        self
+    }
+
     pub fn deleting(mut self) -> Self {
         self.0.metadata.deletion_timestamp = Some(at(1_000));
         self
@@ -110,6 +125,15 @@ impl ClusterBuilder {
 /// A ResourceFlavor as Hearth makes it, with Kueue's finalizer.
 pub(crate) fn hearth_flavor(name: &str) -> ResourceFlavor {
     let mut flavor = desired_flavor(name, "hearth");
+    flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
+    flavor
+}
+
+/// A ResourceFlavor as the Python controller made it: named after the cluster, node
+/// label `fournos.dev/cluster=<cluster>`, no Hearth label.
+pub(crate) fn legacy_flavor(name: &str) -> ResourceFlavor {
+    let mut flavor = desired_flavor(name, "hearth");
+    flavor.metadata.labels = None;
     flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
     flavor
 }
@@ -309,6 +333,25 @@ impl World {
         for desired in &plan.flavors_to_repair {
             let name = desired.metadata.name.as_deref().unwrap();
             let flavor = self.flavor_mut(name).expect("repair of an existing flavor");
+            flavor
+                .spec
+                .node_labels
+                .extend(desired.spec.node_labels.clone());
+        }
+        for desired in &plan.flavors_to_adopt {
+            let name = desired.metadata.name.as_deref().unwrap();
+            let flavor = self
+                .flavor_mut(name)
+                .expect("adoption of an existing flavor");
+            assert!(
+                flavor.metadata.deletion_timestamp.is_none(),
+                "adopted a flavor being deleted"
+            );
+            flavor
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .extend(desired.metadata.labels.clone().unwrap_or_default());
             flavor
                 .spec
                 .node_labels

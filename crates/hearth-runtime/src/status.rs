@@ -1,14 +1,39 @@
 //! Status writes: server-side apply of only the fields a controller owns, under
 //! its own field manager, so the three controllers never clobber each other.
+//!
+//! # Legacy conditions
+//!
+//! The Python controller that Hearth replaces appended a condition on every change, so a
+//! migrated FournosCluster can carry the same condition `type` many times. Hearth's CRD
+//! declares `status.conditions` a map list keyed by `type`. What the apiserver does with
+//! that (kube-apiserver v1.36, checked by `e2e/tests/migration.rs`):
+//! - a write that *introduces* a duplicate is refused, `422 Invalid`, `Duplicate value:
+//!   {"type":"KubeconfigValid"}`;
+//! - an object that already holds duplicates is not re-validated (the list check is
+//!   ratcheted), and server-side apply to it is accepted: an applied type replaces every
+//!   entry of that type, and the duplicates of the other types stay. Older apiservers
+//!   (structured-merge-diff before it tolerated duplicate keys) refuse the apply instead.
+//!
+//! Either way the list must be repaired, once, for every controller, in this one place:
+//! before applying, [`apply_status`] replaces `status.conditions` wholesale with the list
+//! de-duplicated (the last condition of each type wins), by a JSON merge patch guarded by
+//! the observed `metadata.resourceVersion`, so a concurrent writer is never overwritten.
+//! Whichever controller writes first repairs it; the others then find nothing to repair.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Applies `status` (a JSON object holding only this controller's fields) to the
 /// status subresource of `obj`. Fields this manager applied before and leaves out
 /// now are removed; other managers' fields are untouched.
+///
+/// If `obj` carries duplicated condition types (legacy state), the list is first
+/// replaced by its de-duplicated form (see the module docs). If the apply is refused
+/// for duplicates that `obj` (a cache's view) did not show, the live object is read,
+/// repaired the same way, and the apply retried once.
 pub async fn apply_status<K>(
     api: &Api<K>,
     obj: &K,
@@ -16,8 +41,12 @@ pub async fn apply_status<K>(
     status: Value,
 ) -> Result<K, kube::Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
+    let name = obj.name_any();
+    if let Some(repair) = conditions_repair(obj) {
+        repair_conditions(api, &name, field_manager, repair).await?;
+    }
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
@@ -26,6 +55,213 @@ where
     // force: these fields are ours by contract; a stale claim by someone else
     // (a person's kubectl edit) must not block the controller forever.
     let params = PatchParams::apply(field_manager).force();
-    api.patch_status(&obj.name_any(), &params, &Patch::Apply(&patch))
+    match api
+        .patch_status(&name, &params, &Patch::Apply(&patch))
         .await
+    {
+        Err(e) if is_duplicate_refusal(&e) => {
+            let live = api.get_status(&name).await?;
+            if let Some(repair) = conditions_repair(&live) {
+                repair_conditions(api, &name, field_manager, repair).await?;
+            }
+            api.patch_status(&name, &params, &Patch::Apply(&patch))
+                .await
+        }
+        other => other,
+    }
+}
+
+/// Replaces `status.conditions` with the merge patch `repair`. A conflict means someone
+/// wrote the object since it was observed (most likely another controller repairing the
+/// same list): the apply goes ahead and, if the list still has duplicates, is refused
+/// and retried by the caller's next reconcile.
+async fn repair_conditions<K>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    repair: Value,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams {
+        field_manager: Some(field_manager.to_owned()),
+        ..PatchParams::default()
+    };
+    match api
+        .patch_status(name, &params, &Patch::Merge(&repair))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(
+                cluster = name,
+                "replaced legacy status.conditions with one condition per type"
+            );
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether the apiserver refused a write for duplicate entries of a keyed list.
+fn is_duplicate_refusal(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.message.to_ascii_lowercase().contains("duplicate"))
+}
+
+/// The JSON merge patch that repairs `obj`'s `status.conditions`, when they hold a
+/// `type` more than once: `metadata.resourceVersion` (the precondition) and the
+/// de-duplicated list. `None` when there is nothing to repair.
+pub fn conditions_repair<K: Resource + Serialize>(obj: &K) -> Option<Value> {
+    let value = serde_json::to_value(obj).ok()?;
+    let conditions = value.pointer("/status/conditions")?.as_array()?;
+    let deduped = dedup_conditions(conditions)?;
+    let resource_version = obj.meta().resource_version.clone()?;
+    Some(serde_json::json!({
+        "metadata": {"resourceVersion": resource_version},
+        "status": {"conditions": deduped},
+    }))
+}
+
+/// `conditions` with one entry per `type` (the last one of each type, in the order of
+/// those last entries); `None` if no type repeats. Entries without a string `type` are
+/// dropped from the repaired list (a map list cannot hold them either).
+pub fn dedup_conditions(conditions: &[Value]) -> Option<Vec<Value>> {
+    let type_of = |c: &Value| c.get("type").and_then(Value::as_str).map(str::to_owned);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut repeats = false;
+    for c in conditions {
+        match type_of(c) {
+            Some(t) => repeats |= !seen.insert(t),
+            None => repeats = true,
+        }
+    }
+    if !repeats {
+        return None;
+    }
+    let mut kept: Vec<Value> = Vec::new();
+    for (i, c) in conditions.iter().enumerate() {
+        let Some(t) = type_of(c) else { continue };
+        let later = conditions[i + 1..]
+            .iter()
+            .any(|d| type_of(d).as_deref() == Some(t.as_str()));
+        if !later {
+            kept.push(c.clone());
+        }
+    }
+    Some(kept)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_api::{FournosCluster, FournosClusterSpec, FournosClusterStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+    use serde_json::json;
+
+    fn cond(type_: &str, status: &str) -> Value {
+        json!({"type": type_, "status": status, "reason": "R", "message": "m",
+               "lastTransitionTime": "2026-01-01T00:00:00Z"})
+    }
+
+    #[test]
+    fn a_duplicate_key_refusal_is_recognised() {
+        let api = |code: u16, message: &str| {
+            kube::Error::Api(
+                kube::core::Status::failure(message, "Invalid")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_duplicate_refusal(&api(
+            500,
+            r#"failed to create typed live object: .status.conditions: duplicate entries for key [type="KubeconfigValid"]"#
+        )));
+        assert!(is_duplicate_refusal(&api(
+            422,
+            r#"status.conditions[1]: Duplicate value: {"type":"KubeconfigValid"}"#
+        )));
+        assert!(!is_duplicate_refusal(&api(
+            409,
+            "the object has been modified"
+        )));
+    }
+
+    #[test]
+    fn no_repeated_type_needs_no_repair() {
+        let list = [cond("A", "True"), cond("B", "False")];
+        assert_eq!(dedup_conditions(&list), None);
+        assert_eq!(dedup_conditions(&[]), None);
+    }
+
+    #[test]
+    fn the_last_condition_of_each_type_wins() {
+        let list = [
+            cond("KubeconfigValid", "False"),
+            cond("GPUDiscovered", "False"),
+            cond("KubeconfigValid", "True"),
+            cond("GPUDiscovered", "True"),
+            cond("KubeconfigValid", "Unknown"),
+        ];
+        assert_eq!(
+            dedup_conditions(&list),
+            Some(vec![
+                cond("GPUDiscovered", "True"),
+                cond("KubeconfigValid", "Unknown")
+            ])
+        );
+    }
+
+    #[test]
+    fn an_entry_without_a_type_is_dropped() {
+        let list = [cond("A", "True"), json!({"status": "True"})];
+        assert_eq!(dedup_conditions(&list), Some(vec![cond("A", "True")]));
+    }
+
+    fn cluster(types: &[&str], rv: Option<&str>) -> FournosCluster {
+        let mut fc = FournosCluster::new("a", FournosClusterSpec::default());
+        fc.metadata.resource_version = rv.map(str::to_owned);
+        fc.status = Some(FournosClusterStatus {
+            conditions: types
+                .iter()
+                .map(|t| Condition {
+                    type_: (*t).to_owned(),
+                    status: "True".into(),
+                    reason: "R".into(),
+                    message: "m".into(),
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                    observed_generation: None,
+                })
+                .collect(),
+            ..FournosClusterStatus::default()
+        });
+        fc
+    }
+
+    #[test]
+    fn the_repair_is_guarded_by_the_observed_resource_version() {
+        let fc = cluster(&["A", "B", "A"], Some("42"));
+        let repair = conditions_repair(&fc).expect("a repair");
+        assert_eq!(repair["metadata"]["resourceVersion"], "42");
+        let types: Vec<&str> = repair["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["B", "A"]);
+    }
+
+    #[test]
+    fn nothing_to_repair_without_duplicates_or_without_a_resource_version() {
+        assert_eq!(conditions_repair(&cluster(&["A", "B"], Some("1"))), None);
+        assert_eq!(
+            conditions_repair(&cluster(&["A", "A"], None)),
+            None,
+            "an unguarded replace could clobber a concurrent write"
+        );
+        let mut bare = cluster(&[], Some("1"));
+        bare.status = None;
+        assert_eq!(conditions_repair(&bare), None);
+    }
 }

@@ -13,9 +13,12 @@
 //! is kept as found, with the single exception below (the resource group covering
 //! `fournos/cluster-slot` must stay valid). An entry naming a ResourceFlavor that does
 //! not exist is foreign: Hearth cannot tell who made it. A flavor named like a cluster
-//! but without the label is never touched and the cluster gets no quota
-//! (`FlavorNotManaged`); adopting such legacy flavors is a separate decision, made in one
-//! place: [`ObservedFlavor::is_hearths`].
+//! but without the labels is never touched and the cluster gets no quota
+//! (`FlavorNotManaged`), with one exception decided in one place,
+//! [`ObservedFlavor::is_hearths`]: a *legacy* flavor (the Python controller's: neither
+//! label, node labels exactly `{fournos.dev/cluster: <its name>}`) named like a live
+//! cluster is adopted — it is Hearth's from this round on, entry included, and is
+//! labeled in place ([`Plan::flavors_to_adopt`]), never deleted and recreated.
 //!
 //! **Flavors.** Every live cluster (no `deletionTimestamp`) gets a ResourceFlavor named
 //! after it, `nodeLabels {fournos.dev/cluster: <cluster>}`, labeled managed-by=hearth,
@@ -43,7 +46,10 @@
 //! `lendingLimit` above the new nominal quota is lowered to it (Kueue rejects more).
 //!
 //! **Quota.** A cluster's entry gives `fournos/cluster-slot` = the configured slots and
-//! `<prefix><shortName>` = the count of each model in `status.hardware.gpus` (models
+//! `<prefix><shortName>` = the count of each model in `status.hardware.gpus` — or, until
+//! discovery has counted (`status.hardware.lastDiscovery`), in the legacy
+//! `spec.hardware.gpus` of a taken-over cluster, so quota never drops before discovery
+//! reports the real value ([`ObservedCluster::gpus`]) — (models
 //! sharing a short name are summed; negative counts count as zero), and zero for every
 //! other covered resource. A cluster whose `kubeconfigStatus` is not `Valid` (including
 //! not yet probed) is *drained*: same entry, zero for every resource, `KueueSynced=False`
@@ -168,6 +174,10 @@ pub struct Plan {
     /// Hearth flavors whose `fournos.dev/cluster` node label is wrong: the desired
     /// object, to server-side apply.
     pub flavors_to_repair: Vec<ResourceFlavor>,
+    /// Legacy flavors adopted in this round: the desired object (Hearth's labels and
+    /// node label, which the legacy flavor already has), to server-side apply. The
+    /// flavor is Hearth's already in this plan (its entry is planned as Hearth's).
+    pub flavors_to_adopt: Vec<ResourceFlavor>,
     /// Hearth flavors with no live cluster and no ClusterQueue reference. Delete them
     /// after the ClusterQueue write.
     pub flavors_to_delete: Vec<String>,
@@ -185,6 +195,7 @@ impl Plan {
     pub fn writes_nothing(&self) -> bool {
         self.flavors_to_create.is_empty()
             && self.flavors_to_repair.is_empty()
+            && self.flavors_to_adopt.is_empty()
             && self.flavors_to_delete.is_empty()
             && self.cluster_queue.is_none()
     }
@@ -272,10 +283,13 @@ pub fn plan(input: &PlanInput) -> Plan {
                     .push(desired_flavor(&cluster.name, &settings.namespace));
                 FlavorState::Creating
             }
-            Some(f) if !f.is_hearths() => FlavorState::NotManaged,
+            Some(f) if !f.is_hearths(&live_names) => FlavorState::NotManaged,
             Some(f) if f.deleting => FlavorState::Deleting,
             Some(f) => {
-                if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
+                if f.is_adopted(&live_names) {
+                    plan.flavors_to_adopt
+                        .push(desired_flavor(&cluster.name, &settings.namespace));
+                } else if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
                     plan.flavors_to_repair
                         .push(desired_flavor(&cluster.name, &settings.namespace));
                 }
@@ -295,7 +309,7 @@ pub fn plan(input: &PlanInput) -> Plan {
         queue::plan_cluster_queue(&QueueInput {
             current,
             candidates: &candidates,
-            is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths()),
+            is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths(&live_names)),
             settings,
         })
     });
@@ -310,7 +324,7 @@ pub fn plan(input: &PlanInput) -> Plan {
         .cluster_queue
         .as_ref()
         .and_then(queue::slot_group_index);
-    for flavor in input.flavors.iter().filter(|f| f.is_hearths()) {
+    for flavor in input.flavors.iter().filter(|f| f.is_hearths(&live_names)) {
         let name = flavor.name.as_str();
         if live_names.contains(name) {
             continue;

@@ -1,11 +1,12 @@
 //! What the plan reads of each object, and how it is taken from the API objects.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hearth_api::conditions;
 use hearth_api::kueue::ResourceFlavor;
 use hearth_api::names::{
-    CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, condition_types,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    condition_types,
 };
 use hearth_api::{FournosCluster, GpuInfo, KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -28,7 +29,11 @@ pub struct ObservedCluster {
     pub kubeconfig_secret: String,
     /// `status.kubeconfigStatus`; anything but `Valid` drains the cluster.
     pub kubeconfig_status: Option<KubeconfigStatus>,
-    /// `status.hardware.gpus`.
+    /// The GPUs the quota is computed from: `status.hardware.gpus` once hearth-discovery
+    /// has counted them (`status.hardware.lastDiscovery` is set). Until then, on a
+    /// cluster taken over from the Python controller, its legacy `spec.hardware.gpus`:
+    /// the quota it published stays until discovery reports the real count, so a
+    /// takeover never lowers quota. Without either: `status.hardware.gpus`, if any.
     pub gpus: Vec<GpuInfo>,
     /// `status.kueue` as it is now.
     pub kueue: Option<KueueStatus>,
@@ -47,10 +52,7 @@ impl ObservedCluster {
             generation: meta.generation,
             kubeconfig_secret: cluster.spec.kubeconfig_secret.clone(),
             kubeconfig_status: status.and_then(|s| s.kubeconfig_status),
-            gpus: status
-                .and_then(|s| s.hardware.as_ref())
-                .map(|h| h.gpus.clone())
-                .unwrap_or_default(),
+            gpus: quota_gpus(cluster),
             kueue: status.and_then(|s| s.kueue.clone()),
             synced_condition: status
                 .and_then(|s| conditions::find(&s.conditions, condition_types::KUEUE_SYNCED))
@@ -59,8 +61,24 @@ impl ObservedCluster {
     }
 
     /// Whether the cluster gets zero quota: its kubeconfig is not known to work.
+    ///
+    /// A legacy `kubeconfigStatus: Valid` (the Python controller's, meaning only that the
+    /// Secret exists) counts as `Valid` until hearth-discovery writes its own verdict over
+    /// it on its first probe, so a taken-over cluster is not drained in between.
     pub fn drained(&self) -> bool {
         self.kubeconfig_status != Some(KubeconfigStatus::Valid)
+    }
+}
+
+/// See [`ObservedCluster::gpus`].
+fn quota_gpus(cluster: &FournosCluster) -> Vec<GpuInfo> {
+    let discovered = cluster.status.as_ref().and_then(|s| s.hardware.as_ref());
+    let legacy = cluster.spec.hardware.as_ref();
+    match (discovered, legacy) {
+        (Some(h), _) if h.last_discovery.is_some() => h.gpus.clone(),
+        (_, Some(legacy)) => legacy.gpus.clone(),
+        (Some(h), None) => h.gpus.clone(),
+        (None, None) => Vec::new(),
     }
 }
 
@@ -73,6 +91,9 @@ pub struct ObservedFlavor {
     pub managed_by_hearth: bool,
     /// `spec.nodeLabels`.
     pub node_labels: BTreeMap<String, String>,
+    /// Has the shape of a flavor made by the Python controller Hearth replaces: neither
+    /// of Hearth's labels, and node labels exactly `{fournos.dev/cluster: <its name>}`.
+    pub legacy: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// Carries Kueue's [`RESOURCE_IN_USE_FINALIZER`].
@@ -84,8 +105,14 @@ impl ObservedFlavor {
     pub fn from_flavor(flavor: &ResourceFlavor, namespace: &str) -> Self {
         let meta = &flavor.metadata;
         let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
+        let name = meta.name.clone().unwrap_or_default();
+        let legacy = label(MANAGED_BY_LABEL).is_none()
+            && label(CLUSTER_NAMESPACE_LABEL).is_none()
+            && flavor.spec.node_labels.len() == 1
+            && flavor.spec.node_labels.get(CLUSTER_NODE_LABEL) == Some(&name);
         Self {
-            name: meta.name.clone().unwrap_or_default(),
+            legacy,
+            name,
             managed_by_hearth: label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
                 && label(CLUSTER_NAMESPACE_LABEL).is_some_and(|v| v == namespace),
             node_labels: flavor.spec.node_labels.clone(),
@@ -97,15 +124,25 @@ impl ObservedFlavor {
         }
     }
 
-    /// Whether Hearth manages this flavor and its ClusterQueue entry.
+    /// Whether Hearth manages this flavor and its ClusterQueue entry, given the names of
+    /// the live FournosClusters of this Hearth's namespace.
     ///
-    /// The one place that decides ownership. Today: the managed-by and cluster-namespace
-    /// labels, nothing else.
-    /// Hook for adopting legacy flavors (made by the Python controller, or by hand,
-    /// without the label): decide adoption here — e.g. a flavor whose only node label
-    /// is `fournos.dev/cluster=<its own name>` and whose name is a live cluster — and
-    /// have the apply step add the label, so ownership stays visible on the object.
-    pub fn is_hearths(&self) -> bool {
-        self.managed_by_hearth
+    /// The one place that decides ownership: the flavor carries the managed-by and
+    /// cluster-namespace labels, or Hearth adopts it ([`Self::is_adopted`]).
+    pub fn is_hearths(&self, live_clusters: &BTreeSet<&str>) -> bool {
+        self.managed_by_hearth || self.is_adopted(live_clusters)
+    }
+
+    /// A legacy flavor (see [`Self::legacy`]) named like a live FournosCluster of this
+    /// namespace and not being deleted: Hearth takes it over as it is — its entry is
+    /// managed from now on, and the apply step adds Hearth's labels so ownership shows
+    /// on the object. It is never deleted and recreated (a ClusterQueue referencing a
+    /// missing flavor goes inactive). A flavor with other node labels, or with the
+    /// cluster-namespace label of another Hearth, stays foreign.
+    pub fn is_adopted(&self, live_clusters: &BTreeSet<&str>) -> bool {
+        !self.managed_by_hearth
+            && self.legacy
+            && !self.deleting
+            && live_clusters.contains(self.name.as_str())
     }
 }

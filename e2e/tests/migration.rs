@@ -1,0 +1,1180 @@
+//! End-to-end test of the takeover from the Python (kopf) controller: the exact state it
+//! leaves behind is built on a local control plane, then Hearth's three controllers are
+//! started over it and watched while they converge — no lock lost, no quota lowered before
+//! discovery reports the real value, no admitted Workload evicted, the ClusterQueue never
+//! inactive — and then restarted over their own state, which must change nothing.
+//!
+//! Run with:
+//! ```text
+//! cargo build --workspace --bins && cargo test -p hearth-e2e --test migration -- --nocapture
+//! ```
+//!
+//! This test starts a plane of its own whose FournosCluster CRD is the *legacy* one:
+//! `manifests/crd.yaml` without the map-list markers (`x-kubernetes-list-type: map`, keyed
+//! by `type`) on `status.conditions`, as the Python controller's CRD had. That is the only
+//! way to store the duplicated conditions the Python controller left: with the map list,
+//! the apiserver refuses a write that introduces a duplicate (`Duplicate value`), and
+//! ratchets only objects that were invalid already. The test then applies the new CRD,
+//! as the README's migration steps do, and records what the apiserver does with a
+//! server-side apply to an object that still holds duplicates.
+//!
+//! Everything is awaited by polling with a deadline; the only fixed-length wait is the
+//! window in which the restarted controllers must write nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hearth_api::FournosCluster;
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use hearth_api::names::{
+    AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL,
+    CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
+};
+use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::objects::slot_workload;
+use hearth_e2e::process::eventually;
+use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
+use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Deadline of every wait that is not about a known duration.
+const DEADLINE: Duration = Duration::from_secs(180);
+const SLOTS: i64 = 100;
+const GPU: &str = "fournos/gpu-";
+/// The Python controller's field manager for its status writes.
+const KOPF: &str = "kopf";
+
+// ---------------------------------------------------------------------------------------
+// The plane, with the legacy CRD
+// ---------------------------------------------------------------------------------------
+
+static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+fn new_crd_path() -> PathBuf {
+    repo_root().join("manifests/crd.yaml")
+}
+
+/// `manifests/crd.yaml` without the map-list markers of `status.conditions`, written to a
+/// temporary file: the Python controller's CRD let it append conditions of any type.
+fn legacy_crd_path() -> Result<PathBuf> {
+    let text = std::fs::read_to_string(new_crd_path())?;
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    let mut removed = 0;
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim();
+        if trimmed == "x-kubernetes-list-map-keys:" {
+            ensure!(
+                lines.next().map(str::trim) == Some("- type"),
+                "unexpected list-map keys in manifests/crd.yaml"
+            );
+            removed += 1;
+            continue;
+        }
+        if trimmed == "x-kubernetes-list-type: map" {
+            removed += 1;
+            continue;
+        }
+        out.push(line);
+    }
+    ensure!(
+        removed == 2,
+        "expected one map list (status.conditions) in manifests/crd.yaml, removed {removed} markers"
+    );
+    let dir = std::env::temp_dir().join(format!("hearth-e2e-migration-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("legacy-crd.yaml");
+    std::fs::write(&path, out.join("\n") + "\n")?;
+    Ok(path)
+}
+
+async fn plane() -> Result<&'static ControlPlane> {
+    let plane = PLANE
+        .get_or_init(|| async {
+            let crd = legacy_crd_path().map_err(|e| e.to_string())?;
+            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
+            let options = PlaneOptions {
+                fournos_cluster_crd: Some(crd),
+                // The controllers are started by the test, in its own scope.
+                hearth_bin_dir: None,
+                ..options
+            };
+            ControlPlane::start(options)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    plane
+        .as_ref()
+        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The legacy state
+// ---------------------------------------------------------------------------------------
+
+/// One cluster as the Python controller left it.
+struct Legacy {
+    name: String,
+    /// Index of the plane target whose node-reader kubeconfig the Secret holds.
+    target: usize,
+    /// `spec.hardware.gpus`: (vendor, model, shortName, count).
+    gpus: Vec<(&'static str, &'static str, &'static str, i64)>,
+    owner: Option<&'static str>,
+    ttl: Option<&'static str>,
+    owner_set_at: Option<Timestamp>,
+}
+
+fn time(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn ago(secs: i64) -> Timestamp {
+    Timestamp::now() - SignedDuration::from_secs(secs)
+}
+
+impl Legacy {
+    fn sentinel_name(&self) -> String {
+        format!("hearth-lock-{}", self.name)
+    }
+
+    fn total(&self) -> i64 {
+        self.gpus.iter().map(|g| g.3).sum()
+    }
+
+    /// The queue entry's quota per resource, as the Python controller published it.
+    fn quotas(&self) -> BTreeMap<String, i64> {
+        let mut q = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), SLOTS)]);
+        for (_, _, short, count) in &self.gpus {
+            *q.entry(format!("{GPU}{short}")).or_default() += count;
+        }
+        q
+    }
+
+    fn object(&self, namespace: &str) -> Value {
+        let gpus: Vec<Value> = self
+            .gpus
+            .iter()
+            .map(|(vendor, model, short, count)| {
+                json!({"vendor": vendor, "model": model, "shortName": short,
+                       "count": count, "nodeCount": 1})
+            })
+            .collect();
+        let mut spec = json!({
+            "kubeconfigSecret": format!("kubeconfig-{}", self.name),
+            "hardware": {
+                "gpus": gpus,
+                "totalGPUs": self.total(),
+                "lastDiscovery": time(ago(600)),
+                "consecutiveFailures": 0,
+            },
+        });
+        if let Some(owner) = self.owner {
+            spec["owner"] = json!(owner);
+        }
+        if let Some(ttl) = self.ttl {
+            spec["ttl"] = json!(ttl);
+        }
+        json!({
+            "apiVersion": "fournos.dev/v1",
+            "kind": "FournosCluster",
+            "metadata": {
+                "name": self.name,
+                "namespace": namespace,
+                "labels": { AUTO_DISCOVERED_LABEL: "true", MANAGED_BY_LABEL: MANAGED_BY_VALUE },
+                "annotations": {
+                    "kopf.zalando.org/last-handled-configuration":
+                        json!({"spec": {"kubeconfigSecret": format!("kubeconfig-{}", self.name)}}).to_string(),
+                    "kopf.zalando.org/touch-dummy": "2026-11-20T10:00:00.000000",
+                },
+            },
+            "spec": spec,
+        })
+    }
+
+    /// The status the Python controller wrote: conditions appended on every change.
+    fn status(&self) -> Value {
+        let cond = |type_: &str, status: &str, reason: &str, message: &str, at: i64| {
+            json!({"type": type_, "status": status, "reason": reason, "message": message,
+                   "lastTransitionTime": time(ago(at))})
+        };
+        let summary = self
+            .gpus
+            .iter()
+            .map(|(_, _, short, count)| format!("{count}x {}", short.to_uppercase()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut status = json!({
+            "kubeconfigStatus": "Valid",
+            "gpuSummary": summary,
+            "conditions": [
+                cond(KUBECONFIG_VALID, "False", "SecretMissing", "no secret", 7200),
+                cond(KUBECONFIG_VALID, "True", "SecretFound", "secret exists", 5400),
+                cond(GPU_DISCOVERED, "True", "Discovered", "found GPUs", 5000),
+                cond(GPU_DISCOVERED, "True", "Discovered", "found GPUs again", 3000),
+                cond(KUBECONFIG_VALID, "True", "SecretFound", "secret exists", 1800),
+            ],
+            "locked": false,
+        });
+        if let (Some(_), Some(at)) = (self.owner, self.owner_set_at) {
+            status["locked"] = json!(true);
+            status["lockJobName"] = json!(self.sentinel_name());
+            status["ownerSetAt"] = json!(time(at));
+            if let Some(ttl) = self.ttl {
+                let secs: i64 = ttl.trim_end_matches('m').parse::<i64>().expect("minutes") * 60;
+                status["lockExpiresAt"] = json!(time(at + SignedDuration::from_secs(secs)));
+            }
+        }
+        status
+    }
+
+    /// The Python controller's sentinel.
+    fn sentinel(&self, namespace: &str) -> Value {
+        let owner = self.owner.unwrap_or_default();
+        json!({
+            "apiVersion": "fournos.dev/v1",
+            "kind": "FournosJob",
+            "metadata": {
+                "name": self.sentinel_name(),
+                "namespace": namespace,
+                "labels": { CLUSTER_LOCK_LABEL: self.name },
+            },
+            "spec": {
+                "cluster": self.name,
+                "exclusive": true,
+                "lockOnly": true,
+                "owner": owner,
+                "displayName": format!("Cluster lock: {} (owner: {owner})", self.name),
+                "executionEngine": { "none": {} },
+            },
+        })
+    }
+}
+
+/// A ResourceFlavor as the Python controller made it: no Hearth label.
+fn legacy_flavor(cluster: &str) -> Value {
+    json!({
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": { "name": cluster },
+        "spec": { "nodeLabels": { CLUSTER_NODE_LABEL: cluster } },
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading the world
+// ---------------------------------------------------------------------------------------
+
+struct World {
+    scope: Isolated,
+    clusters: Api<FournosCluster>,
+    jobs: Api<FournosJob>,
+    workloads: Api<Workload>,
+    queues: Api<DynamicObject>,
+    flavors: Api<DynamicObject>,
+}
+
+impl World {
+    async fn new(client: kube::Client, scope: Isolated) -> Result<World> {
+        let (queues, _) = dynamic_api(&client, &cluster_queue(&scope.cluster_queue)).await?;
+        let (flavors, _) = dynamic_api(&client, &legacy_flavor("x")).await?;
+        Ok(World {
+            clusters: Api::namespaced(client.clone(), &scope.namespace),
+            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
+            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
+            queues,
+            flavors,
+            scope,
+        })
+    }
+
+    async fn queue(&self) -> Result<Value> {
+        Ok(serde_json::to_value(
+            self.queues.get(&self.scope.cluster_queue).await?,
+        )?)
+    }
+
+    /// Live (not Terminating) sentinels labeled for `cluster`.
+    async fn sentinels(&self, cluster: &str) -> Result<Vec<FournosJob>> {
+        let lp = ListParams::default().labels(&format!("{CLUSTER_LOCK_LABEL}={cluster}"));
+        Ok(self
+            .jobs
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .filter(|j| j.metadata.deletion_timestamp.is_none())
+            .collect())
+    }
+}
+
+fn queue_active(queue: &Value) -> bool {
+    queue["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Active" && c["status"] == "True")
+    })
+}
+
+/// The slot group's entries: flavor → resources in the order written, as integers.
+fn entries(queue: &Value) -> BTreeMap<String, Vec<(String, i64)>> {
+    let mut out = BTreeMap::new();
+    for group in queue["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for flavor in group["flavors"].as_array().into_iter().flatten() {
+            let resources = flavor["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let q = match &r["nominalQuota"] {
+                        Value::String(s) => s.parse().unwrap_or(-1),
+                        v => v.as_i64().unwrap_or(-1),
+                    };
+                    (r["name"].as_str().unwrap_or_default().to_owned(), q)
+                })
+                .collect();
+            out.insert(
+                flavor["name"].as_str().unwrap_or_default().to_owned(),
+                resources,
+            );
+        }
+    }
+    out
+}
+
+fn covered(queue: &Value) -> Vec<String> {
+    queue["spec"]["resourceGroups"][0]["coveredResources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect()
+}
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn workload_is(w: &Workload, type_: &str) -> bool {
+    w.status
+        .as_ref()
+        .and_then(|s| condition(&s.conditions, type_))
+        .is_some_and(|c| c.status == "True")
+}
+
+fn discovered(fc: &FournosCluster) -> bool {
+    fc.status
+        .as_ref()
+        .and_then(|s| s.hardware.as_ref())
+        .is_some_and(|h| h.last_discovery.is_some())
+}
+
+// ---------------------------------------------------------------------------------------
+// Fournos, reduced
+// ---------------------------------------------------------------------------------------
+
+/// What Fournos does for a lockOnly FournosJob, as in lock_manager.rs: a Workload requesting
+/// all of the cluster's slots, kept while the job exists, and `status.phase` from Kueue's
+/// admission. It also reports the pods of every admitted Workload of the namespace ready
+/// (Kueue's WaitForPodsReady would otherwise evict them; nothing here runs pods).
+async fn fournos_stand_in(
+    client: kube::Client,
+    namespace: String,
+    local_queue: String,
+) -> Result<()> {
+    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), &namespace);
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), &namespace);
+    loop {
+        let current = jobs.list(&ListParams::default()).await?.items;
+        for job in &current {
+            if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = format!("fournos-{}", job.name_any());
+            let Some(workload) = workloads.get_opt(&name).await? else {
+                let mut w = slot_workload(
+                    &namespace,
+                    &name,
+                    &local_queue,
+                    job.spec.cluster.as_deref().unwrap_or_default(),
+                    SLOTS,
+                );
+                w["metadata"]["labels"] = json!({ "fournos.dev/job": job.name_any() });
+                apply(&client, &w).await?;
+                continue;
+            };
+            let phase = if workload_is(&workload, "Admitted") {
+                "Admitted"
+            } else {
+                "Pending"
+            };
+            if job.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(phase) {
+                jobs.patch_status(
+                    &job.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": { "phase": phase } })),
+                )
+                .await?;
+            }
+        }
+        for workload in workloads.list(&ListParams::default()).await?.items {
+            if workload_is(&workload, "Admitted") && !workload_is(&workload, "PodsReady") {
+                let patch = json!({
+                    "apiVersion": KUEUE_API_VERSION, "kind": "Workload",
+                    "status": { "conditions": [{
+                        "type": "PodsReady", "status": "True", "reason": "Started", "message": "stand-in",
+                        "lastTransitionTime": time(Timestamp::now()),
+                    }]},
+                });
+                workloads
+                    .patch_status(
+                        &workload.name_any(),
+                        &PatchParams::apply("fournos-stand-in").force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await?;
+            }
+            if let Some(job) = workload.labels().get("fournos.dev/job")
+                && !current.iter().any(|j| &j.name_any() == job)
+            {
+                workloads
+                    .delete(&workload.name_any(), &DeleteParams::default())
+                    .await?;
+            }
+        }
+        // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The watcher: what must hold at every instant of the takeover
+// ---------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Watch {
+    samples: usize,
+    violations: Vec<String>,
+}
+
+struct Invariants {
+    /// Quota per cluster before the takeover; holds until discovery reports.
+    baseline: BTreeMap<String, BTreeMap<String, i64>>,
+    /// The cluster locked without a TTL and its legacy sentinel.
+    locked: (String, String),
+    /// The cluster whose TTL expires during the takeover, and when.
+    expiring: (String, Timestamp),
+    /// The Workload admitted before the takeover.
+    workload: String,
+}
+
+async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
+    let mut bad = Vec::new();
+    // The queue first, then the clusters: a quota lowered in the queue must then show as
+    // discovered on the cluster (discovery writes before kueue-sync reacts).
+    let queue = world.queue().await?;
+    if !queue_active(&queue) {
+        bad.push(format!(
+            "ClusterQueue not Active: {}",
+            queue["status"]["conditions"]
+        ));
+    }
+    let entries = entries(&queue);
+    let clusters = world.clusters.list(&ListParams::default()).await?.items;
+    for fc in &clusters {
+        let name = fc.name_any();
+        let Some(base) = inv.baseline.get(&name) else {
+            continue;
+        };
+        if discovered(fc) {
+            continue;
+        }
+        let Some(entry) = entries.get(&name) else {
+            bad.push(format!("{name}: queue entry gone before discovery"));
+            continue;
+        };
+        for (resource, min) in base {
+            let now = entry
+                .iter()
+                .find(|(r, _)| r == resource)
+                .map_or(0, |(_, q)| *q);
+            if now < *min {
+                bad.push(format!(
+                    "{name}: {resource} = {now} < {min} before discovery"
+                ));
+            }
+        }
+    }
+    let (locked, sentinel) = &inv.locked;
+    let held = world.sentinels(locked).await?;
+    if held.len() != 1 || held[0].name_any() != *sentinel {
+        bad.push(format!(
+            "{locked}: sentinels {:?}, want exactly {sentinel}",
+            held.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+        ));
+    }
+    match world
+        .workloads
+        .get_opt(&format!("fournos-{sentinel}"))
+        .await?
+    {
+        Some(w) if workload_is(&w, "Admitted") && !workload_is(&w, "Evicted") => {}
+        other => bad.push(format!(
+            "{locked}: the sentinel's Workload is not admitted: {:?}",
+            other.and_then(|w| w.status).map(|s| s.conditions)
+        )),
+    }
+    if let Some(fc) = clusters.iter().find(|c| c.name_any() == *locked)
+        && fc.status.as_ref().and_then(|s| s.locked) != Some(true)
+    {
+        bad.push(format!("{locked}: status.locked is not true"));
+    }
+    let (expiring, expires_at) = &inv.expiring;
+    let sentinels = world.sentinels(expiring).await?;
+    if sentinels.len() > 1 {
+        bad.push(format!("{expiring}: {} sentinels", sentinels.len()));
+    }
+    // One second of slack for clock granularity (status times are whole seconds).
+    if Timestamp::now() + SignedDuration::from_secs(1) < *expires_at && sentinels.is_empty() {
+        bad.push(format!("{expiring}: sentinel gone before its TTL ran out"));
+    }
+    match world.workloads.get_opt(&inv.workload).await? {
+        Some(w) if workload_is(&w, "Admitted") && !workload_is(&w, "Evicted") => {}
+        other => bad.push(format!(
+            "{}: not admitted any more: {:?}",
+            inv.workload,
+            other.and_then(|w| w.status).map(|s| s.conditions)
+        )),
+    }
+    Ok(bad)
+}
+
+// ---------------------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
+    let plane = plane().await?;
+    let scope = plane.isolated("migration").await?;
+    let client = plane.management_client().await?;
+    let world = World::new(client.clone(), scope.clone()).await?;
+    let ns = scope.namespace.clone();
+    let exec = scope.execution_namespace.clone();
+
+    // ---- the legacy state ----
+    let clusters = [
+        Legacy {
+            name: scope.cluster("locked"),
+            target: 0,
+            gpus: vec![("NVIDIA", "NVIDIA-A100-SXM4-80GB", "a100", 8)],
+            owner: Some("alice"),
+            ttl: None,
+            owner_set_at: Some(ago(3600)),
+        },
+        Legacy {
+            name: scope.cluster("expiring"),
+            target: 1,
+            // The Python controller counted the cordoned H100 node too.
+            gpus: vec![
+                ("NVIDIA", "NVIDIA-H100-80GB-HBM3", "h100", 8),
+                ("NVIDIA", "NVIDIA-H200-SXM-141GB", "h200", 8),
+                ("NVIDIA", "NVIDIA-L40S", "l40s", 2),
+                ("AMD", "AMD_Instinct_MI300X", "mi300x", 8),
+            ],
+            owner: Some("bob"),
+            ttl: Some("2m"),
+            // Expires 40 s from now: while the controllers take over.
+            owner_set_at: Some(ago(80)),
+        },
+        Legacy {
+            name: scope.cluster("busy"),
+            target: 0,
+            gpus: vec![("NVIDIA", "NVIDIA-A100-SXM4-80GB", "a100", 8)],
+            owner: None,
+            ttl: None,
+            owner_set_at: None,
+        },
+    ];
+    let [locked, expiring, busy] = &clusters;
+    let targets = plane.targets();
+    let fcs: Api<DynamicObject> = dynamic_api(&client, &locked.object(&ns)).await?.0;
+    let kopf = PatchParams {
+        field_manager: Some(KOPF.into()),
+        ..PatchParams::default()
+    };
+    for c in &clusters {
+        plane
+            .create_kubeconfig_secret(
+                &scope.secrets_namespace,
+                &c.name,
+                targets[c.target].node_reader_kubeconfig(),
+            )
+            .await?;
+        let object: DynamicObject = serde_json::from_value(c.object(&ns))?;
+        fcs.create(
+            &PostParams {
+                field_manager: Some(KOPF.into()),
+                ..Default::default()
+            },
+            &object,
+        )
+        .await
+        .with_context(|| format!("creating legacy FournosCluster {}", c.name))?;
+        fcs.patch_status(
+            &c.name,
+            &kopf,
+            &Patch::Merge(json!({ "status": c.status() })),
+        )
+        .await
+        .with_context(|| format!("writing the legacy status of {}", c.name))?;
+    }
+
+    // Flavors (unlabeled) and the queue: a foreign flavor, the legacy entries, one of them
+    // with its resources out of coveredResources order.
+    let gitops = format!("gitops-{}", scope.id);
+    apply(
+        &client,
+        &json!({
+            "apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor",
+            "metadata": { "name": gitops, "labels": { "team": "platform" } },
+            "spec": { "nodeLabels": { "pool": "gitops" } },
+        }),
+    )
+    .await?;
+    for c in &clusters {
+        apply(&client, &legacy_flavor(&c.name)).await?;
+    }
+    let gpu_resources = ["a100", "h100", "h200", "l40s", "mi300x"].map(|s| format!("{GPU}{s}"));
+    let mut covered_resources = vec![CLUSTER_SLOT_RESOURCE.to_owned()];
+    covered_resources.extend(gpu_resources.iter().cloned());
+    let entry = |name: &str, quotas: &BTreeMap<String, i64>, reversed: bool| {
+        let mut resources: Vec<Value> = covered_resources
+            .iter()
+            .map(|r| json!({ "name": r, "nominalQuota": quotas.get(r).copied().unwrap_or(0).to_string() }))
+            .collect();
+        if reversed {
+            resources.reverse();
+        }
+        json!({ "name": name, "resources": resources })
+    };
+    let gitops_quotas = BTreeMap::from([
+        (CLUSTER_SLOT_RESOURCE.to_owned(), 5),
+        (format!("{GPU}a100"), 1),
+    ]);
+    let queue_patch = json!({ "spec": { "resourceGroups": [{
+        "coveredResources": covered_resources,
+        "flavors": [
+            entry(&gitops, &gitops_quotas, false),
+            entry(&locked.name, &locked.quotas(), true),
+            entry(&expiring.name, &expiring.quotas(), false),
+            entry(&busy.name, &busy.quotas(), false),
+        ],
+    }]}});
+    world
+        .queues
+        .patch(
+            &scope.cluster_queue,
+            &PatchParams::default(),
+            &Patch::Merge(&queue_patch),
+        )
+        .await
+        .context("writing the legacy ClusterQueue")?;
+
+    // Fournos: the legacy sentinels, and a job admitted on the busy cluster.
+    let fournos = tokio::spawn(fournos_stand_in(
+        client.clone(),
+        exec.clone(),
+        scope.local_queue.clone(),
+    ));
+    for c in [locked, expiring] {
+        apply(&client, &c.sentinel(&exec)).await?;
+    }
+    let job = "benchmark-on-busy";
+    apply(
+        &client,
+        &slot_workload(&exec, job, &scope.local_queue, &busy.name, 1),
+    )
+    .await?;
+    eventually(
+        "the legacy Workloads admitted, the queue Active",
+        DEADLINE,
+        || async {
+            let queue = world.queue().await?;
+            let mut admitted = 0;
+            for name in [
+                format!("fournos-{}", locked.sentinel_name()),
+                format!("fournos-{}", expiring.sentinel_name()),
+                job.to_owned(),
+            ] {
+                if let Some(w) = world.workloads.get_opt(&name).await?
+                    && workload_is(&w, "Admitted")
+                {
+                    admitted += 1;
+                }
+            }
+            Ok((queue_active(&queue) && admitted == 3).then_some(()))
+        },
+    )
+    .await?;
+    ensure!(
+        !fournos.is_finished(),
+        "the Fournos stand-in stopped: {:?}",
+        fournos.await
+    );
+
+    // ---- the new CRD (README: `kubectl apply -f manifests/crd.yaml`) ----
+    let names = create_crds(&client, read_yaml_documents(&new_crd_path())?).await?;
+    hearth_e2e::resources::wait_established(&client, &names, DEADLINE).await?;
+    // Served once a write introducing a duplicate condition is refused. A scratch
+    // object, dry run: nothing is stored.
+    let probe_name = format!("crd-probe-{}", scope.id);
+    let probe = Legacy {
+        name: probe_name.clone(),
+        target: 0,
+        gpus: vec![],
+        owner: None,
+        ttl: None,
+        owner_set_at: None,
+    };
+    fcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(probe.object(&ns))?,
+    )
+    .await?;
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let refusal = eventually(
+        "the new CRD's map list to be enforced",
+        DEADLINE,
+        || async {
+            Ok(fcs
+                .patch_status(
+                    &probe_name,
+                    &dry_run,
+                    &Patch::Merge(json!({ "status": probe.status() })),
+                )
+                .await
+                .err()
+                .map(|e| e.to_string()))
+        },
+    )
+    .await?;
+    println!("apiserver, a status write that introduces duplicate conditions: {refusal}");
+    fcs.delete(&probe_name, &DeleteParams::default()).await?;
+
+    // What the stored legacy objects now get from a server-side apply (dry run).
+    let stored = world.clusters.get(&locked.name).await?;
+    let types: Vec<&str> = stored.status.as_ref().map_or(vec![], |s| {
+        s.conditions.iter().map(|c| c.type_.as_str()).collect()
+    });
+    ensure!(types.len() == 5, "the duplicates are stored: {types:?}");
+    // One type that is not stored yet, one that is stored three times.
+    for type_ in [KUEUE_SYNCED, KUBECONFIG_VALID] {
+        let ssa = fcs
+            .patch_status(
+                &locked.name,
+                &PatchParams::apply("migration-probe").force().dry_run(),
+                &Patch::Apply(json!({
+                    "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                    "status": { "conditions": [{
+                        "type": type_, "status": "True", "reason": "Probe", "message": "dry run",
+                        "lastTransitionTime": time(Timestamp::now()),
+                    }]},
+                })),
+            )
+            .await;
+        println!(
+            "apiserver, server-side apply of {type_} to an object holding duplicate conditions: {}",
+            match &ssa {
+                Ok(result) => format!(
+                    "accepted; the resulting conditions: {:?}",
+                    result.data["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| c["type"].as_str().unwrap_or_default())
+                        .collect::<Vec<_>>()
+                ),
+                Err(e) => format!("refused: {e}"),
+            }
+        );
+    }
+
+    // ---- what must hold throughout ----
+    let baseline: BTreeMap<String, BTreeMap<String, i64>> = clusters
+        .iter()
+        .map(|c| (c.name.clone(), c.quotas()))
+        .collect();
+    let expires_at = expiring.owner_set_at.expect("set") + SignedDuration::from_secs(120);
+    let invariants = Arc::new(Invariants {
+        baseline,
+        locked: (locked.name.clone(), locked.sentinel_name()),
+        expiring: (expiring.name.clone(), expires_at),
+        workload: job.to_owned(),
+    });
+    let legacy_uids: BTreeMap<String, String> = {
+        let mut uids = BTreeMap::new();
+        for c in &clusters {
+            uids.insert(
+                c.name.clone(),
+                world.flavors.get(&c.name).await?.uid().unwrap_or_default(),
+            );
+        }
+        uids
+    };
+    let gitops_before = world.flavors.get(&gitops).await?;
+    let watch = Arc::new(Mutex::new(Watch::default()));
+    let first = sample(&world, &invariants).await?;
+    ensure!(
+        first.is_empty(),
+        "the legacy state itself breaks the invariants: {first:?}"
+    );
+    let watcher = {
+        let world = World::new(client.clone(), scope.clone()).await?;
+        let invariants = invariants.clone();
+        let watch = watch.clone();
+        tokio::spawn(async move {
+            loop {
+                let result = sample(&world, &invariants).await;
+                {
+                    let mut w = watch.lock().expect("poisoned");
+                    w.samples += 1;
+                    match result {
+                        Ok(bad) => w.violations.extend(bad),
+                        Err(e) => w.violations.push(format!("sampling failed: {e:#}")),
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+
+    // ---- Hearth takes over ----
+    // kueue-sync and lock-manager first, discovery once they have taken over: the window
+    // in which the legacy quota and the legacy kubeconfig status are all there is.
+    let env = [("HEARTH_SENTINEL", "fournosjob")];
+    let mut running = Vec::new();
+    for controller in [Controller::KueueSync, Controller::LockManager] {
+        running.push(start(plane, &scope, controller, &env).await?);
+    }
+    eventually(
+        "kueue-sync to adopt the legacy flavors",
+        DEADLINE,
+        || async {
+            for c in &clusters {
+                let flavor = world.flavors.get(&c.name).await?;
+                let fc = world.clusters.get(&c.name).await?;
+                let synced = fc.status.as_ref().is_some_and(|s| {
+                    condition(&s.conditions, KUEUE_SYNCED).is_some_and(|c| c.status == "True")
+                });
+                if flavor.labels().get(MANAGED_BY_LABEL).is_none() || !synced {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(()))
+        },
+    )
+    .await?;
+    let adopted = entries(&world.queue().await?);
+    for c in &clusters {
+        let entry: BTreeMap<String, i64> = adopted[&c.name]
+            .iter()
+            .filter(|(_, q)| *q != 0)
+            .cloned()
+            .collect();
+        ensure!(
+            entry == c.quotas(),
+            "{}: before discovery, the published quota is the legacy one: {entry:?}",
+            c.name
+        );
+    }
+    running.push(start(plane, &scope, Controller::Discovery, &env).await?);
+
+    // Converged: conditions repaired, hardware discovered, flavors adopted, lock kept,
+    // TTL honoured, quota the real count.
+    let converged = eventually("the takeover to converge", DEADLINE, || async {
+        let mut waiting = Vec::new();
+        for c in &clusters {
+            let fc = world.clusters.get(&c.name).await?;
+            let status = fc.status.clone().unwrap_or_default();
+            let mut types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
+            let n = types.len();
+            types.sort();
+            types.dedup();
+            if types.len() != n {
+                waiting.push(format!("{}: duplicate conditions {types:?}", c.name));
+            }
+            for t in [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED] {
+                if !condition(&status.conditions, t)
+                    .is_some_and(|c| c.status == "True" && c.observed_generation.is_some())
+                {
+                    waiting.push(format!("{}: {t} not True from Hearth", c.name));
+                }
+            }
+            if !discovered(&fc) {
+                waiting.push(format!("{}: not discovered", c.name));
+            }
+            // Every controller has caught up with the spec (an expired lock clears
+            // spec.owner, which moves the generation).
+            let stale: Vec<&str> = status
+                .conditions
+                .iter()
+                .filter(|c| c.observed_generation != fc.metadata.generation)
+                .map(|c| c.type_.as_str())
+                .collect();
+            if !stale.is_empty() {
+                waiting.push(format!("{}: stale observedGeneration on {stale:?}", c.name));
+            }
+            let flavor = world.flavors.get(&c.name).await?;
+            let labels = flavor.labels();
+            if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE)
+                || labels.get(CLUSTER_NAMESPACE_LABEL) != Some(&ns)
+            {
+                waiting.push(format!("{}: flavor not labeled: {labels:?}", c.name));
+            }
+        }
+        let fc = world.clusters.get(&locked.name).await?;
+        let held = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
+            .is_some_and(|c| c.reason == "Held");
+        if !held
+            || fc.status.as_ref().and_then(|s| s.lock_job_name.as_deref())
+                != Some(&locked.sentinel_name())
+        {
+            waiting.push(format!(
+                "{}: not Held by {}",
+                locked.name,
+                locked.sentinel_name()
+            ));
+        }
+        let fc = world.clusters.get(&expiring.name).await?;
+        let expired = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
+            .is_some_and(|c| c.reason == "Expired");
+        if fc.spec.owner.is_some() || !expired || !world.sentinels(&expiring.name).await?.is_empty()
+        {
+            waiting.push(format!(
+                "{}: TTL not expired yet (owner {:?})",
+                expiring.name, fc.spec.owner
+            ));
+        }
+        let queue = world.queue().await?;
+        let order = covered(&queue);
+        let entries = entries(&queue);
+        for c in &clusters {
+            let fc = world.clusters.get(&c.name).await?;
+            let mut want = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), SLOTS)]);
+            for g in fc
+                .status
+                .and_then(|s| s.hardware)
+                .map(|h| h.gpus)
+                .unwrap_or_default()
+            {
+                *want.entry(format!("{GPU}{}", g.short_name)).or_default() += g.count;
+            }
+            let entry = entries.get(&c.name).cloned().unwrap_or_default();
+            let names: Vec<String> = entry.iter().map(|(r, _)| r.clone()).collect();
+            let got: BTreeMap<String, i64> = entry.into_iter().filter(|(_, q)| *q != 0).collect();
+            if got != want || names != order {
+                waiting.push(format!(
+                    "{}: entry {got:?} in order {names:?}, want {want:?} in {order:?}",
+                    c.name
+                ));
+            }
+        }
+        if waiting.is_empty() {
+            Ok(Some(queue))
+        } else {
+            println!("converging: {waiting:?}");
+            Ok(None)
+        }
+    })
+    .await;
+    watcher.abort();
+    let watched = std::mem::take(&mut *watch.lock().expect("poisoned"));
+    let queue = converged?;
+    println!(
+        "the watcher took {} samples during the takeover",
+        watched.samples
+    );
+    ensure!(
+        watched.violations.is_empty(),
+        "during the takeover: {:#?}",
+        watched.violations
+    );
+    ensure!(
+        watched.samples >= 10,
+        "too few samples: {}",
+        watched.samples
+    );
+
+    // Flavors adopted in place (same objects), the foreign one untouched.
+    for c in &clusters {
+        let uid = world.flavors.get(&c.name).await?.uid().unwrap_or_default();
+        ensure!(
+            uid == legacy_uids[&c.name],
+            "{}: the flavor was recreated",
+            c.name
+        );
+    }
+    let gitops_after = world.flavors.get(&gitops).await?;
+    ensure!(
+        gitops_after.resource_version() == gitops_before.resource_version(),
+        "the foreign flavor was written"
+    );
+    let gitops_entry: BTreeMap<String, i64> = entries(&queue)[&gitops]
+        .iter()
+        .filter(|(_, q)| *q != 0)
+        .cloned()
+        .collect();
+    ensure!(
+        gitops_entry == gitops_quotas,
+        "the foreign entry changed: {gitops_entry:?}"
+    );
+    // Hardware moved to status; spec.hardware is left as it was (Hearth never writes spec).
+    let fc = world.clusters.get(&expiring.name).await?;
+    let hardware = fc
+        .status
+        .as_ref()
+        .and_then(|s| s.hardware.clone())
+        .expect("status.hardware");
+    ensure!(
+        hardware.gpus.iter().all(|g| g.short_name != "h100"),
+        "the cordoned H100s are not counted: {hardware:?}"
+    );
+    ensure!(
+        fc.spec.hardware.is_some(),
+        "spec.hardware is left to people"
+    );
+
+    // ---- a second run over its own state writes nothing ----
+    for r in &running {
+        r.stop(plane).await?;
+    }
+    let before = versions(&world, &clusters, &gitops).await?;
+    running = start_all(plane, &scope, &env).await?;
+    // Every controller resyncs every 2 s here: five intervals without a write.
+    let window = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < window {
+        let now = versions(&world, &clusters, &gitops).await?;
+        if now != before {
+            let changed: Vec<_> = now
+                .iter()
+                .filter(|(k, v)| before.get(*k) != Some(v))
+                .collect();
+            let mut who = Vec::new();
+            for (key, _) in &changed {
+                if let Some(name) = key.strip_prefix("FournosCluster/") {
+                    let fc = world.clusters.get(name).await?;
+                    who.push(format!(
+                        "{name}: managedFields {} status {}",
+                        serde_json::to_string(&fc.metadata.managed_fields)?,
+                        serde_json::to_string(&fc.status)?
+                    ));
+                }
+            }
+            bail!("the second run wrote: {changed:?}\n{}", who.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for r in &running {
+        r.stop(plane).await?;
+    }
+    fournos.abort();
+    Ok(())
+}
+
+async fn start(
+    plane: &ControlPlane,
+    scope: &Isolated,
+    controller: Controller,
+    env: &[(&str, &str)],
+) -> Result<Running> {
+    hearth::start(plane, scope, controller, "0", env)
+        .await
+        .with_context(|| {
+            format!(
+                "starting {} (cargo build --workspace --bins first)",
+                controller.binary()
+            )
+        })
+}
+
+async fn start_all(
+    plane: &ControlPlane,
+    scope: &Isolated,
+    env: &[(&str, &str)],
+) -> Result<Vec<Running>> {
+    let mut running = Vec::new();
+    for controller in Controller::ALL {
+        running.push(
+            hearth::start(plane, scope, controller, "0", env)
+                .await
+                .with_context(|| {
+                    format!(
+                        "starting {} (cargo build --workspace --bins first)",
+                        controller.binary()
+                    )
+                })?,
+        );
+    }
+    Ok(running)
+}
+
+/// resourceVersion of every object Hearth could write: FournosClusters, the ClusterQueue,
+/// the flavors, the sentinels.
+async fn versions(
+    world: &World,
+    clusters: &[Legacy],
+    gitops: &str,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for fc in world.clusters.list(&ListParams::default()).await?.items {
+        out.insert(
+            format!("FournosCluster/{}", fc.name_any()),
+            fc.resource_version().unwrap_or_default(),
+        );
+    }
+    // Its spec: Kueue itself updates the status (usage) with every admission.
+    let queue = world.queues.get(&world.scope.cluster_queue).await?;
+    out.insert(
+        "ClusterQueue spec (generation)".into(),
+        queue.metadata.generation.unwrap_or_default().to_string(),
+    );
+    for name in clusters.iter().map(|c| c.name.as_str()).chain([gitops]) {
+        let flavor = world.flavors.get(name).await?;
+        out.insert(
+            format!("ResourceFlavor/{name}"),
+            flavor.resource_version().unwrap_or_default(),
+        );
+    }
+    for job in world.jobs.list(&ListParams::default()).await?.items {
+        out.insert(
+            format!("FournosJob/{}", job.name_any()),
+            job.resource_version().unwrap_or_default(),
+        );
+    }
+    Ok(out)
+}
