@@ -52,3 +52,34 @@ up: tools
 # Stop everything `just up` started.
 down:
     target/debug/hearth-plane down --state-dir .hearth/plane
+
+# Installs nightly and cargo-fuzz if missing. Crashes land in fuzz/artifacts/<target>/;
+# the corpus grows in fuzz/corpus/<target>/ (see fuzz/README.md).
+# Fuzz kubeconfig validation, GPU short names and node GPU counting, `seconds` per target.
+fuzz seconds="60":
+    rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+    command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+    cd fuzz && cargo +nightly fuzz build
+    cd fuzz && for target in kubeconfig_validate kubeconfig_secrets short_name node_gpus; do \
+        mkdir -p "corpus/$target" "seeds/$target"; \
+        dict=""; [ "$target" = kubeconfig_validate ] && dict="-dict=kubeconfig.dict"; \
+        echo "== $target: {{seconds}}s"; \
+        cargo +nightly fuzz run "$target" "corpus/$target" "seeds/$target" -- \
+            -max_total_time={{seconds}} -rss_limit_mb=4096 -timeout=10 -print_final_stats=1 $dict; \
+    done
+
+# Release builds, production intervals: onboarding and lock latency, memory/CPU at 1/10/100
+# and `scale` FournosClusters, idle API load from the management apiserver's audit log,
+# the scale ceiling. A full run (idle 600 s, scale 1000) takes about 15 minutes on 2 cores.
+# Benchmarks on the local control plane; writes bench-results/<date>/SUMMARY.md.
+bench idle_secs="600" scale="1000": tools
+    cargo build --release --workspace --bins
+    HEARTH_E2E_MANAGEMENT_AUDIT=1 HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
+        target/release/hearth-bench --idle-secs {{idle_secs}} --scale {{scale}}
+
+# 100 clusters are onboarded, 30 locked/unlocked and 20 offboarded; then the invariants
+# are checked from the live API (bench-results/<date>/CHAOS.md). Takes a few minutes.
+# Chaos: SIGKILL the controllers at random moments while clusters come and go.
+chaos: tools
+    cargo build --release --workspace --bins
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/release/hearth-chaos

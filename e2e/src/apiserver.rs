@@ -14,6 +14,11 @@ use crate::process::{self, Managed, Spawn};
 /// The admin user of every apiserver (its client certificate's CN).
 pub const ADMIN_USER: &str = "hearth-e2e-admin";
 
+/// Audit policy of the management apiserver: metadata of every request, no bodies.
+pub const AUDIT_POLICY_FILE: &str = "audit-policy.yaml";
+pub const AUDIT_LOG_FILE: &str = "audit.log";
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
 #[derive(Debug)]
 pub struct ApiServer {
     pub name: String,
@@ -53,6 +58,7 @@ impl ApiServer {
         let (sa_private, sa_public) = service_account_key()?;
         write_private(&dir.join("sa.key"), &sa_private)?;
         write_private(&dir.join("sa.pub"), &sa_public)?;
+        write_private(&dir.join(AUDIT_POLICY_FILE), AUDIT_POLICY)?;
         let mut server = ApiServer {
             name: name.to_string(),
             port: 0,
@@ -91,7 +97,7 @@ impl ApiServer {
     fn spawn_spec(&self) -> Spawn {
         let dir = &self.dir;
         let file = |name: &str| dir.join(name).display().to_string();
-        Spawn::new(format!("apiserver-{}", self.name), &self.bin, &self.log)
+        let mut spawn = Spawn::new(format!("apiserver-{}", self.name), &self.bin, &self.log)
             .arg(format!("--etcd-servers={}", self.etcd_url))
             .arg(format!("--etcd-prefix=/{}", self.name))
             .arg(format!("--cert-dir={}", file("generated")))
@@ -114,7 +120,23 @@ impl ApiServer {
                 file("sa.key")
             ))
             // A single apiserver per cluster and no Service traffic: nothing to reconcile.
-            .arg("--endpoint-reconciler-type=none")
+            .arg("--endpoint-reconciler-type=none");
+        if self.name == crate::supervisor::MANAGEMENT
+            && std::env::var_os(crate::plane::env::AUDIT).is_some()
+        {
+            spawn = spawn
+                .arg(format!("--audit-policy-file={}", file(AUDIT_POLICY_FILE)))
+                .arg(format!("--audit-log-path={}", self.audit_log().display()))
+                .arg("--audit-log-format=json")
+                .arg("--audit-log-maxbackup=0");
+        }
+        spawn
+    }
+
+    /// The audit log (JSON lines) of the management apiserver, written when the plane was
+    /// started with [`env::AUDIT`](crate::plane::env::AUDIT) set.
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join(AUDIT_LOG_FILE)
     }
 
     /// Starts the process (after [`stop`](Self::stop) too: same port, same data).

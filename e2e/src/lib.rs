@@ -82,6 +82,7 @@
 //! writable once).
 
 pub mod apiserver;
+pub mod bench;
 pub mod blackhole;
 pub mod certs;
 pub mod error;

@@ -46,6 +46,10 @@ pub mod env {
     pub const HEARTH_BIN_DIR: &str = "HEARTH_E2E_HEARTH_BIN_DIR";
     /// The `hearth-plane` binary (default: next to the test binary).
     pub const SUPERVISOR: &str = "HEARTH_PLANE_BIN";
+    /// When set (in the environment the supervisor inherits), the management apiserver
+    /// writes an audit log of every request's metadata to
+    /// `<state dir>/pki/management/audit.log` (for `hearth-bench`'s API load).
+    pub const AUDIT: &str = "HEARTH_E2E_MANAGEMENT_AUDIT";
 }
 
 /// How to start a plane.
@@ -243,6 +247,12 @@ impl ControlPlane {
         self.request(Command::StartTarget { name: name.into() })
             .await
             .map(drop)
+    }
+
+    /// Restarts the management apiserver (stop, then start on the same URL and data), as
+    /// in a control-plane upgrade: every watch breaks and every client must reconnect.
+    pub async fn restart_management(&self) -> Result<()> {
+        self.request(Command::RestartManagement).await.map(drop)
     }
 
     /// Starts one more target apiserver with `fleet`'s nodes and a node-reader identity.

@@ -100,6 +100,8 @@ pub enum Command {
     StartTarget {
         name: String,
     },
+    /// Stops the management apiserver and starts it again on the same port and data.
+    RestartManagement,
     AddTarget {
         fleet: TargetFleet,
     },

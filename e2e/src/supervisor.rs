@@ -437,6 +437,16 @@ impl Plane {
                 target.running = true;
                 Ok(())
             }
+            Command::RestartManagement => {
+                let management = self
+                    .management
+                    .as_mut()
+                    .ok_or_else(|| PlaneError::Invalid("no management apiserver".into()))?;
+                tracing::info!("restarting the management apiserver");
+                management.stop().await;
+                management.spawn()?;
+                management.wait_ready(timeout).await
+            }
             Command::StartController { name, program, env } => {
                 if self
                     .controllers

@@ -337,9 +337,12 @@ fn mig_instances_per_gpu(profile: &str, model: &str) -> i64 {
         .filter(|t| *t > 0);
     if let (Some(total), Some(mem)) = (total_gb, memory_gb) {
         // Rounded: memory slices are total/8, and profile names round (H200's 1g.18gb
-        // is one slice of 141/8 GB).
-        let slices = ((mem * MIG_MEMORY_SLICES * 2 + total) / (2 * total)).max(1);
-        per_gpu = per_gpu.min(MIG_MEMORY_SLICES / slices);
+        // is one slice of 141/8 GB). In i128: both sizes come from labels and may be
+        // anything up to i64::MAX, which would overflow in i64.
+        let (mem, total) = (i128::from(mem), i128::from(total));
+        let slices = ((mem * i128::from(MIG_MEMORY_SLICES) * 2 + total) / (2 * total)).max(1);
+        let fit = i128::from(MIG_MEMORY_SLICES) / slices;
+        per_gpu = per_gpu.min(i64::try_from(fit).unwrap_or(MIG_MEMORY_SLICES));
     }
     per_gpu.max(1)
 }
@@ -354,11 +357,14 @@ fn mixed_mig_gpus(labels: &BTreeMap<String, String>, mig: &[(&str, i64)]) -> i64
                 .filter(|r| *r > 1)
                 .unwrap_or(1);
             let devices = advertised / replicas;
+            // A MIG device never spans more than one GPU: a profile claiming more
+            // compute slices than a GPU has (`999g.1gb`) is junk and counts as one GPU.
             let compute = profile
                 .split('.')
                 .find_map(|p| p.strip_suffix('g').and_then(|n| n.parse::<i64>().ok()))
                 .filter(|g| *g > 0)
-                .unwrap_or(1);
+                .unwrap_or(1)
+                .min(MIG_COMPUTE_SLICES);
             devices.saturating_mul(compute)
         })
         .fold(0i64, i64::saturating_add);

@@ -467,3 +467,39 @@ fn counting_page_by_page_equals_counting_at_once() {
     assert_eq!(at_once.excluded_nodes, 1);
     assert_eq!(at_once.gpu_nodes, 4);
 }
+
+/// Regression (found by `just fuzz`, target `node_gpus`): memory sizes near `i64::MAX`
+/// in a MIG `single` product label overflowed the slice arithmetic, which panics in a
+/// debug build and miscounts in a release one. A node's labels are the target's input.
+#[test]
+fn mig_memory_sizes_that_overflow_i64_arithmetic_count_without_panicking() {
+    for product in [
+        "NVIDIA-A100-SXM4-40GB-MIG-1g.4611686018427387904gb",
+        "NVIDIA-A100-SXM4-4611686018427387904GB-MIG-1g.5gb",
+        "NVIDIA-A100-SXM4-9223372036854775807GB-MIG-1g.9223372036854775807gb",
+    ] {
+        let n = node("n")
+            .label("nvidia.com/gpu.product", product)
+            .allocatable("nvidia.com/gpu", "7")
+            .build();
+        let gpus = node_gpus(&n);
+        assert_eq!(gpus.len(), 1, "{product}");
+        assert!(
+            (1..=7).contains(&gpus[0].count),
+            "{product}: {}",
+            gpus[0].count
+        );
+    }
+}
+
+/// Regression (found by `e2e/tests/hostile.rs`): a MIG `mixed` resource whose profile
+/// claims more compute slices than a GPU has (`nvidia.com/mig-999g.1gb: 5`) was counted
+/// as 5 × 999 / 7 = 714 GPUs. Five MIG devices are at most five GPUs.
+#[test]
+fn a_junk_mig_profile_never_counts_more_gpus_than_devices() {
+    let n = node("n")
+        .label("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB")
+        .allocatable("nvidia.com/mig-999g.1gb", "5")
+        .build();
+    assert_eq!(node_gpus(&n), one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 5));
+}

@@ -1,0 +1,716 @@
+//! `hearth-bench`: measures Hearth on the local control plane and writes
+//! `bench-results/<date>/SUMMARY.md` and `results.json`.
+//!
+//! Phases, each in a scope of its own (own namespaces, ClusterQueue and controllers, so
+//! one phase's clusters never reach another's controllers):
+//! 1. **Onboarding latency** for N clusters created at once (`--sizes`): labeled Secret
+//!    created → FournosCluster `Valid` with GPUs and its flavor with quota in the
+//!    ClusterQueue (or, past Kueue's 64 flavors per group, a `KueueSynced=False` answer).
+//!    All clusters point at the plane's targets, round robin.
+//! 2. **Lock latency** on the scope of 10: `spec.owner` set → `status.locked=true`
+//!    (workload sentinel, idle cluster), one cluster at a time.
+//! 3. **Memory and CPU** of each controller after each phase (`/proc/<pid>`).
+//! 4. **Steady-state API load** of the scope of 100, idle for `--idle-secs`, per controller
+//!    from the management apiserver's audit log.
+//! 5. **Scale**: `--scale` FournosClusters in one scope: time until every one has its
+//!    three conditions, what the ones beyond Kueue's limit say, whether the queue is
+//!    still valid, and memory/CPU.
+//!
+//! Controllers run with production intervals (resync 30 s, discovery every 5 min) at
+//! log level info. Build first: `cargo build --release --workspace --bins`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use futures::{StreamExt as _, stream};
+use hearth_api::kueue::{ClusterQueue, quantity_to_i64};
+use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
+use hearth_api::{FournosCluster, KubeconfigStatus};
+use hearth_e2e::bench::{self, ApiLoad, Summary, Usage};
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::plane::env;
+use hearth_e2e::protocol::{PIDS_FILE, Pids};
+use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(about = "Benchmarks Hearth on the local control plane")]
+struct Args {
+    /// Where SUMMARY.md and results.json go (default bench-results/<UTC date>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Onboarding batch sizes (clusters created at once).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+    sizes: Vec<usize>,
+    /// Lock/unlock cycles measured on the batch of 10.
+    #[arg(long, default_value_t = 20)]
+    lock_samples: usize,
+    /// Idle window for the API load of the batch of 100, in seconds.
+    #[arg(long, default_value_t = 600)]
+    idle_secs: u64,
+    /// FournosClusters in the scale phase (0 skips it).
+    #[arg(long, default_value_t = 1000)]
+    scale: usize,
+    /// Longest any phase may take to converge, in seconds.
+    #[arg(long, default_value_t = 1200)]
+    timeout_secs: u64,
+}
+
+/// Production settings, not the tests' fast ones.
+const BENCH_ENV: &[(&str, &str)] = &[
+    ("HEARTH_RECONCILE_INTERVAL_SEC", "30"),
+    ("HEARTH_LOG_LEVEL", "info"),
+];
+
+#[derive(Serialize, Default)]
+struct Results {
+    command: String,
+    started_at: String,
+    finished_at: String,
+    machine: BTreeMap<String, String>,
+    versions: BTreeMap<String, String>,
+    args: Option<Args>,
+    onboarding: Vec<Onboarding>,
+    lock: Option<Summary>,
+    lock_samples: Vec<f64>,
+    usage: Vec<UsageAt>,
+    api_load: Option<Load>,
+    scale: Option<Scale>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Onboarding {
+    clusters: usize,
+    /// Secret created → Valid + GPUs + quota in the queue (or a KueueSynced answer).
+    latency: Option<Summary>,
+    /// Secret created → FournosCluster Valid with GPUs (discovery alone).
+    discovered: Option<Summary>,
+    with_quota: usize,
+    kueue_synced_false: BTreeMap<String, usize>,
+    queue_valid: bool,
+}
+
+#[derive(Serialize)]
+struct UsageAt {
+    fournos_clusters: usize,
+    controller: String,
+    usage: Usage,
+}
+
+#[derive(Serialize)]
+struct Load {
+    clusters: usize,
+    window_secs: f64,
+    /// Per controller: totals, and per minute.
+    per_controller: BTreeMap<String, ApiLoad>,
+    per_minute: BTreeMap<String, (f64, f64)>,
+}
+
+#[derive(Serialize)]
+struct Scale {
+    clusters: usize,
+    converge_secs: f64,
+    with_quota: usize,
+    kueue_synced_false: BTreeMap<String, usize>,
+    queue_valid: bool,
+    queue_active: bool,
+}
+
+fn sh(cmd: &str, args: &[&str]) -> String {
+    std::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn machine() -> BTreeMap<String, String> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let mem = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+        .unwrap_or_default()
+        .to_owned();
+    BTreeMap::from([
+        ("nproc".to_owned(), sh("nproc", &[])),
+        ("cpu".to_owned(), model),
+        ("memory".to_owned(), mem),
+        ("kernel".to_owned(), sh("uname", &["-sr"])),
+    ])
+}
+
+fn versions() -> BTreeMap<String, String> {
+    let go_mod = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/kube/go.mod"),
+    )
+    .unwrap_or_default();
+    let pin = |module: &str| {
+        go_mod
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{module} ")))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| "unknown".to_owned())
+    };
+    let dirty = !sh("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    BTreeMap::from([
+        (
+            "hearth".to_owned(),
+            format!(
+                "{}{}",
+                sh("git", &["rev-parse", "HEAD"]),
+                if dirty {
+                    " (with uncommitted changes)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("rustc".to_owned(), sh("rustc", &["--version"])),
+        ("kubernetes".to_owned(), pin("k8s.io/kubernetes")),
+        ("kueue".to_owned(), pin("sigs.k8s.io/kueue")),
+        ("etcd".to_owned(), pin("go.etcd.io/etcd/server/v3")),
+    ])
+}
+
+/// One phase's scope and controllers.
+struct Phase {
+    iso: Isolated,
+    controllers: Vec<Running>,
+    clusters: Api<FournosCluster>,
+    queues: Api<ClusterQueue>,
+}
+
+impl Phase {
+    async fn start(plane: &ControlPlane, name: &str) -> Result<Phase> {
+        let iso = plane.isolated(name).await?;
+        let mut controllers = Vec::new();
+        for c in Controller::ALL {
+            controllers.push(hearth::start(plane, &iso, c, "0", BENCH_ENV).await?);
+        }
+        let client = plane.management_client().await?;
+        Ok(Phase {
+            clusters: Api::namespaced(client.clone(), &iso.namespace),
+            queues: Api::all(client),
+            iso,
+            controllers,
+        })
+    }
+
+    fn cluster(&self, i: usize) -> String {
+        format!("c{i}-{}", self.iso.id)
+    }
+
+    /// Creates `n` kubeconfig Secrets at once (32 requests in flight); returns when each
+    /// was sent.
+    async fn onboard(&self, plane: &ControlPlane, n: usize) -> Result<BTreeMap<String, Instant>> {
+        let targets = plane.targets();
+        let created = stream::iter(0..n)
+            .map(|i| {
+                let name = self.cluster(i);
+                let target = &targets[i % targets.len()];
+                async move {
+                    let t0 = Instant::now();
+                    plane
+                        .create_kubeconfig_secret(
+                            &self.iso.secrets_namespace,
+                            &name,
+                            target.node_reader_kubeconfig(),
+                        )
+                        .await?;
+                    Ok::<_, anyhow::Error>((name, t0))
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+            .await;
+        created.into_iter().collect()
+    }
+
+    async fn usage(&self, plane: &ControlPlane, fournos_clusters: usize) -> Result<Vec<UsageAt>> {
+        let pids: Pids = serde_json::from_slice(
+            &std::fs::read(plane.state_dir().join(PIDS_FILE)).context("reading pids")?,
+        )?;
+        let ticks = bench::clock_ticks();
+        let mut out = Vec::new();
+        for c in &self.controllers {
+            let pid = pids
+                .processes
+                .iter()
+                .find(|p| p.name == c.name())
+                .with_context(|| format!("{} not in {PIDS_FILE}", c.name()))?
+                .pid;
+            out.push(UsageAt {
+                fournos_clusters,
+                controller: c.controller.binary().to_owned(),
+                usage: bench::usage(pid, ticks)?,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn stop(&self, plane: &ControlPlane) -> Result<()> {
+        for c in &self.controllers {
+            c.stop(plane).await?;
+        }
+        Ok(())
+    }
+}
+
+fn condition<'a>(
+    c: &'a FournosCluster,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+}
+
+fn discovered(c: &FournosCluster) -> bool {
+    c.status.as_ref().is_some_and(|s| {
+        s.kubeconfig_status == Some(KubeconfigStatus::Valid)
+            && s.hardware.as_ref().is_some_and(|h| h.total_gpus > 0)
+    }) && condition(c, GPU_DISCOVERED).is_some_and(|k| k.status == "True")
+}
+
+/// GPU quota of flavor `name` in the queue, if it has an entry with nonzero GPU quota.
+fn has_quota(cq: &ClusterQueue, name: &str) -> bool {
+    cq.spec
+        .resource_groups
+        .iter()
+        .flat_map(|g| &g.flavors)
+        .find(|f| f.name == name)
+        .is_some_and(|f| {
+            f.resources.iter().any(|q| {
+                q.name.starts_with("fournos/gpu-")
+                    && quantity_to_i64(&q.nominal_quota).is_some_and(|n| n > 0)
+            })
+        })
+}
+
+fn queue_valid(cq: &ClusterQueue) -> bool {
+    cq.spec.resource_groups.iter().all(|g| {
+        !g.flavors.is_empty()
+            && g.flavors.len() <= 64
+            && g.covered_resources.len() <= 64
+            && g.flavors.iter().all(|f| {
+                f.resources.iter().map(|q| &q.name).collect::<Vec<_>>()
+                    == g.covered_resources.iter().collect::<Vec<_>>()
+            })
+    }) && cq.spec.resource_groups.len() <= 16
+}
+
+fn queue_active(cq: &ClusterQueue) -> bool {
+    cq.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Active" && c.status == "True")
+    })
+}
+
+/// `KueueSynced=False` reasons that are an answer, not a step on the way (unlike
+/// `WaitingForFlavor`, `Drained` or `Conflict`).
+const FINAL_REFUSALS: &[&str] = &[
+    "LimitReached",
+    "FlavorNotManaged",
+    "InvalidName",
+    "InvalidResourceName",
+];
+
+/// What a converged cluster looks like: discovered, and either with quota in the queue or
+/// with a `KueueSynced=False` answer (beyond Kueue's limit). Returns the reason in the
+/// second case.
+enum Done {
+    Quota,
+    Refused(String),
+}
+
+fn done(c: &FournosCluster, cq: Option<&ClusterQueue>) -> Option<Done> {
+    if !discovered(c) {
+        return None;
+    }
+    let name = c.metadata.name.as_deref()?;
+    if cq.is_some_and(|cq| has_quota(cq, name))
+        && condition(c, KUEUE_SYNCED).is_some_and(|k| k.status == "True")
+    {
+        return Some(Done::Quota);
+    }
+    condition(c, KUEUE_SYNCED)
+        .filter(|k| k.status == "False" && FINAL_REFUSALS.contains(&k.reason.as_str()))
+        .map(|k| Done::Refused(k.reason.clone()))
+}
+
+/// Polls every 250 ms until every cluster in `sent` is done; returns per cluster the
+/// seconds from its Secret to discovery and to done, and the refusals.
+async fn converge(
+    phase: &Phase,
+    sent: &BTreeMap<String, Instant>,
+    timeout: Duration,
+) -> Result<(
+    Vec<f64>,
+    Vec<f64>,
+    usize,
+    BTreeMap<String, usize>,
+    ClusterQueue,
+)> {
+    let deadline = Instant::now() + timeout;
+    let mut discovered_at: BTreeMap<String, f64> = BTreeMap::new();
+    let mut done_at: BTreeMap<String, (f64, Option<String>)> = BTreeMap::new();
+    loop {
+        let list = phase.clusters.list(&ListParams::default()).await?.items;
+        let cq = phase.queues.get_opt(&phase.iso.cluster_queue).await?;
+        let now = Instant::now();
+        for c in &list {
+            let Some(name) = c.metadata.name.clone() else {
+                continue;
+            };
+            let Some(t0) = sent.get(&name) else { continue };
+            if discovered(c) && !discovered_at.contains_key(&name) {
+                discovered_at.insert(name.clone(), (now - *t0).as_secs_f64());
+            }
+            if let std::collections::btree_map::Entry::Vacant(slot) = done_at.entry(name) {
+                let elapsed = (now - *t0).as_secs_f64();
+                match done(c, cq.as_ref()) {
+                    Some(Done::Quota) => {
+                        slot.insert((elapsed, None));
+                    }
+                    Some(Done::Refused(reason)) => {
+                        slot.insert((elapsed, Some(reason)));
+                    }
+                    None => {}
+                }
+            }
+        }
+        if done_at.len() == sent.len() {
+            let cq = cq.context("no ClusterQueue")?;
+            let mut refused = BTreeMap::new();
+            for (_, reason) in done_at.values() {
+                if let Some(r) = reason {
+                    *refused.entry(r.clone()).or_insert(0) += 1;
+                }
+            }
+            let with_quota = done_at.values().filter(|(_, r)| r.is_none()).count();
+            return Ok((
+                discovered_at.into_values().collect(),
+                done_at.into_values().map(|(t, _)| t).collect(),
+                with_quota,
+                refused,
+                cq,
+            ));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{} of {} clusters converged within {}s ({} discovered)",
+                done_at.len(),
+                sent.len(),
+                timeout.as_secs(),
+                discovered_at.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn lock_latency(phase: &Phase, clusters: usize, samples: usize) -> Result<Vec<f64>> {
+    let mut out = Vec::new();
+    let pp = PatchParams::default();
+    for i in 0..samples {
+        let name = phase.cluster(i % clusters);
+        let t0 = Instant::now();
+        phase
+            .clusters
+            .patch(
+                &name,
+                &pp,
+                &Patch::Merge(json!({ "spec": { "owner": "bench" } })),
+            )
+            .await?;
+        wait_locked(phase, &name, true).await?;
+        out.push(t0.elapsed().as_secs_f64());
+        phase
+            .clusters
+            .patch(
+                &name,
+                &pp,
+                &Patch::Merge(json!({ "spec": { "owner": null } })),
+            )
+            .await?;
+        wait_locked(phase, &name, false).await?;
+    }
+    Ok(out)
+}
+
+async fn wait_locked(phase: &Phase, name: &str, locked: bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let c = phase.clusters.get(name).await?;
+        let is = c.status.as_ref().and_then(|s| s.locked).unwrap_or(false);
+        let sentinel_gone = locked
+            || c.status
+                .as_ref()
+                .and_then(|s| s.lock_job_name.as_ref())
+                .is_none();
+        if is == locked && sentinel_gone {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{name}: locked={is}, wanted {locked}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Requests per controller of `phase` over `window`, from the audit log.
+async fn api_load(
+    plane: &ControlPlane,
+    phase: &Phase,
+    clusters: usize,
+    window: Duration,
+) -> Result<Load> {
+    let log = plane
+        .state_dir()
+        .join("pki")
+        .join(hearth_e2e::supervisor::MANAGEMENT)
+        .join(hearth_e2e::apiserver::AUDIT_LOG_FILE);
+    let start = std::fs::metadata(&log)
+        .with_context(|| {
+            format!(
+                "{} (was the plane started with {}?)",
+                log.display(),
+                env::AUDIT
+            )
+        })?
+        .len();
+    let t0 = Instant::now();
+    tokio::time::sleep(window).await;
+    let elapsed = t0.elapsed().as_secs_f64();
+    let bytes = std::fs::read(&log)?;
+    let text =
+        String::from_utf8_lossy(&bytes[usize::try_from(start)?.min(bytes.len())..]).into_owned();
+    let users: Vec<String> = phase
+        .controllers
+        .iter()
+        .map(|c| {
+            format!(
+                "system:serviceaccount:{}:{}",
+                phase.iso.namespace,
+                c.controller.binary()
+            )
+        })
+        .collect();
+    let tally = bench::tally_audit(text.lines(), &users);
+    let per_controller: BTreeMap<String, ApiLoad> = tally
+        .into_iter()
+        .map(|(user, load)| (user.rsplit(':').next().unwrap_or(&user).to_owned(), load))
+        .collect();
+    let minutes = elapsed / 60.0;
+    let per_minute = per_controller
+        .iter()
+        .map(|(c, l)| {
+            (
+                c.clone(),
+                (l.reads as f64 / minutes, l.writes as f64 / minutes),
+            )
+        })
+        .collect();
+    Ok(Load {
+        clusters,
+        window_secs: elapsed,
+        per_controller,
+        per_minute,
+    })
+}
+
+fn fmt(s: &Option<Summary>) -> String {
+    match s {
+        Some(s) => format!("{:.2} | {:.2} | {:.2} | {}", s.p50, s.p95, s.max, s.n),
+        None => "– | – | – | 0".to_owned(),
+    }
+}
+
+fn summary_md(r: &Results) -> String {
+    let mut md = String::new();
+    md.push_str("# Hearth benchmark results\n\n");
+    md.push_str(&format!(
+        "Command: `{}`  \nStarted {}, finished {} (UTC).\n\n",
+        r.command, r.started_at, r.finished_at
+    ));
+    md.push_str("## Machine and versions\n\n");
+    for (k, v) in r.machine.iter().chain(&r.versions) {
+        md.push_str(&format!("- {k}: {v}\n"));
+    }
+    md.push_str("\nThe plane (etcd, management and target kube-apiservers, Kueue) runs on the same machine as the controllers; the controllers are release builds with production intervals (resync 30 s, discovery every 5 min), log level info.\n");
+    md.push_str("\n## Onboarding latency (s)\n\nLabeled Secret created → FournosCluster `Valid` with GPUs and its flavor with GPU quota in the ClusterQueue; clusters beyond Kueue's 64 flavors per resource group count as done when they get their `KueueSynced=False` answer. Polled every 250 ms.\n\n");
+    md.push_str("| clusters at once | p50 | p95 | max | n | discovery only p50 / p95 | with quota | KueueSynced=False | queue valid |\n|---|---|---|---|---|---|---|---|---|\n");
+    for o in &r.onboarding {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {:?} | {} |\n",
+            o.clusters,
+            fmt(&o.latency),
+            o.discovered
+                .as_ref()
+                .map(|d| format!("{:.2} / {:.2}", d.p50, d.p95))
+                .unwrap_or_default(),
+            o.with_quota,
+            o.kueue_synced_false,
+            o.queue_valid
+        ));
+    }
+    md.push_str("\n## Lock latency (s)\n\n`spec.owner` set → `status.locked=true` (workload sentinel admitted by Kueue), idle cluster, one at a time. Polled every 50 ms.\n\n| p50 | p95 | max | n |\n|---|---|---|---|\n");
+    md.push_str(&format!("| {} |\n", fmt(&r.lock)));
+    md.push_str("\n## Memory and CPU\n\nRSS (`VmRSS`) and CPU seconds (user+system since start) of each controller after the phase with that many FournosClusters in its namespace.\n\n| FournosClusters | controller | RSS (MiB) | CPU (s) |\n|---|---|---|---|\n");
+    for u in &r.usage {
+        md.push_str(&format!(
+            "| {} | {} | {:.1} | {:.2} |\n",
+            u.fournos_clusters,
+            u.controller,
+            u.usage.rss_kib as f64 / 1024.0,
+            u.usage.cpu_seconds
+        ));
+    }
+    if let Some(l) = &r.api_load {
+        md.push_str(&format!(
+            "\n## Steady-state API load\n\n{} onboarded clusters idle for {:.0} s; requests to the management apiserver from its audit log (watches counted when they start).\n\n| controller | reads/min | writes/min | requests |\n|---|---|---|---|\n",
+            l.clusters, l.window_secs
+        ));
+        for (c, load) in &l.per_controller {
+            let (r, w) = l.per_minute.get(c).copied().unwrap_or_default();
+            md.push_str(&format!(
+                "| {c} | {r:.2} | {w:.2} | {:?} |\n",
+                load.by_request
+            ));
+        }
+    }
+    if let Some(s) = &r.scale {
+        md.push_str(&format!(
+            "\n## Scale\n\n{} FournosClusters created at once in one namespace and ClusterQueue: every one `Valid` with GPUs and a `KueueSynced` answer after **{:.1} s**. With quota: {}; `KueueSynced=False`: {:?}. ClusterQueue valid for Kueue: {}; Active: {}.\n",
+            s.clusters, s.converge_secs, s.with_quota, s.kueue_synced_false, s.queue_valid, s.queue_active
+        ));
+    }
+    if !r.notes.is_empty() {
+        md.push_str("\n## Notes\n\n");
+        for n in &r.notes {
+            md.push_str(&format!("- {n}\n"));
+        }
+    }
+    md
+}
+
+fn write(out: &PathBuf, r: &Results) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("results.json"), serde_json::to_string_pretty(r)?)?;
+    std::fs::write(out.join("SUMMARY.md"), summary_md(r))?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from("bench-results").join(now.strftime("%Y-%m-%d").to_string())
+    });
+    let timeout = Duration::from_secs(args.timeout_secs);
+    let mut r = Results {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        started_at: now.to_string(),
+        machine: machine(),
+        versions: versions(),
+        args: Some(args.clone()),
+        ..Results::default()
+    };
+
+    // The supervisor inherits it and turns on the management apiserver's audit log.
+    if std::env::var_os(env::AUDIT).is_none() {
+        bail!("run with {}=1 (just bench does)", env::AUDIT);
+    }
+    eprintln!("starting the plane…");
+    let plane = ControlPlane::start(PlaneOptions::from_env()?).await?;
+
+    let mut idle_phase = None;
+    for &n in &args.sizes {
+        eprintln!("onboarding {n} clusters at once…");
+        let phase = Phase::start(&plane, &format!("bench-onboard-{n}")).await?;
+        let sent = phase.onboard(&plane, n).await?;
+        let (disc, lat, with_quota, refused, cq) = converge(&phase, &sent, timeout).await?;
+        r.onboarding.push(Onboarding {
+            clusters: n,
+            latency: bench::summarize(&lat),
+            discovered: bench::summarize(&disc),
+            with_quota,
+            kueue_synced_false: refused,
+            queue_valid: queue_valid(&cq) && queue_active(&cq),
+        });
+        r.usage.extend(phase.usage(&plane, n).await?);
+        if n == 10 && args.lock_samples > 0 {
+            eprintln!("lock latency, {} samples…", args.lock_samples);
+            r.lock_samples = lock_latency(&phase, n, args.lock_samples).await?;
+            r.lock = bench::summarize(&r.lock_samples);
+        }
+        write(&out, &r)?;
+        if n == 100 {
+            idle_phase = Some(phase);
+        } else {
+            phase.stop(&plane).await?;
+        }
+    }
+
+    if let Some(phase) = &idle_phase {
+        eprintln!("idle window of {}s…", args.idle_secs);
+        // Let the last status writes of onboarding settle before the window opens.
+        tokio::time::sleep(Duration::from_secs(35)).await;
+        r.api_load = Some(api_load(&plane, phase, 100, Duration::from_secs(args.idle_secs)).await?);
+        if args.idle_secs < 600 {
+            r.notes.push(format!(
+                "The idle window was {} s, shorter than the 10 minutes the issue asks for (and than one discovery interval, 5 min, if under 300 s).",
+                args.idle_secs
+            ));
+        }
+        phase.stop(&plane).await?;
+        write(&out, &r)?;
+    }
+
+    if args.scale > 0 {
+        eprintln!("scale: {} FournosClusters…", args.scale);
+        let phase = Phase::start(&plane, "bench-scale").await?;
+        let t0 = Instant::now();
+        let sent = phase.onboard(&plane, args.scale).await?;
+        let (_, _, with_quota, refused, cq) = converge(&phase, &sent, timeout).await?;
+        r.scale = Some(Scale {
+            clusters: args.scale,
+            converge_secs: t0.elapsed().as_secs_f64(),
+            with_quota,
+            kueue_synced_false: refused,
+            queue_valid: queue_valid(&cq),
+            queue_active: queue_active(&cq),
+        });
+        r.usage.extend(phase.usage(&plane, args.scale).await?);
+        phase.stop(&plane).await?;
+    }
+
+    r.finished_at = k8s_openapi::jiff::Timestamp::now().to_string();
+    write(&out, &r)?;
+    eprintln!("wrote {}", out.display());
+    plane.stop().await?;
+    Ok(())
+}

@@ -1,0 +1,971 @@
+//! Hostile input on the local control plane: malformed and malicious kubeconfig Secrets,
+//! junk node labels on a target, odd FournosCluster specs and Kueue objects that look like
+//! Hearth's but are not. Each must get a clear answer in status or an Event, never crash a
+//! controller, never disturb a healthy cluster running alongside, and never leak the
+//! planted token into a status, an Event or a log.
+//!
+//! The small inputs are checked in under `e2e/fixtures/hostile/`; the large ones are
+//! generated here (`generated_*`), deterministically.
+//!
+//! Run: `cargo build --workspace --bins && cargo test -p hearth-e2e --test hostile`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor, quantity_to_i64};
+use hearth_api::names::{
+    CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, condition_types,
+};
+use hearth_api::{FournosCluster, KubeconfigStatus};
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::process::{eventually, http_get, is_alive};
+use hearth_e2e::protocol::{PIDS_FILE, Pids};
+use hearth_e2e::resources::apply;
+use hearth_e2e::{ControlPlane, Isolated, TargetFleet};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// How long any one expected change may take.
+const DEADLINE: Duration = Duration::from_secs(90);
+/// The token planted in every hostile kubeconfig: it must never be seen again.
+const PLANTED: &str = "hearthPlantedToken7f3a9c2e51d84b06";
+const ADMIN: &str = "e2e-admin";
+const FAST: &[(&str, &str)] = &[
+    ("HEARTH_GPU_DISCOVERY_DEFAULT_INTERVAL_SEC", "5"),
+    ("HEARTH_GPU_DISCOVERY_TIMEOUT_SEC", "3"),
+];
+
+fn fixture(name: &str) -> Result<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/hostile")
+        .join(name);
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A fixture with the target's URL and CA and the planted token filled in.
+fn hostile(name: &str, server: &str, ca_pem: &str) -> Result<Vec<u8>> {
+    Ok(fixture(name)?
+        .replace("__SERVER__", server)
+        .replace("__CA_DATA__", &B64.encode(ca_pem))
+        .replace("__TOKEN__", PLANTED)
+        .into_bytes())
+}
+
+/// xorshift64*: deterministic garbage without a dependency.
+fn garbage(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed >> 12;
+            seed ^= seed << 25;
+            seed ^= seed >> 27;
+            (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+        })
+        .collect()
+}
+
+/// 64 KiB of binary garbage (invalid UTF-8 from the first bytes on).
+fn generated_binary_garbage() -> Vec<u8> {
+    let mut data = vec![0xff, 0xfe, 0x00];
+    data.extend(garbage(64 * 1024, 0x1234_5678));
+    data
+}
+
+/// A working kubeconfig padded with a comment to just under 1 MiB, the most a Secret
+/// holds: big, but it must still be accepted.
+fn generated_one_mib_kubeconfig(valid: &str) -> Vec<u8> {
+    const SIZE: usize = 1024 * 1024 - 4096;
+    let mut text = String::from(valid);
+    text.push('\n');
+    while text.len() < SIZE {
+        text.push_str("# padding padding padding padding padding padding padding padding\n");
+    }
+    text.into_bytes()
+}
+
+/// A kubeconfig whose `clusters` is about 1 MiB of nested flow sequences.
+fn generated_deep_nesting() -> Vec<u8> {
+    let depth = 400 * 1024;
+    let mut text = String::from("apiVersion: v1\nkind: Config\nclusters: ");
+    text.push_str(&"[".repeat(depth));
+    text.push_str(&"]".repeat(depth));
+    text.push('\n');
+    text.into_bytes()
+}
+
+/// base64 of base64 of garbage: passes the double-base64 door, then is not text.
+fn generated_double_base64_garbage() -> Vec<u8> {
+    B64.encode(B64.encode(garbage(4096, 0xdead_beef)))
+        .into_bytes()
+}
+
+/// One test's world on the shared plane.
+struct World {
+    plane: &'static ControlPlane,
+    iso: Isolated,
+    client: kube::Client,
+    clusters: Api<FournosCluster>,
+    secrets: Api<Secret>,
+    queues: Api<ClusterQueue>,
+    flavors: Api<ResourceFlavor>,
+    controllers: Vec<Running>,
+}
+
+impl World {
+    async fn new(test: &str) -> Result<World> {
+        let plane = ControlPlane::shared().await?;
+        let iso = plane.isolated(test).await?;
+        let client = plane.management_client().await?;
+        Ok(World {
+            clusters: Api::namespaced(client.clone(), &iso.namespace),
+            secrets: Api::namespaced(client.clone(), &iso.secrets_namespace),
+            queues: Api::all(client.clone()),
+            flavors: Api::all(client.clone()),
+            client,
+            plane,
+            iso,
+            controllers: Vec::new(),
+        })
+    }
+
+    async fn start(&mut self, controllers: &[Controller]) -> Result<()> {
+        for &c in controllers {
+            let running = hearth::start(self.plane, &self.iso, c, "0", FAST).await?;
+            self.controllers.push(running);
+        }
+        Ok(())
+    }
+
+    /// Stores `data` under `key` in Secret `name`, labeled as a kubeconfig Secret.
+    async fn put_secret(&self, name: &str, key: &str, data: Vec<u8>) -> Result<()> {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.iso.secrets_namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    KUBECONFIG_SECRET_LABEL.to_owned(),
+                    "true".to_owned(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(key.to_owned(), ByteString(data))])),
+            ..Default::default()
+        };
+        self.secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .with_context(|| format!("creating Secret {name}"))?;
+        Ok(())
+    }
+
+    /// Onboards `cluster` with a kubeconfig for the plane's first target.
+    async fn onboard_healthy(&self, cluster: &str) -> Result<()> {
+        let target = &self.plane.targets()[0];
+        self.put_secret(
+            &format!("kubeconfig-{cluster}"),
+            "kubeconfig",
+            target.node_reader_kubeconfig().as_bytes().to_vec(),
+        )
+        .await
+    }
+
+    async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&FournosCluster) -> std::result::Result<(), String>,
+    ) -> Result<FournosCluster> {
+        eventually(&format!("{name}: {what}"), DEADLINE, || async {
+            Ok(match self.clusters.get_opt(name).await? {
+                None => None,
+                Some(c) => check(&c).ok().map(|()| c),
+            })
+        })
+        .await
+        .with_context(|| self.describe(name))
+    }
+
+    fn describe(&self, name: &str) -> String {
+        let logs: Vec<String> = self
+            .controllers
+            .iter()
+            .map(|c| {
+                let log = c.log();
+                let lines: Vec<&str> = log.lines().collect();
+                format!(
+                    "--- {} ---\n{}",
+                    c.name(),
+                    lines[lines.len().saturating_sub(15)..].join("\n")
+                )
+            })
+            .collect();
+        format!("while waiting on {name}\n{}", logs.join("\n"))
+    }
+
+    /// Waits for `kubeconfigStatus == status` with a `KubeconfigValid` condition that
+    /// has a reason and a message; returns the condition's message.
+    async fn wait_kubeconfig(&self, name: &str, status: KubeconfigStatus) -> Result<String> {
+        let cluster = self
+            .wait_cluster(name, &format!("kubeconfigStatus {status}"), |c| {
+                let s = c.status.as_ref().ok_or("no status")?;
+                if s.kubeconfig_status != Some(status) {
+                    return Err(format!("{:?}", s.kubeconfig_status));
+                }
+                let cond =
+                    condition(c, condition_types::KUBECONFIG_VALID).ok_or("no KubeconfigValid")?;
+                if cond.reason.is_empty() || cond.message.is_empty() {
+                    return Err("condition without reason or message".into());
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(condition(&cluster, condition_types::KUBECONFIG_VALID)
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .unwrap_or_default())
+    }
+
+    /// Healthy `cluster` is Valid with GPUs and has its quota in the test's queue, and the
+    /// queue is one Kueue accepts.
+    async fn assert_healthy(&self, cluster: &str) -> Result<()> {
+        self.wait_kubeconfig(cluster, KubeconfigStatus::Valid)
+            .await?;
+        let queue = self.iso.cluster_queue.clone();
+        eventually(
+            &format!("{cluster}'s quota in {queue}"),
+            DEADLINE,
+            || async {
+                let Some(cq) = self.queues.get_opt(&queue).await? else {
+                    return Ok(None);
+                };
+                let quota = entry(&cq, cluster);
+                let ok = quota
+                    .as_ref()
+                    .is_some_and(|q| q.get(CLUSTER_SLOT_RESOURCE) == Some(&100) && q.len() > 1)
+                    && queue_problems(&cq).is_empty()
+                    && is_active(&cq);
+                Ok(ok.then_some(()))
+            },
+        )
+        .await
+        .with_context(|| self.describe(cluster))
+    }
+
+    /// Every controller of this world still runs (same pid as its start, alive) and
+    /// answers `/healthz`; none logged a panic.
+    async fn assert_alive(&self) -> Result<()> {
+        let pids: Pids = serde_json::from_slice(
+            &std::fs::read(self.plane.state_dir().join(PIDS_FILE)).context("reading pids")?,
+        )?;
+        for c in &self.controllers {
+            let process = pids
+                .processes
+                .iter()
+                .find(|p| p.name == c.name())
+                .with_context(|| format!("{} missing from {PIDS_FILE}", c.name()))?;
+            ensure!(
+                is_alive(process.pid),
+                "{} (pid {}) died",
+                c.name(),
+                process.pid
+            );
+            let addr = c.state.admin_addr.parse()?;
+            let (code, _) = http_get(addr, "/healthz").await?;
+            ensure!(code == 200, "{} /healthz answered {code}", c.name());
+            let log = c.log();
+            ensure!(
+                !log.contains("panicked"),
+                "{} panicked:\n{}",
+                c.name(),
+                log.lines()
+                    .filter(|l| l.contains("panicked"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        Ok(())
+    }
+
+    /// The planted token appears in no controller log, no Event and no FournosCluster.
+    async fn assert_nothing_leaked(&self) -> Result<()> {
+        let needles = [PLANTED.to_owned(), B64.encode(PLANTED)];
+        let mut places: Vec<(String, String)> = self
+            .controllers
+            .iter()
+            .map(|c| (format!("log of {}", c.name()), c.log()))
+            .collect();
+        for ns in [&self.iso.namespace, &self.iso.secrets_namespace] {
+            let events: Api<Event> = Api::namespaced(self.client.clone(), ns);
+            for e in events.list(&ListParams::default()).await?.items {
+                places.push((
+                    format!("Event {}", e.metadata.name.clone().unwrap_or_default()),
+                    serde_json::to_string(&e)?,
+                ));
+            }
+        }
+        for c in self.clusters.list(&ListParams::default()).await?.items {
+            places.push((
+                format!(
+                    "FournosCluster {}",
+                    c.metadata.name.clone().unwrap_or_default()
+                ),
+                serde_json::to_string(&c.status)?,
+            ));
+        }
+        for (place, text) in &places {
+            for needle in &needles {
+                ensure!(
+                    !text.contains(needle),
+                    "the planted token leaked into {place}"
+                );
+            }
+        }
+        ensure!(places.len() > 3, "nothing was searched");
+        Ok(())
+    }
+}
+
+fn condition(
+    c: &FournosCluster,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    c.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|x| x.type_ == type_)
+        .cloned()
+}
+
+fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
+    cq.spec
+        .resource_groups
+        .iter()
+        .flat_map(|g| &g.flavors)
+        .find(|f| f.name == flavor)
+        .map(|f| {
+            f.resources
+                .iter()
+                .map(|q| {
+                    (
+                        q.name.clone(),
+                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
+                    )
+                })
+                .collect()
+        })
+}
+
+/// What Kueue's webhook (not running here) and CRD rules would refuse in the queue.
+fn queue_problems(cq: &ClusterQueue) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut flavors = std::collections::BTreeSet::new();
+    for (i, group) in cq.spec.resource_groups.iter().enumerate() {
+        if group.flavors.is_empty() || group.flavors.len() > 64 {
+            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
+        }
+        if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
+            problems.push(format!(
+                "group {i}: {} covered",
+                group.covered_resources.len()
+            ));
+        }
+        for f in &group.flavors {
+            if !flavors.insert(f.name.clone()) {
+                problems.push(format!("flavor {} listed twice", f.name));
+            }
+            let names: Vec<&String> = f.resources.iter().map(|q| &q.name).collect();
+            if names != group.covered_resources.iter().collect::<Vec<_>>() {
+                problems.push(format!("group {i}: flavor {} lists {names:?}", f.name));
+            }
+            for q in &f.resources {
+                if quantity_to_i64(&q.nominal_quota).is_none_or(|n| n < 0) {
+                    problems.push(format!("{}: {} = {:?}", f.name, q.name, q.nominal_quota));
+                }
+            }
+        }
+    }
+    problems
+}
+
+fn is_active(cq: &ClusterQueue) -> bool {
+    cq.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Active" && c.status == "True")
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Result<()> {
+    let mut w = World::new("hostile_secrets").await?;
+    w.start(&[Controller::Discovery, Controller::KueueSync])
+        .await?;
+    let healthy = w.iso.cluster("healthy");
+    w.onboard_healthy(&healthy).await?;
+    w.assert_healthy(&healthy).await?;
+
+    let target = w.plane.targets()[0].clone();
+    let (server, ca) = (target.server().to_owned(), target.ca_pem().to_owned());
+    let invalid = KubeconfigStatus::Invalid;
+    let cases: Vec<(&str, &str, Vec<u8>, KubeconfigStatus, &str)> = vec![
+        // (cluster base, key, data, status, words the message must hold)
+        (
+            "garbage",
+            "kubeconfig",
+            generated_binary_garbage(),
+            invalid,
+            "",
+        ),
+        (
+            "big",
+            "kubeconfig",
+            generated_one_mib_kubeconfig(target.node_reader_kubeconfig()),
+            KubeconfigStatus::Valid,
+            "",
+        ),
+        (
+            "nested",
+            "kubeconfig",
+            generated_deep_nesting(),
+            invalid,
+            "",
+        ),
+        (
+            "laughs",
+            "kubeconfig",
+            hostile("billion-laughs.yaml", &server, &ca)?,
+            invalid,
+            "",
+        ),
+        (
+            "exec",
+            "kubeconfig",
+            hostile("exec-plugin.yaml", &server, &ca)?,
+            invalid,
+            "exec",
+        ),
+        (
+            "authprov",
+            "kubeconfig",
+            hostile("auth-provider.yaml", &server, &ca)?,
+            invalid,
+            "auth-provider",
+        ),
+        (
+            "tokenfile",
+            "kubeconfig",
+            hostile("token-file.yaml", &server, &ca)?,
+            invalid,
+            "tokenFile",
+        ),
+        (
+            "paths",
+            "kubeconfig",
+            hostile("client-cert-paths.yaml", &server, &ca)?,
+            invalid,
+            "certificate-authority",
+        ),
+        (
+            "http",
+            "kubeconfig",
+            hostile("plain-http.yaml", &server, &ca)?,
+            invalid,
+            "",
+        ),
+        (
+            "password",
+            "kubeconfig",
+            hostile("password-and-proxy.yaml", &server, &ca)?,
+            invalid,
+            "",
+        ),
+        (
+            "wrongtype",
+            "kubeconfig",
+            hostile("token-wrong-type.json", &server, &ca)?,
+            invalid,
+            "token",
+        ),
+        (
+            "rejected",
+            "kubeconfig",
+            hostile("rejected-token.yaml", &server, &ca)?,
+            KubeconfigStatus::Unauthorized,
+            "",
+        ),
+        (
+            "doubleb64",
+            "kubeconfig",
+            generated_double_base64_garbage(),
+            invalid,
+            "",
+        ),
+        (
+            "wrongkey",
+            "config",
+            target.node_reader_kubeconfig().as_bytes().to_vec(),
+            KubeconfigStatus::Missing,
+            "kubeconfig",
+        ),
+        ("empty", "kubeconfig", Vec::new(), invalid, ""),
+    ];
+    for (base, key, data, _, _) in &cases {
+        let cluster = w.iso.cluster(base);
+        w.put_secret(&format!("kubeconfig-{cluster}"), key, data.clone())
+            .await?;
+    }
+    // Labeled, but not named like a kubeconfig Secret: a Warning Event and nothing else.
+    let stray = format!("not-a-kubeconfig-{}", w.iso.id);
+    w.put_secret(
+        &stray,
+        "kubeconfig",
+        hostile("exec-plugin.yaml", &server, &ca)?,
+    )
+    .await?;
+
+    let mut report = Vec::new();
+    for (base, _, _, status, words) in &cases {
+        let cluster = w.iso.cluster(base);
+        let message = w.wait_kubeconfig(&cluster, *status).await?;
+        ensure!(
+            message.contains(words),
+            "{cluster}: message {message:?} does not mention {words:?}"
+        );
+        report.push(format!("{base}: {status} — {message}"));
+    }
+    println!("{}", report.join("\n"));
+
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
+    eventually("a Warning Event on the stray Secret", DEADLINE, || async {
+        Ok(events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(stray.as_str())
+                    && e.type_.as_deref() == Some("Warning")
+            }))
+    })
+    .await?;
+    let all = w.clusters.list(&ListParams::default()).await?.items;
+    ensure!(
+        all.len() == cases.len() + 1,
+        "{} FournosClusters for {} kubeconfig Secrets",
+        all.len(),
+        cases.len() + 1
+    );
+
+    w.assert_alive().await?;
+    w.assert_healthy(&healthy).await?;
+    w.assert_nothing_leaked().await?;
+    Ok(())
+}
+
+/// A Node with `labels` and `allocatable` exactly as given (a kubelet would never
+/// write most of them; a hostile or broken node agent could).
+async fn put_junk_node(
+    nodes: &Api<Node>,
+    name: &str,
+    labels: &[(&str, &str)],
+    allocatable: &[(&str, &str)],
+) -> Result<bool> {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": { "name": name, "labels": labels },
+    });
+    match nodes
+        .create(&PostParams::default(), &serde_json::from_value(node)?)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            println!("apiserver refused node {name}: {}", e.message);
+            return Ok(false);
+        }
+        Err(e) => return Err(e).with_context(|| format!("creating node {name}")),
+    }
+    let mut resources: BTreeMap<&str, &str> =
+        BTreeMap::from([("cpu", "8"), ("memory", "64Gi"), ("pods", "110")]);
+    resources.extend(allocatable.iter().copied());
+    let status = json!({ "status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady",
+                         "message": "hostile", "lastHeartbeatTime": now(), "lastTransitionTime": now() }],
+    }});
+    match nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+    {
+        Ok(_) => Ok(true),
+        // The apiserver's own validation is the first line of defence; a value it
+        // refuses never reaches Hearth.
+        Err(kube::Error::Api(e)) if e.code == 422 => {
+            println!("apiserver refused node {name}: {}", e.message);
+            Ok(false)
+        }
+        Err(e) => Err(e).with_context(|| format!("status of node {name}")),
+    }
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
+    let mut w = World::new("hostile_nodes").await?;
+    let target = w
+        .plane
+        .add_target(TargetFleet::new(format!("junk-{}", w.iso.id), vec![]))
+        .await?;
+    let nodes: Api<Node> = Api::all(target.admin_client().await?);
+    let long_model = "X".repeat(63);
+    // Each value is one the apiserver lets through (label values ≤ 63 characters of
+    // `[A-Za-z0-9_.-]`, non-negative integer extended resources) but no labeller writes.
+    let accepted = [
+        put_junk_node(
+            &nodes,
+            "garbage-product",
+            &[("nvidia.com/gpu.product", "x__--..--__x")],
+            &[("nvidia.com/gpu", "4")],
+        )
+        .await?,
+        put_junk_node(
+            &nodes,
+            "long-product",
+            &[("nvidia.com/gpu.product", &long_model)],
+            &[("nvidia.com/gpu", "2")],
+        )
+        .await?,
+        put_junk_node(
+            &nodes,
+            "huge-count",
+            &[
+                ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),
+                ("nvidia.com/gpu.count", "99999999999999999999999"),
+                ("nvidia.com/gpu.replicas", "x4"),
+            ],
+            &[("nvidia.com/gpu", "9223372036854775807")],
+        )
+        .await?,
+        // MIG single: a memory size that overflowed i64 arithmetic (panicked in debug
+        // builds). 7 devices of an unknown-size slice: at least 1 per GPU, so 7 GPUs.
+        put_junk_node(
+            &nodes,
+            "mig-overflow",
+            &[(
+                "nvidia.com/gpu.product",
+                "NVIDIA-A100-SXM4-40GB-MIG-1g.4611686018427387904gb",
+            )],
+            &[("nvidia.com/gpu", "7")],
+        )
+        .await?,
+        // MIG mixed: a profile wider than a GPU (one GPU per device at most; was 714 GPUs),
+        // a profile without compute slices (one slice each), and a quantity over i64
+        // (ignored).
+        put_junk_node(
+            &nodes,
+            "mig-mixed-junk",
+            &[
+                ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),
+                ("nvidia.com/mig-999g.1gb.replicas", "0"),
+            ],
+            &[
+                ("nvidia.com/mig-999g.1gb", "5"),
+                ("nvidia.com/mig-junk", "3"),
+                ("nvidia.com/mig-1g.5gb", "1e30"),
+            ],
+        )
+        .await?,
+        put_junk_node(
+            &nodes,
+            "amd-junk",
+            &[
+                ("amd.com/gpu.product-name.MI300X", "99999999999999999999"),
+                ("amd.com/gpu.product-name.X_Y", "2"),
+            ],
+            &[("amd.com/gpu", "2")],
+        )
+        .await?,
+        // Refused by the apiserver itself: never reach Hearth.
+        put_junk_node(
+            &nodes,
+            "negative",
+            &[("nvidia.com/gpu.product", "NVIDIA-L40S")],
+            &[("nvidia.com/gpu", "-3")],
+        )
+        .await?,
+        put_junk_node(
+            &nodes,
+            "fractional",
+            &[("nvidia.com/gpu.product", "NVIDIA-L40S")],
+            &[("nvidia.com/gpu", "1500m")],
+        )
+        .await?,
+        put_junk_node(
+            &nodes,
+            "bad-label",
+            &[("nvidia.com/gpu.product", "<script>alert(1)</script>")],
+            &[("nvidia.com/gpu", "1")],
+        )
+        .await?,
+    ];
+    ensure!(
+        accepted == [true, true, true, true, true, true, false, false, false],
+        "the apiserver accepted {accepted:?}"
+    );
+    println!("nodes the apiserver accepted a status for: {accepted:?}");
+
+    w.start(&[Controller::Discovery, Controller::KueueSync])
+        .await?;
+    let healthy = w.iso.cluster("healthy");
+    w.onboard_healthy(&healthy).await?;
+    let junk = w.iso.cluster("junk");
+    w.put_secret(
+        &format!("kubeconfig-{junk}"),
+        "kubeconfig",
+        target.node_reader_kubeconfig().as_bytes().to_vec(),
+    )
+    .await?;
+
+    let cluster = w
+        .wait_cluster(&junk, "Valid with GPUs discovered", |c| {
+            let s = c.status.as_ref().ok_or("no status")?;
+            let discovered =
+                condition(c, condition_types::GPU_DISCOVERED).is_some_and(|c| c.status == "True");
+            (s.kubeconfig_status == Some(KubeconfigStatus::Valid) && discovered)
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", s.kubeconfig_status))
+        })
+        .await?;
+    let hardware = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.hardware.clone())
+        .context("no hardware")?;
+    println!("{hardware:#?}");
+    let counts: BTreeMap<&str, i64> = hardware
+        .gpus
+        .iter()
+        .map(|g| (g.model.as_str(), g.count))
+        .collect();
+    let expected = BTreeMap::from([
+        ("x__--..--__x", 4),
+        (long_model.as_str(), 2),
+        ("NVIDIA-H100-80GB-HBM3", i64::MAX),
+        // 7 (mig-overflow) + 6 (mig-mixed-junk: 5 devices of at most one GPU = 35
+        // slices, 3 devices of an unknown profile = 3 slices; 38 slices ÷ 7, rounded up)
+        ("NVIDIA-A100-SXM4-40GB", 13),
+        ("X_Y", 2),
+    ]);
+    ensure!(
+        counts == expected,
+        "counted {counts:?}, expected {expected:?}"
+    );
+    for g in &hardware.gpus {
+        ensure!(g.count > 0, "{g:?}");
+        ensure!(
+            is_valid_name_part(&format!("gpu-{}", g.short_name)),
+            "short name {:?} is not a valid resource name part",
+            g.short_name
+        );
+    }
+    ensure!(
+        hardware.total_gpus == i64::MAX,
+        "total saturates: {}",
+        hardware.total_gpus
+    );
+
+    // The junk cluster's quota reaches a queue Kueue accepts, and the healthy cluster
+    // next to it keeps its own.
+    let queue = w.iso.cluster_queue.clone();
+    eventually(
+        "the junk cluster's entry in a valid queue",
+        DEADLINE,
+        || async {
+            let Some(cq) = w.queues.get_opt(&queue).await? else {
+                return Ok(None);
+            };
+            Ok(
+                (entry(&cq, &junk).is_some() && queue_problems(&cq).is_empty() && is_active(&cq))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .with_context(|| w.describe(&junk))?;
+    w.assert_healthy(&healthy).await?;
+    w.assert_alive().await?;
+    Ok(())
+}
+
+/// `[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?`, at most 63: a qualified name's name part.
+fn is_valid_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> {
+    let mut w = World::new("hostile_specs").await?;
+    let queue = w.iso.cluster_queue.clone();
+
+    // A foreign flavor and group in the queue before Hearth starts, and a foreign flavor
+    // squatting on the name of a cluster that is onboarded later.
+    let foreign = format!("foreign-{}", w.iso.id);
+    let squatted = w.iso.cluster("squatted");
+    for name in [&foreign, &squatted] {
+        apply(
+            &w.client,
+            &json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                "metadata": { "name": name, "labels": { "team": "someone-else" } },
+                "spec": { "nodeLabels": { "pool": "theirs" } },
+            }),
+        )
+        .await?;
+    }
+    w.queues
+        .patch(
+            &queue,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "resourceGroups": [{
+                "coveredResources": ["example.com/widget"],
+                "flavors": [{ "name": foreign, "resources": [
+                    { "name": "example.com/widget", "nominalQuota": "7" }
+                ]}],
+            }]}})),
+        )
+        .await
+        .context("adding a foreign group")?;
+
+    w.start(&[
+        Controller::Discovery,
+        Controller::KueueSync,
+        Controller::LockManager,
+    ])
+    .await?;
+    let healthy = w.iso.cluster("healthy");
+    w.onboard_healthy(&healthy).await?;
+    w.assert_healthy(&healthy).await?;
+
+    // A bad ttl never gets in: the CRD refuses it.
+    for ttl in ["forever", "5x", "-1h", "1.5h", ""] {
+        let fc = json!({
+            "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+            "metadata": { "name": w.iso.cluster("badttl"), "namespace": w.iso.namespace },
+            "spec": { "kubeconfigSecret": "kubeconfig-nothing", "ttl": ttl },
+        });
+        match w
+            .clusters
+            .create(&PostParams::default(), &serde_json::from_value(fc)?)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                ensure!(e.message.contains("ttl"), "{}", e.message);
+            }
+            other => bail!("ttl {ttl:?} was not refused: {other:?}"),
+        }
+    }
+
+    // The squatted name: Hearth must not take over the foreign flavor.
+    w.onboard_healthy(&squatted).await?;
+    let c = w
+        .wait_cluster(&squatted, "KueueSynced=False", |c| {
+            condition(c, condition_types::KUEUE_SYNCED)
+                .filter(|k| k.status == "False" && !k.message.is_empty())
+                .map(drop)
+                .ok_or_else(|| "not yet".into())
+        })
+        .await?;
+    println!(
+        "squatted: {:?}",
+        condition(&c, condition_types::KUEUE_SYNCED).map(|k| (k.reason, k.message))
+    );
+    let flavor = w.flavors.get(&squatted).await?;
+    ensure!(
+        flavor
+            .metadata
+            .labels
+            .as_ref()
+            .is_none_or(|l| !l.contains_key(MANAGED_BY_LABEL)),
+        "Hearth took over the foreign flavor {squatted}"
+    );
+
+    // A 300 KiB owner: the FournosCluster holds it, an annotation on the sentinel cannot.
+    let owner = "o".repeat(300 * 1024);
+    w.clusters
+        .patch(
+            &healthy,
+            &PatchParams::apply(ADMIN),
+            &Patch::Apply(json!({
+                "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                "spec": { "owner": owner },
+            })),
+        )
+        .await
+        .context("setting a huge owner")?;
+    // The apiserver refuses the sentinel; lock-manager says so in a Warning Event on the
+    // cluster (naming the limit, not quoting the owner) and never reports it locked.
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.iso.namespace);
+    let event = eventually(
+        "a Warning Event about the refused sentinel",
+        DEADLINE,
+        || async {
+            Ok(events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(healthy.as_str())
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("SentinelCreateFailed")
+                }))
+        },
+    )
+    .await
+    .with_context(|| w.describe(&healthy))?;
+    let note = event.note.unwrap_or_default();
+    println!("huge owner: {note}");
+    ensure!(note.contains("annotations"), "{note}");
+    ensure!(
+        !note.contains(&"o".repeat(1024)),
+        "the Event quotes the owner"
+    );
+    let c = w.clusters.get(&healthy).await?;
+    ensure!(
+        c.status.as_ref().and_then(|s| s.locked) != Some(true),
+        "locked without a sentinel"
+    );
+
+    // Foreign objects survive; the healthy cluster keeps its quota; nobody crashed.
+    let cq = w.queues.get(&queue).await?;
+    ensure!(
+        entry(&cq, &foreign).is_some_and(|q| q.get("example.com/widget") == Some(&7)),
+        "foreign group lost: {:?}",
+        cq.spec.resource_groups
+    );
+    ensure!(
+        entry(&cq, &squatted).is_none(),
+        "squatted flavor in the queue"
+    );
+    ensure!(w.flavors.get_opt(&foreign).await?.is_some());
+    w.assert_healthy(&healthy).await?;
+    w.assert_alive().await?;
+    Ok(())
+}
