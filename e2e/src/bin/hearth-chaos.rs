@@ -98,10 +98,26 @@ struct Report {
     started_at: String,
     args: Args,
     kills: Vec<String>,
+    /// Invariants sampled every 0.5 s from the workload's last operation until the last
+    /// kill, while controllers kept dying.
+    during: During,
     converge_secs: Option<f64>,
     violations_at_timeout: Vec<String>,
     final_state: BTreeMap<String, usize>,
     flap: Option<Flap>,
+}
+
+#[derive(Serialize, Default)]
+struct During {
+    /// Samples taken, with violations, and that could not read the API (apiserver down).
+    samples: usize,
+    violating: usize,
+    unreadable: usize,
+    /// Seconds after the last operation at which a violation was last seen (`None`:
+    /// never): from then on every sample held, kills notwithstanding.
+    last_violation_secs: Option<f64>,
+    /// The violations of the last violating sample.
+    last_violations: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -510,6 +526,34 @@ async fn main() -> Result<()> {
         }
         Ok::<_, anyhow::Error>(())
     };
+    let wanted: BTreeSet<String> = locked
+        .iter()
+        .filter(|n| !unlocked.contains(*n) && !offboarded.contains(n))
+        .cloned()
+        .collect();
+    let killing = std::sync::atomic::AtomicBool::new(true);
+    // After the workload's last operation, sample the invariants while the kills go on:
+    // convergence under continuing chaos, not just after it.
+    let workload_then_watch = async {
+        workload.await?;
+        let t_ops = Instant::now();
+        let mut during = During::default();
+        let mut scratch = BTreeMap::new();
+        while killing.load(std::sync::atomic::Ordering::SeqCst) {
+            during.samples += 1;
+            match violations(&w, &wanted, &mut scratch).await {
+                Ok(v) if v.is_empty() => {}
+                Ok(v) => {
+                    during.violating += 1;
+                    during.last_violation_secs = Some(t_ops.elapsed().as_secs_f64());
+                    during.last_violations = v;
+                }
+                Err(_) => during.unreadable += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Ok::<_, anyhow::Error>(during)
+    };
     let mut kills = Vec::new();
     let killer = async {
         for k in 0..args.kills {
@@ -533,21 +577,17 @@ async fn main() -> Result<()> {
                 ));
             }
         }
+        killing.store(false, std::sync::atomic::Ordering::SeqCst);
         Ok::<_, anyhow::Error>(())
     };
-    let (a, b) = tokio::join!(workload, killer);
-    a.context("the workload")?;
+    let (a, b) = tokio::join!(workload_then_watch, killer);
+    let during = a.context("the workload")?;
     b.context("the killer")?;
 
     eprintln!(
         "{} kills and restarts done; waiting for the invariants…",
         kills.len()
     );
-    let wanted: BTreeSet<String> = locked
-        .iter()
-        .filter(|n| !unlocked.contains(*n) && !offboarded.contains(n))
-        .cloned()
-        .collect();
     let t0 = Instant::now();
     let deadline = t0 + Duration::from_secs(args.timeout_secs);
     let mut state = BTreeMap::new();
@@ -574,6 +614,7 @@ async fn main() -> Result<()> {
         started_at: started.to_string(),
         args: args.clone(),
         kills,
+        during,
         converge_secs,
         violations_at_timeout,
         final_state: state,
@@ -598,6 +639,20 @@ async fn main() -> Result<()> {
             .count(),
         args.restart_apiserver
     );
+    let d = &report.during;
+    md.push_str(&format!(
+        "**While the kills went on** (sampled every 0.5 s from the workload's last operation to the last kill: {} samples, {} unreadable while the apiserver was down): {}\n\n",
+        d.samples,
+        d.unreadable,
+        match d.last_violation_secs {
+            None => "every readable sample held every invariant.".to_owned(),
+            Some(t) => format!(
+                "{} samples saw a violation, the last one {t:.1} s after the last operation ({}); every sample after it held.",
+                d.violating,
+                d.last_violations.join("; ")
+            ),
+        }
+    ));
     match report.converge_secs {
         Some(s) => md.push_str(&format!(
             "**Every invariant held {s:.1} s after the last restart (checked every 0.5 s).**\n\n"
