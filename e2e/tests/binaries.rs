@@ -4,15 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use hearth_e2e::ControlPlane;
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::otlp::Receiver;
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{eventually, http_get};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 
 fn admin(running: &Running) -> SocketAddr {
     running.state.admin_addr.parse().expect("admin address")
@@ -174,66 +173,12 @@ async fn one_replica_leads_and_a_standby_takes_over() -> Result<()> {
     Ok(())
 }
 
-/// The smallest OTLP/HTTP receiver: answers 200 to everything and records the path
-/// and body size of each request.
-async fn otlp_receiver() -> Result<(SocketAddr, Arc<Mutex<Vec<(String, usize)>>>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let record = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let record = record.clone();
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(stream);
-                loop {
-                    let mut request_line = String::new();
-                    if stream.read_line(&mut request_line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let path = request_line
-                        .split_whitespace()
-                        .nth(1)
-                        .unwrap_or("")
-                        .to_owned();
-                    let mut length = 0usize;
-                    loop {
-                        let mut header = String::new();
-                        if stream.read_line(&mut header).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let header = header.trim_end();
-                        if header.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = header.split_once(':')
-                            && k.eq_ignore_ascii_case("content-length")
-                        {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if stream.read_exact(&mut body).await.is_err() {
-                        return;
-                    }
-                    record.lock().unwrap().push((path, body.len()));
-                    let reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
-                    if stream.get_mut().write_all(reply).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    Ok((addr, seen))
-}
-
 #[tokio::test]
 async fn a_binary_exports_its_spans_over_otlp() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let iso = plane.isolated("otlp_export").await?;
-    let (addr, seen) = otlp_receiver().await?;
-    let endpoint = format!("http://{addr}");
+    let receiver = Receiver::start().await?;
+    let endpoint = receiver.endpoint();
     let running = hearth::start(
         plane,
         &iso,
@@ -245,12 +190,12 @@ async fn a_binary_exports_its_spans_over_otlp() -> Result<()> {
     // Spans are batched; a graceful stop flushes them.
     running.stop(plane).await?;
     eventually("a trace export", Duration::from_secs(20), || {
-        let seen = seen.clone();
+        let receiver = receiver.clone();
         async move {
-            let seen = seen.lock().unwrap();
-            Ok(seen
+            Ok(receiver
+                .requests()
                 .iter()
-                .any(|(path, len)| path == "/v1/traces" && *len > 0)
+                .any(|r| r.path == "/v1/traces" && !r.body.is_empty())
                 .then_some(()))
         }
     })

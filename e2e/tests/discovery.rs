@@ -29,6 +29,7 @@ use hearth_api::{FournosCluster, FournosClusterSpec, KubeconfigStatus};
 use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
+use hearth_e2e::otlp::Receiver;
 use hearth_e2e::process::http_get;
 use hearth_e2e::{BlackHole, ControlPlane, Isolated, Target, TargetFleet};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
@@ -37,7 +38,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::sync::OnceCell;
 
 /// How long any one expected change may take.
@@ -1271,54 +1271,6 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
 // Secrets never leave.
 // ---------------------------------------------------------------------------------------
 
-/// A minimal OTLP/HTTP receiver recording every request body.
-async fn otlp_receiver() -> Result<(SocketAddr, Arc<Mutex<Vec<u8>>>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let record = bodies.clone();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let record = record.clone();
-            tokio::spawn(async move {
-                let mut stream = BufReader::new(stream);
-                loop {
-                    let mut line = String::new();
-                    if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut length = 0usize;
-                    loop {
-                        let mut header = String::new();
-                        if stream.read_line(&mut header).await.unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let header = header.trim_end();
-                        if header.is_empty() {
-                            break;
-                        }
-                        if let Some((k, v)) = header.split_once(':')
-                            && k.eq_ignore_ascii_case("content-length")
-                        {
-                            length = v.trim().parse().unwrap_or(0);
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    if stream.read_exact(&mut body).await.is_err() {
-                        return;
-                    }
-                    record.lock().expect("bodies").extend_from_slice(&body);
-                    let reply = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
-                    if stream.get_mut().write_all(reply).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    Ok((addr, bodies))
-}
-
 /// The pieces of secret material to look for: the token itself, and each base64 line of
 /// a private key (as PEM), plus the key's base64 as the kubeconfig carries it.
 fn secret_needles(kubeconfig: &str) -> Result<Vec<String>> {
@@ -1349,8 +1301,8 @@ fn secret_needles(kubeconfig: &str) -> Result<Vec<String>> {
 /// and its metrics. None of it holds a token or key.
 #[tokio::test]
 async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()> {
-    let (otlp, bodies) = otlp_receiver().await?;
-    let endpoint = format!("http://{otlp}");
+    let otlp = Receiver::start().await?;
+    let endpoint = otlp.endpoint();
     let f = Fixture::start(
         "no_leak",
         &[
@@ -1445,7 +1397,7 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     // A graceful stop flushes the batched spans.
     f.discovery.stop(f.plane).await?;
     f.eventually("trace export", Duration::from_secs(20), || async {
-        Ok(if bodies.lock().expect("bodies").is_empty() {
+        Ok(if otlp.requests().is_empty() {
             Err("no OTLP request yet".to_owned())
         } else {
             Ok(())
@@ -1454,7 +1406,8 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     .await?;
 
     let log = f.discovery.log();
-    let traces = String::from_utf8_lossy(&bodies.lock().expect("bodies")).into_owned();
+    let bodies: Vec<u8> = otlp.requests().into_iter().flat_map(|r| r.body).collect();
+    let traces = String::from_utf8_lossy(&bodies).into_owned();
     let events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.namespace);
     let secret_events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.secrets_namespace);
     let mut events_json = serde_json::to_string(&events.list(&ListParams::default()).await?.items)?;

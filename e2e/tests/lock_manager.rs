@@ -1085,10 +1085,12 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     let cluster = lab.cluster("fj", true).await?;
     let _lm = LockManager::start(&lab, "fournosjob", &[]).await?;
     lab.running_job("busy-job", &cluster, 1).await?;
-    let fournos = tokio::spawn(fournos_stand_in(
+    let fournos = tokio::spawn(hearth_e2e::fournos::run(
         lab.client.clone(),
         lab.scope.execution_namespace.clone(),
         lab.scope.local_queue.clone(),
+        SLOTS,
+        hearth_e2e::fournos::PodsReady::OwnWorkloads,
     ));
 
     lab.set_spec(&cluster, json!({ "owner": "judy" })).await?;
@@ -1181,94 +1183,4 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     })
     .await?;
     Ok(())
-}
-
-/// What Fournos does for a lockOnly FournosJob, reduced to what lock-manager relies on: a
-/// Workload requesting all of the cluster's slots, kept while the job exists (its pods
-/// reported ready, as Fournos's running job would), and `status.phase` (with Kueue's
-/// message while pending) from Kueue's admission.
-async fn fournos_stand_in(
-    client: kube::Client,
-    namespace: String,
-    local_queue: String,
-) -> Result<()> {
-    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), &namespace);
-    let workloads: Api<Workload> = Api::namespaced(client.clone(), &namespace);
-    loop {
-        let current = jobs.list(&ListParams::default()).await?.items;
-        for job in &current {
-            if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = format!("fournos-{}", job.name_any());
-            let Some(workload) = workloads.get_opt(&name).await? else {
-                let mut w = slot_workload(
-                    &namespace,
-                    &name,
-                    &local_queue,
-                    job.spec.cluster.as_deref().unwrap_or_default(),
-                    SLOTS,
-                );
-                w["metadata"]["labels"] = json!({ "fournos.dev/job": job.name_any() });
-                apply(&client, &w).await?;
-                continue;
-            };
-            let admitted = workload_is(&workload, "Admitted");
-            if admitted && !workload_is(&workload, "PodsReady") {
-                let patch = json!({
-                    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-                    "status": { "conditions": [{
-                        "type": "PodsReady", "status": "True", "reason": "Started", "message": "lockOnly",
-                        "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-                    }]},
-                });
-                workloads
-                    .patch_status(
-                        &name,
-                        &PatchParams::apply("fournos-stand-in").force(),
-                        &Patch::Apply(&patch),
-                    )
-                    .await?;
-            }
-            let (phase, message) = if admitted {
-                ("Admitted", String::new())
-            } else {
-                let message = workload_condition(&workload, "QuotaReserved")
-                    .map(|c| c.message.clone())
-                    .unwrap_or_default();
-                ("Pending", message)
-            };
-            let status = job.status.as_ref();
-            let same = status.and_then(|s| s.phase.as_deref()) == Some(phase)
-                && status
-                    .and_then(|s| s.other.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    == message;
-            if !same {
-                jobs.patch_status(
-                    &job.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "status": { "phase": phase, "message": message } })),
-                )
-                .await?;
-            }
-        }
-        // Workloads of jobs that are gone (no garbage collector on this plane).
-        let selector = ListParams::default().labels("fournos.dev/job");
-        for workload in workloads.list(&selector).await?.items {
-            let job = workload
-                .labels()
-                .get("fournos.dev/job")
-                .cloned()
-                .unwrap_or_default();
-            if !current.iter().any(|j| j.name_any() == job) {
-                workloads
-                    .delete(&workload.name_any(), &DeleteParams::default())
-                    .await?;
-            }
-        }
-        // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }

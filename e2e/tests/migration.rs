@@ -394,80 +394,6 @@ fn discovered(fc: &FournosCluster) -> bool {
 // Fournos, reduced
 // ---------------------------------------------------------------------------------------
 
-/// What Fournos does for a lockOnly FournosJob, as in lock_manager.rs: a Workload requesting
-/// all of the cluster's slots, kept while the job exists, and `status.phase` from Kueue's
-/// admission. It also reports the pods of every admitted Workload of the namespace ready
-/// (Kueue's WaitForPodsReady would otherwise evict them; nothing here runs pods).
-async fn fournos_stand_in(
-    client: kube::Client,
-    namespace: String,
-    local_queue: String,
-) -> Result<()> {
-    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), &namespace);
-    let workloads: Api<Workload> = Api::namespaced(client.clone(), &namespace);
-    loop {
-        let current = jobs.list(&ListParams::default()).await?.items;
-        for job in &current {
-            if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let name = format!("fournos-{}", job.name_any());
-            let Some(workload) = workloads.get_opt(&name).await? else {
-                let mut w = slot_workload(
-                    &namespace,
-                    &name,
-                    &local_queue,
-                    job.spec.cluster.as_deref().unwrap_or_default(),
-                    SLOTS,
-                );
-                w["metadata"]["labels"] = json!({ "fournos.dev/job": job.name_any() });
-                apply(&client, &w).await?;
-                continue;
-            };
-            let phase = if workload_is(&workload, "Admitted") {
-                "Admitted"
-            } else {
-                "Pending"
-            };
-            if job.status.as_ref().and_then(|s| s.phase.as_deref()) != Some(phase) {
-                jobs.patch_status(
-                    &job.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "status": { "phase": phase } })),
-                )
-                .await?;
-            }
-        }
-        for workload in workloads.list(&ListParams::default()).await?.items {
-            if workload_is(&workload, "Admitted") && !workload_is(&workload, "PodsReady") {
-                let patch = json!({
-                    "apiVersion": KUEUE_API_VERSION, "kind": "Workload",
-                    "status": { "conditions": [{
-                        "type": "PodsReady", "status": "True", "reason": "Started", "message": "stand-in",
-                        "lastTransitionTime": time(Timestamp::now()),
-                    }]},
-                });
-                workloads
-                    .patch_status(
-                        &workload.name_any(),
-                        &PatchParams::apply("fournos-stand-in").force(),
-                        &Patch::Apply(&patch),
-                    )
-                    .await?;
-            }
-            if let Some(job) = workload.labels().get("fournos.dev/job")
-                && !current.iter().any(|j| &j.name_any() == job)
-            {
-                workloads
-                    .delete(&workload.name_any(), &DeleteParams::default())
-                    .await?;
-            }
-        }
-        // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The watcher: what must hold at every instant of the takeover
 // ---------------------------------------------------------------------------------------
@@ -703,10 +629,13 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         .context("writing the legacy ClusterQueue")?;
 
     // Fournos: the legacy sentinels, and a job admitted on the busy cluster.
-    let fournos = tokio::spawn(fournos_stand_in(
+    // Jobs do run in the fleet being migrated: every admitted Workload reports its pods ready.
+    let fournos = tokio::spawn(hearth_e2e::fournos::run(
         client.clone(),
         exec.clone(),
         scope.local_queue.clone(),
+        SLOTS,
+        hearth_e2e::fournos::PodsReady::AllWorkloads,
     ));
     for c in [locked, expiring] {
         apply(&client, &c.sentinel(&exec)).await?;

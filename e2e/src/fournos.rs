@@ -1,0 +1,134 @@
+//! A stand-in for Fournos, reduced to what Hearth relies on (Fournos's own controller is
+//! not available here): for each `lockOnly` FournosJob, a Workload requesting all of the
+//! cluster's slots, kept while the job exists, and the job's `status.phase` (with Kueue's
+//! message while pending) mirrored from Kueue's admission. Nothing runs pods on the plane,
+//! so it also reports admitted Workloads' pods ready, as a running job would, which keeps
+//! Kueue's WaitForPodsReady from evicting them.
+
+use std::time::Duration;
+
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::objects::slot_workload;
+use crate::resources::apply;
+
+/// Label on a stand-in Workload naming its FournosJob.
+const JOB_LABEL: &str = "fournos.dev/job";
+
+/// Which admitted Workloads of the namespace get their pods reported ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodsReady {
+    /// Only the stand-in's own (those of lockOnly jobs).
+    OwnWorkloads,
+    /// Every admitted Workload of the namespace (a fleet where jobs do run).
+    AllWorkloads,
+}
+
+fn is_true(w: &Workload, type_: &str) -> bool {
+    condition(w, type_).is_some_and(|c| c.status == "True")
+}
+
+fn condition<'a>(
+    w: &'a Workload,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    w.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// Runs until dropped (spawn it, abort it at the end of the test).
+pub async fn run(
+    client: kube::Client,
+    namespace: String,
+    local_queue: String,
+    slots: i64,
+    pods_ready: PodsReady,
+) -> anyhow::Result<()> {
+    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), &namespace);
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), &namespace);
+    loop {
+        let current = jobs.list(&ListParams::default()).await?.items;
+        for job in &current {
+            if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = format!("fournos-{}", job.name_any());
+            let Some(workload) = workloads.get_opt(&name).await? else {
+                let mut w = slot_workload(
+                    &namespace,
+                    &name,
+                    &local_queue,
+                    job.spec.cluster.as_deref().unwrap_or_default(),
+                    slots,
+                );
+                w["metadata"]["labels"] = json!({ JOB_LABEL: job.name_any() });
+                apply(&client, &w).await?;
+                continue;
+            };
+            let (phase, message) = if is_true(&workload, "Admitted") {
+                ("Admitted", String::new())
+            } else {
+                let message = condition(&workload, "QuotaReserved")
+                    .map(|c| c.message.clone())
+                    .unwrap_or_default();
+                ("Pending", message)
+            };
+            let status = job.status.as_ref();
+            let same = status.and_then(|s| s.phase.as_deref()) == Some(phase)
+                && status
+                    .and_then(|s| s.other.get("message"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    == message;
+            if !same {
+                jobs.patch_status(
+                    &job.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "status": { "phase": phase, "message": message } })),
+                )
+                .await?;
+            }
+        }
+        for workload in workloads.list(&ListParams::default()).await?.items {
+            let job = workload.labels().get(JOB_LABEL).cloned();
+            let ours = job.is_some();
+            if (ours || pods_ready == PodsReady::AllWorkloads)
+                && is_true(&workload, "Admitted")
+                && !is_true(&workload, "PodsReady")
+            {
+                let patch = json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                    "status": { "conditions": [{
+                        "type": "PodsReady", "status": "True", "reason": "Started", "message": "fournos stand-in",
+                        "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                    }]},
+                });
+                workloads
+                    .patch_status(
+                        &workload.name_any(),
+                        &PatchParams::apply("fournos-stand-in").force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await?;
+            }
+            // Workloads of jobs that are gone (there is no garbage collector on the plane).
+            if let Some(job) = job
+                && !current.iter().any(|j| j.name_any() == job)
+            {
+                workloads
+                    .delete(&workload.name_any(), &DeleteParams::default())
+                    .await?;
+            }
+        }
+        // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
