@@ -306,14 +306,33 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<T>>>,
 {
+    until(what, timeout, || {
+        let next = probe();
+        async move { Ok(next.await?.ok_or_else(|| "not yet".to_owned())) }
+    })
+    .await
+}
+
+/// Polls `probe` until it returns `Ok(Ok(value))`; `Ok(Err(state))` means not yet, and
+/// the last such state is in the time-out error, so a failing test says what it saw. An
+/// `Err` ends the wait at once. The interval grows from 50 ms to 500 ms.
+pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<std::result::Result<T, String>>>,
+{
     let deadline = Instant::now() + timeout;
     let mut interval = Duration::from_millis(50);
     loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
+        let last = match probe().await? {
+            Ok(value) => return Ok(value),
+            Err(state) => state,
+        };
         if Instant::now() >= deadline {
-            anyhow::bail!("timed out after {}s waiting for {what}", timeout.as_secs());
+            anyhow::bail!(
+                "timed out after {}s waiting for {what}; last seen: {last}",
+                timeout.as_secs()
+            );
         }
         tokio::time::sleep(interval).await;
         interval = (interval * 2).min(Duration::from_millis(500));

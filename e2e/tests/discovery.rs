@@ -17,7 +17,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use anyhow::{Context as _, Result, anyhow, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures::StreamExt as _;
@@ -30,7 +30,7 @@ use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
-use hearth_e2e::process::http_get;
+use hearth_e2e::process::{http_get, until};
 use hearth_e2e::{BlackHole, ControlPlane, Isolated, Target, TargetFleet};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -248,30 +248,15 @@ impl Fixture {
             .collect())
     }
 
-    /// Polls `probe` (`Ok(Ok(v))` done, `Ok(Err(why))` not yet) until `timeout`; the
-    /// interval grows from 50 ms to 500 ms.
-    async fn eventually<T, F, Fut>(&self, what: &str, timeout: Duration, mut probe: F) -> Result<T>
+    /// [`until`] with the tail of discovery's log in the time-out error.
+    async fn eventually<T, F, Fut>(&self, what: &str, timeout: Duration, probe: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<std::result::Result<T, String>>>,
     {
-        let deadline = Instant::now() + timeout;
-        let mut interval = Duration::from_millis(50);
-        loop {
-            let last = match probe().await? {
-                Ok(value) => return Ok(value),
-                Err(why) => why,
-            };
-            if Instant::now() >= deadline {
-                bail!(
-                    "timed out after {}s waiting for {what}; last seen: {last}\n--- discovery log (tail) ---\n{}",
-                    timeout.as_secs(),
-                    self.log_tail()
-                );
-            }
-            tokio::time::sleep(interval).await;
-            interval = (interval * 2).min(Duration::from_millis(500));
-        }
+        until(what, timeout, probe)
+            .await
+            .map_err(|e| anyhow!("{e}\n--- discovery log (tail) ---\n{}", self.log_tail()))
     }
 
     async fn metrics(&self) -> Result<String> {

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt;
@@ -34,7 +34,7 @@ use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, KueueStatus};
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::plane::hearth_binary;
-use hearth_e2e::process::{http_get, tail};
+use hearth_e2e::process::{http_get, tail, until};
 use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, Isolated, Target};
 use k8s_openapi::api::events::v1::Event;
@@ -208,29 +208,18 @@ fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
-/// Polls `probe` until it returns `Ok(value)`, failing after [`DEADLINE`] with the last
-/// reason it gave (`Err(why)`) and the tail of the controller's log.
-async fn eventually<T, F, Fut>(what: &str, log: Option<&PathBuf>, mut probe: F) -> Result<T>
+/// [`until`] with [`DEADLINE`] and the tail of the controller's log in the time-out error.
+async fn eventually<T, F, Fut>(what: &str, log: Option<&PathBuf>, probe: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<std::result::Result<T, String>>>,
 {
-    let deadline = Instant::now() + DEADLINE;
-    let mut interval = Duration::from_millis(50);
-    loop {
-        match probe().await? {
-            Ok(value) => return Ok(value),
-            Err(why) if Instant::now() >= deadline => {
-                let log = log
-                    .map(|l| format!("\n--- {} (tail):\n{}", l.display(), tail(l, 40)))
-                    .unwrap_or_default();
-                bail!("timed out after {DEADLINE:?} waiting for {what}; last: {why}{log}");
-            }
-            Err(_) => {}
-        }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(Duration::from_millis(500));
-    }
+    until(what, DEADLINE, probe).await.map_err(|e| {
+        let log = log
+            .map(|l| format!("\n--- {} (tail):\n{}", l.display(), tail(l, 40)))
+            .unwrap_or_default();
+        anyhow::anyhow!("{e}{log}")
+    })
 }
 
 // ---------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@
 //! (under kueue-sync's field manager), so it depends on no other controller. Everything is
 //! awaited by polling with a deadline, never by sleeping.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,7 @@ use hearth_api::{FournosCluster, FournosClusterSpec};
 use hearth_e2e::fixtures::{LOCK_PRIORITY, LOCK_PRIORITY_CLASS};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::objects::{resource_flavor, slot_resource_groups, slot_workload};
-use hearth_e2e::process::http_get;
+use hearth_e2e::process::{http_get, until as eventually};
 use hearth_e2e::resources::{apply, dynamic_api};
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
 use k8s_openapi::api::events::v1::Event;
@@ -154,31 +153,6 @@ async fn start_lock_manager(
 // ---------------------------------------------------------------------------------------
 // Polling
 // ---------------------------------------------------------------------------------------
-
-/// Polls `probe` until it returns `Ok(Ok(value))`, or fails after `timeout` with the last
-/// state it reported (`Ok(Err(state))`). The interval grows from 50 ms to 500 ms.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<std::result::Result<T, String>>>,
-{
-    let deadline = Instant::now() + timeout;
-    let mut interval = Duration::from_millis(50);
-    loop {
-        let last = match probe().await? {
-            Ok(value) => return Ok(value),
-            Err(state) => state,
-        };
-        if Instant::now() >= deadline {
-            bail!(
-                "timed out after {}s waiting for {what}; last seen: {last}",
-                timeout.as_secs()
-            );
-        }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(Duration::from_millis(500));
-    }
-}
 
 fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
