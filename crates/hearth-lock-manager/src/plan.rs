@@ -129,7 +129,7 @@ pub fn plan_lock(
     let previous = hearth_api::conditions::find(&cluster.status.conditions, LOCKED);
     let owner = match cluster.owner.map(str::trim).filter(|o| !o.is_empty()) {
         Some(o) if !cluster.deleting => o,
-        _ => return plan_unlocked(cluster, sentinels, previous),
+        _ => return plan_unlocked(cluster, sentinels, previous, now),
     };
 
     // The lock's start: kept while the owner stays the same, reset when it changes.
@@ -174,11 +174,7 @@ pub fn plan_lock(
         actions.push(LockAction::ClearOwner {
             owner: owner.to_owned(),
         });
-        let message = format!(
-            "The lock of {owner} expired at {} (ttl {}); the cluster was released and spec.owner cleared.",
-            fmt_time(exp),
-            cluster.ttl.unwrap_or_default()
-        );
+        let message = expired_message(owner, exp, cluster.ttl);
         status.condition = Some(DesiredCondition::new(
             LOCKED,
             false,
@@ -304,22 +300,52 @@ pub fn plan_lock(
     }
 }
 
+/// What `Locked` says once a lock ran out. Built only from what both the expiry and any
+/// later plan can see (the stored owner and expiry, the spec's ttl, which the expiry
+/// does not clear), so every plan of an expired lock says the same words.
+fn expired_message(owner: &str, expired_at: Timestamp, ttl: Option<&str>) -> String {
+    let ttl = ttl.map(|t| format!(" (ttl {t})")).unwrap_or_default();
+    format!(
+        "The lock of {owner} expired at {}{ttl}; the cluster was released and spec.owner cleared.",
+        fmt_time(expired_at)
+    )
+}
+
+/// The lock that this unlocked cluster last had, if it ended by running out: the stored
+/// status still names an owner and an expiry that has passed. This survives any order
+/// in which the watch delivers the expiry's two writes (`spec.owner` cleared, `Expired`
+/// status): a plan made from the cleared owner and the status from before the expiry
+/// still sees that the lock expired, rather than calling it a plain release.
+fn ran_out(status: &FournosClusterStatus, now: Timestamp) -> Option<(&str, Timestamp)> {
+    let expired_at = ts(&status.lock_expires_at).filter(|exp| *exp <= now)?;
+    let owner = status.lock_owner.as_deref().filter(|o| !o.is_empty())?;
+    Some((owner, expired_at))
+}
+
 fn plan_unlocked(
     cluster: &ClusterView<'_>,
     sentinels: &[SentinelView],
     previous: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    now: Timestamp,
 ) -> LockPlan {
     let was_locked = previous.is_some()
         || cluster.status.owner_set_at.is_some()
         || cluster.status.locked.is_some()
         || !sentinels.is_empty();
-    let condition = match previous {
+    let ran_out = ran_out(cluster.status, now).filter(|_| !cluster.deleting);
+    let condition = match (previous, ran_out) {
         // An expired lock keeps saying so until someone locks again.
-        Some(c) if c.reason == reasons::EXPIRED => Some(DesiredCondition::new(
+        (Some(c), _) if c.reason == reasons::EXPIRED => Some(DesiredCondition::new(
             LOCKED,
             false,
             reasons::EXPIRED,
             c.message.clone(),
+        )),
+        (_, Some((owner, expired_at))) => Some(DesiredCondition::new(
+            LOCKED,
+            false,
+            reasons::EXPIRED,
+            expired_message(owner, expired_at, cluster.ttl),
         )),
         _ if was_locked => Some(DesiredCondition::new(
             LOCKED,
@@ -522,6 +548,147 @@ mod tests {
         assert_eq!(reason(&plan), reasons::EXPIRED);
         assert_eq!(plan.status.owner_set_at, None);
         assert_eq!(plan.status.lock_expires_at, None);
+    }
+
+    /// The status as the apiserver stores it after lock-manager applied `desired` over
+    /// `current` (server-side apply: lock-manager's own fields are replaced, the rest kept).
+    fn stored(
+        current: &FournosClusterStatus,
+        desired: &LockStatus,
+        now: Timestamp,
+    ) -> FournosClusterStatus {
+        let Some(patch) = crate::status::status_patch(current, Some(1), desired, now) else {
+            return current.clone();
+        };
+        let written: FournosClusterStatus = serde_json::from_value(patch).unwrap();
+        let mut conditions: Vec<_> = current
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != LOCKED)
+            .cloned()
+            .collect();
+        conditions.extend(written.conditions.clone());
+        FournosClusterStatus {
+            locked: written.locked,
+            lock_job_name: written.lock_job_name,
+            owner_set_at: written.owner_set_at,
+            lock_expires_at: written.lock_expires_at,
+            lock_owner: written.lock_owner,
+            conditions,
+            ..current.clone()
+        }
+    }
+
+    fn message(plan: &LockPlan) -> &str {
+        &plan.status.condition.as_ref().unwrap().message
+    }
+
+    /// alice's 1m lock, held, as stored just before it runs out at `at(60)`.
+    fn held_until_60() -> FournosClusterStatus {
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &synced()), &s, at(0));
+        let status = stored(&synced(), &plan.status, at(0));
+        let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(1));
+        assert_eq!(reason(&plan), reasons::HELD);
+        stored(&status, &plan.status, at(1))
+    }
+
+    /// The expiry writes twice (`spec.owner` cleared, then the `Expired` status) and the
+    /// watch may show the next plan neither, either or both of those writes. Whatever it
+    /// sees, that plan and every plan after it say `Expired` in the same words: a person
+    /// whose lock ran out is never told "No owner" instead.
+    #[test]
+    fn expiry_says_expired_whatever_order_the_watch_delivers_its_writes() {
+        let held = held_until_60();
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let expiry = plan_lock(&view(Some("alice"), Some("1m"), &held), &s, at(60));
+        assert_eq!(reason(&expiry), reasons::EXPIRED);
+        assert_eq!(
+            message(&expiry),
+            "The lock of alice expired at 2026-09-21T14:14:20Z (ttl 1m); the cluster was \
+             released and spec.owner cleared."
+        );
+        let expired = stored(&held, &expiry.status, at(60));
+
+        let seen = [
+            (
+                "neither write yet",
+                Some("alice"),
+                &held,
+                vec![s[0].clone()],
+            ),
+            ("owner cleared, status from before", None, &held, vec![]),
+            ("owner cleared and Expired status", None, &expired, vec![]),
+            (
+                "Expired status, owner not yet",
+                Some("alice"),
+                &expired,
+                vec![],
+            ),
+        ];
+        for (what, owner, status, sentinels) in seen {
+            for later in [61, 3600] {
+                let next = plan_lock(&view(owner, Some("1m"), status), &sentinels, at(later));
+                assert_eq!(reason(&next), reasons::EXPIRED, "{what}, at +{later}s");
+                assert_eq!(message(&next), message(&expiry), "{what}, at +{later}s");
+                assert!(!next.status.locked, "{what}");
+                // The owner cleared and that plan stored: the plans after it agree.
+                let now_stored = stored(status, &next.status, at(later));
+                let after = plan_lock(&view(None, Some("1m"), &now_stored), &[], at(later + 1));
+                assert_eq!(reason(&after), reasons::EXPIRED, "{what}: the plan after");
+                assert_eq!(message(&after), message(&expiry), "{what}: the plan after");
+                assert_eq!(
+                    stored(&now_stored, &after.status, at(later + 1)),
+                    stored(&now_stored, &after.status, at(later + 2)),
+                    "{what}: settled, nothing more to write"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn unlock_before_the_expiry_is_a_release_not_an_expiry() {
+        let held = held_until_60();
+        let plan = plan_lock(&view(None, Some("1m"), &held), &[], at(59));
+        assert_eq!(reason(&plan), reasons::RELEASED);
+        // Stored: the lock's fields are gone, so later plans keep saying Released.
+        let released = stored(&held, &plan.status, at(59));
+        assert_eq!(released.lock_expires_at, None);
+        let later = plan_lock(&view(None, Some("1m"), &released), &[], at(120));
+        assert_eq!(reason(&later), reasons::RELEASED);
+    }
+
+    #[test]
+    fn unlock_without_ttl_is_a_release() {
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), None, &synced()), &s, at(0));
+        let held = stored(&synced(), &plan.status, at(0));
+        let plan = plan_lock(&view(None, None, &held), &[], at(1_000_000));
+        assert_eq!(reason(&plan), reasons::RELEASED);
+    }
+
+    #[test]
+    fn deleting_a_cluster_whose_lock_ran_out_says_it_is_being_deleted() {
+        let held = held_until_60();
+        let mut v = view(None, Some("1m"), &held);
+        v.deleting = true;
+        let plan = plan_lock(&v, &[], at(61));
+        assert_eq!(reason(&plan), reasons::RELEASED);
+        assert!(message(&plan).contains("being deleted"));
+    }
+
+    #[test]
+    fn relocking_after_an_expiry_takes_a_new_lock() {
+        let held = held_until_60();
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let expiry = plan_lock(&view(Some("alice"), Some("1m"), &held), &s, at(60));
+        let expired = stored(&held, &expiry.status, at(60));
+        let cleared = plan_lock(&view(None, Some("1m"), &expired), &[], at(61));
+        let cleared = stored(&expired, &cleared.status, at(61));
+        let plan = plan_lock(&view(Some("bob"), Some("1m"), &cleared), &[], at(70));
+        assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
+        assert_eq!(plan.status.owner_set_at, Some(at(70)));
+        assert_eq!(plan.status.lock_expires_at, Some(at(130)));
     }
 
     #[test]
