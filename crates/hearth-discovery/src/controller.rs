@@ -15,7 +15,6 @@
 //! - Reads come from the caches only. Only the lease holder probes and writes; a replica
 //!   that becomes leader reconciles everything at once.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -40,6 +39,7 @@ use tracing::{Instrument as _, info_span};
 
 use crate::config::DiscoveryConfig;
 use crate::error::Error;
+use crate::memory::{Cached, Memory, Written};
 use crate::metrics::Metrics;
 use crate::onboarding::SecretPattern;
 use crate::probe::{ProbeSettings, probe};
@@ -86,22 +86,6 @@ impl Settings {
     }
 }
 
-/// What discovery remembers of a cluster between reconciles. Losing it (a restart, a
-/// new leader) costs nothing but a look at the Secret: see [`probe_due`].
-#[derive(Debug, Default)]
-struct Memory {
-    /// Fingerprint of the kubeconfig last probed (or found to agree with status).
-    fingerprint: Option<u64>,
-    /// The status last written, until the cache shows it (or something newer).
-    written: Option<Written>,
-}
-
-#[derive(Debug)]
-struct Written {
-    resource_version: u64,
-    status: FournosClusterStatus,
-}
-
 /// Shared by the reconciles and the sweep.
 pub(crate) struct Context {
     pub rt: Runtime,
@@ -115,7 +99,7 @@ pub(crate) struct Context {
     pub synced: watch::Sender<bool>,
     /// Wakes the sweep.
     pub sweep: Notify,
-    memory: Mutex<HashMap<String, Memory>>,
+    memory: Mutex<Memory>,
 }
 
 impl Context {
@@ -143,46 +127,27 @@ impl Context {
 
     /// Forgets clusters that are gone (by uid).
     pub fn forget_except(&self, live: &std::collections::HashSet<String>) {
-        self.lock_memory().retain(|uid, _| live.contains(uid));
+        self.lock_memory().forget_except(live);
     }
 
-    fn lock_memory(&self) -> std::sync::MutexGuard<'_, HashMap<String, Memory>> {
+    fn lock_memory(&self) -> std::sync::MutexGuard<'_, Memory> {
         self.memory
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The remembered fingerprint, and the status to plan from: the cached one, unless
-    /// this replica wrote a newer one the cache does not show yet.
     fn recall(&self, cluster: &FournosCluster) -> (Option<u64>, Option<FournosClusterStatus>) {
         let uid = cluster.uid().unwrap_or_default();
-        let cached_version = cluster
-            .resource_version()
-            .and_then(|rv| rv.parse::<u64>().ok());
-        let mut memory = self.lock_memory();
-        let Some(entry) = memory.get_mut(&uid) else {
-            return (None, cluster.status.clone());
-        };
-        let status = match &entry.written {
-            Some(written) if cached_version.is_some_and(|v| v < written.resource_version) => {
-                Some(written.status.clone())
-            }
-            _ => {
-                entry.written = None;
-                cluster.status.clone()
-            }
-        };
-        (entry.fingerprint, status)
+        self.lock_memory().recall(&Cached {
+            uid: &uid,
+            resource_version: cluster.metadata.resource_version.as_deref(),
+            status: cluster.status.as_ref(),
+        })
     }
 
     fn remember(&self, cluster: &FournosCluster, fingerprint: u64, written: Option<Written>) {
         let uid = cluster.uid().unwrap_or_default();
-        let mut memory = self.lock_memory();
-        let entry = memory.entry(uid).or_default();
-        entry.fingerprint = Some(fingerprint);
-        if written.is_some() {
-            entry.written = written;
-        }
+        self.lock_memory().remember(&uid, fingerprint, written);
     }
 }
 
@@ -264,7 +229,26 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
             }
         });
     let sweeps = crate::sweep::run(ctx.clone());
-    tokio::join!(reconciles, sweeps);
+    let forget = forget_writes_when_leadership_moves(ctx.clone());
+    tokio::join!(reconciles, sweeps, forget);
+}
+
+/// While this replica stood by, the leader wrote statuses this one never saw written:
+/// what it remembers of its own writes from before is stale once leadership moves.
+async fn forget_writes_when_leadership_moves(ctx: Arc<Context>) {
+    let mut leader = ctx.rt.leader();
+    let shutdown = ctx.rt.shutdown();
+    loop {
+        tokio::select! {
+            changed = leader.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                ctx.lock_memory().forget_writes();
+            }
+            () = shutdown.cancelled() => return,
+        }
+    }
 }
 
 /// Strips what the caches do not need (managed fields are most of an object's size).
@@ -499,10 +483,7 @@ async fn write_status(
         Ok(applied) => {
             ctx.metrics.status_write(true);
             Ok(Some(Written {
-                resource_version: applied
-                    .resource_version()
-                    .and_then(|rv| rv.parse().ok())
-                    .unwrap_or(0),
+                resource_version: applied.resource_version(),
                 status: status.clone(),
             }))
         }

@@ -3,7 +3,7 @@
 //!
 //! Pure logic (no I/O, unit-tested): what a kubeconfig may contain ([`kubeconfig`]),
 //! when its credentials expire ([`credentials`]), how many GPUs a target's nodes hold
-//! ([`gpus`], [`short_name`]), when to probe ([`schedule`]), what status follows from a
+//! ([`gpus`], [`short_name`]), when to probe ([`schedule`]), when the cache shows discovery's own write ([`memory`]), what status follows from a
 //! probe ([`status`]), and which clusters to create or delete ([`onboarding`]).
 //!
 //! I/O around it: [`probe`] (one probe of one target), [`controller`] (watches and the
@@ -15,6 +15,7 @@ pub mod credentials;
 pub mod error;
 pub mod gpus;
 pub mod kubeconfig;
+pub mod memory;
 pub mod metrics;
 pub mod onboarding;
 pub mod probe;

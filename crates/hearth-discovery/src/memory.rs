@@ -1,0 +1,259 @@
+//! What discovery remembers of each cluster between reconciles, and the rule that
+//! decides when the watch cache has caught up with discovery's own status write.
+//!
+//! Losing all of it (a restart, a new leader) costs nothing but a look at the Secret
+//! (see [`crate::schedule::probe_due`]). What it prevents is planning from a cache
+//! that does not show the status this replica just wrote: that would probe again, or
+//! count a failure twice.
+//!
+//! `resourceVersion` is opaque (Kubernetes promises only that it changes, not that it
+//! grows), so the cache is never ordered against a write by comparing versions. The
+//! cache shows a write when it holds that exact version, or when discovery's own
+//! fields there equal what was written: discovery is their only writer, so a cache
+//! that holds them holds the write or something after it. Until then the written
+//! status is what discovery plans from, which is also right for those fields.
+
+use std::collections::{HashMap, HashSet};
+
+use hearth_api::FournosClusterStatus;
+
+use crate::status::{StatusDiff, diff_status};
+
+/// A status this replica wrote, as the apiserver answered it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Written {
+    /// The `resourceVersion` the write produced (compared for equality only).
+    pub resource_version: Option<String>,
+    pub status: FournosClusterStatus,
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// Fingerprint of the kubeconfig last probed (or found to agree with status).
+    fingerprint: Option<u64>,
+    /// The status last written, until the cache shows it.
+    written: Option<Written>,
+}
+
+/// Per cluster (by uid): the kubeconfig fingerprint last probed and the status last
+/// written. Soft state.
+#[derive(Debug, Default)]
+pub struct Memory {
+    entries: HashMap<String, Entry>,
+}
+
+/// A cluster as the watch cache shows it.
+#[derive(Clone, Copy, Debug)]
+pub struct Cached<'a> {
+    pub uid: &'a str,
+    pub resource_version: Option<&'a str>,
+    pub status: Option<&'a FournosClusterStatus>,
+}
+
+impl Written {
+    /// Whether `cached` shows this write (or something after it).
+    pub fn shown_by(&self, cached: &Cached<'_>) -> bool {
+        let same_version = self.resource_version.is_some()
+            && cached.resource_version == self.resource_version.as_deref();
+        same_version || diff_status(cached.status, &self.status) == StatusDiff::Same
+    }
+}
+
+impl Memory {
+    /// The remembered fingerprint, and the status to plan from: the cached one, unless
+    /// this replica wrote one that the cache does not show yet.
+    pub fn recall(&mut self, cached: &Cached<'_>) -> (Option<u64>, Option<FournosClusterStatus>) {
+        let Some(entry) = self.entries.get_mut(cached.uid) else {
+            return (None, cached.status.cloned());
+        };
+        let status = match &entry.written {
+            Some(written) if !written.shown_by(cached) => Some(written.status.clone()),
+            _ => {
+                entry.written = None;
+                cached.status.cloned()
+            }
+        };
+        (entry.fingerprint, status)
+    }
+
+    /// After a reconcile: the fingerprint it planned with, and its write, if any.
+    pub fn remember(&mut self, uid: &str, fingerprint: u64, written: Option<Written>) {
+        let entry = self.entries.entry(uid.to_owned()).or_default();
+        entry.fingerprint = Some(fingerprint);
+        if written.is_some() {
+            entry.written = written;
+        }
+    }
+
+    /// Forgets clusters that are gone (by uid).
+    pub fn forget_except(&mut self, live: &HashSet<String>) {
+        self.entries.retain(|uid, _| live.contains(uid));
+    }
+
+    /// Forgets every write: another replica may have written since (leadership moved),
+    /// and what it wrote is only in the cache.
+    pub fn forget_writes(&mut self) {
+        for entry in self.entries.values_mut() {
+            entry.written = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth_api::KubeconfigStatus;
+    use pretty_assertions::assert_eq;
+
+    fn status(kubeconfig: KubeconfigStatus, summary: &str) -> FournosClusterStatus {
+        FournosClusterStatus {
+            kubeconfig_status: Some(kubeconfig),
+            gpu_summary: Some(summary.into()),
+            ..Default::default()
+        }
+    }
+
+    fn cached<'a>(rv: &'a str, status: &'a FournosClusterStatus) -> Cached<'a> {
+        Cached {
+            uid: "u1",
+            resource_version: Some(rv),
+            status: Some(status),
+        }
+    }
+
+    fn wrote(rv: &str, status: &FournosClusterStatus) -> Memory {
+        let mut memory = Memory::default();
+        memory.remember(
+            "u1",
+            7,
+            Some(Written {
+                resource_version: Some(rv.into()),
+                status: status.clone(),
+            }),
+        );
+        memory
+    }
+
+    #[test]
+    fn without_memory_the_cache_is_planned_from() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let mut memory = Memory::default();
+        assert_eq!(memory.recall(&cached("5", &old)), (None, Some(old.clone())));
+    }
+
+    #[test]
+    fn a_cache_behind_the_write_gives_the_written_status() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        assert_eq!(
+            memory.recall(&cached("11", &old)),
+            (Some(7), Some(new.clone()))
+        );
+        // Still behind at the next look: still the written one.
+        assert_eq!(memory.recall(&cached("11", &old)).1, Some(new));
+    }
+
+    #[test]
+    fn the_written_version_in_the_cache_ends_the_memory() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        // The cache holds the write's own version, as the apiserver stored it (which
+        // need not be byte for byte what was sent): that is the truth from now on.
+        let as_stored = status(KubeconfigStatus::Valid, "8x NVIDIA-A100-SXM4");
+        assert_eq!(memory.recall(&cached("12", &as_stored)).1, Some(as_stored));
+        assert_eq!(memory.recall(&cached("11", &old)).1, Some(old), "forgotten");
+    }
+
+    #[test]
+    fn a_later_version_holding_the_write_ends_the_memory() {
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        // kueue-sync wrote on top: other version, discovery's fields as written.
+        let mut later = new.clone();
+        later.locked = Some(true);
+        assert_eq!(memory.recall(&cached("13", &later)).1, Some(later.clone()));
+        let older = status(KubeconfigStatus::Unreachable, "");
+        assert_eq!(
+            memory.recall(&cached("14", &older)).1,
+            Some(older),
+            "forgotten"
+        );
+    }
+
+    #[test]
+    fn another_writers_version_before_the_write_is_not_taken_for_it() {
+        // Status writes are not ordered against each other: lock-manager's write may
+        // land between the cached version and discovery's, with its own new version.
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        let mut between = old.clone();
+        between.locked = Some(true);
+        assert_eq!(memory.recall(&cached("100", &between)).1, Some(new));
+    }
+
+    #[test]
+    fn versions_are_never_ordered() {
+        // Opaque: a version that looks smaller, larger or is not a number at all says
+        // nothing about order.
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        for rv in ["9", "99999999999999999999999", "zz-opaque", ""] {
+            let mut memory = wrote("12", &new);
+            assert_eq!(
+                memory.recall(&cached(rv, &old)).1,
+                Some(new.clone()),
+                "{rv:?}"
+            );
+        }
+        let mut memory = wrote("opaque-b", &new);
+        assert_eq!(memory.recall(&cached("opaque-b", &old)).1, Some(old));
+    }
+
+    #[test]
+    fn a_write_without_a_version_waits_for_its_content() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = Memory::default();
+        let written = Written {
+            resource_version: None,
+            status: new.clone(),
+        };
+        memory.remember("u1", 7, Some(written));
+        let no_version = Cached {
+            uid: "u1",
+            resource_version: None,
+            status: Some(&old),
+        };
+        assert_eq!(memory.recall(&no_version).1, Some(new.clone()));
+        assert_eq!(memory.recall(&cached("3", &new)).1, Some(new));
+    }
+
+    #[test]
+    fn remembering_without_a_write_keeps_the_last_write() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        memory.remember("u1", 8, None);
+        assert_eq!(memory.recall(&cached("11", &old)), (Some(8), Some(new)));
+    }
+
+    #[test]
+    fn leadership_moving_forgets_writes_but_not_fingerprints() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        memory.forget_writes();
+        assert_eq!(memory.recall(&cached("11", &old)), (Some(7), Some(old)));
+    }
+
+    #[test]
+    fn gone_clusters_are_forgotten() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let mut memory = wrote("12", &old);
+        memory.forget_except(&HashSet::from(["u2".to_owned()]));
+        assert_eq!(memory.recall(&cached("11", &old)), (None, Some(old)));
+    }
+}
