@@ -1,6 +1,10 @@
 //! Kubernetes condition semantics: one condition per type, `lastTransitionTime`
 //! moves only when `status` flips, `observedGeneration` always set, and a
 //! controller touches only its own types.
+//!
+//! One rule for duplicates everywhere (older controllers left lists with a type more
+//! than once): the **last** condition of a type is the current one. [`find`],
+//! [`set_condition`] and the runtime's repair of such lists all follow it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -56,9 +60,9 @@ impl DesiredCondition {
     }
 }
 
-/// The condition of type `type_`, if present.
+/// The condition of type `type_`, if present (with duplicates, the last one).
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
+    conditions.iter().rev().find(|c| c.type_ == type_)
 }
 
 /// Whether the condition of type `type_` is present with status `True`.
@@ -97,12 +101,7 @@ pub fn set_condition(
     generation: Option<i64>,
     now: &Time,
 ) -> bool {
-    // With duplicates, the last one written is the current truth.
-    let current = conditions
-        .iter()
-        .rev()
-        .find(|c| c.type_ == desired.type_)
-        .cloned();
+    let current = find(conditions, desired.type_).cloned();
     let next = next_condition(current.as_ref(), desired, generation, now);
     let count = conditions
         .iter()
@@ -224,6 +223,30 @@ mod tests {
         assert_eq!(find(&conds, "Locked"), Some(&locked));
         assert!(!is_true(&conds, "KubeconfigValid"));
         assert!(is_true(&conds, "Locked"));
+    }
+
+    #[test]
+    fn with_duplicates_the_last_one_is_current_for_every_reader() {
+        let dup = |status: &str, reason: &str| Condition {
+            type_: "Locked".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: at(0),
+        };
+        let conds = vec![dup("True", "Held"), dup("False", "Released")];
+        assert_eq!(find(&conds, "Locked").unwrap().reason, "Released");
+        assert!(!is_true(&conds, "Locked"));
+        // set_condition sees the same current condition: no status flip from it.
+        let mut written = conds.clone();
+        set_condition(
+            &mut written,
+            &DesiredCondition::new("Locked", false, "Released", ""),
+            None,
+            &at(50),
+        );
+        assert_eq!(written, vec![dup("False", "Released")]);
     }
 
     #[test]
