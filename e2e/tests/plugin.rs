@@ -268,6 +268,12 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
         })
         .await?;
     let why = admin.run(&["why", &b]).await?.ok()?.stdout;
+    // Shown with --nocapture: what the README quotes.
+    println!(
+        "$ kubectl fournos status\n{}",
+        admin.run(&["status"]).await?.stdout
+    );
+    println!("$ kubectl fournos why {b}\n{why}");
     for needle in [
         format!("{b}'s kubeconfig is Valid"),
         "Its quota is published".to_owned(),
