@@ -20,7 +20,10 @@ use hearth_e2e::process::until;
 use hearth_e2e::resources::{apply, dynamic_api};
 use hearth_e2e::{ControlPlane, Isolated};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubectl_fournos::api::Session;
+use kubectl_fournos::cli::{Global, Output};
+use kubectl_fournos::lock::{Plan, plan_lock};
 use serde_json::{Value, json};
 
 /// Deadline of every wait for the controllers or Kueue.
@@ -405,5 +408,59 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
         .run(&["why", &cluster])
         .await?
         .failed_with(5, &["you may not get fournosclusters.fournos.dev"])?;
+    Ok(())
+}
+
+/// The instant between the plugin's read and its write: someone else locks the cluster
+/// then. The plugin's patch carries the resourceVersion it read, so the apiserver refuses
+/// it (409) instead of overwriting the other lock, and the plugin reads again and refuses.
+#[tokio::test]
+async fn a_lock_taken_between_read_and_write_is_not_overwritten() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_race").await?;
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), &scope.namespace);
+    let cluster = scope.cluster("r");
+    let mut fc = FournosCluster::new(&cluster, Default::default());
+    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
+    clusters.create(&PostParams::default(), &fc).await?;
+
+    let session = Session::connect(&Global {
+        namespace: scope.namespace.clone(),
+        execution_namespace: scope.execution_namespace.clone(),
+        kubeconfig: Some(plane.management_kubeconfig()),
+        context: None,
+        output: Output::Table,
+    })
+    .await?;
+    let read = session.get(&cluster).await?;
+    clusters
+        .patch(
+            &cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "bob" } })),
+        )
+        .await?;
+    let Plan::Patch { patch, .. } = plan_lock(&read, "alice", Some("4h"), false) else {
+        anyhow::bail!("a free cluster must be lockable");
+    };
+    ensure!(
+        session.patch(&cluster, &patch).await?.is_none(),
+        "the stale patch was applied"
+    );
+    assert_eq!(
+        owner_of(&clusters, &cluster).await?,
+        (Some("bob".into()), None)
+    );
+
+    // What the plugin does next: read again, and refuse.
+    let again = session.get(&cluster).await?;
+    ensure!(
+        matches!(
+            plan_lock(&again, "alice", Some("4h"), false),
+            Plan::Refused(_)
+        ),
+        "bob's lock would be taken"
+    );
     Ok(())
 }
