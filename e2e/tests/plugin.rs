@@ -18,6 +18,7 @@ use hearth_e2e::objects::{is_true, slot_workload};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::until;
 use hearth_e2e::resources::{apply, dynamic_api};
+use hearth_e2e::tools::Tools;
 use hearth_e2e::{ControlPlane, Isolated};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -328,6 +329,26 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
         .run(&["lock", "no-such-cluster"])
         .await?
         .failed_with(4, &["no FournosCluster"])?;
+    // kubectl finds the plugin on $PATH and hands it its arguments.
+    let plugin_dir = hearth_binary("kubectl-fournos")?
+        .parent()
+        .context("the plugin's directory")?
+        .to_path_buf();
+    let via_kubectl = tokio::process::Command::new(Tools::locate()?.kubectl)
+        .args(["fournos", "status", &a, "-o", "json", "--kubeconfig"])
+        .arg(plane.management_kubeconfig())
+        .env("PATH", plugin_dir)
+        .env("HEARTH_NAMESPACE", &scope.namespace)
+        .output()
+        .await?;
+    ensure!(
+        via_kubectl.status.success(),
+        "kubectl fournos: {}",
+        String::from_utf8_lossy(&via_kubectl.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&via_kubectl.stdout)?;
+    assert_eq!(rows[0]["name"], a.as_str());
+
     let completion = admin.run(&["completion", "bash"]).await?.ok()?.stdout;
     ensure!(
         completion.contains("kubectl-fournos") && completion.contains("unlock"),
