@@ -374,6 +374,18 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
     for object in [
         json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "viewer", "namespace": ns } }),
         json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "stranger", "namespace": ns } }),
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "getter", "namespace": ns } }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
+            "rules": [{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": ["get"] }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fournoscluster-getter" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "getter", "namespace": ns }],
+        }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
             "metadata": { "name": "fournoscluster-viewer", "namespace": ns },
@@ -418,6 +430,33 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
         why.contains(&format!("Events in {ns}: forbidden by RBAC")),
         "{why}"
     );
+
+    // `wait` watches: get alone is not enough, and the message says what is missing.
+    let getter = as_user(service_account_token_kubeconfig(plane, ns, "getter").await?);
+    getter
+        .run(&["wait", &cluster, "--released", "--timeout", "10s"])
+        .await?
+        .ok()?;
+    getter
+        .run(&["wait", &cluster, "--locked", "--timeout", "10s"])
+        .await?
+        .failed_with(6, &["nobody owns the cluster"])?;
+    Api::<FournosCluster>::namespaced(client.clone(), ns)
+        .patch(
+            &cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "dana" } })),
+        )
+        .await?;
+    getter
+        .run(&["wait", &cluster, "--locked", "--timeout", "10s"])
+        .await?
+        .failed_with(
+            5,
+            &[&format!(
+                "you may not list fournosclusters.fournos.dev in namespace {ns}"
+            )],
+        )?;
 
     stranger.run(&["status"]).await?.failed_with(
         5,

@@ -241,7 +241,7 @@ impl Session {
             while let Some(event) = stream
                 .try_next()
                 .await
-                .map_err(|e| anyhow!("watching FournosCluster {name}: {e}"))?
+                .map_err(|e| self.watch_error(name, e))?
             {
                 let fc = match event {
                     watcher::Event::Apply(fc) | watcher::Event::InitApply(fc) => Some(fc),
@@ -258,6 +258,19 @@ impl Session {
         match tokio::time::timeout(timeout, watching).await {
             Ok(result) => result,
             Err(_) => Ok(last),
+        }
+    }
+}
+
+impl Session {
+    /// A failed watch as the user can act on it: the watcher lists, then watches.
+    fn watch_error(&self, name: &str, error: watcher::Error) -> anyhow::Error {
+        match error {
+            watcher::Error::InitialListFailed(e) => api_error(&self.op("list", None), e),
+            watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+                api_error(&self.op("watch", None), e)
+            }
+            other => anyhow!("watching FournosCluster {name}: {other}"),
         }
     }
 }
