@@ -41,7 +41,14 @@ impl Session {
                 Kubeconfig::read_from(path)
                     .with_context(|| format!("reading kubeconfig {}", path.display()))?,
             ),
-            None => Kubeconfig::read().ok(),
+            None => match Kubeconfig::read() {
+                Ok(kubeconfig) => Some(kubeconfig),
+                // A broken $KUBECONFIG is a mistake to report, not a reason to try in-cluster.
+                Err(e) if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) => {
+                    return Err(e).context("reading the kubeconfig named by $KUBECONFIG");
+                }
+                Err(_) => None,
+            },
         };
         let (config, context_user) = match kubeconfig {
             Some(kubeconfig) => {
