@@ -158,7 +158,6 @@ pub fn chart_dir() -> PathBuf {
 /// `helm template` of the chart for `iso`'s scope: release namespace = the test's
 /// FournosCluster namespace, and the test's secrets/execution namespaces and queue.
 pub fn render_chart(iso: &Isolated, extra: &[(&str, &str)]) -> Result<Vec<serde_json::Value>> {
-    let tools = Tools::locate()?;
     let mut set = vec![
         format!("config.namespace={}", iso.namespace),
         format!("config.secretsNamespace={}", iso.secrets_namespace),
@@ -168,14 +167,20 @@ pub fn render_chart(iso: &Isolated, extra: &[(&str, &str)]) -> Result<Vec<serde_
         "config.sentinel=workload".to_owned(),
     ];
     set.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
+    helm_template(&iso.namespace, &set)
+}
+
+/// `helm template hearth <chart> --namespace <namespace> --set <each of set>`, parsed.
+pub fn helm_template(namespace: &str, set: &[String]) -> Result<Vec<serde_json::Value>> {
+    let tools = Tools::locate()?;
     let mut cmd = std::process::Command::new(&tools.helm);
     cmd.args(["template", "hearth"]).arg(chart_dir()).args([
         "--namespace",
-        &iso.namespace,
+        namespace,
         "--kube-version",
         "1.36.3",
     ]);
-    for s in &set {
+    for s in set {
         cmd.args(["--set", s]);
     }
     let out = cmd
@@ -217,7 +222,17 @@ pub async fn service_account_kubeconfig(
             .insert(iso.id.clone());
     }
 
-    let sa = controller.binary();
+    service_account_token_kubeconfig(plane, &iso.namespace, controller.binary()).await
+}
+
+/// A kubeconfig file on the management apiserver for the existing ServiceAccount
+/// `namespace/sa`, holding a TokenRequest token valid for a day: a test's non-admin user.
+pub async fn service_account_token_kubeconfig(
+    plane: &ControlPlane,
+    namespace: &str,
+    sa: &str,
+) -> Result<PathBuf> {
+    let client = plane.management_client().await?;
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
             expiration_seconds: Some(24 * 3600),
@@ -225,13 +240,13 @@ pub async fn service_account_kubeconfig(
         }),
         ..Default::default()
     };
-    let token = Api::<ServiceAccount>::namespaced(client, &iso.namespace)
+    let token = Api::<ServiceAccount>::namespaced(client, namespace)
         .create_token_request(sa, &PostParams::default(), &request)
         .await
-        .map_err(|e| PlaneError::Invalid(format!("token for {}/{sa}: {e}", iso.namespace)))?
+        .map_err(|e| PlaneError::Invalid(format!("token for {namespace}/{sa}: {e}")))?
         .status
         .and_then(|s| s.token)
-        .ok_or_else(|| PlaneError::Invalid(format!("no token for {}/{sa}", iso.namespace)))?;
+        .ok_or_else(|| PlaneError::Invalid(format!("no token for {namespace}/{sa}")))?;
     let state = plane.state();
     let yaml = kubeconfig_yaml(
         "management",
@@ -243,7 +258,7 @@ pub async fn service_account_kubeconfig(
     let dir = plane.state_dir().join("kubeconfigs");
     std::fs::create_dir_all(&dir)
         .map_err(|e| PlaneError::Invalid(format!("creating {}: {e}", dir.display())))?;
-    let path = dir.join(format!("{sa}-{}.yaml", iso.id));
+    let path = dir.join(format!("{sa}-{namespace}.yaml"));
     std::fs::write(&path, yaml)
         .map_err(|e| PlaneError::Invalid(format!("writing {}: {e}", path.display())))?;
     Ok(path)

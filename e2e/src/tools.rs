@@ -22,6 +22,8 @@ pub struct Tools {
     pub kueue: PathBuf,
     pub kubectl: PathBuf,
     pub helm: PathBuf,
+    /// For the chart's alert rules: `promtool check rules` / `promtool test rules`.
+    pub promtool: PathBuf,
     /// Kueue's CRDs from the same pinned module (`<bin>/../kueue-crds`).
     pub kueue_crds: PathBuf,
 }
@@ -35,6 +37,7 @@ impl Tools {
             kueue: bin_dir.join("kueue"),
             kubectl: bin_dir.join("kubectl"),
             helm: bin_dir.join("helm"),
+            promtool: bin_dir.join("promtool"),
             kueue_crds: bin_dir.parent().unwrap_or(bin_dir).join("kueue-crds"),
         };
         for path in [
@@ -42,6 +45,7 @@ impl Tools {
             &tools.etcd,
             &tools.kueue,
             &tools.helm,
+            &tools.promtool,
             &tools.kueue_crds,
         ] {
             if !path.exists() {

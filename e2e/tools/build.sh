@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Builds the pinned control-plane binaries (kube-apiserver, etcd, kubectl, Kueue,
-# helm) from the Go modules under this directory and caches them under
-# ${HEARTH_E2E_CACHE:-~/.cache/hearth-e2e}/<hash of the pins>/bin.
+# helm) and promtool (alert rule tests) from the Go modules under this directory and
+# caches them under ${HEARTH_E2E_CACHE:-~/.cache/hearth-e2e}/<hash of the pins>/bin.
 # A second run with unchanged pins does nothing. Prints the bin directory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${HEARTH_E2E_CACHE:-$HOME/.cache/hearth-e2e}
-key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/go.mod "$here"/helm/go.sum | sha256sum | cut -c1-16)
+key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/go.mod "$here"/helm/go.sum \
+  "$here"/prometheus/go.mod "$here"/prometheus/go.sum | sha256sum | cut -c1-16)
 bin="$cache_root/$key/bin"
-want=(kube-apiserver etcd kubectl kueue helm)
+want=(kube-apiserver etcd kubectl kueue helm promtool)
 
 crds="$cache_root/$key/kueue-crds"
 have_all() {
@@ -33,11 +34,11 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version \
   -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
   -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
-build() { # dir out pkg [ldflags]
-  local dir=$1 out=$2 pkg=$3 flags=${4:-"-s -w"} t0=$SECONDS
+build() { # dir out pkg [ldflags] [tags]
+  local dir=$1 out=$2 pkg=$3 flags=${4:-"-s -w"} tags=${5:-} t0=$SECONDS
   [ -x "$bin/$out" ] && return 0
   echo "building $out ($pkg)..." >&2
-  (cd "$here/$dir" && go build -ldflags "$flags" -o "$bin/$out.tmp" "$pkg")
+  (cd "$here/$dir" && go build -tags "$tags" -ldflags "$flags" -o "$bin/$out.tmp" "$pkg")
   mv "$bin/$out.tmp" "$bin/$out"
   echo "built $out in $((SECONDS - t0))s" >&2
 }
@@ -49,6 +50,13 @@ kueue_version=$(awk '$1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/kube/go.mod
 helm_version=$(awk '$1=="require" && $2=="helm.sh/helm/v3"{print $3; exit} $1=="helm.sh/helm/v3"{print $2; exit}' "$here/helm/go.mod")
 build kube kueue sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+# promtool only checks and unit-tests rule files: `remove_all_sd` leaves out every
+# service-discovery plugin (the cloud SDKs), most of Prometheus's build.
+prometheus_version=$(awk '$1=="require" && $2=="github.com/prometheus/prometheus"{print $3; exit} $1=="github.com/prometheus/prometheus"{print $2; exit}' "$here/prometheus/go.mod")
+# Module v0.316.0 is Prometheus 3.16.0.
+promtool_version=$(echo "$prometheus_version" | sed -E 's/^v0\.([0-9])([0-9]+)\.([0-9]+).*/\1.\2.\3/')
+build prometheus promtool github.com/prometheus/prometheus/cmd/promtool \
+  "-s -w -X github.com/prometheus/common/version.Version=$promtool_version" remove_all_sd
 # Kueue's CRDs come from the same pinned module.
 if [ ! -d "$crds" ]; then
   src=$(cd "$here/kube" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components/crd/bases

@@ -1,0 +1,377 @@
+//! The plugin's I/O: the user's kubeconfig, reads and guarded patches of FournosClusters,
+//! who the user is, Events and Workloads for `why`, and the watch behind `wait`.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow};
+use futures::TryStreamExt as _;
+use hearth_api::FournosCluster;
+use hearth_api::kueue::Workload;
+use hearth_api::kueue::workload_conditions::{ADMITTED, QUOTA_RESERVED};
+use hearth_api::names::CLUSTER_LOCK_LABEL;
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::watcher;
+use kube::{Client, Config};
+
+use crate::cli::Global;
+use crate::error::{Failure, Op, describe};
+use crate::explain::{self, EventLine, Evidence, Progress, Target};
+
+const FOURNOS_CLUSTERS: &str = "fournosclusters.fournos.dev";
+const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
+
+pub struct Session {
+    client: Client,
+    namespace: String,
+    execution_namespace: String,
+    /// The current context's user entry name, when a kubeconfig was read.
+    context_user: Option<String>,
+}
+
+impl Session {
+    /// A client from `--kubeconfig`/`--context`, else `$KUBECONFIG` or `~/.kube/config`,
+    /// else the in-cluster ServiceAccount. The user's own kubeconfig is trusted as kubectl
+    /// trusts it (exec plugins included): the plugin acts as the user.
+    pub async fn connect(global: &Global) -> Result<Session> {
+        let kubeconfig = match &global.kubeconfig {
+            Some(path) => Some(
+                Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading kubeconfig {}", path.display()))?,
+            ),
+            None => match Kubeconfig::read() {
+                Ok(kubeconfig) => Some(kubeconfig),
+                // A broken $KUBECONFIG is a mistake to report, not a reason to try in-cluster.
+                Err(e) if std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) => {
+                    return Err(e).context("reading the kubeconfig named by $KUBECONFIG");
+                }
+                Err(_) => None,
+            },
+        };
+        let (config, context_user) = match kubeconfig {
+            Some(kubeconfig) => {
+                let user = context_user(&kubeconfig, global.context.as_deref());
+                let options = KubeConfigOptions {
+                    context: global.context.clone(),
+                    ..Default::default()
+                };
+                let config = Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .context("loading the kubeconfig")?;
+                (config, user)
+            }
+            None if global.context.is_some() => {
+                anyhow::bail!(
+                    "--context needs a kubeconfig: none found ($KUBECONFIG, ~/.kube/config)"
+                )
+            }
+            None => (
+                Config::incluster().context(
+                    "no kubeconfig found ($KUBECONFIG, ~/.kube/config) and not running in a pod",
+                )?,
+                None,
+            ),
+        };
+        Ok(Session {
+            client: Client::try_from(config).context("building the Kubernetes client")?,
+            namespace: global.namespace.clone(),
+            execution_namespace: global.execution_namespace.clone(),
+            context_user,
+        })
+    }
+
+    fn clusters(&self) -> Api<FournosCluster> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn op<'a>(&'a self, verb: &'a str, name: Option<&'a str>) -> Op<'a> {
+        Op {
+            verb,
+            resource: FOURNOS_CLUSTERS,
+            namespace: Some(&self.namespace),
+            name,
+        }
+    }
+
+    pub async fn get(&self, name: &str) -> Result<FournosCluster> {
+        self.clusters()
+            .get(name)
+            .await
+            .map_err(|e| api_error(&self.op("get", Some(name)), e))
+    }
+
+    pub async fn list(&self) -> Result<Vec<FournosCluster>> {
+        let mut items = self
+            .clusters()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error(&self.op("list", None), e))?
+            .items;
+        items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        Ok(items)
+    }
+
+    /// Sends a merge patch planned by [`crate::lock`]. `Ok(None)`: the object changed
+    /// since it was read (409), so the caller reads it again and re-plans.
+    pub async fn patch(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Option<FournosCluster>> {
+        match self
+            .clusters()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(fc) => Ok(Some(fc)),
+            Err(kube::Error::Api(status)) if status.is_conflict() => Ok(None),
+            Err(e) => Err(api_error(&self.op("patch", Some(name)), e)),
+        }
+    }
+
+    /// Who the apiserver says the user is (SelfSubjectReview): the identity RBAC and the
+    /// audit log see. Falls back to the kubeconfig's user entry name when the review is
+    /// unavailable.
+    pub async fn whoami(&self) -> Result<String> {
+        let reviews: Api<SelfSubjectReview> = Api::all(self.client.clone());
+        let review = reviews
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await;
+        let reviewed = review
+            .as_ref()
+            .ok()
+            .and_then(|r| r.status.as_ref()?.user_info.as_ref()?.username.clone())
+            .filter(|u| !u.is_empty());
+        match (reviewed, &self.context_user, review) {
+            (Some(user), _, _) => Ok(user),
+            (None, Some(user), Err(e)) => {
+                eprintln!(
+                    "warning: could not ask the apiserver who you are ({e}); locking as the \
+                     kubeconfig user {user:?} (pass --owner to choose)"
+                );
+                Ok(user.clone())
+            }
+            (None, _, _) => Err(anyhow!(
+                "could not tell who you are (SelfSubjectReview gave no user name): pass --owner"
+            )),
+        }
+    }
+
+    /// Everything `why` reads besides the cluster. What cannot be read is noted, not fatal.
+    pub async fn evidence(&self, fc: &FournosCluster) -> Evidence {
+        let name = fc.metadata.name.clone().unwrap_or_default();
+        let mut evidence = Evidence::default();
+        match self.warnings(&name).await {
+            Ok(warnings) => evidence.warnings = warnings,
+            Err(e) => {
+                evidence
+                    .unreadable
+                    .push(format!("Events in {}: {}", self.namespace, short(&e)))
+            }
+        }
+        let wanted = crate::view::owner(fc).is_some() && !crate::view::is_held(fc);
+        if wanted {
+            let job = fc.status.as_ref().and_then(|s| s.lock_job_name.clone());
+            match self.workloads().await {
+                Ok(workloads) => {
+                    let (sentinel, admitted) = sentinel_and_admitted(&workloads, &name, job);
+                    evidence.sentinel = sentinel;
+                    evidence.admitted_on_cluster = admitted;
+                }
+                Err(e) => evidence.unreadable.push(format!(
+                    "Workloads in {}: {}",
+                    self.execution_namespace,
+                    short(&e)
+                )),
+            }
+        }
+        evidence
+    }
+
+    async fn warnings(&self, name: &str) -> Result<Vec<EventLine>> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
+        let selector =
+            format!("involvedObject.kind=FournosCluster,involvedObject.name={name},type=Warning");
+        let op = Op {
+            verb: "list",
+            resource: "events",
+            namespace: Some(&self.namespace),
+            name: None,
+        };
+        let mut lines: Vec<EventLine> = events
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .map_err(|e| api_error(&op, e))?
+            .items
+            .into_iter()
+            .map(|e| EventLine {
+                at: e
+                    .event_time
+                    .map(|t| t.0)
+                    .or(e.last_timestamp.map(|t| t.0))
+                    .or(e.metadata.creation_timestamp.map(|t| t.0)),
+                reason: e.reason.unwrap_or_default(),
+                message: e.message.unwrap_or_default(),
+            })
+            .collect();
+        lines.sort_by_key(|l| std::cmp::Reverse(l.at));
+        Ok(lines)
+    }
+
+    async fn workloads(&self) -> Result<Vec<Workload>> {
+        let api: Api<Workload> = Api::namespaced(self.client.clone(), &self.execution_namespace);
+        let op = Op {
+            verb: "list",
+            resource: WORKLOADS,
+            namespace: Some(&self.execution_namespace),
+            name: None,
+        };
+        Ok(api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error(&op, e))?
+            .items)
+    }
+
+    /// Watches the cluster until `target` is reached, it cannot be, or `timeout` passes.
+    pub async fn wait(&self, name: &str, target: Target, timeout: Duration) -> Result<Progress> {
+        let mut last = explain::progress(Some(&self.get(name).await?), target);
+        if !matches!(last, Progress::Pending(_)) {
+            return Ok(last);
+        }
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(self.clusters(), config);
+        let watching = async {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream
+                .try_next()
+                .await
+                .map_err(|e| self.watch_error(name, e))?
+            {
+                let fc = match event {
+                    watcher::Event::Apply(fc) | watcher::Event::InitApply(fc) => Some(fc),
+                    watcher::Event::Delete(_) => None,
+                    watcher::Event::Init | watcher::Event::InitDone => continue,
+                };
+                last = explain::progress(fc.as_ref(), target);
+                if !matches!(last, Progress::Pending(_)) {
+                    return Ok(last.clone());
+                }
+            }
+            Ok::<_, anyhow::Error>(last.clone())
+        };
+        match tokio::time::timeout(timeout, watching).await {
+            Ok(result) => result,
+            Err(_) => Ok(last),
+        }
+    }
+}
+
+impl Session {
+    /// A failed watch as the user can act on it: the watcher lists, then watches.
+    fn watch_error(&self, name: &str, error: watcher::Error) -> anyhow::Error {
+        match error {
+            watcher::Error::InitialListFailed(e) => api_error(&self.op("list", None), e),
+            watcher::Error::WatchStartFailed(e) | watcher::Error::WatchFailed(e) => {
+                api_error(&self.op("watch", None), e)
+            }
+            other => anyhow!("watching FournosCluster {name}: {other}"),
+        }
+    }
+}
+
+/// The sentinel's Workload (labeled for the cluster, or owned by the FournosJob
+/// sentinel) with its `QuotaReserved` condition, and the other Workloads admitted on the
+/// cluster's flavor.
+fn sentinel_and_admitted(
+    workloads: &[Workload],
+    cluster: &str,
+    job: Option<String>,
+) -> (
+    Option<(
+        String,
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    )>,
+    Vec<String>,
+) {
+    let id = |w: &Workload| {
+        format!(
+            "{}/{}",
+            w.metadata.namespace.as_deref().unwrap_or_default(),
+            w.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let is_sentinel = |w: &Workload| {
+        w.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLUSTER_LOCK_LABEL))
+            .is_some_and(|c| c == cluster)
+            || w.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "FournosJob" && Some(o.name.as_str()) == job.as_deref())
+    };
+    let conditions = |w: &Workload| {
+        w.status
+            .as_ref()
+            .map(|s| s.conditions.clone())
+            .unwrap_or_default()
+    };
+    let sentinel = workloads.iter().find(|w| is_sentinel(w)).map(|w| {
+        let reserved = hearth_api::conditions::find(&conditions(w), QUOTA_RESERVED).cloned();
+        (id(w), reserved)
+    });
+    let admitted = workloads
+        .iter()
+        .filter(|w| !is_sentinel(w))
+        .filter(|w| hearth_api::conditions::is_true(&conditions(w), ADMITTED))
+        .filter(|w| {
+            w.status
+                .as_ref()
+                .and_then(|s| s.admission.as_ref())
+                .is_some_and(|a| {
+                    a.pod_set_assignments
+                        .iter()
+                        .any(|p| p.flavors.values().any(|f| f == cluster))
+                })
+        })
+        .map(id)
+        .collect();
+    (sentinel, admitted)
+}
+
+fn context_user(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String> {
+    let context = context.or(kubeconfig.current_context.as_deref())?;
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?
+        .user
+        .clone()
+}
+
+/// An API error as a [`crate::error::Failure`] when the user can act on it.
+fn api_error(op: &Op<'_>, error: kube::Error) -> anyhow::Error {
+    match &error {
+        kube::Error::Api(status) => match describe(op, status.code, &status.message) {
+            Some(failure) => failure.into(),
+            None => anyhow!("{} {}: {}", op.verb, op.resource, status.message),
+        },
+        _ => anyhow::Error::new(error).context(format!("{} {}", op.verb, op.resource)),
+    }
+}
+
+/// An error as a note at the end of `why`: the full RBAC advice is for verbs that fail.
+fn short(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<Failure>() {
+        Some(Failure::Forbidden(_)) => "forbidden by RBAC".to_owned(),
+        Some(Failure::NotFound(_)) => "not found".to_owned(),
+        _ => error.to_string(),
+    }
+}

@@ -1,0 +1,165 @@
+//! Command line: verbs, global flags and their environment variables.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hearth_api::names::defaults;
+
+/// Lock, unlock and inspect the GPU clusters Hearth manages (FournosClusters), with your
+/// own kubeconfig and RBAC.
+#[derive(Debug, Parser)]
+#[command(name = "kubectl-fournos", bin_name = "kubectl-fournos", version)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Namespace of the FournosClusters.
+    #[arg(
+        short = 'n',
+        long,
+        global = true,
+        env = "HEARTH_NAMESPACE",
+        default_value = defaults::NAMESPACE
+    )]
+    pub namespace: String,
+
+    /// Namespace of the lock sentinels and their Kueue Workloads (read by `why`).
+    #[arg(
+        long,
+        global = true,
+        env = "HEARTH_EXECUTION_NAMESPACE",
+        default_value = defaults::EXECUTION_NAMESPACE
+    )]
+    pub execution_namespace: String,
+
+    /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Human-readable table or sentence.
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Lock a cluster for yourself (sets spec.owner and spec.ttl).
+    Lock {
+        cluster: String,
+        /// How long the lock lasts: a number followed by m, h or d (30m, 4h, 2d).
+        /// Without it the lock lasts until you unlock.
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Lock in this name (default: your user name as the apiserver knows it).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Take the lock even if someone else holds it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Release your lock on a cluster (clears spec.owner and spec.ttl).
+    Unlock {
+        cluster: String,
+        /// The owner name you locked with (default: your user name as the apiserver knows it).
+        #[arg(long)]
+        owner: Option<String>,
+        /// Release the lock even if someone else holds it.
+        #[arg(long)]
+        force: bool,
+    },
+    /// The fleet (or one cluster): GPUs, kubeconfig validity, quota, lock, waiting reason.
+    Status { cluster: Option<String> },
+    /// Explain in one paragraph why a cluster's lock waits or why it has no quota.
+    Why { cluster: String },
+    /// Wait until a cluster's lock is held (or released).
+    Wait {
+        cluster: String,
+        #[command(flatten)]
+        until: WaitUntil,
+        /// Give up after this long (e.g. 30s, 10m, 2h).
+        #[arg(long, default_value = "10m")]
+        timeout: String,
+    },
+    /// Print a shell completion script.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct WaitUntil {
+    /// Until the lock sentinel is admitted and holds the cluster's slots.
+    #[arg(long)]
+    pub locked: bool,
+    /// Until nobody owns the cluster and its slots are free.
+    #[arg(long)]
+    pub released: bool,
+}
+
+/// Parses `--timeout`: `90s`, `10m`, `2h`, `1h30m`.
+pub fn parse_timeout(input: &str) -> Result<std::time::Duration, String> {
+    let parsed: jiff::SignedDuration = input
+        .trim()
+        .parse()
+        .map_err(|e| format!("--timeout {input:?}: {e} (write e.g. 30s, 10m, 2h)"))?;
+    std::time::Duration::try_from(parsed)
+        .map_err(|_| format!("--timeout {input:?} must not be negative"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn wait_needs_exactly_one_target_state() {
+        assert!(Cli::try_parse_from(["kubectl-fournos", "wait", "a"]).is_err());
+        assert!(
+            Cli::try_parse_from(["kubectl-fournos", "wait", "a", "--locked", "--released"])
+                .is_err()
+        );
+        assert!(Cli::try_parse_from(["kubectl-fournos", "wait", "a", "--locked"]).is_ok());
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = Cli::try_parse_from(["kubectl-fournos", "status", "-n", "fleet", "-o", "json"])
+            .unwrap();
+        assert_eq!(cli.global.namespace, "fleet");
+        assert_eq!(cli.global.output, Output::Json);
+    }
+
+    #[test]
+    fn timeouts_take_seconds_minutes_and_hours() {
+        assert_eq!(parse_timeout("90s"), Ok(std::time::Duration::from_secs(90)));
+        assert_eq!(
+            parse_timeout("1h30m"),
+            Ok(std::time::Duration::from_secs(5400))
+        );
+        assert!(parse_timeout("soon").is_err());
+    }
+}

@@ -1,0 +1,400 @@
+//! `why`: one paragraph on a cluster's kubeconfig, quota and lock, from its conditions,
+//! its recent Events and the Kueue Workloads of its lock; and how far `wait` is. Pure:
+//! the I/O layer gathers the [`Evidence`].
+
+use hearth_api::FournosCluster;
+use hearth_api::conditions::find;
+use hearth_api::names::condition_types::{KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use serde::Serialize;
+
+use crate::view::{self, LockState};
+
+/// Longest message quoted from a condition, Event or Workload.
+const MAX_QUOTE: usize = 400;
+/// Most workloads named as holding the cluster's slots.
+const MAX_BLOCKERS: usize = 5;
+
+/// What `why` looked at besides the cluster itself.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// Warning Events about the cluster, newest first.
+    pub warnings: Vec<EventLine>,
+    /// The `QuotaReserved` condition of the lock sentinel's Workload, with its name.
+    pub sentinel: Option<(String, Option<Condition>)>,
+    /// Other Workloads admitted on the cluster's flavor (`namespace/name`).
+    pub admitted_on_cluster: Vec<String>,
+    /// What could not be read (RBAC, for instance), said at the end.
+    pub unreadable: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventLine {
+    pub reason: String,
+    pub message: String,
+    pub at: Option<Timestamp>,
+}
+
+/// The json/yaml output of `why`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    pub cluster: String,
+    pub explanation: String,
+    #[serde(flatten)]
+    pub row: view::ClusterRow,
+}
+
+pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> String {
+    let name = fc.metadata.name.clone().unwrap_or_default();
+    let status = fc.status.clone().unwrap_or_default();
+    let conditions = &status.conditions;
+    let mut sentences = Vec::new();
+
+    // Kubeconfig and GPUs.
+    let valid = find(conditions, KUBECONFIG_VALID);
+    sentences.push(match status.kubeconfig_status {
+        None => format!(
+            "{name} has not been probed yet (no kubeconfigStatus): hearth-discovery writes it \
+             after its first probe; if that takes more than a minute, check that \
+             hearth-discovery runs."
+        ),
+        Some(s) if s.as_str() == "Valid" => {
+            let gpus = status
+                .gpu_summary
+                .as_deref()
+                .filter(|g| !g.is_empty())
+                .map_or_else(|| "no GPUs counted".to_owned(), |g| format!("GPUs {g}"));
+            let expiry = valid
+                .filter(|c| c.reason.starts_with("Credentials"))
+                .map(|c| format!(" Careful: {}", quote(&c.message)))
+                .unwrap_or_default();
+            format!("{name}'s kubeconfig is Valid ({gpus}).{expiry}")
+        }
+        Some(s) => format!(
+            "{name}'s kubeconfig is {s}{} Kueue gets zero quota for it until it is Valid again.",
+            valid.map_or_else(|| ".".to_owned(), |c| format!(": {}", quote(&c.message)))
+        ),
+    });
+
+    // Quota.
+    sentences.push(match find(conditions, KUEUE_SYNCED) {
+        None => "hearth-kueue-sync has not reported on it (no KueueSynced condition), so it has \
+                 no quota yet: check that hearth-kueue-sync runs."
+            .to_owned(),
+        Some(c) if c.status == "True" => {
+            let kueue = status.kueue.clone().unwrap_or_default();
+            let quotas = kueue
+                .quotas
+                .iter()
+                .map(|(resource, n)| format!("{resource}={n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "Its quota is published in ClusterQueue {} ({quotas}).",
+                kueue.cluster_queue
+            )
+        }
+        Some(c) => format!(
+            "It has no quota in Kueue (KueueSynced={}, {}): {}",
+            c.status,
+            c.reason,
+            quote(&c.message)
+        ),
+    });
+
+    // Lock.
+    let row = view::row(fc);
+    let locked = find(conditions, LOCKED);
+    sentences.push(match (row.lock.state, row.lock.owner.as_deref()) {
+        (LockState::Free, _) => match locked.filter(|c| c.reason == "Expired") {
+            Some(c) => format!("Nobody holds a lock on it; {}", quote(&c.message)),
+            None => "Nobody holds a lock on it.".to_owned(),
+        },
+        (LockState::Releasing, _) => {
+            "Nobody owns it, but the lock sentinel still holds its slots: the release is in \
+             progress."
+                .to_owned()
+        }
+        (LockState::Held, Some(owner)) => format!(
+            "{owner} holds the lock, {}.",
+            status.lock_expires_at.as_ref().map_or_else(
+                || "with no TTL (until unlocked)".to_owned(),
+                |t| format!("until {} ({})", t.0, view::relative(t.0, now))
+            )
+        ),
+        (_, owner) => {
+            let owner = owner.unwrap_or_default();
+            match locked.filter(|_| status.lock_owner.as_deref() == Some(owner)) {
+                None => format!(
+                    "{owner} asked for the lock but hearth-lock-manager has not acted on it \
+                     yet: check that hearth-lock-manager runs."
+                ),
+                Some(c) => {
+                    let mut s = format!(
+                        "{owner}'s lock is not held yet ({}): {}",
+                        c.reason,
+                        quote(&c.message)
+                    );
+                    if let Some((workload, Some(reserved))) = &evidence.sentinel
+                        && reserved.status != "True"
+                        && !c.message.contains(&reserved.message)
+                    {
+                        s.push_str(&format!(
+                            " Kueue says of the sentinel Workload {workload}: {}",
+                            quote(&reserved.message)
+                        ));
+                    }
+                    if !evidence.admitted_on_cluster.is_empty() {
+                        s.push_str(&format!(
+                            " Admitted on {name} now: {}.",
+                            list(&evidence.admitted_on_cluster)
+                        ));
+                    }
+                    s
+                }
+            }
+        }
+    });
+
+    if let Some(event) = evidence.warnings.first() {
+        let when = event
+            .at
+            .map(|at| format!(" ({})", view::relative(at, now)))
+            .unwrap_or_default();
+        sentences.push(format!(
+            "Latest warning Event{when}: {}: {}",
+            event.reason,
+            quote(&event.message)
+        ));
+    }
+    if !evidence.unreadable.is_empty() {
+        sentences.push(format!(
+            "Not checked (not allowed or failed): {}.",
+            evidence.unreadable.join("; ")
+        ));
+    }
+    sentences
+        .iter()
+        .map(|s| s.trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A message as quoted in the paragraph: bounded, ending in a full stop.
+fn quote(message: &str) -> String {
+    let message = message.trim();
+    let mut text: String = message.chars().take(MAX_QUOTE).collect();
+    if text.len() < message.len() {
+        text.push('…');
+    } else if !text.ends_with(['.', '!', '?']) {
+        text.push('.');
+    }
+    text
+}
+
+fn list(items: &[String]) -> String {
+    let mut shown = items
+        .iter()
+        .take(MAX_BLOCKERS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if items.len() > MAX_BLOCKERS {
+        shown.push_str(&format!(" and {} more", items.len() - MAX_BLOCKERS));
+    }
+    shown
+}
+
+/// What `wait` waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Locked,
+    Released,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    Done,
+    /// Not yet; the state to report on a time-out.
+    Pending(String),
+    /// It cannot happen without someone acting (the lock was released, the cluster
+    /// deleted): stop waiting.
+    Failed(String),
+}
+
+pub fn progress(fc: Option<&FournosCluster>, target: Target) -> Progress {
+    let Some(fc) = fc else {
+        return Progress::Failed("the FournosCluster was deleted".into());
+    };
+    let row = view::row(fc);
+    match (target, row.lock.state) {
+        (Target::Locked, LockState::Held) | (Target::Released, LockState::Free) => Progress::Done,
+        (Target::Locked, LockState::Free | LockState::Releasing) => Progress::Failed(
+            "nobody owns the cluster (the lock was released or expired): lock it first".into(),
+        ),
+        (Target::Locked, _) => Progress::Pending(format!(
+            "{}'s lock waits ({})",
+            row.lock.owner.unwrap_or_default(),
+            row.lock.waiting_reason.unwrap_or_default()
+        )),
+        (Target::Released, state) => Progress::Pending(format!(
+            "the lock of {} is {}",
+            row.lock.owner.unwrap_or_else(|| "nobody".into()),
+            state.as_str()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::tests::{cluster, condition, with_lock};
+    use hearth_api::kueue::workload_conditions::QUOTA_RESERVED;
+
+    fn now() -> Timestamp {
+        "2026-11-23T10:00:00Z".parse().unwrap()
+    }
+
+    /// What Kueue says of a sentinel it has not admitted.
+    fn sentinel_pending(reason: &str, message: &str) -> Evidence {
+        Evidence {
+            sentinel: Some((
+                "exec/cluster-lock-a".into(),
+                Some(condition(QUOTA_RESERVED, "False", reason, message)),
+            )),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_waiting_lock_says_what_kueue_says_and_what_runs_there() {
+        let fc = with_lock(cluster("a"), "alice", false);
+        let evidence = Evidence {
+            admitted_on_cluster: vec!["exec/benchmark-1".into()],
+            ..sentinel_pending("Pending", "insufficient unused quota")
+        };
+        let text = explain(&fc, &evidence, now());
+        assert_eq!(
+            text,
+            "a's kubeconfig is Valid (GPUs 8x NVIDIA-A100-SXM4-80GB). Its quota is published in \
+             ClusterQueue fournos-queue (fournos/cluster-slot=100, fournos/gpu-a100=8). alice's \
+             lock is not held yet (WaitingForAdmission): Sentinel cluster-lock-a waits for \
+             Kueue to admit it: insufficient unused quota. Admitted on a now: exec/benchmark-1."
+        );
+    }
+
+    #[test]
+    fn kueues_own_words_are_added_when_the_condition_lacks_them() {
+        let fc = with_lock(cluster("a"), "alice", false);
+        let evidence = sentinel_pending("Inadmissible", "ClusterQueue cq is inactive");
+        let text = explain(&fc, &evidence, now());
+        assert!(
+            text.contains(
+                "Kueue says of the sentinel Workload exec/cluster-lock-a: ClusterQueue cq is \
+                 inactive."
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_drained_cluster_says_why_it_has_no_quota() {
+        let mut fc = cluster("b");
+        let status = fc.status.as_mut().unwrap();
+        status.kubeconfig_status = Some(hearth_api::KubeconfigStatus::Unauthorized);
+        status.conditions = vec![
+            condition(
+                KUBECONFIG_VALID,
+                "False",
+                "Unauthorized",
+                "the target answered 401: issue new credentials",
+            ),
+            condition(
+                KUEUE_SYNCED,
+                "False",
+                "Drained",
+                "kubeconfig is not Valid: quota 0",
+            ),
+        ];
+        let evidence = Evidence {
+            warnings: vec![EventLine {
+                reason: "Unauthorized".into(),
+                message: "401 from the target".into(),
+                at: Some("2026-11-23T09:58:00Z".parse().unwrap()),
+            }],
+            unreadable: vec!["Workloads in exec: forbidden".into()],
+            ..Default::default()
+        };
+        let text = explain(&fc, &evidence, now());
+        assert_eq!(
+            text,
+            "b's kubeconfig is Unauthorized: the target answered 401: issue new credentials. \
+             Kueue gets zero quota for it until it is Valid again. It has no quota in Kueue \
+             (KueueSynced=False, Drained): kubeconfig is not Valid: quota 0. Nobody holds a lock \
+             on it. Latest warning Event (2m ago): Unauthorized: 401 from the target. Not \
+             checked (not allowed or failed): Workloads in exec: forbidden."
+        );
+    }
+
+    #[test]
+    fn missing_controllers_are_named() {
+        let mut fc = FournosCluster::new("c", Default::default());
+        fc.spec.owner = Some("alice".into());
+        let text = explain(&fc, &Evidence::default(), now());
+        assert!(text.contains("check that hearth-discovery runs"), "{text}");
+        assert!(text.contains("check that hearth-kueue-sync runs"), "{text}");
+        assert!(
+            text.contains("check that hearth-lock-manager runs"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_held_lock_says_until_when() {
+        let mut fc = with_lock(cluster("a"), "alice", true);
+        fc.status.as_mut().unwrap().lock_expires_at =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-23T14:00:00Z".parse().unwrap(),
+            ));
+        let text = explain(&fc, &Evidence::default(), now());
+        assert!(
+            text.ends_with("alice holds the lock, until 2026-11-23T14:00:00Z (in 4h)."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let long = "x".repeat(2000);
+        let quoted = quote(&long);
+        assert_eq!(quoted.chars().count(), MAX_QUOTE + 1);
+        assert!(quoted.ends_with('…'));
+    }
+
+    #[test]
+    fn wait_progress() {
+        let held = with_lock(cluster("a"), "alice", true);
+        let waiting = with_lock(cluster("a"), "alice", false);
+        let free = cluster("a");
+        assert_eq!(progress(Some(&held), Target::Locked), Progress::Done);
+        assert_eq!(
+            progress(Some(&waiting), Target::Locked),
+            Progress::Pending("alice's lock waits (WaitingForAdmission)".into())
+        );
+        assert!(matches!(
+            progress(Some(&free), Target::Locked),
+            Progress::Failed(_)
+        ));
+        assert!(matches!(
+            progress(None, Target::Locked),
+            Progress::Failed(_)
+        ));
+        assert_eq!(progress(Some(&free), Target::Released), Progress::Done);
+        assert!(matches!(
+            progress(Some(&held), Target::Released),
+            Progress::Pending(_)
+        ));
+    }
+}

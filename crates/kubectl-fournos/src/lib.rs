@@ -1,0 +1,193 @@
+//! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
+//! wait) for people, through their own kubeconfig and RBAC. It only reads FournosClusters,
+//! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
+//! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
+//! [`api`] does the I/O.
+
+pub mod api;
+pub mod cli;
+pub mod error;
+pub mod explain;
+pub mod lock;
+pub mod view;
+
+use std::io::Write as _;
+
+use anyhow::Result;
+use clap::CommandFactory as _;
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::api::Session;
+use crate::cli::{Cli, Command, Output};
+use crate::error::Failure;
+use crate::explain::{Explanation, Progress, Target};
+use crate::lock::Plan;
+
+/// Reads and patches are retried this often when someone else changed the cluster
+/// between our read and our write (409 Conflict), each time re-deciding from the new state.
+const CONFLICT_RETRIES: usize = 3;
+
+pub async fn run(cli: Cli) -> Result<()> {
+    let output = cli.global.output;
+    if let Command::Completion { shell } = cli.command {
+        let mut command = Cli::command();
+        clap_complete::generate(
+            shell,
+            &mut command,
+            "kubectl-fournos",
+            &mut std::io::stdout(),
+        );
+        return Ok(());
+    }
+    let session = Session::connect(&cli.global).await?;
+    match cli.command {
+        Command::Completion { .. } => unreachable!("handled above"),
+        Command::Status { cluster } => {
+            let clusters = match cluster {
+                Some(name) => vec![session.get(&name).await?],
+                None => session.list().await?,
+            };
+            let rows: Vec<_> = clusters.iter().map(view::row).collect();
+            let text = if rows.is_empty() {
+                format!(
+                    "No FournosClusters in namespace {}.\n",
+                    cli.global.namespace
+                )
+            } else {
+                view::table(&rows, Timestamp::now())
+            };
+            emit(output, &rows, &text)
+        }
+        Command::Lock {
+            cluster,
+            ttl,
+            owner,
+            force,
+        } => {
+            let me = owner_or_me(&session, owner).await?;
+            write(&session, &cluster, output, |fc| {
+                lock::plan_lock(fc, &me, ttl.as_deref(), force)
+            })
+            .await
+        }
+        Command::Unlock {
+            cluster,
+            owner,
+            force,
+        } => {
+            let me = owner_or_me(&session, owner).await?;
+            write(&session, &cluster, output, |fc| {
+                lock::plan_unlock(fc, &me, force)
+            })
+            .await
+        }
+        Command::Why { cluster } => {
+            let fc = session.get(&cluster).await?;
+            let evidence = session.evidence(&fc).await;
+            let explanation = Explanation {
+                cluster: cluster.clone(),
+                explanation: explain::explain(&fc, &evidence, Timestamp::now()),
+                row: view::row(&fc),
+            };
+            let text = format!("{}\n", explanation.explanation);
+            emit(output, &explanation, &text)
+        }
+        Command::Wait {
+            cluster,
+            until,
+            timeout,
+        } => {
+            let limit = cli::parse_timeout(&timeout).map_err(Failure::Refused)?;
+            let target = if until.locked {
+                Target::Locked
+            } else {
+                Target::Released
+            };
+            match session.wait(&cluster, target, limit).await? {
+                Progress::Done => {
+                    let fc = session.get(&cluster).await?;
+                    let row = view::row(&fc);
+                    let text = match target {
+                        Target::Locked => format!(
+                            "{cluster} is locked by {}\n",
+                            row.lock.owner.clone().unwrap_or_default()
+                        ),
+                        Target::Released => format!("{cluster} is not locked\n"),
+                    };
+                    emit(output, &row, &text)
+                }
+                Progress::Pending(last) => Err(Failure::TimedOut(format!(
+                    "timed out after {timeout} waiting for {cluster}: {last}. \
+                     `kubectl fournos why {cluster}` explains why."
+                ))
+                .into()),
+                Progress::Failed(why) => {
+                    Err(Failure::WaitFailed(format!("{cluster}: {why}")).into())
+                }
+            }
+        }
+    }
+}
+
+/// `--owner`, else who the apiserver says the user is.
+async fn owner_or_me(session: &Session, owner: Option<String>) -> Result<String> {
+    match owner {
+        Some(owner) => Ok(owner),
+        None => session.whoami().await,
+    }
+}
+
+/// Read, plan, patch guarded by the version read; on a conflict read and plan again.
+async fn write(
+    session: &Session,
+    cluster: &str,
+    output: Output,
+    plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
+) -> Result<()> {
+    for _ in 0..CONFLICT_RETRIES {
+        let fc = session.get(cluster).await?;
+        match plan(&fc) {
+            Plan::Refused(message) => return Err(Failure::Refused(message).into()),
+            Plan::Unchanged(message) => {
+                return emit(output, &view::row(&fc), &format!("{message}\n"));
+            }
+            Plan::Patch { patch, taken_from } => {
+                let Some(updated) = session.patch(cluster, &patch).await? else {
+                    continue;
+                };
+                if let Some(previous) = taken_from {
+                    eprintln!("warning: took the lock of {cluster} from {previous} (--force)");
+                }
+                let row = view::row(&updated);
+                let text = match &row.lock.owner {
+                    Some(owner) => format!(
+                        "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
+                         its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
+                        row.lock
+                            .ttl
+                            .as_ref()
+                            .map(|t| format!(" (ttl {t})"))
+                            .unwrap_or_default()
+                    ),
+                    None => format!("{cluster} unlocked.\n"),
+                };
+                return emit(output, &row, &text);
+            }
+        }
+    }
+    anyhow::bail!(
+        "{cluster} kept changing while we tried to write it ({CONFLICT_RETRIES} conflicts); \
+         try again"
+    )
+}
+
+fn emit<T: Serialize>(output: Output, value: &T, text: &str) -> Result<()> {
+    let rendered = match output {
+        Output::Table => text.to_owned(),
+        Output::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
+        Output::Yaml => serde_saphyr::to_string(value)?,
+    };
+    std::io::stdout().write_all(rendered.as_bytes())?;
+    Ok(())
+}

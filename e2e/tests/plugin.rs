@@ -1,0 +1,526 @@
+//! `kubectl fournos` end to end: the built `kubectl-fournos` binary, run as a person runs
+//! it (own kubeconfig, own RBAC), against the local plane's real apiserver and Kueue, with
+//! Hearth's three controllers working in the test's scope. Every verb, and every refusal:
+//! someone else's lock, a missing cluster, RBAC.
+//!
+//! ```text
+//! cargo build --workspace --bins && cargo test -p hearth-e2e --test plugin
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use hearth_api::FournosCluster;
+use hearth_api::kueue::Workload;
+use hearth_e2e::hearth::{self, Controller, service_account_token_kubeconfig};
+use hearth_e2e::objects::{is_true, slot_workload};
+use hearth_e2e::plane::hearth_binary;
+use hearth_e2e::process::until;
+use hearth_e2e::resources::{apply, dynamic_api};
+use hearth_e2e::tools::Tools;
+use hearth_e2e::{ControlPlane, Isolated};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubectl_fournos::api::Session;
+use kubectl_fournos::cli::{Global, Output};
+use kubectl_fournos::lock::{Plan, plan_lock};
+use serde_json::{Value, json};
+
+/// Deadline of every wait for the controllers or Kueue.
+const DEADLINE: Duration = Duration::from_secs(90);
+const FAST: &[(&str, &str)] = &[
+    ("HEARTH_GPU_DISCOVERY_DEFAULT_INTERVAL_SEC", "5"),
+    ("HEARTH_GPU_DISCOVERY_TIMEOUT_SEC", "3"),
+];
+
+/// What one run of the plugin printed.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self) -> Result<Run> {
+        ensure!(self.code == 0, "expected success, got {self:?}");
+        Ok(self)
+    }
+
+    fn failed_with(self, code: i32, needles: &[&str]) -> Result<Run> {
+        ensure!(self.code == code, "expected exit code {code}, got {self:?}");
+        for needle in needles {
+            ensure!(
+                self.stderr.contains(needle),
+                "stderr lacks {needle:?}: {self:?}"
+            );
+        }
+        Ok(self)
+    }
+
+    fn json(&self) -> Result<Value> {
+        serde_json::from_str(&self.stdout).with_context(|| format!("not JSON: {self:?}"))
+    }
+}
+
+/// The plugin as one user, in one scope.
+struct Plugin {
+    kubeconfig: PathBuf,
+    scope: Isolated,
+}
+
+impl Plugin {
+    async fn run(&self, args: &[&str]) -> Result<Run> {
+        let out = tokio::process::Command::new(hearth_binary("kubectl-fournos")?)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .env("HEARTH_NAMESPACE", &self.scope.namespace)
+            .env(
+                "HEARTH_EXECUTION_NAMESPACE",
+                &self.scope.execution_namespace,
+            )
+            .env_remove("KUBECONFIG")
+            .output()
+            .await
+            .context("running kubectl-fournos (cargo build --workspace --bins first)")?;
+        Ok(Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// `status <cluster> -o json` until `done` holds for its row.
+    async fn wait_row(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Result<Value> {
+        until(&format!("{cluster}: {what}"), DEADLINE, || async {
+            let run = self.run(&["status", cluster, "-o", "json"]).await?;
+            if run.code == 4 {
+                // hearth-discovery has not created it from its Secret yet.
+                return Ok(Err(run.stderr));
+            }
+            let row = run.ok()?.json()?[0].clone();
+            Ok(if done(&row) {
+                Ok(row)
+            } else {
+                Err(row.to_string())
+            })
+        })
+        .await
+    }
+}
+
+async fn whoami(client: &kube::Client) -> Result<String> {
+    let review = Api::<SelfSubjectReview>::all(client.clone())
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await?;
+    review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .context("SelfSubjectReview gave no user name")
+}
+
+async fn owner_of(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+) -> Result<(Option<String>, Option<String>)> {
+    let fc = clusters.get(name).await?;
+    Ok((fc.spec.owner, fc.spec.ttl))
+}
+
+#[tokio::test]
+async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_flow").await?;
+    for controller in Controller::ALL {
+        hearth::start(plane, &scope, controller, "0", FAST).await?;
+    }
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    for (cluster, target) in [(&a, "target-a"), (&b, "target-b")] {
+        let target = plane.target(target)?;
+        plane
+            .create_kubeconfig_secret(
+                &scope.secrets_namespace,
+                cluster,
+                target.node_reader_kubeconfig(),
+            )
+            .await?;
+    }
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), &scope.namespace);
+    let me = whoami(&client).await?;
+    let admin = Plugin {
+        kubeconfig: plane.management_kubeconfig(),
+        scope: scope.clone(),
+    };
+
+    // status: the onboarded fleet with its GPUs and published quota.
+    for cluster in [&a, &b] {
+        admin
+            .wait_row(cluster, "Valid with quota", |r| {
+                r["kubeconfig"] == "Valid"
+                    && r["quota"]["reason"] == "Synced"
+                    && r["quota"]["slots"] == 100
+            })
+            .await?;
+    }
+    let table = admin.run(&["status"]).await?.ok()?.stdout;
+    let header = table.lines().next().unwrap_or_default();
+    ensure!(
+        header.starts_with("NAME") && header.ends_with("WAITING"),
+        "{table}"
+    );
+    let row_a = table
+        .lines()
+        .find(|l| l.starts_with(&a))
+        .context("a row for a")?;
+    ensure!(
+        row_a.contains("Valid") && row_a.contains("8 a100") && row_a.contains("100 slots"),
+        "{table}"
+    );
+
+    // lock: the owner defaults to who the apiserver says we are.
+    let locked = admin.run(&["lock", &a, "--ttl", "4h"]).await?.ok()?;
+    ensure!(
+        locked
+            .stdout
+            .contains(&format!("{a} locked for {me} (ttl 4h)")),
+        "{locked:?}"
+    );
+    assert_eq!(
+        owner_of(&clusters, &a).await?,
+        (Some(me.clone()), Some("4h".into()))
+    );
+
+    // wait --locked returns once lock-manager holds it.
+    let waited = admin
+        .run(&["wait", &a, "--locked", "--timeout", "90s"])
+        .await?
+        .ok()?;
+    ensure!(
+        waited.stdout.contains(&format!("{a} is locked by {me}")),
+        "{waited:?}"
+    );
+    let yaml = admin.run(&["status", &a, "-o", "yaml"]).await?.ok()?.stdout;
+    let rows: Value = serde_saphyr::from_str(&yaml).with_context(|| yaml.clone())?;
+    assert_eq!(rows[0]["lock"]["state"], "held", "{yaml}");
+    assert_eq!(rows[0]["lock"]["ttl"], "4h", "{yaml}");
+    ensure!(rows[0]["lock"]["expiresAt"].is_string(), "{yaml}");
+
+    // Someone else's lock is not taken without --force.
+    admin
+        .run(&["lock", &a, "--owner", "bob"])
+        .await?
+        .failed_with(3, &[&format!("locked by {me}"), "--force"])?;
+    assert_eq!(owner_of(&clusters, &a).await?.0, Some(me.clone()));
+    let forced = admin
+        .run(&["lock", &a, "--owner", "bob", "--force"])
+        .await?
+        .ok()?;
+    ensure!(
+        forced
+            .stderr
+            .contains(&format!("took the lock of {a} from {me}")),
+        "{forced:?}"
+    );
+    assert_eq!(owner_of(&clusters, &a).await?, (Some("bob".into()), None));
+
+    // unlock: not bob's lock as me; as bob it clears owner and ttl.
+    admin
+        .run(&["unlock", &a])
+        .await?
+        .failed_with(3, &[&format!("locked by bob, not by {me}")])?;
+    admin.run(&["unlock", &a, "--owner", "bob"]).await?.ok()?;
+    assert_eq!(owner_of(&clusters, &a).await?, (None, None));
+    admin
+        .run(&["wait", &a, "--released", "--timeout", "90s"])
+        .await?
+        .ok()?;
+    let again = admin.run(&["unlock", &a]).await?.ok()?;
+    ensure!(again.stdout.contains("is not locked"), "{again:?}");
+
+    // A lock that waits: a running job holds one of b's slots.
+    let job = slot_workload(
+        &scope.execution_namespace,
+        "benchmark",
+        &scope.local_queue,
+        &b,
+        1,
+    );
+    apply(&client, &job).await?;
+    let (jobs, _) = dynamic_api(&client, &job).await?;
+    until("the benchmark admitted", DEADLINE, || async {
+        let w = serde_json::to_value(jobs.get("benchmark").await?)?;
+        Ok(if is_true(&w, "Admitted") {
+            Ok(())
+        } else {
+            Err(w["status"].to_string())
+        })
+    })
+    .await?;
+    admin.run(&["lock", &b, "--owner", "carol"]).await?.ok()?;
+    admin
+        .wait_row(&b, "waiting for admission", |r| {
+            r["lock"]["state"] == "waiting" && r["lock"]["waitingReason"] == "WaitingForAdmission"
+        })
+        .await?;
+    let why = admin.run(&["why", &b]).await?.ok()?.stdout;
+    // Shown with --nocapture: what the README quotes.
+    println!(
+        "$ kubectl fournos status\n{}",
+        admin.run(&["status"]).await?.stdout
+    );
+    println!("$ kubectl fournos why {b}\n{why}");
+    for needle in [
+        format!("{b}'s kubeconfig is Valid"),
+        "Its quota is published".to_owned(),
+        "carol's lock is not held yet (WaitingForAdmission)".to_owned(),
+        "insufficient unused quota for fournos/cluster-slot".to_owned(),
+        format!(
+            "Admitted on {b} now: {}/benchmark.",
+            scope.execution_namespace
+        ),
+    ] {
+        ensure!(why.contains(&needle), "`why` lacks {needle:?}:\n{why}");
+    }
+    ensure!(why.trim().lines().count() == 1, "not one paragraph:\n{why}");
+    let why_json = admin.run(&["why", &b, "-o", "json"]).await?.ok()?.json()?;
+    assert_eq!(why_json["lock"]["owner"], "carol");
+    ensure!(
+        why_json["explanation"]
+            .as_str()
+            .is_some_and(|e| e.contains("carol")),
+        "{why_json}"
+    );
+    admin
+        .run(&["wait", &b, "--locked", "--timeout", "2s"])
+        .await?
+        .failed_with(
+            6,
+            &[
+                "timed out after 2s",
+                "carol's lock waits (WaitingForAdmission)",
+            ],
+        )?;
+
+    // The job finishes: the wait ends with the lock held.
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), &scope.execution_namespace);
+    workloads
+        .delete("benchmark", &DeleteParams::default())
+        .await?;
+    admin
+        .run(&["wait", &b, "--locked", "--timeout", "90s"])
+        .await?
+        .ok()?;
+
+    // A cluster that does not exist, and the completions.
+    admin
+        .run(&["status", "no-such-cluster"])
+        .await?
+        .failed_with(4, &["no FournosCluster no-such-cluster in namespace"])?;
+    admin
+        .run(&["lock", "no-such-cluster"])
+        .await?
+        .failed_with(4, &["no FournosCluster"])?;
+    // kubectl finds the plugin on $PATH and hands it its arguments.
+    let plugin_dir = hearth_binary("kubectl-fournos")?
+        .parent()
+        .context("the plugin's directory")?
+        .to_path_buf();
+    let via_kubectl = tokio::process::Command::new(Tools::locate()?.kubectl)
+        .args(["fournos", "status", &a, "-o", "json", "--kubeconfig"])
+        .arg(plane.management_kubeconfig())
+        .env("PATH", plugin_dir)
+        .env("HEARTH_NAMESPACE", &scope.namespace)
+        .output()
+        .await?;
+    ensure!(
+        via_kubectl.status.success(),
+        "kubectl fournos: {}",
+        String::from_utf8_lossy(&via_kubectl.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&via_kubectl.stdout)?;
+    assert_eq!(rows[0]["name"], a.as_str());
+
+    let completion = admin.run(&["completion", "bash"]).await?.ok()?.stdout;
+    ensure!(
+        completion.contains("kubectl-fournos") && completion.contains("unlock"),
+        "{completion}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn rbac_refusals_name_the_missing_right() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_rbac").await?;
+    let client = plane.management_client().await?;
+    let ns = &scope.namespace;
+    let cluster = scope.cluster("x");
+    let mut fc = FournosCluster::new(&cluster, Default::default());
+    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
+    Api::<FournosCluster>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &fc)
+        .await?;
+
+    // A viewer may read FournosClusters (nothing else); a stranger may do nothing.
+    for object in [
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "viewer", "namespace": ns } }),
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "stranger", "namespace": ns } }),
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "getter", "namespace": ns } }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
+            "rules": [{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": ["get"] }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fournoscluster-getter" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "getter", "namespace": ns }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "fournoscluster-viewer", "namespace": ns },
+            "rules": [{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": ["get", "list", "watch"] }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": "fournoscluster-viewer", "namespace": ns },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fournoscluster-viewer" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "viewer", "namespace": ns }],
+        }),
+    ] {
+        apply(&client, &object).await?;
+    }
+    let as_user = |kubeconfig: PathBuf| Plugin {
+        kubeconfig,
+        scope: scope.clone(),
+    };
+    let viewer = as_user(service_account_token_kubeconfig(plane, ns, "viewer").await?);
+    let stranger = as_user(service_account_token_kubeconfig(plane, ns, "stranger").await?);
+
+    let status = viewer.run(&["status"]).await?.ok()?;
+    ensure!(status.stdout.contains(&cluster), "{status:?}");
+    let refused = viewer.run(&["lock", &cluster]).await?.failed_with(
+        5,
+        &[&format!(
+            "you may not patch fournosclusters.fournos.dev in namespace {ns}"
+        )],
+    )?;
+    ensure!(
+        refused.stderr.contains(&format!(
+            "kubectl auth can-i patch fournosclusters.fournos.dev -n {ns}"
+        )),
+        "{refused:?}"
+    );
+    let (owner, _) = owner_of(&Api::namespaced(client.clone(), ns), &cluster).await?;
+    assert_eq!(owner, None);
+
+    // `why` still answers with what it may read, and says what it could not.
+    let why = viewer.run(&["why", &cluster]).await?.ok()?.stdout;
+    ensure!(
+        why.contains(&format!("Events in {ns}: forbidden by RBAC")),
+        "{why}"
+    );
+
+    // `wait` watches: get alone is not enough, and the message says what is missing.
+    let getter = as_user(service_account_token_kubeconfig(plane, ns, "getter").await?);
+    getter
+        .run(&["wait", &cluster, "--released", "--timeout", "10s"])
+        .await?
+        .ok()?;
+    getter
+        .run(&["wait", &cluster, "--locked", "--timeout", "10s"])
+        .await?
+        .failed_with(6, &["nobody owns the cluster"])?;
+    Api::<FournosCluster>::namespaced(client.clone(), ns)
+        .patch(
+            &cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "dana" } })),
+        )
+        .await?;
+    getter
+        .run(&["wait", &cluster, "--locked", "--timeout", "10s"])
+        .await?
+        .failed_with(
+            5,
+            &[&format!(
+                "you may not list fournosclusters.fournos.dev in namespace {ns}"
+            )],
+        )?;
+
+    stranger.run(&["status"]).await?.failed_with(
+        5,
+        &[&format!(
+            "you may not list fournosclusters.fournos.dev in namespace {ns}"
+        )],
+    )?;
+    stranger
+        .run(&["why", &cluster])
+        .await?
+        .failed_with(5, &["you may not get fournosclusters.fournos.dev"])?;
+    Ok(())
+}
+
+/// The instant between the plugin's read and its write: someone else locks the cluster
+/// then. The plugin's patch carries the resourceVersion it read, so the apiserver refuses
+/// it (409) instead of overwriting the other lock, and the plugin reads again and refuses.
+#[tokio::test]
+async fn a_lock_taken_between_read_and_write_is_not_overwritten() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_race").await?;
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), &scope.namespace);
+    let cluster = scope.cluster("r");
+    let mut fc = FournosCluster::new(&cluster, Default::default());
+    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
+    clusters.create(&PostParams::default(), &fc).await?;
+
+    let session = Session::connect(&Global {
+        namespace: scope.namespace.clone(),
+        execution_namespace: scope.execution_namespace.clone(),
+        kubeconfig: Some(plane.management_kubeconfig()),
+        context: None,
+        output: Output::Table,
+    })
+    .await?;
+    let read = session.get(&cluster).await?;
+    clusters
+        .patch(
+            &cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "bob" } })),
+        )
+        .await?;
+    let Plan::Patch { patch, .. } = plan_lock(&read, "alice", Some("4h"), false) else {
+        anyhow::bail!("a free cluster must be lockable");
+    };
+    ensure!(
+        session.patch(&cluster, &patch).await?.is_none(),
+        "the stale patch was applied"
+    );
+    assert_eq!(
+        owner_of(&clusters, &cluster).await?,
+        (Some("bob".into()), None)
+    );
+
+    // What the plugin does next: read again, and refuse.
+    let again = session.get(&cluster).await?;
+    ensure!(
+        matches!(
+            plan_lock(&again, "alice", Some("4h"), false),
+            Plan::Refused(_)
+        ),
+        "bob's lock would be taken"
+    );
+    Ok(())
+}
