@@ -22,10 +22,11 @@ use hearth_api::names::{
 };
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::process::{eventually, http_get, is_alive};
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
 use hearth_e2e::resources::apply;
-use hearth_e2e::{ControlPlane, Isolated, TargetFleet};
+use hearth_e2e::{Answer, ControlPlane, HostileTarget, Isolated, TargetFleet};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -254,6 +255,61 @@ impl World {
         )
         .await
         .with_context(|| self.describe(cluster))
+    }
+
+    /// Onboards `cluster` with a kubeconfig for `target` holding the planted token.
+    async fn onboard_hostile(&self, cluster: &str, target: &HostileTarget) -> Result<()> {
+        let kubeconfig = kubeconfig_yaml(
+            "hostile",
+            &target.url(),
+            target.ca_pem(),
+            "u",
+            &Credentials::Token(PLANTED.to_owned()),
+        );
+        self.put_secret(
+            &format!("kubeconfig-{cluster}"),
+            "kubeconfig",
+            kubeconfig.into_bytes(),
+        )
+        .await
+    }
+
+    /// Waits for `GPUDiscovered=False` with `reason` and a message holding `words`;
+    /// returns the message.
+    async fn wait_discovery_failed(&self, name: &str, reason: &str, words: &str) -> Result<String> {
+        let c = self
+            .wait_cluster(
+                name,
+                &format!("GPUDiscovered {reason}: …{words}…"),
+                |c| {
+                    let g =
+                        condition(c, condition_types::GPU_DISCOVERED).ok_or("no GPUDiscovered")?;
+                    (g.status == "False" && g.reason == reason && g.message.contains(words))
+                        .then_some(())
+                        .ok_or_else(|| format!("{}: {}", g.reason, g.message))
+                },
+            )
+            .await?;
+        Ok(condition(&c, condition_types::GPU_DISCOVERED)
+            .map(|g| g.message)
+            .unwrap_or_default())
+    }
+
+    /// The pid of `controller` of this world, from the plane's pid file.
+    fn pid_of(&self, controller: Controller) -> Result<u32> {
+        let pids: Pids = serde_json::from_slice(
+            &std::fs::read(self.plane.state_dir().join(PIDS_FILE)).context("reading pids")?,
+        )?;
+        let running = self
+            .controllers
+            .iter()
+            .find(|c| c.controller == controller)
+            .context("controller not started")?;
+        pids.processes
+            .iter()
+            .find(|p| p.name == running.name())
+            .map(|p| p.pid)
+            .with_context(|| format!("{} missing from {PIDS_FILE}", running.name()))
     }
 
     /// Every controller of this world still runs (same pid as its start, alive) and
@@ -967,5 +1023,149 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
     ensure!(w.flavors.get_opt(&foreign).await?.is_some());
     w.assert_healthy(&healthy).await?;
     w.assert_alive().await?;
+    Ok(())
+}
+
+/// Peak resident memory of a process so far (`VmHWM`), in MiB.
+fn peak_rss_mib(pid: u32) -> Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmHWM")?;
+    Ok(kib / 1024)
+}
+
+/// `{"items":[{},{},…]}` of about `bytes` bytes: the cheapest bytes on the wire for the
+/// most items.
+fn generated_empty_items(bytes: usize) -> Vec<u8> {
+    let mut body = b"{\"kind\":\"NodeList\",\"apiVersion\":\"v1\",\"items\":[{}".to_vec();
+    while body.len() + 3 < bytes {
+        body.extend_from_slice(b",{}");
+    }
+    body.extend_from_slice(b"]}");
+    body
+}
+
+/// The chart's memory limit of hearth-discovery (`charts/hearth/values.yaml`).
+const CHART_MEMORY_LIMIT_MIB: u64 = 128;
+
+/// Issue 15, finding 1: node lists that once took discovery past its memory limit (1 MiB
+/// and 60 MiB of `{}` items, 60 MiB of junk) each cost only their own probe, which fails
+/// with a reason; discovery stays up, under the chart's limit, and keeps probing the
+/// healthy cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_node_list_costs_only_its_own_probe() -> Result<()> {
+    let mut w = World::new("hostile_pages").await?;
+    w.start(&[Controller::Discovery, Controller::KueueSync])
+        .await?;
+    let healthy = w.iso.cluster("healthy");
+    w.onboard_healthy(&healthy).await?;
+    w.assert_healthy(&healthy).await?;
+
+    let nodes_answer = |body: Vec<u8>| {
+        let nodes = Answer::json(200, body);
+        move |asked: &hearth_e2e::Asked| {
+            if asked.path.starts_with("/version") {
+                Answer::version()
+            } else {
+                nodes.clone()
+            }
+        }
+    };
+    let cases = [
+        (
+            "empties1m",
+            HostileTarget::start(nodes_answer(generated_empty_items(1024 * 1024))).await?,
+            "refused: it holds more than the 100 nodes asked for",
+        ),
+        (
+            "empties60m",
+            HostileTarget::start(nodes_answer(generated_empty_items(60 * 1024 * 1024))).await?,
+            "larger than 4 MiB",
+        ),
+        (
+            "junk60m",
+            HostileTarget::start(nodes_answer(garbage(60 * 1024 * 1024, 0x6a75_6e6b))).await?,
+            "larger than 4 MiB",
+        ),
+    ];
+    for (base, target, _) in &cases {
+        w.onboard_hostile(&w.iso.cluster(base), target).await?;
+    }
+    for (base, target, words) in &cases {
+        let message = w
+            .wait_discovery_failed(&w.iso.cluster(base), "DiscoveryFailed", words)
+            .await?;
+        println!("{base}: {message}");
+        ensure!(target.requests() > 0, "{base} was never asked");
+    }
+    // Probes of the hostile targets go on (every 5 s); the healthy one is still probed.
+    let before = w.clusters.get(&healthy).await?;
+    let last = |c: &FournosCluster| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.hardware.as_ref())
+            .and_then(|h| h.last_discovery.clone())
+    };
+    let seen = last(&before);
+    w.wait_cluster(&healthy, "probed again", |c| {
+        (last(c) != seen)
+            .then_some(())
+            .ok_or_else(|| "not yet".into())
+    })
+    .await?;
+    w.assert_alive().await?;
+    w.assert_healthy(&healthy).await?;
+    let peak = peak_rss_mib(w.pid_of(Controller::Discovery)?)?;
+    println!("hearth-discovery peak RSS: {peak} MiB");
+    ensure!(
+        peak < CHART_MEMORY_LIMIT_MIB,
+        "discovery peaked at {peak} MiB, over the chart's {CHART_MEMORY_LIMIT_MIB} Mi limit"
+    );
+    w.assert_nothing_leaked().await?;
+    Ok(())
+}
+
+/// Measurement, not a check (`--ignored`): discovery's peak RSS while it probes one
+/// hostile target answering `HEARTH_E2E_HOSTILE_BODY` (`empties1m`, `empties60m` or
+/// `junk60m`) to every node list, after the target has been asked 3 times. Runs
+/// whatever `hearth-discovery` binary sits next to the test binary, so it measures an
+/// older build as well (see `bench-results/*/HOSTILE-MEMORY.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run by hand"]
+async fn measure_discovery_memory_against_a_hostile_target() -> Result<()> {
+    let which = std::env::var("HEARTH_E2E_HOSTILE_BODY").unwrap_or_else(|_| "empties1m".into());
+    let body = match which.as_str() {
+        "empties1m" => generated_empty_items(1024 * 1024),
+        "empties60m" => generated_empty_items(60 * 1024 * 1024),
+        "junk60m" => garbage(60 * 1024 * 1024, 0x6a75_6e6b),
+        other => bail!("unknown HEARTH_E2E_HOSTILE_BODY {other}"),
+    };
+    let mut w = World::new("hostile_measure").await?;
+    w.start(&[Controller::Discovery]).await?;
+    let pid = w.pid_of(Controller::Discovery)?;
+    let idle = peak_rss_mib(pid)?;
+    let nodes = Answer::json(200, body);
+    let target = HostileTarget::start(move |asked| {
+        if asked.path.starts_with("/version") {
+            Answer::version()
+        } else {
+            nodes.clone()
+        }
+    })
+    .await?;
+    w.onboard_hostile(&w.iso.cluster(&which), &target).await?;
+    // Node lists asked for; `/version` is the other request of each probe.
+    let asked = eventually("3 probes of the hostile target", DEADLINE, || async {
+        Ok((target.requests() >= 6 || !is_alive(pid)).then(|| target.requests()))
+    })
+    .await?;
+    let alive = is_alive(pid);
+    let peak = if alive { peak_rss_mib(pid)? } else { 0 };
+    println!(
+        "{which}: idle peak {idle} MiB; after {asked} requests: peak {peak} MiB; alive: {alive}"
+    );
     Ok(())
 }

@@ -36,8 +36,8 @@ use std::collections::BTreeMap;
 
 use hearth_api::GpuInfo;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::node_page::NodeView;
 use crate::short_name::short_name;
 
 pub const NVIDIA: &str = "NVIDIA";
@@ -91,10 +91,12 @@ impl GpuCount {
     }
 }
 
-/// Counts the GPUs of `nodes` (one page or all pages of a node list).
+/// Counts the GPUs of full `nodes` (tests, fuzzing; probes decode [`NodeView`]s).
 pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
     let mut tally = GpuTally::default();
-    tally.add_all(nodes);
+    for node in nodes {
+        tally.add(&NodeView::from(node));
+    }
     tally.finish()
 }
 
@@ -109,8 +111,8 @@ pub struct GpuTally {
 }
 
 impl GpuTally {
-    pub fn add(&mut self, node: &Node) {
-        let gpus: Vec<NodeGpus> = node_gpus(node)
+    pub fn add(&mut self, node: &NodeView) {
+        let gpus: Vec<NodeGpus> = view_gpus(node)
             .into_iter()
             .filter(|g| g.count > 0)
             .collect();
@@ -129,7 +131,7 @@ impl GpuTally {
         }
     }
 
-    pub fn add_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a Node>) {
+    pub fn add_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a NodeView>) {
         for node in nodes {
             self.add(node);
         }
@@ -176,30 +178,18 @@ pub fn gpu_summary(gpus: &[GpuInfo]) -> String {
 
 /// Whether a node's GPUs can be used: schedulable (not cordoned) and `Ready=True`. A
 /// node without conditions has never reported and is not Ready.
-pub fn counts_toward_quota(node: &Node) -> bool {
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    !cordoned && ready
+pub fn counts_toward_quota(node: &NodeView) -> bool {
+    !node.unschedulable && node.ready
+}
+
+/// The physical GPUs a full node holds (tests, fuzzing); see [`view_gpus`].
+pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
+    view_gpus(&NodeView::from(node))
 }
 
 /// The physical GPUs a node holds, per vendor and model, whether or not it counts.
-pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
-    let empty_labels = BTreeMap::new();
-    let labels = node.metadata.labels.as_ref().unwrap_or(&empty_labels);
-    let empty_resources = BTreeMap::new();
-    let allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .unwrap_or(&empty_resources);
+pub fn view_gpus(node: &NodeView) -> Vec<NodeGpus> {
+    let (labels, allocatable) = (&node.labels, &node.allocatable);
     let mut out: Vec<NodeGpus> = nvidia_gpus(labels, allocatable).into_iter().collect();
     out.extend(amd_gpus(labels, allocatable));
     out
@@ -207,15 +197,13 @@ pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
 
 fn nvidia_gpus(
     labels: &BTreeMap<String, String>,
-    allocatable: &BTreeMap<String, Quantity>,
+    allocatable: &BTreeMap<String, String>,
 ) -> Option<NodeGpus> {
     let gpu = resource_count(allocatable, NVIDIA_GPU);
     let shared = resource_count(allocatable, NVIDIA_GPU_SHARED);
     let mig: Vec<(&str, i64)> = allocatable
         .iter()
-        .filter_map(|(name, q)| {
-            Some((name.strip_prefix(NVIDIA_MIG_PREFIX)?, parse_quantity(&q.0)?))
-        })
+        .filter_map(|(name, q)| Some((name.strip_prefix(NVIDIA_MIG_PREFIX)?, parse_quantity(q)?)))
         .filter(|(_, n)| *n > 0)
         .collect();
     if gpu == 0 && shared == 0 && mig.is_empty() {
@@ -373,7 +361,7 @@ fn mixed_mig_gpus(labels: &BTreeMap<String, String>, mig: &[(&str, i64)]) -> i64
 
 fn amd_gpus(
     labels: &BTreeMap<String, String>,
-    allocatable: &BTreeMap<String, Quantity>,
+    allocatable: &BTreeMap<String, String>,
 ) -> Vec<NodeGpus> {
     let advertised = resource_count(allocatable, AMD_GPU);
     if advertised == 0 {
@@ -412,10 +400,10 @@ fn amd_gpus(
     }]
 }
 
-fn resource_count(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
+fn resource_count(resources: &BTreeMap<String, String>, name: &str) -> i64 {
     resources
         .get(name)
-        .and_then(|q| parse_quantity(&q.0))
+        .and_then(|q| parse_quantity(q))
         .unwrap_or(0)
 }
 

@@ -16,6 +16,7 @@ pub mod error;
 pub mod gpus;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod node_page;
 pub mod onboarding;
 pub mod probe;
 pub mod schedule;

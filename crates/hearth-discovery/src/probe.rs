@@ -7,26 +7,38 @@
 //! the kubeconfig's token and key removed in case a hostile or confused server echoes
 //! them.
 
+use std::collections::VecDeque;
+use std::io::Read;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use bytes::{Buf as _, Bytes};
+use http_body_util::BodyExt as _;
+use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
 use tokio::time::{Instant, timeout_at};
 
 use crate::gpus::{GpuCount, GpuTally};
 use crate::kubeconfig::{Auth, KubeconfigError, ValidatedKubeconfig, client_config};
+use crate::node_page::{PageError, decode_page};
 use crate::status::{NodeListing, ProbeOutcome};
 
 /// Nodes per page of the node list.
-pub const PAGE_SIZE: u32 = 500;
-/// Pages listed at most (`PAGE_SIZE × MAX_PAGES` nodes), so a target cannot keep a
-/// probe paging forever.
+pub const PAGE_SIZE: u32 = 100;
+/// Pages listed at most (`PAGE_SIZE × MAX_PAGES` = 20,000 nodes, four times the
+/// largest cluster Kubernetes supports), so a target cannot keep a probe paging forever.
 pub const MAX_PAGES: u32 = 200;
 /// Longest text taken from a target into a message.
 const MAX_SERVER_TEXT: usize = 300;
-/// Largest answer read from a target: a page of [`PAGE_SIZE`] nodes is a few MiB.
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+/// Largest answer read from a target: one page of [`PAGE_SIZE`] nodes. A real Node is
+/// 5–20 KiB of JSON (GPU Feature Discovery's ~60 labels, up to 50 image entries,
+/// OpenShift's annotations), so 100 of them take 0.5–2 MiB; 4 MiB leaves 40 KiB per
+/// node. A page is held at most once per running probe while it is decoded, so
+/// `HEARTH_DISCOVERY_CONCURRENCY` (8) × 4 MiB bounds what targets can make discovery
+/// hold, well inside the chart's 128 Mi limit.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes read of an error answer: enough for a Kubernetes `Status`, whose message is
+/// all Hearth quotes.
+const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// How a probe runs.
 #[derive(Debug, Clone, Copy)]
@@ -121,7 +133,7 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
 
 /// A client for a target, from a configuration made by
 /// [`client_config`](crate::kubeconfig::client_config): TLS and credentials from the
-/// configuration, a connect timeout, answers capped at [`MAX_RESPONSE_BYTES`]. Unlike
+/// configuration, a connect timeout, answers capped at [`MAX_PAGE_BYTES`]. Unlike
 /// `kube::Client::try_from`, no HTTP trace layer: a target that is down is an outcome
 /// reported in status, not an error line per request in the controller's log.
 pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
@@ -139,7 +151,7 @@ pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error>
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .map_response(|response: http::Response<_>| {
-            response.map(|body| http_body_util::Limited::new(body, MAX_RESPONSE_BYTES))
+            response.map(|body| http_body_util::Limited::new(body, MAX_PAGE_BYTES))
         })
         .map_err(tower::BoxError::from)
         .service(client);
@@ -157,32 +169,47 @@ async fn count_nodes(
     client: &kube::Client,
     settings: ProbeSettings,
 ) -> Result<GpuCount, NodeFailure> {
-    let api: Api<Node> = Api::all(client.clone());
+    let nodes = kube::core::Request::new("/api/v1/nodes");
     let mut tally = GpuTally::default();
     let mut continue_token: Option<String> = None;
     for page in 0..settings.max_pages {
+        let number = page + 1;
         let mut params = ListParams::default().limit(settings.page_size);
         if let Some(token) = &continue_token {
             params = params.continue_token(token);
         }
-        let list = api.list(&params).await.map_err(|error| match Failure::of(&error) {
-            Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
-            Failure::Http { code: 403, message } => NodeFailure::Forbidden(message),
-            Failure::Http { code: 410, .. } => NodeFailure::Failed(
-                "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
-                    .into(),
-            ),
-            Failure::Http { code, message } => {
-                NodeFailure::Failed(format!("HTTP {code} on page {}: {message}", page + 1))
-            }
-            Failure::Transport(detail) => NodeFailure::Failed(format!("{detail} (page {})", page + 1)),
-            Failure::Decode => NodeFailure::Failed(format!(
-                "page {} of the node list is not a list of Nodes",
-                page + 1
-            )),
+        let request = nodes.list(&params).map_err(|_| {
+            NodeFailure::Failed("the target's continue token cannot be sent back".into())
         })?;
-        tally.add_all(&list.items);
-        match list.metadata.continue_.filter(|t| !t.is_empty()) {
+        let body = get(client, request, MAX_PAGE_BYTES)
+            .await
+            .map_err(|failure| match failure {
+                Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
+                Failure::Http { code: 403, message } => NodeFailure::Forbidden(message),
+                Failure::Http { code: 410, .. } => NodeFailure::Failed(
+                    "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
+                        .into(),
+                ),
+                Failure::Http { code, message } => {
+                    NodeFailure::Failed(format!("HTTP {code} on page {number}: {message}"))
+                }
+                Failure::Transport(detail) => {
+                    NodeFailure::Failed(format!("{detail} (page {number})"))
+                }
+                Failure::Decode => NodeFailure::Failed(format!(
+                    "page {number} of the node list is not a list of Nodes"
+                )),
+            })?;
+        let list = decode_page(body, settings.page_size).map_err(|e| {
+            NodeFailure::Failed(match e {
+                PageError::NotANodeList => {
+                    format!("page {number} of the node list is not a list of Nodes")
+                }
+                refused => format!("page {number} of the node list is refused: {refused}"),
+            })
+        })?;
+        tally.add_all(&list.nodes);
+        match list.continue_token {
             Some(token) => continue_token = Some(token),
             None => return Ok(tally.finish()),
         }
@@ -193,6 +220,101 @@ async fn count_nodes(
         settings.max_pages,
         settings.page_size
     )))
+}
+
+/// The body of a successful `GET`, at most `cap` bytes, as a reader over the chunks as
+/// they arrived (never copied into one buffer). An error answer becomes
+/// [`Failure::Http`] with the message of its `Status`, read no further than
+/// [`MAX_ERROR_BYTES`]. The request goes out through `Client::send` alone: kube's
+/// decoding helpers log a body they cannot parse, and a target's body is its own words.
+async fn get(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    cap: usize,
+) -> Result<Chunks, Failure> {
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .map_err(|e| Failure::Transport(describe_transport(&e)))?;
+    let code = response.status();
+    let body = response.into_body();
+    if code.is_success() {
+        return match read_capped(body, cap).await {
+            Ok((chunks, false)) => Ok(chunks),
+            Ok((_, true)) => Err(Failure::Transport(format!(
+                "the server's answer is larger than {} MiB",
+                cap / (1024 * 1024)
+            ))),
+            Err(e) => Err(Failure::Transport(describe_transport(&e))),
+        };
+    }
+    // Whatever the error body holds, the code alone is a usable answer.
+    let message = match read_capped(body, MAX_ERROR_BYTES).await {
+        Ok((chunks, _)) => error_message(chunks),
+        Err(_) => String::new(),
+    };
+    Err(Failure::Http {
+        code: code.as_u16(),
+        message,
+    })
+}
+
+/// Reads `body` until it ends or passes `cap`; `true` when it was cut there.
+async fn read_capped(
+    mut body: kube::client::Body,
+    cap: usize,
+) -> Result<(Chunks, bool), kube::Error> {
+    let mut chunks = Chunks::default();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        chunks.len += data.len();
+        chunks.parts.push_back(data);
+        if chunks.len > cap {
+            return Ok((chunks, true));
+        }
+    }
+    Ok((chunks, false))
+}
+
+/// The `message` of a Kubernetes `Status`, bounded; empty when the body is none.
+fn error_message(mut body: Chunks) -> String {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        message: Option<String>,
+    }
+    let mut text = Vec::with_capacity(body.len.min(MAX_ERROR_BYTES));
+    if body.read_to_end(&mut text).is_err() {
+        return String::new();
+    }
+    serde_json::from_slice::<Status>(&text)
+        .ok()
+        .and_then(|s| s.message)
+        .map(|m| bounded(&m))
+        .unwrap_or_default()
+}
+
+/// A body as the chunks it arrived in.
+#[derive(Default)]
+struct Chunks {
+    parts: VecDeque<Bytes>,
+    len: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.parts.front_mut() {
+            if front.is_empty() {
+                self.parts.pop_front();
+                continue;
+            }
+            let n = front.len().min(buf.len());
+            front.copy_to_slice(&mut buf[..n]);
+            return Ok(n);
+        }
+        Ok(0)
+    }
 }
 
 /// A failed request, in words chosen here.
@@ -228,7 +350,7 @@ pub fn describe_transport(error: &(dyn std::error::Error + 'static)) -> String {
         if e.is::<http_body_util::LengthLimitError>() {
             return format!(
                 "the server's answer is larger than {} MiB",
-                MAX_RESPONSE_BYTES / (1024 * 1024)
+                MAX_PAGE_BYTES / (1024 * 1024)
             );
         }
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::node_page::NodeView;
 use crate::test_support::node;
 use pretty_assertions::assert_eq;
 
@@ -459,7 +460,8 @@ fn counting_page_by_page_equals_counting_at_once() {
     ];
     let at_once = count_gpus(&nodes);
     let mut tally = GpuTally::default();
-    for page in nodes.chunks(2) {
+    let views: Vec<NodeView> = nodes.iter().map(NodeView::from).collect();
+    for page in views.chunks(2) {
         tally.add_all(page);
     }
     assert_eq!(tally.finish(), at_once);
