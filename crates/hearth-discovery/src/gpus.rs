@@ -138,8 +138,25 @@ impl GpuTally {
     }
 
     pub fn finish(self) -> GpuCount {
-        let mut gpus: Vec<GpuInfo> = self
-            .per_model
+        self.finish_refusing(|_| false)
+    }
+
+    /// [`finish`](Self::finish), with the GPUs of every model `refuse` rejects (a
+    /// product label echoing a credential) counted as their vendor's unnamed GPUs, as
+    /// if the label were absent.
+    pub fn finish_refusing(self, refuse: impl Fn(&str) -> bool) -> GpuCount {
+        let mut per_model: BTreeMap<(&'static str, String), (i64, i32)> = BTreeMap::new();
+        for ((vendor, model), (gpus, nodes)) in self.per_model {
+            let model = if refuse(&model) {
+                vendor.to_owned()
+            } else {
+                model
+            };
+            let entry = per_model.entry((vendor, model)).or_default();
+            entry.0 = entry.0.saturating_add(gpus);
+            entry.1 = entry.1.saturating_add(nodes);
+        }
+        let mut gpus: Vec<GpuInfo> = per_model
             .into_iter()
             .map(|((vendor, model), (gpus, nodes))| GpuInfo {
                 vendor: vendor.to_owned(),

@@ -17,7 +17,7 @@ use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
 use tokio::time::{Instant, timeout_at};
 
-use crate::gpus::{GpuCount, GpuTally};
+use crate::gpus::GpuTally;
 use crate::kubeconfig::{Auth, KubeconfigError, ValidatedKubeconfig, client_config};
 use crate::node_page::{PageError, decode_page};
 use crate::status::{NodeListing, ProbeOutcome};
@@ -60,9 +60,20 @@ impl ProbeSettings {
 }
 
 /// Probes the target of `kubeconfig`. Never fails: every failure is an outcome.
+/// Every string in the outcome that came from the target (its version, the message
+/// of an error, GPU model names) has passed the kubeconfig's [`Redactor`].
 pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) -> ProbeOutcome {
-    let deadline = Instant::now() + settings.timeout;
     let redactor = Redactor::new(kubeconfig);
+    let outcome = probe_unredacted(kubeconfig, settings, &redactor).await;
+    redactor.outcome(outcome)
+}
+
+async fn probe_unredacted(
+    kubeconfig: &ValidatedKubeconfig,
+    settings: ProbeSettings,
+    redactor: &Redactor,
+) -> ProbeOutcome {
+    let deadline = Instant::now() + settings.timeout;
     // Built per probe from the validated fields alone (see kubeconfig::client_config);
     // it may fail only on TLS material the TLS stack refuses.
     let client = match target_client(&client_config(kubeconfig, settings.timeout)) {
@@ -71,14 +82,14 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
     };
     let seconds = settings.timeout.as_secs();
 
-    let server_version = match timeout_at(deadline, client.apiserver_version()).await {
+    let server_version = match timeout_at(deadline, server_version(&client)).await {
         Err(_) => {
             return ProbeOutcome::Unreachable {
                 detail: format!("no answer within {seconds}s"),
             };
         }
-        Ok(Ok(info)) => Some(redactor.clean(&info.git_version)).filter(|v| !v.is_empty()),
-        Ok(Err(error)) => match Failure::of(&error) {
+        Ok(Ok(version)) => version,
+        Ok(Err(failure)) => match failure {
             Failure::Http { code: 401, .. } => {
                 return ProbeOutcome::Unauthorized {
                     detail: String::new(),
@@ -86,10 +97,12 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
             }
             // Authenticated, merely not allowed to read the version: go on.
             Failure::Http { code: 403, .. } => None,
-            Failure::Http { code, .. } => {
+            Failure::Http { code, message } => {
                 return ProbeOutcome::Unreachable {
                     detail: format!(
-                        "the server answered HTTP {code} to GET /version; is the server URL a Kubernetes API server?"
+                        "the server answered HTTP {code} ({}) to GET /version{}; is the server URL a Kubernetes API server?",
+                        status_class(code),
+                        quoted(&message)
                     ),
                 };
             }
@@ -112,18 +125,16 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
         Ok(result) => result,
     };
     let nodes = match nodes {
-        Ok(count) => NodeListing::Counted(count),
+        Ok(tally) => {
+            NodeListing::Counted(tally.finish_refusing(|model| redactor.holds_secret(model)))
+        }
         Err(NodeFailure::Unauthorized) => {
             return ProbeOutcome::Unauthorized {
                 detail: String::new(),
             };
         }
-        Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden {
-            detail: redactor.clean(&message),
-        },
-        Err(NodeFailure::Failed(detail)) => NodeListing::Failed {
-            detail: redactor.clean(&detail),
-        },
+        Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden { detail: message },
+        Err(NodeFailure::Failed(detail)) => NodeListing::Failed { detail },
     };
     ProbeOutcome::Reached {
         server_version,
@@ -131,9 +142,25 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
     }
 }
 
+/// `gitVersion` of `GET /version`, or `None` when the server states none.
+async fn server_version(client: &kube::Client) -> Result<Option<String>, Failure> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        #[serde(rename = "gitVersion")]
+        git_version: Option<String>,
+    }
+    let request = http::Request::get("/version")
+        .body(Vec::new())
+        .map_err(|_| Failure::Decode)?;
+    let body = get(client, request, MAX_ERROR_BYTES).await?;
+    let info: Info = serde_json::from_reader(body).map_err(|_| Failure::Decode)?;
+    Ok(info.git_version.filter(|v| !v.trim().is_empty()))
+}
+
 /// A client for a target, from a configuration made by
 /// [`client_config`](crate::kubeconfig::client_config): TLS and credentials from the
-/// configuration, a connect timeout, answers capped at [`MAX_PAGE_BYTES`]. Unlike
+/// configuration, its connect, read and write timeouts, answers capped at
+/// [`MAX_PAGE_BYTES`]. Unlike
 /// `kube::Client::try_from`, no HTTP trace layer: a target that is down is an outcome
 /// reported in status, not an error line per request in the controller's log.
 pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
@@ -145,8 +172,15 @@ pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error>
     http.set_connect_timeout(config.connect_timeout);
     http.set_nodelay(true);
     let https = config.rustls_https_connector_with_connector(http)?;
+    // Each read and write on the connection is bounded too, so a target that trickles
+    // bytes is cut per read even before the probe's overall deadline.
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(https);
+        .build(timed);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
@@ -168,7 +202,7 @@ enum NodeFailure {
 async fn count_nodes(
     client: &kube::Client,
     settings: ProbeSettings,
-) -> Result<GpuCount, NodeFailure> {
+) -> Result<GpuTally, NodeFailure> {
     let nodes = kube::core::Request::new("/api/v1/nodes");
     let mut tally = GpuTally::default();
     let mut continue_token: Option<String> = None;
@@ -190,9 +224,11 @@ async fn count_nodes(
                     "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
                         .into(),
                 ),
-                Failure::Http { code, message } => {
-                    NodeFailure::Failed(format!("HTTP {code} on page {number}: {message}"))
-                }
+                Failure::Http { code, message } => NodeFailure::Failed(format!(
+                    "HTTP {code} ({}) on page {number}{}",
+                    status_class(code),
+                    quoted(&message)
+                )),
                 Failure::Transport(detail) => {
                     NodeFailure::Failed(format!("{detail} (page {number})"))
                 }
@@ -211,7 +247,7 @@ async fn count_nodes(
         tally.add_all(&list.nodes);
         match list.continue_token {
             Some(token) => continue_token = Some(token),
-            None => return Ok(tally.finish()),
+            None => return Ok(tally),
         }
     }
     Err(NodeFailure::Failed(format!(
@@ -278,7 +314,8 @@ async fn read_capped(
     Ok((chunks, false))
 }
 
-/// The `message` of a Kubernetes `Status`, bounded; empty when the body is none.
+/// The `message` of a Kubernetes `Status`, or else the start of the body as text;
+/// bounded and one line (the caller's [`Redactor`] removes secrets).
 fn error_message(mut body: Chunks) -> String {
     #[derive(serde::Deserialize)]
     struct Status {
@@ -288,11 +325,36 @@ fn error_message(mut body: Chunks) -> String {
     if body.read_to_end(&mut text).is_err() {
         return String::new();
     }
-    serde_json::from_slice::<Status>(&text)
-        .ok()
-        .and_then(|s| s.message)
-        .map(|m| bounded(&m))
-        .unwrap_or_default()
+    match serde_json::from_slice::<Status>(&text) {
+        Ok(Status {
+            message: Some(message),
+        }) => bounded(&message),
+        _ => bounded(&String::from_utf8_lossy(&text)),
+    }
+}
+
+/// What kind of failure an HTTP status code is, in words.
+fn status_class(code: u16) -> &'static str {
+    match code {
+        400 => "bad request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not found",
+        410 => "expired",
+        429 => "too many requests",
+        c if (400..500).contains(&c) => "client error",
+        c if (500..600).contains(&c) => "server error",
+        _ => "not a success",
+    }
+}
+
+/// `: "<text>"` for a non-empty excerpt, nothing otherwise.
+fn quoted(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": \"{text}\"")
+    }
 }
 
 /// A body as the chunks it arrived in.
@@ -326,19 +388,6 @@ pub enum Failure {
     Transport(String),
     /// An answer that is not what a Kubernetes API server sends.
     Decode,
-}
-
-impl Failure {
-    pub fn of(error: &kube::Error) -> Self {
-        match error {
-            kube::Error::Api(status) => Self::Http {
-                code: status.code,
-                message: bounded(&status.message),
-            },
-            kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => Self::Decode,
-            other => Self::Transport(describe_transport(other)),
-        }
-    }
 }
 
 /// A transport failure in words a person can act on. Only kinds of failure are named,
@@ -446,6 +495,41 @@ impl Redactor {
         Self { secrets }
     }
 
+    /// Whether `text` holds one of the secrets.
+    pub fn holds_secret(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(s.as_str()))
+    }
+
+    /// `outcome` with every detail and the server version cleaned. GPU models are
+    /// checked when counted ([`GpuTally::finish_refusing`]).
+    pub fn outcome(&self, outcome: ProbeOutcome) -> ProbeOutcome {
+        let clean = |detail: String| self.clean(&detail);
+        match outcome {
+            ProbeOutcome::Unauthorized { detail } => ProbeOutcome::Unauthorized {
+                detail: clean(detail),
+            },
+            ProbeOutcome::Unreachable { detail } => ProbeOutcome::Unreachable {
+                detail: clean(detail),
+            },
+            ProbeOutcome::Reached {
+                server_version,
+                nodes,
+            } => ProbeOutcome::Reached {
+                server_version: server_version.map(clean).filter(|v| !v.is_empty()),
+                nodes: match nodes {
+                    NodeListing::Forbidden { detail } => NodeListing::Forbidden {
+                        detail: clean(detail),
+                    },
+                    NodeListing::Failed { detail } => NodeListing::Failed {
+                        detail: clean(detail),
+                    },
+                    counted @ NodeListing::Counted(_) => counted,
+                },
+            },
+            other => other,
+        }
+    }
+
     /// `text` bounded, one line, printable, without any of the secrets.
     pub fn clean(&self, text: &str) -> String {
         let mut out = text.to_owned();
@@ -551,26 +635,79 @@ mod tests {
         );
     }
 
-    #[test]
-    fn api_errors_keep_the_code_and_a_bounded_message() {
-        let status = kube::core::Status::failure(&"x\n".repeat(400), "Forbidden").with_code(403);
-        let Failure::Http { code, message } = Failure::of(&kube::Error::Api(status.boxed())) else {
-            panic!("not http")
-        };
-        assert_eq!(code, 403);
-        assert!(!message.contains('\n'));
-        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+    fn chunks(parts: &[&[u8]]) -> Chunks {
+        Chunks {
+            parts: parts.iter().map(|p| Bytes::copy_from_slice(p)).collect(),
+            len: parts.iter().map(|p| p.len()).sum(),
+        }
     }
 
     #[test]
-    fn tokens_echoed_by_a_server_are_removed() {
+    fn error_bodies_become_a_bounded_one_line_excerpt() {
+        let status = json!({ "kind": "Status", "code": 403, "message": "x\n".repeat(400) });
+        let text = status.to_string();
+        let (head, tail) = text.as_bytes().split_at(10);
+        let message = error_message(chunks(&[head, tail]));
+        assert!(message.starts_with("x x"), "{message}");
+        assert!(!message.contains('\n'));
+        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+        // Not a Status: the start of the text, whatever it is.
+        let html = format!("<html>\n{}</html>", "y".repeat(10_000));
+        let message = error_message(chunks(&[html.as_bytes()]));
+        assert!(message.starts_with("<html> yyy"), "{message}");
+        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+        assert_eq!(error_message(chunks(&[b"\xff\xfe"])), "\u{fffd}\u{fffd}");
+        assert_eq!(error_message(chunks(&[])), "");
+        assert_eq!(quoted(""), "");
+        assert_eq!(status_class(503), "server error");
+        assert_eq!(status_class(418), "client error");
+    }
+
+    fn token_redactor() -> Redactor {
         let kc = validate(
             kubeconfig(https_cluster(), token_user())
                 .to_string()
                 .as_bytes(),
         )
         .unwrap();
-        let r = Redactor::new(&kc);
+        Redactor::new(&kc)
+    }
+
+    #[test]
+    fn every_target_string_in_an_outcome_is_redacted() {
+        let r = token_redactor();
+        let echo = format!("Authorization: Bearer {TOKEN}");
+        let outcomes = [
+            ProbeOutcome::Unreachable {
+                detail: echo.clone(),
+            },
+            ProbeOutcome::Unauthorized {
+                detail: echo.clone(),
+            },
+            ProbeOutcome::Reached {
+                server_version: Some(TOKEN.to_owned()),
+                nodes: NodeListing::Forbidden {
+                    detail: echo.clone(),
+                },
+            },
+            ProbeOutcome::Reached {
+                server_version: None,
+                nodes: NodeListing::Failed {
+                    detail: echo.clone(),
+                },
+            },
+        ];
+        for outcome in outcomes {
+            let cleaned = format!("{:?}", r.outcome(outcome));
+            assert!(!cleaned.contains(TOKEN), "{cleaned}");
+        }
+        assert!(r.holds_secret(&format!("GPU-{TOKEN}")));
+        assert!(!r.holds_secret("NVIDIA-A100-SXM4-80GB"));
+    }
+
+    #[test]
+    fn tokens_echoed_by_a_server_are_removed() {
+        let r = token_redactor();
         let echoed = format!("nodes is forbidden: bearer {TOKEN} may not");
         assert_eq!(
             r.clean(&echoed),
