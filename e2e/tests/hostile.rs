@@ -31,7 +31,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// How long any one expected change may take.
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -932,22 +932,44 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
     w.onboard_healthy(&healthy).await?;
     w.assert_healthy(&healthy).await?;
 
-    // A bad ttl never gets in: the CRD refuses it.
-    for ttl in ["forever", "5x", "-1h", "1.5h", ""] {
+    // Bad durations and owners never get in: the CRD refuses them, naming the field.
+    let bad_specs: Vec<(&str, Value)> = [
+        "forever",
+        "5x",
+        "-1h",
+        "1.5h",
+        "",
+        "0m",
+        "00h",
+        "99999999999999999999m",
+    ]
+    .iter()
+    .flat_map(|d| [("ttl", json!(d)), ("gpuDiscoveryInterval", json!(d))])
+    .chain([
+        ("owner", json!("o".repeat(300 * 1024))),
+        ("owner", json!("alice\nINFO lock granted to mallory")),
+        ("owner", json!("alice\u{0}")),
+        ("owner", json!("alice\u{202e}ecila")),
+    ])
+    .collect();
+    for (field, value) in &bad_specs {
+        let mut spec = json!({ "kubeconfigSecret": "kubeconfig-nothing" });
+        spec[field] = value.clone();
         let fc = json!({
             "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-            "metadata": { "name": w.iso.cluster("badttl"), "namespace": w.iso.namespace },
-            "spec": { "kubeconfigSecret": "kubeconfig-nothing", "ttl": ttl },
+            "metadata": { "name": w.iso.cluster("badspec"), "namespace": w.iso.namespace },
+            "spec": spec,
         });
+        let shown: String = value.to_string().chars().take(40).collect();
         match w
             .clusters
             .create(&PostParams::default(), &serde_json::from_value(fc)?)
             .await
         {
             Err(kube::Error::Api(e)) if e.code == 422 => {
-                ensure!(e.message.contains("ttl"), "{}", e.message);
+                ensure!(e.message.contains(field), "{field} {shown}: {}", e.message);
             }
-            other => bail!("ttl {ttl:?} was not refused: {other:?}"),
+            other => bail!("{field} {shown} was not refused: {:?}", other.map(drop)),
         }
     }
 
@@ -975,48 +997,41 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
         "Hearth took over the foreign flavor {squatted}"
     );
 
-    // A 300 KiB owner: the FournosCluster holds it, an annotation on the sentinel cannot.
-    let owner = "o".repeat(300 * 1024);
+    // A sentinel the apiserver refuses (here: its namespace is being deleted, which
+    // never finishes without a controller manager) shows in the Locked condition with
+    // the apiserver's reason, not as `WaitingForFlavor`.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.client.clone());
+    namespaces
+        .delete(&w.iso.execution_namespace, &Default::default())
+        .await
+        .context("deleting the execution namespace")?;
     w.clusters
         .patch(
             &healthy,
             &PatchParams::apply(ADMIN),
             &Patch::Apply(json!({
                 "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-                "spec": { "owner": owner },
+                "spec": { "owner": "alice" },
             })),
         )
         .await
-        .context("setting a huge owner")?;
-    // The apiserver refuses the sentinel; lock-manager says so in a Warning Event on the
-    // cluster (naming the limit, not quoting the owner) and never reports it locked.
-    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.iso.namespace);
-    let event = eventually(
-        "a Warning Event about the refused sentinel",
-        DEADLINE,
-        || async {
-            Ok(events
-                .list(&ListParams::default())
-                .await?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(healthy.as_str())
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("SentinelCreateFailed")
-                }))
-        },
-    )
-    .await
-    .with_context(|| w.describe(&healthy))?;
-    let note = event.note.unwrap_or_default();
-    println!("huge owner: {note}");
-    ensure!(note.contains("annotations"), "{note}");
+        .context("setting an owner")?;
+    let c = w
+        .wait_cluster(&healthy, "Locked=False SentinelCreateFailed", |c| {
+            let l = condition(c, condition_types::LOCKED).ok_or("no Locked")?;
+            (l.status == "False" && l.reason == "SentinelCreateFailed")
+                .then_some(())
+                .ok_or_else(|| format!("{}: {}", l.reason, l.message))
+        })
+        .await?;
+    let message = condition(&c, condition_types::LOCKED)
+        .map(|l| l.message)
+        .unwrap_or_default();
+    println!("refused sentinel: {message}");
     ensure!(
-        !note.contains(&"o".repeat(1024)),
-        "the Event quotes the owner"
+        message.contains("being terminated") && message.contains("403"),
+        "{message}"
     );
-    let c = w.clusters.get(&healthy).await?;
     ensure!(
         c.status.as_ref().and_then(|s| s.locked) != Some(true),
         "locked without a sentinel"
@@ -1356,6 +1371,67 @@ async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
         !String::from_utf8_lossy(&spans).contains(PLANTED),
         "the planted token leaked into exported spans"
     );
+    w.assert_nothing_leaked().await?;
+    Ok(())
+}
+
+/// Issue 15, findings 4 and 5: a target reporting 70 GPU models (63-character names)
+/// would take every free resource of the shared queue and make a status the apiserver
+/// refuses. Its probe fails with a reason instead and publishes no GPU resource; a real
+/// cluster onboarded after it gets its quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_with_dozens_of_gpu_models_cannot_fill_the_queue() -> Result<()> {
+    let mut w = World::new("hostile_models").await?;
+    w.start(&[Controller::Discovery, Controller::KueueSync])
+        .await?;
+    let items: Vec<Value> = (0..70)
+        .map(|i| {
+            json!({
+                "metadata": { "name": format!("n{i}"), "labels": {
+                    "nvidia.com/gpu.product": format!("MODEL{i:02}-{}", "X".repeat(55)) } },
+                "status": { "allocatable": { "nvidia.com/gpu": "8" },
+                            "conditions": [{ "type": "Ready", "status": "True" }] },
+            })
+        })
+        .collect();
+    let list = Answer::json(
+        200,
+        json!({ "kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items })
+            .to_string(),
+    );
+    let target = HostileTarget::start(move |asked| {
+        if asked.path.starts_with("/version") {
+            Answer::version()
+        } else {
+            list.clone()
+        }
+    })
+    .await?;
+    let models = w.iso.cluster("models");
+    w.onboard_hostile(&models, &target).await?;
+    let message = w
+        .wait_discovery_failed(&models, "DiscoveryFailed", "more than 8 GPU models")
+        .await?;
+    println!("{models}: {message}");
+
+    let healthy = w.iso.cluster("healthy");
+    w.onboard_healthy(&healthy).await?;
+    w.assert_healthy(&healthy).await?;
+    let cq = w.queues.get(&w.iso.cluster_queue).await?;
+    let covered: Vec<&String> = cq
+        .spec
+        .resource_groups
+        .iter()
+        .flat_map(|g| &g.covered_resources)
+        .collect();
+    ensure!(
+        !covered.iter().any(|r| r.contains("model")),
+        "a GPU resource of the hostile target was published: {covered:?}"
+    );
+    let c = w.clusters.get(&models).await?;
+    let size = serde_json::to_string(&c.status)?.len();
+    ensure!(size < 16 * 1024, "status is {size} bytes");
+    w.assert_alive().await?;
     w.assert_nothing_leaked().await?;
     Ok(())
 }

@@ -58,6 +58,13 @@ const MIG_INFIX: &str = "-MIG-";
 const AMD_GPU: &str = "amd.com/gpu";
 const AMD_PRODUCT_KEYS: [&str; 2] = ["amd.com/gpu.product-name", "beta.amd.com/gpu.product-name"];
 
+/// GPU models one cluster may publish. A real cluster has a handful; each model is a
+/// quota resource in the shared ClusterQueue, whose resource groups cover at most 64,
+/// so one target reporting dozens would take every other cluster's room.
+pub const MAX_GPU_MODELS: usize = 8;
+/// Longest model name: a label value's limit, which every labeller's product name obeys.
+pub const MAX_MODEL_CHARS: usize = 63;
+
 /// GPU instance slices per GPU on every MIG-capable part except the A30 (which has 4).
 const MIG_COMPUTE_SLICES: i64 = 7;
 const MIG_COMPUTE_SLICES_A30: i64 = 4;
@@ -104,8 +111,10 @@ pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
 /// memory at once.
 #[derive(Debug, Clone, Default)]
 pub struct GpuTally {
-    /// `(gpus, nodes)` per `(vendor, model)`.
+    /// `(gpus, nodes)` per `(vendor, model)`, at most [`MAX_GPU_MODELS`] entries.
     per_model: BTreeMap<(&'static str, String), (i64, i32)>,
+    /// A model beyond [`MAX_GPU_MODELS`] was seen (and not kept).
+    too_many_models: bool,
     gpu_nodes: i32,
     excluded_nodes: i32,
 }
@@ -125,7 +134,17 @@ impl GpuTally {
         }
         self.gpu_nodes = self.gpu_nodes.saturating_add(1);
         for g in gpus {
-            let entry = self.per_model.entry((g.vendor, g.model)).or_default();
+            let model = if is_product_name(&g.model) {
+                g.model
+            } else {
+                g.vendor.to_owned()
+            };
+            let key = (g.vendor, model);
+            if !self.per_model.contains_key(&key) && self.per_model.len() >= MAX_GPU_MODELS {
+                self.too_many_models = true;
+                continue;
+            }
+            let entry = self.per_model.entry(key).or_default();
             entry.0 = entry.0.saturating_add(g.count);
             entry.1 = entry.1.saturating_add(1);
         }
@@ -135,6 +154,11 @@ impl GpuTally {
         for node in nodes {
             self.add(node);
         }
+    }
+
+    /// More than [`MAX_GPU_MODELS`] models were seen; the count holds only the first.
+    pub fn too_many_models(&self) -> bool {
+        self.too_many_models
     }
 
     pub fn finish(self) -> GpuCount {
@@ -177,6 +201,20 @@ impl GpuTally {
             excluded_nodes: self.excluded_nodes,
         }
     }
+}
+
+/// Whether a product label's model is a sane product name: what a label value may
+/// hold (1–63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends). Any other model (only a
+/// target that is not a real apiserver can send one) is counted as its vendor's unnamed
+/// GPU, as if the label were absent.
+pub fn is_product_name(model: &str) -> bool {
+    let b = model.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_MODEL_CHARS
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 /// `<count>x <model>` per model, ordered by model name; [`EMPTY_SUMMARY`] when empty.

@@ -17,7 +17,7 @@ use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
 use tokio::time::{Instant, timeout_at};
 
-use crate::gpus::GpuTally;
+use crate::gpus::{GpuTally, MAX_GPU_MODELS};
 use crate::kubeconfig::{Auth, KubeconfigError, ValidatedKubeconfig, client_config};
 use crate::node_page::{PageError, decode_page};
 use crate::status::{NodeListing, ProbeOutcome};
@@ -125,6 +125,13 @@ async fn probe_unredacted(
         Ok(result) => result,
     };
     let nodes = match nodes {
+        Ok(tally) if tally.too_many_models() => NodeListing::Failed {
+            detail: format!(
+                "the target reports more than {MAX_GPU_MODELS} GPU models; Hearth publishes at most \
+                 {MAX_GPU_MODELS} per cluster (each is a resource of the shared ClusterQueue): check the \
+                 nodes' GPU product labels"
+            ),
+        },
         Ok(tally) => {
             NodeListing::Counted(tally.finish_refusing(|model| redactor.holds_secret(model)))
         }
