@@ -1435,3 +1435,64 @@ async fn a_target_with_dozens_of_gpu_models_cannot_fill_the_queue() -> Result<()
     w.assert_nothing_leaked().await?;
     Ok(())
 }
+
+/// Issue 15, finding 3: a FournosCluster made by hand that names another cluster's
+/// Secret is refused (`Invalid/SecretNotForThisCluster`) and publishes no quota over
+/// that cluster's hardware; the owner of the Secret can allow it explicitly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
+    let mut w = World::new("hostile_borrow").await?;
+    w.start(&[Controller::Discovery, Controller::KueueSync])
+        .await?;
+    let victim = w.iso.cluster("victim");
+    w.onboard_healthy(&victim).await?;
+    w.assert_healthy(&victim).await?;
+
+    let thief = w.iso.cluster("thief");
+    let fc = json!({
+        "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+        "metadata": { "name": thief, "namespace": w.iso.namespace },
+        "spec": { "kubeconfigSecret": format!("kubeconfig-{victim}") },
+    });
+    w.clusters
+        .create(&PostParams::default(), &serde_json::from_value(fc)?)
+        .await
+        .context("creating the borrowing cluster")?;
+    let message = w.wait_kubeconfig(&thief, KubeconfigStatus::Invalid).await?;
+    println!("{thief}: {message}");
+    ensure!(
+        message.starts_with("SecretNotForThisCluster:")
+            && message.contains(&format!("kubeconfig-{thief}"))
+            && message.contains("fournos.dev/allowed-clusters"),
+        "{message}"
+    );
+    // kueue-sync has answered for the thief; whatever it published holds no GPU or slot.
+    w.wait_cluster(&thief, "a KueueSynced answer", |c| {
+        condition(c, condition_types::KUEUE_SYNCED)
+            .map(drop)
+            .ok_or_else(|| "no KueueSynced".into())
+    })
+    .await?;
+    let cq = w.queues.get(&w.iso.cluster_queue).await?;
+    let stolen = entry(&cq, &thief).unwrap_or_default();
+    ensure!(
+        stolen.values().all(|q| *q == 0),
+        "the borrowing cluster got quota: {stolen:?}"
+    );
+    w.assert_healthy(&victim).await?;
+
+    // Allowed on purpose by whoever controls the Secret: the same hardware twice, by choice.
+    w.secrets
+        .patch(
+            &format!("kubeconfig-{victim}"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": {
+                hearth_api::names::ALLOWED_CLUSTERS_ANNOTATION: thief } } })),
+        )
+        .await?;
+    w.wait_kubeconfig(&thief, KubeconfigStatus::Valid).await?;
+    w.assert_healthy(&victim).await?;
+    w.assert_alive().await?;
+    w.assert_nothing_leaked().await?;
+    Ok(())
+}
