@@ -61,18 +61,10 @@ impl ProbeSettings {
 
 /// Probes the target of `kubeconfig`. Never fails: every failure is an outcome.
 /// Every string in the outcome that came from the target (its version, the message
-/// of an error, GPU model names) has passed the kubeconfig's [`Redactor`].
+/// of an error, GPU model names) has passed the kubeconfig's [`Redactor`] where it was
+/// read; the rest is Hearth's own words.
 pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) -> ProbeOutcome {
-    let redactor = Redactor::new(kubeconfig);
-    let outcome = probe_unredacted(kubeconfig, settings, &redactor).await;
-    redactor.outcome(outcome)
-}
-
-async fn probe_unredacted(
-    kubeconfig: &ValidatedKubeconfig,
-    settings: ProbeSettings,
-    redactor: &Redactor,
-) -> ProbeOutcome {
+    let redactor = &Redactor::new(kubeconfig);
     let deadline = Instant::now() + settings.timeout;
     // Built per probe from the validated fields alone (see kubeconfig::client_config);
     // it may fail only on TLS material the TLS stack refuses.
@@ -82,7 +74,7 @@ async fn probe_unredacted(
     };
     let seconds = settings.timeout.as_secs();
 
-    let server_version = match timeout_at(deadline, server_version(&client)).await {
+    let server_version = match timeout_at(deadline, server_version(&client, redactor)).await {
         Err(_) => {
             return ProbeOutcome::Unreachable {
                 detail: format!("no answer within {seconds}s"),
@@ -118,7 +110,7 @@ async fn probe_unredacted(
         },
     };
 
-    let nodes = match timeout_at(deadline, count_nodes(&client, settings)).await {
+    let nodes = match timeout_at(deadline, count_nodes(&client, settings, redactor)).await {
         Err(_) => Err(NodeFailure::Failed(format!(
             "the probe did not finish within {seconds}s"
         ))),
@@ -150,7 +142,10 @@ async fn probe_unredacted(
 }
 
 /// `gitVersion` of `GET /version`, or `None` when the server states none.
-async fn server_version(client: &kube::Client) -> Result<Option<String>, Failure> {
+async fn server_version(
+    client: &kube::Client,
+    redactor: &Redactor,
+) -> Result<Option<String>, Failure> {
     #[derive(serde::Deserialize)]
     struct Info {
         #[serde(rename = "gitVersion")]
@@ -159,9 +154,12 @@ async fn server_version(client: &kube::Client) -> Result<Option<String>, Failure
     let request = http::Request::get("/version")
         .body(Vec::new())
         .map_err(|_| Failure::Decode)?;
-    let body = get(client, request, MAX_ERROR_BYTES).await?;
+    let body = get(client, request, MAX_ERROR_BYTES, redactor).await?;
     let info: Info = serde_json::from_reader(body).map_err(|_| Failure::Decode)?;
-    Ok(info.git_version.filter(|v| !v.trim().is_empty()))
+    Ok(info
+        .git_version
+        .map(|v| redactor.clean(&v))
+        .filter(|v| !v.is_empty()))
 }
 
 /// A client for a target, from a configuration made by
@@ -180,9 +178,9 @@ pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error>
     http.set_nodelay(true);
     let https = config.rustls_https_connector_with_connector(http)?;
     // Each read and write on the connection is bounded too, so a target that trickles
-    // bytes is cut per read even before the probe's overall deadline.
+    // bytes is cut per read even before the probe's overall deadline. The TCP connect
+    // is bounded above; the TLS handshake by the probe's deadline, which says so.
     let mut timed = hyper_timeout::TimeoutConnector::new(https);
-    timed.set_connect_timeout(config.connect_timeout);
     timed.set_read_timeout(config.read_timeout);
     timed.set_write_timeout(config.write_timeout);
     timed.set_reset_reader_on_write(config.reset_reader_on_write);
@@ -209,6 +207,7 @@ enum NodeFailure {
 async fn count_nodes(
     client: &kube::Client,
     settings: ProbeSettings,
+    redactor: &Redactor,
 ) -> Result<GpuTally, NodeFailure> {
     let nodes = kube::core::Request::new("/api/v1/nodes");
     let mut tally = GpuTally::default();
@@ -222,7 +221,7 @@ async fn count_nodes(
         let request = nodes.list(&params).map_err(|_| {
             NodeFailure::Failed("the target's continue token cannot be sent back".into())
         })?;
-        let body = get(client, request, MAX_PAGE_BYTES)
+        let body = get(client, request, MAX_PAGE_BYTES, redactor)
             .await
             .map_err(|failure| match failure {
                 Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
@@ -274,6 +273,7 @@ async fn get(
     client: &kube::Client,
     request: http::Request<Vec<u8>>,
     cap: usize,
+    redactor: &Redactor,
 ) -> Result<Chunks, Failure> {
     let response = client
         .send(request.map(kube::client::Body::from))
@@ -293,7 +293,7 @@ async fn get(
     }
     // Whatever the error body holds, the code alone is a usable answer.
     let message = match read_capped(body, MAX_ERROR_BYTES).await {
-        Ok((chunks, _)) => error_message(chunks),
+        Ok((chunks, _)) => error_message(chunks, redactor),
         Err(_) => String::new(),
     };
     Err(Failure::Http {
@@ -322,8 +322,8 @@ async fn read_capped(
 }
 
 /// The `message` of a Kubernetes `Status`, or else the start of the body as text;
-/// bounded and one line (the caller's [`Redactor`] removes secrets).
-fn error_message(mut body: Chunks) -> String {
+/// bounded, one line, without the kubeconfig's secrets.
+fn error_message(mut body: Chunks, redactor: &Redactor) -> String {
     #[derive(serde::Deserialize)]
     struct Status {
         message: Option<String>,
@@ -335,8 +335,8 @@ fn error_message(mut body: Chunks) -> String {
     match serde_json::from_slice::<Status>(&text) {
         Ok(Status {
             message: Some(message),
-        }) => bounded(&message),
-        _ => bounded(&String::from_utf8_lossy(&text)),
+        }) => redactor.clean(&message),
+        _ => redactor.clean(&String::from_utf8_lossy(&text)),
     }
 }
 
@@ -507,36 +507,6 @@ impl Redactor {
         self.secrets.iter().any(|s| text.contains(s.as_str()))
     }
 
-    /// `outcome` with every detail and the server version cleaned. GPU models are
-    /// checked when counted ([`GpuTally::finish_refusing`]).
-    pub fn outcome(&self, outcome: ProbeOutcome) -> ProbeOutcome {
-        let clean = |detail: String| self.clean(&detail);
-        match outcome {
-            ProbeOutcome::Unauthorized { detail } => ProbeOutcome::Unauthorized {
-                detail: clean(detail),
-            },
-            ProbeOutcome::Unreachable { detail } => ProbeOutcome::Unreachable {
-                detail: clean(detail),
-            },
-            ProbeOutcome::Reached {
-                server_version,
-                nodes,
-            } => ProbeOutcome::Reached {
-                server_version: server_version.map(clean).filter(|v| !v.is_empty()),
-                nodes: match nodes {
-                    NodeListing::Forbidden { detail } => NodeListing::Forbidden {
-                        detail: clean(detail),
-                    },
-                    NodeListing::Failed { detail } => NodeListing::Failed {
-                        detail: clean(detail),
-                    },
-                    counted @ NodeListing::Counted(_) => counted,
-                },
-            },
-            other => other,
-        }
-    }
-
     /// `text` bounded, one line, printable, without any of the secrets.
     pub fn clean(&self, text: &str) -> String {
         let mut out = text.to_owned();
@@ -654,17 +624,21 @@ mod tests {
         let status = json!({ "kind": "Status", "code": 403, "message": "x\n".repeat(400) });
         let text = status.to_string();
         let (head, tail) = text.as_bytes().split_at(10);
-        let message = error_message(chunks(&[head, tail]));
+        let r = token_redactor();
+        let message = error_message(chunks(&[head, tail]), &r);
         assert!(message.starts_with("x x"), "{message}");
         assert!(!message.contains('\n'));
         assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
         // Not a Status: the start of the text, whatever it is.
         let html = format!("<html>\n{}</html>", "y".repeat(10_000));
-        let message = error_message(chunks(&[html.as_bytes()]));
+        let message = error_message(chunks(&[html.as_bytes()]), &r);
         assert!(message.starts_with("<html> yyy"), "{message}");
         assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
-        assert_eq!(error_message(chunks(&[b"\xff\xfe"])), "\u{fffd}\u{fffd}");
-        assert_eq!(error_message(chunks(&[])), "");
+        assert_eq!(
+            error_message(chunks(&[b"\xff\xfe"]), &r),
+            "\u{fffd}\u{fffd}"
+        );
+        assert_eq!(error_message(chunks(&[]), &r), "");
         assert_eq!(quoted(""), "");
         assert_eq!(status_class(503), "server error");
         assert_eq!(status_class(418), "client error");
@@ -681,32 +655,14 @@ mod tests {
     }
 
     #[test]
-    fn every_target_string_in_an_outcome_is_redacted() {
+    fn error_excerpts_and_models_lose_the_secrets() {
         let r = token_redactor();
         let echo = format!("Authorization: Bearer {TOKEN}");
-        let outcomes = [
-            ProbeOutcome::Unreachable {
-                detail: echo.clone(),
-            },
-            ProbeOutcome::Unauthorized {
-                detail: echo.clone(),
-            },
-            ProbeOutcome::Reached {
-                server_version: Some(TOKEN.to_owned()),
-                nodes: NodeListing::Forbidden {
-                    detail: echo.clone(),
-                },
-            },
-            ProbeOutcome::Reached {
-                server_version: None,
-                nodes: NodeListing::Failed {
-                    detail: echo.clone(),
-                },
-            },
-        ];
-        for outcome in outcomes {
-            let cleaned = format!("{:?}", r.outcome(outcome));
-            assert!(!cleaned.contains(TOKEN), "{cleaned}");
+        let status = json!({ "kind": "Status", "message": echo }).to_string();
+        for body in [status.as_str(), echo.as_str()] {
+            let message = error_message(chunks(&[body.as_bytes()]), &r);
+            assert!(!message.contains(TOKEN), "{message}");
+            assert!(message.contains(REDACTED), "{message}");
         }
         assert!(r.holds_secret(&format!("GPU-{TOKEN}")));
         assert!(!r.holds_secret("NVIDIA-A100-SXM4-80GB"));
