@@ -284,10 +284,7 @@ async fn get(
     if code.is_success() {
         return match read_capped(body, cap).await {
             Ok((chunks, false)) => Ok(chunks),
-            Ok((_, true)) => Err(Failure::Transport(format!(
-                "the server's answer is larger than {} MiB",
-                cap / (1024 * 1024)
-            ))),
+            Ok((_, true)) => Err(Failure::Transport(too_large(cap))),
             Err(e) => Err(Failure::Transport(describe_transport(&e))),
         };
     }
@@ -338,6 +335,17 @@ fn error_message(mut body: Chunks, redactor: &Redactor) -> String {
         }) => redactor.clean(&message),
         _ => redactor.clean(&String::from_utf8_lossy(&text)),
     }
+}
+
+/// "the server's answer is larger than 4 MiB" (or KiB, for the small answers).
+fn too_large(cap: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    let size = if cap >= MIB && cap.is_multiple_of(MIB) {
+        format!("{} MiB", cap / MIB)
+    } else {
+        format!("{} KiB", cap.div_ceil(1024))
+    };
+    format!("the server's answer is larger than {size}")
 }
 
 /// What kind of failure an HTTP status code is, in words.
@@ -404,10 +412,7 @@ pub fn describe_transport(error: &(dyn std::error::Error + 'static)) -> String {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = current {
         if e.is::<http_body_util::LengthLimitError>() {
-            return format!(
-                "the server's answer is larger than {} MiB",
-                MAX_PAGE_BYTES / (1024 * 1024)
-            );
+            return too_large(MAX_PAGE_BYTES);
         }
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return describe_tls(tls);
@@ -642,6 +647,14 @@ mod tests {
         assert_eq!(quoted(""), "");
         assert_eq!(status_class(503), "server error");
         assert_eq!(status_class(418), "client error");
+        assert_eq!(
+            too_large(MAX_PAGE_BYTES),
+            "the server's answer is larger than 4 MiB"
+        );
+        assert_eq!(
+            too_large(MAX_ERROR_BYTES),
+            "the server's answer is larger than 16 KiB"
+        );
     }
 
     fn token_redactor() -> Redactor {
