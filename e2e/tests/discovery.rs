@@ -22,7 +22,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures::StreamExt as _;
 use hearth_api::names::{
-    AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, OWNER_ANNOTATION,
+    ALLOWED_CLUSTERS_ANNOTATION, AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL,
+    OWNER_ANNOTATION,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID},
 };
 use hearth_api::{FournosCluster, FournosClusterSpec, KubeconfigStatus};
@@ -1175,8 +1176,10 @@ async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> 
 }
 
 /// A FournosCluster made by hand is never deleted: it reports `Missing` while its
-/// Secret is absent (or unlabeled), `Valid` once the Secret appears, and `Missing` again
-/// when it goes, while an auto-discovered neighbour is offboarded.
+/// Secret is absent (or unlabeled), `Invalid/SecretNotForThisCluster` while the Secret
+/// (not named for it) does not list it in `fournos.dev/allowed-clusters`, `Valid` once
+/// it does, and `Missing` again when the Secret goes, while an auto-discovered
+/// neighbour is offboarded.
 #[tokio::test]
 async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()> {
     let f = Fixture::start("hand_made", FAST).await?;
@@ -1216,8 +1219,22 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
         "{}",
         conditions_text(&later)
     );
+    // Labeled, but its name is not the pattern's for this cluster: refused until the
+    // Secret says it is meant for it.
     f.put_secret(&secret, target.node_reader_kubeconfig(), true, &[])
         .await?;
+    let refused = f.wait_status(&hand, KubeconfigStatus::Invalid).await?;
+    let reason = &condition(&refused, KUBECONFIG_VALID)
+        .context("KubeconfigValid")?
+        .reason;
+    ensure!(reason == "SecretNotForThisCluster", "{reason}");
+    f.put_secret(
+        &secret,
+        target.node_reader_kubeconfig(),
+        true,
+        &[(ALLOWED_CLUSTERS_ANNOTATION, &hand)],
+    )
+    .await?;
     f.wait_status(&hand, KubeconfigStatus::Valid).await?;
 
     let neighbour = f.iso.cluster("auto");

@@ -11,8 +11,40 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The duration pattern shared by `ttl` and `gpuDiscoveryInterval`.
-pub const DURATION_PATTERN: &str = "^[0-9]+(m|h|d)$";
+/// The pattern of `ttl`: 1 to 99999 minutes, hours or days; no zero, no leading zero.
+pub const TTL_PATTERN: &str = "^[1-9][0-9]{0,4}(m|h|d)$";
+/// The pattern of `gpuDiscoveryInterval`: 1 to 9999 minutes, hours or days.
+pub const INTERVAL_PATTERN: &str = "^[1-9][0-9]{0,3}(m|h|d)$";
+/// Longest `spec.owner`: a person's or team's name or e-mail address, not a document.
+pub const MAX_OWNER_CHARS: usize = 253;
+/// `spec.owner` holds no control or format characters (newlines, NUL, bidirectional
+/// overrides): it is shown in logs, Events and `kubectl get`, so it must not be able to
+/// forge a line or reorder what is shown around it.
+pub const OWNER_PATTERN: &str = r"^[^\p{Cc}\p{Cf}]*$";
+
+/// Why `owner` cannot be a lock owner (what the CRD refuses, for objects stored before
+/// it did), or `None`. Never quotes the owner.
+pub fn owner_problem(owner: &str) -> Option<String> {
+    let chars = owner.chars().count();
+    if chars > MAX_OWNER_CHARS {
+        return Some(format!(
+            "spec.owner is {chars} characters long; at most {MAX_OWNER_CHARS} are accepted"
+        ));
+    }
+    // Cc, and the Cf characters that change how text is shown (zero-width and
+    // bidirectional controls, BOM, soft hyphen, Arabic letter mark).
+    let hidden = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}')
+    };
+    owner.chars().any(hidden).then(|| {
+        "spec.owner holds a control or format character (a newline, NUL or a bidirectional \
+         override); write it as plain text"
+            .to_owned()
+    })
+}
 
 // The printer columns repeat `type_ = "string"`, which clippy mistakes for duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -92,20 +124,22 @@ pub struct FournosClusterSpec {
     /// Fournos job is admitted on the cluster once the lock is held); clearing it
     /// releases the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = r"^[^\p{Cc}\p{Cf}]*$"))]
     pub owner: Option<String>,
 
     /// How long a lock lasts after the owner was set, as a number followed by `m`
     /// (minutes), `h` (hours) or `d` (days), e.g. `30m`, `4h`, `2d`. When it runs
     /// out Hearth releases the lock and clears `owner`. Unset: the lock lasts until
-    /// the owner is cleared.
+    /// the owner is cleared. At least `1m`; at most five digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = "^[0-9]+(m|h|d)$"))]
+    #[schemars(length(max = 6), regex(pattern = "^[1-9][0-9]{0,4}(m|h|d)$"))]
     pub ttl: Option<String>,
 
     /// How often Hearth probes the cluster and counts its GPUs, e.g. `5m`, `1h`
     /// (`m`, `h` or `d`). Defaults to the controller's setting (5m unless changed).
+    /// At least `1m`; at most four digits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = "^[0-9]+(m|h|d)$"))]
+    #[schemars(length(max = 5), regex(pattern = "^[1-9][0-9]{0,3}(m|h|d)$"))]
     pub gpu_discovery_interval: Option<String>,
 
     /// Deprecated: hardware as recorded in spec by the Python controller that Hearth
@@ -270,4 +304,30 @@ pub struct KueueStatus {
     pub quotas: BTreeMap<String, i64>,
     /// Slots of the cluster (`fournos/cluster-slot`); a lock requests all of them.
     pub cluster_slots: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_are_plain_bounded_text() {
+        for ok in [
+            "alice",
+            "Alice Smith <alice@example.com>",
+            "équipe-ö",
+            &"o".repeat(253),
+        ] {
+            assert_eq!(owner_problem(ok), None, "{ok:?}");
+        }
+        for bad in ["a\nb", "a\0", "a\u{202e}b", "\u{200b}", "tab\t"] {
+            let problem = owner_problem(bad).expect(bad);
+            assert!(problem.contains("control or format"), "{problem}");
+        }
+        let long = owner_problem(&"o".repeat(300 * 1024)).unwrap();
+        assert!(
+            long.contains("at most 253") && !long.contains("ooo"),
+            "{long}"
+        );
+    }
 }

@@ -16,6 +16,9 @@ pub const KUBECONFIG_SECRET_SELECTOR: &str = "fournos.dev/cluster-kubeconfig=tru
 pub const KUBECONFIG_SECRET_KEY: &str = "kubeconfig";
 /// Secret annotation whose value becomes the initial `spec.owner`.
 pub const OWNER_ANNOTATION: &str = "fournos.dev/owner";
+/// Secret annotation listing (comma-separated) the FournosClusters that may use the
+/// Secret besides the one its name is for.
+pub const ALLOWED_CLUSTERS_ANNOTATION: &str = "fournos.dev/allowed-clusters";
 
 /// Label on FournosClusters created from a Secret.
 pub const AUTO_DISCOVERED_LABEL: &str = "fournos.dev/auto-discovered";

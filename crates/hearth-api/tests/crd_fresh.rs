@@ -63,11 +63,17 @@ fn crd_keeps_the_contract() {
     let schema = &v["schema"]["openAPIV3Schema"]["properties"];
     let spec = &schema["spec"];
     assert_eq!(spec["required"], serde_json::json!(["kubeconfigSecret"]));
-    assert_eq!(spec["properties"]["ttl"]["pattern"], "^[0-9]+(m|h|d)$");
+    assert_eq!(
+        spec["properties"]["ttl"]["pattern"],
+        hearth_api::cluster::TTL_PATTERN
+    );
     assert_eq!(
         spec["properties"]["gpuDiscoveryInterval"]["pattern"],
-        "^[0-9]+(m|h|d)$"
+        hearth_api::cluster::INTERVAL_PATTERN
     );
+    let owner = &spec["properties"]["owner"];
+    assert_eq!(owner["pattern"], hearth_api::cluster::OWNER_PATTERN);
+    assert_eq!(owner["maxLength"], hearth_api::cluster::MAX_OWNER_CHARS);
     assert!(
         spec["properties"]["ttl"]["description"]
             .as_str()

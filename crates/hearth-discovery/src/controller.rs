@@ -350,7 +350,9 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
     let current = fingerprint(secret_name, secret);
     let kubeconfig = match (cached.is_some(), secret) {
         (true, None) => SecretKubeconfig::KeyMissing,
-        (_, secret) => SecretKubeconfig::read(secret),
+        (_, secret) => {
+            SecretKubeconfig::read_for(secret, secret_name, &cluster.name_any(), &settings.pattern)
+        }
     };
     let interval = probe_interval(
         cluster.spec.gpu_discovery_interval.as_deref(),

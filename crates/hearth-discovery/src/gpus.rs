@@ -36,8 +36,8 @@ use std::collections::BTreeMap;
 
 use hearth_api::GpuInfo;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::node_page::NodeView;
 use crate::short_name::short_name;
 
 pub const NVIDIA: &str = "NVIDIA";
@@ -57,6 +57,13 @@ const SHARED_SUFFIX: &str = "-SHARED";
 const MIG_INFIX: &str = "-MIG-";
 const AMD_GPU: &str = "amd.com/gpu";
 const AMD_PRODUCT_KEYS: [&str; 2] = ["amd.com/gpu.product-name", "beta.amd.com/gpu.product-name"];
+
+/// GPU models one cluster may publish. A real cluster has a handful; each model is a
+/// quota resource in the shared ClusterQueue, whose resource groups cover at most 64,
+/// so one target reporting dozens would take every other cluster's room.
+pub const MAX_GPU_MODELS: usize = 8;
+/// Longest model name: a label value's limit, which every labeller's product name obeys.
+pub const MAX_MODEL_CHARS: usize = 63;
 
 /// GPU instance slices per GPU on every MIG-capable part except the A30 (which has 4).
 const MIG_COMPUTE_SLICES: i64 = 7;
@@ -91,10 +98,12 @@ impl GpuCount {
     }
 }
 
-/// Counts the GPUs of `nodes` (one page or all pages of a node list).
+/// Counts the GPUs of full `nodes` (tests, fuzzing; probes decode [`NodeView`]s).
 pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
     let mut tally = GpuTally::default();
-    tally.add_all(nodes);
+    for node in nodes {
+        tally.add(&NodeView::from(node));
+    }
     tally.finish()
 }
 
@@ -102,15 +111,17 @@ pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
 /// memory at once.
 #[derive(Debug, Clone, Default)]
 pub struct GpuTally {
-    /// `(gpus, nodes)` per `(vendor, model)`.
+    /// `(gpus, nodes)` per `(vendor, model)`, at most [`MAX_GPU_MODELS`] entries.
     per_model: BTreeMap<(&'static str, String), (i64, i32)>,
+    /// A model beyond [`MAX_GPU_MODELS`] was seen (and not kept).
+    too_many_models: bool,
     gpu_nodes: i32,
     excluded_nodes: i32,
 }
 
 impl GpuTally {
-    pub fn add(&mut self, node: &Node) {
-        let gpus: Vec<NodeGpus> = node_gpus(node)
+    pub fn add(&mut self, node: &NodeView) {
+        let gpus: Vec<NodeGpus> = view_gpus(node)
             .into_iter()
             .filter(|g| g.count > 0)
             .collect();
@@ -123,21 +134,53 @@ impl GpuTally {
         }
         self.gpu_nodes = self.gpu_nodes.saturating_add(1);
         for g in gpus {
-            let entry = self.per_model.entry((g.vendor, g.model)).or_default();
+            let model = if is_product_name(&g.model) {
+                g.model
+            } else {
+                g.vendor.to_owned()
+            };
+            let key = (g.vendor, model);
+            if !self.per_model.contains_key(&key) && self.per_model.len() >= MAX_GPU_MODELS {
+                self.too_many_models = true;
+                continue;
+            }
+            let entry = self.per_model.entry(key).or_default();
             entry.0 = entry.0.saturating_add(g.count);
             entry.1 = entry.1.saturating_add(1);
         }
     }
 
-    pub fn add_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a Node>) {
+    pub fn add_all<'a>(&mut self, nodes: impl IntoIterator<Item = &'a NodeView>) {
         for node in nodes {
             self.add(node);
         }
     }
 
+    /// More than [`MAX_GPU_MODELS`] models were seen; the count holds only the first.
+    pub fn too_many_models(&self) -> bool {
+        self.too_many_models
+    }
+
     pub fn finish(self) -> GpuCount {
-        let mut gpus: Vec<GpuInfo> = self
-            .per_model
+        self.finish_refusing(|_| false)
+    }
+
+    /// [`finish`](Self::finish), with the GPUs of every model `refuse` rejects (a
+    /// product label echoing a credential) counted as their vendor's unnamed GPUs, as
+    /// if the label were absent.
+    pub fn finish_refusing(self, refuse: impl Fn(&str) -> bool) -> GpuCount {
+        let mut per_model: BTreeMap<(&'static str, String), (i64, i32)> = BTreeMap::new();
+        for ((vendor, model), (gpus, nodes)) in self.per_model {
+            let model = if refuse(&model) {
+                vendor.to_owned()
+            } else {
+                model
+            };
+            let entry = per_model.entry((vendor, model)).or_default();
+            entry.0 = entry.0.saturating_add(gpus);
+            entry.1 = entry.1.saturating_add(nodes);
+        }
+        let mut gpus: Vec<GpuInfo> = per_model
             .into_iter()
             .map(|((vendor, model), (gpus, nodes))| GpuInfo {
                 vendor: vendor.to_owned(),
@@ -160,6 +203,20 @@ impl GpuTally {
     }
 }
 
+/// Whether a product label's model is a sane product name: what a label value may
+/// hold (1–63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends). Any other model (only a
+/// target that is not a real apiserver can send one) is counted as its vendor's unnamed
+/// GPU, as if the label were absent.
+pub fn is_product_name(model: &str) -> bool {
+    let b = model.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_MODEL_CHARS
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
 /// `<count>x <model>` per model, ordered by model name; [`EMPTY_SUMMARY`] when empty.
 pub fn gpu_summary(gpus: &[GpuInfo]) -> String {
     if gpus.is_empty() {
@@ -176,30 +233,18 @@ pub fn gpu_summary(gpus: &[GpuInfo]) -> String {
 
 /// Whether a node's GPUs can be used: schedulable (not cordoned) and `Ready=True`. A
 /// node without conditions has never reported and is not Ready.
-pub fn counts_toward_quota(node: &Node) -> bool {
-    let cordoned = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    !cordoned && ready
+pub fn counts_toward_quota(node: &NodeView) -> bool {
+    !node.unschedulable && node.ready
+}
+
+/// The physical GPUs a full node holds (tests, fuzzing); see [`view_gpus`].
+pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
+    view_gpus(&NodeView::from(node))
 }
 
 /// The physical GPUs a node holds, per vendor and model, whether or not it counts.
-pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
-    let empty_labels = BTreeMap::new();
-    let labels = node.metadata.labels.as_ref().unwrap_or(&empty_labels);
-    let empty_resources = BTreeMap::new();
-    let allocatable = node
-        .status
-        .as_ref()
-        .and_then(|s| s.allocatable.as_ref())
-        .unwrap_or(&empty_resources);
+pub fn view_gpus(node: &NodeView) -> Vec<NodeGpus> {
+    let (labels, allocatable) = (&node.labels, &node.allocatable);
     let mut out: Vec<NodeGpus> = nvidia_gpus(labels, allocatable).into_iter().collect();
     out.extend(amd_gpus(labels, allocatable));
     out
@@ -207,15 +252,13 @@ pub fn node_gpus(node: &Node) -> Vec<NodeGpus> {
 
 fn nvidia_gpus(
     labels: &BTreeMap<String, String>,
-    allocatable: &BTreeMap<String, Quantity>,
+    allocatable: &BTreeMap<String, String>,
 ) -> Option<NodeGpus> {
     let gpu = resource_count(allocatable, NVIDIA_GPU);
     let shared = resource_count(allocatable, NVIDIA_GPU_SHARED);
     let mig: Vec<(&str, i64)> = allocatable
         .iter()
-        .filter_map(|(name, q)| {
-            Some((name.strip_prefix(NVIDIA_MIG_PREFIX)?, parse_quantity(&q.0)?))
-        })
+        .filter_map(|(name, q)| Some((name.strip_prefix(NVIDIA_MIG_PREFIX)?, parse_quantity(q)?)))
         .filter(|(_, n)| *n > 0)
         .collect();
     if gpu == 0 && shared == 0 && mig.is_empty() {
@@ -373,7 +416,7 @@ fn mixed_mig_gpus(labels: &BTreeMap<String, String>, mig: &[(&str, i64)]) -> i64
 
 fn amd_gpus(
     labels: &BTreeMap<String, String>,
-    allocatable: &BTreeMap<String, Quantity>,
+    allocatable: &BTreeMap<String, String>,
 ) -> Vec<NodeGpus> {
     let advertised = resource_count(allocatable, AMD_GPU);
     if advertised == 0 {
@@ -412,10 +455,10 @@ fn amd_gpus(
     }]
 }
 
-fn resource_count(resources: &BTreeMap<String, Quantity>, name: &str) -> i64 {
+fn resource_count(resources: &BTreeMap<String, String>, name: &str) -> i64 {
     resources
         .get(name)
-        .and_then(|q| parse_quantity(&q.0))
+        .and_then(|q| parse_quantity(q))
         .unwrap_or(0)
 }
 

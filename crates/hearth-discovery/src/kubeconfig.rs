@@ -210,6 +210,16 @@ pub enum KubeconfigError {
          belongs to client-certificate-data and that certificate-authority-data holds CA certificates"
     )]
     ClientSetup,
+    /// Not about the kubeconfig's content: the Secret is another cluster's. Checked
+    /// before the kubeconfig is read, so one target's credentials can only ever be
+    /// published as that target's cluster.
+    #[error(
+        "the Secret is not meant for FournosCluster {cluster}: its name is not {expected} (the name \
+         the Secret pattern gives this cluster) and its annotation fournos.dev/allowed-clusters \
+         does not list {cluster}; point spec.kubeconfigSecret at this cluster's own Secret, or add \
+         {cluster} to that annotation if both clusters really are the same target"
+    )]
+    NotForThisCluster { cluster: String, expected: String },
 }
 
 impl KubeconfigError {
@@ -240,6 +250,7 @@ impl KubeconfigError {
             Self::BadPem { .. } => "BadPem",
             Self::BadToken { .. } => "BadToken",
             Self::ClientSetup => "ClientSetup",
+            Self::NotForThisCluster { .. } => "SecretNotForThisCluster",
         }
     }
 

@@ -17,6 +17,7 @@ pub mod gpus;
 pub mod kubeconfig;
 pub mod memory;
 pub mod metrics;
+pub mod node_page;
 pub mod onboarding;
 pub mod probe;
 pub mod schedule;

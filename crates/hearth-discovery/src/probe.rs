@@ -7,26 +7,38 @@
 //! the kubeconfig's token and key removed in case a hostile or confused server echoes
 //! them.
 
+use std::collections::VecDeque;
+use std::io::Read;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams};
+use bytes::{Buf as _, Bytes};
+use http_body_util::BodyExt as _;
+use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
 use tokio::time::{Instant, timeout_at};
 
-use crate::gpus::{GpuCount, GpuTally};
+use crate::gpus::{GpuTally, MAX_GPU_MODELS};
 use crate::kubeconfig::{Auth, KubeconfigError, ValidatedKubeconfig, client_config};
+use crate::node_page::{PageError, decode_page};
 use crate::status::{NodeListing, ProbeOutcome};
 
 /// Nodes per page of the node list.
-pub const PAGE_SIZE: u32 = 500;
-/// Pages listed at most (`PAGE_SIZE × MAX_PAGES` nodes), so a target cannot keep a
-/// probe paging forever.
+pub const PAGE_SIZE: u32 = 100;
+/// Pages listed at most (`PAGE_SIZE × MAX_PAGES` = 20,000 nodes, four times the
+/// largest cluster Kubernetes supports), so a target cannot keep a probe paging forever.
 pub const MAX_PAGES: u32 = 200;
 /// Longest text taken from a target into a message.
 const MAX_SERVER_TEXT: usize = 300;
-/// Largest answer read from a target: a page of [`PAGE_SIZE`] nodes is a few MiB.
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+/// Largest answer read from a target: one page of [`PAGE_SIZE`] nodes. A real Node is
+/// 5–20 KiB of JSON (GPU Feature Discovery's ~60 labels, up to 50 image entries,
+/// OpenShift's annotations), so 100 of them take 0.5–2 MiB; 4 MiB leaves 40 KiB per
+/// node. A page is held at most once per running probe while it is decoded, so
+/// `HEARTH_DISCOVERY_CONCURRENCY` (8) × 4 MiB bounds what targets can make discovery
+/// hold, well inside the chart's 128 Mi limit.
+pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
+/// Bytes read of an error answer: enough for a Kubernetes `Status`, whose message is
+/// all Hearth quotes.
+const MAX_ERROR_BYTES: usize = 16 * 1024;
 
 /// How a probe runs.
 #[derive(Debug, Clone, Copy)]
@@ -48,9 +60,12 @@ impl ProbeSettings {
 }
 
 /// Probes the target of `kubeconfig`. Never fails: every failure is an outcome.
+/// Every string in the outcome that came from the target (its version, the message
+/// of an error, GPU model names) has passed the kubeconfig's [`Redactor`] where it was
+/// read; the rest is Hearth's own words.
 pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) -> ProbeOutcome {
+    let redactor = &Redactor::new(kubeconfig);
     let deadline = Instant::now() + settings.timeout;
-    let redactor = Redactor::new(kubeconfig);
     // Built per probe from the validated fields alone (see kubeconfig::client_config);
     // it may fail only on TLS material the TLS stack refuses.
     let client = match target_client(&client_config(kubeconfig, settings.timeout)) {
@@ -59,14 +74,14 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
     };
     let seconds = settings.timeout.as_secs();
 
-    let server_version = match timeout_at(deadline, client.apiserver_version()).await {
+    let server_version = match timeout_at(deadline, server_version(&client, redactor)).await {
         Err(_) => {
             return ProbeOutcome::Unreachable {
                 detail: format!("no answer within {seconds}s"),
             };
         }
-        Ok(Ok(info)) => Some(redactor.clean(&info.git_version)).filter(|v| !v.is_empty()),
-        Ok(Err(error)) => match Failure::of(&error) {
+        Ok(Ok(version)) => version,
+        Ok(Err(failure)) => match failure {
             Failure::Http { code: 401, .. } => {
                 return ProbeOutcome::Unauthorized {
                     detail: String::new(),
@@ -74,10 +89,12 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
             }
             // Authenticated, merely not allowed to read the version: go on.
             Failure::Http { code: 403, .. } => None,
-            Failure::Http { code, .. } => {
+            Failure::Http { code, message } => {
                 return ProbeOutcome::Unreachable {
                     detail: format!(
-                        "the server answered HTTP {code} to GET /version; is the server URL a Kubernetes API server?"
+                        "the server answered HTTP {code} ({}) to GET /version{}; is the server URL a Kubernetes API server?",
+                        status_class(code),
+                        quoted(&message)
                     ),
                 };
             }
@@ -93,25 +110,30 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
         },
     };
 
-    let nodes = match timeout_at(deadline, count_nodes(&client, settings)).await {
+    let nodes = match timeout_at(deadline, count_nodes(&client, settings, redactor)).await {
         Err(_) => Err(NodeFailure::Failed(format!(
             "the probe did not finish within {seconds}s"
         ))),
         Ok(result) => result,
     };
     let nodes = match nodes {
-        Ok(count) => NodeListing::Counted(count),
+        Ok(tally) if tally.too_many_models() => NodeListing::Failed {
+            detail: format!(
+                "the target reports more than {MAX_GPU_MODELS} GPU models; Hearth publishes at most \
+                 {MAX_GPU_MODELS} per cluster (each is a resource of the shared ClusterQueue): check the \
+                 nodes' GPU product labels"
+            ),
+        },
+        Ok(tally) => {
+            NodeListing::Counted(tally.finish_refusing(|model| redactor.holds_secret(model)))
+        }
         Err(NodeFailure::Unauthorized) => {
             return ProbeOutcome::Unauthorized {
                 detail: String::new(),
             };
         }
-        Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden {
-            detail: redactor.clean(&message),
-        },
-        Err(NodeFailure::Failed(detail)) => NodeListing::Failed {
-            detail: redactor.clean(&detail),
-        },
+        Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden { detail: message },
+        Err(NodeFailure::Failed(detail)) => NodeListing::Failed { detail },
     };
     ProbeOutcome::Reached {
         server_version,
@@ -119,9 +141,31 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) ->
     }
 }
 
+/// `gitVersion` of `GET /version`, or `None` when the server states none.
+async fn server_version(
+    client: &kube::Client,
+    redactor: &Redactor,
+) -> Result<Option<String>, Failure> {
+    #[derive(serde::Deserialize)]
+    struct Info {
+        #[serde(rename = "gitVersion")]
+        git_version: Option<String>,
+    }
+    let request = http::Request::get("/version")
+        .body(Vec::new())
+        .map_err(|_| Failure::Decode)?;
+    let body = get(client, request, MAX_ERROR_BYTES, redactor).await?;
+    let info: Info = serde_json::from_reader(body).map_err(|_| Failure::Decode)?;
+    Ok(info
+        .git_version
+        .map(|v| redactor.clean(&v))
+        .filter(|v| !v.is_empty()))
+}
+
 /// A client for a target, from a configuration made by
 /// [`client_config`](crate::kubeconfig::client_config): TLS and credentials from the
-/// configuration, a connect timeout, answers capped at [`MAX_RESPONSE_BYTES`]. Unlike
+/// configuration, its connect, read and write timeouts, answers capped at
+/// [`MAX_PAGE_BYTES`]. Unlike
 /// `kube::Client::try_from`, no HTTP trace layer: a target that is down is an outcome
 /// reported in status, not an error line per request in the controller's log.
 pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error> {
@@ -133,13 +177,20 @@ pub fn target_client(config: &kube::Config) -> Result<kube::Client, kube::Error>
     http.set_connect_timeout(config.connect_timeout);
     http.set_nodelay(true);
     let https = config.rustls_https_connector_with_connector(http)?;
+    // Each read and write on the connection is bounded too, so a target that trickles
+    // bytes is cut per read even before the probe's overall deadline. The TCP connect
+    // is bounded above; the TLS handshake by the probe's deadline, which says so.
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(config.reset_reader_on_write);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(https);
+        .build(timed);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .map_response(|response: http::Response<_>| {
-            response.map(|body| http_body_util::Limited::new(body, MAX_RESPONSE_BYTES))
+            response.map(|body| http_body_util::Limited::new(body, MAX_PAGE_BYTES))
         })
         .map_err(tower::BoxError::from)
         .service(client);
@@ -156,35 +207,53 @@ enum NodeFailure {
 async fn count_nodes(
     client: &kube::Client,
     settings: ProbeSettings,
-) -> Result<GpuCount, NodeFailure> {
-    let api: Api<Node> = Api::all(client.clone());
+    redactor: &Redactor,
+) -> Result<GpuTally, NodeFailure> {
+    let nodes = kube::core::Request::new("/api/v1/nodes");
     let mut tally = GpuTally::default();
     let mut continue_token: Option<String> = None;
     for page in 0..settings.max_pages {
+        let number = page + 1;
         let mut params = ListParams::default().limit(settings.page_size);
         if let Some(token) = &continue_token {
             params = params.continue_token(token);
         }
-        let list = api.list(&params).await.map_err(|error| match Failure::of(&error) {
-            Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
-            Failure::Http { code: 403, message } => NodeFailure::Forbidden(message),
-            Failure::Http { code: 410, .. } => NodeFailure::Failed(
-                "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
-                    .into(),
-            ),
-            Failure::Http { code, message } => {
-                NodeFailure::Failed(format!("HTTP {code} on page {}: {message}", page + 1))
-            }
-            Failure::Transport(detail) => NodeFailure::Failed(format!("{detail} (page {})", page + 1)),
-            Failure::Decode => NodeFailure::Failed(format!(
-                "page {} of the node list is not a list of Nodes",
-                page + 1
-            )),
+        let request = nodes.list(&params).map_err(|_| {
+            NodeFailure::Failed("the target's continue token cannot be sent back".into())
         })?;
-        tally.add_all(&list.items);
-        match list.metadata.continue_.filter(|t| !t.is_empty()) {
+        let body = get(client, request, MAX_PAGE_BYTES, redactor)
+            .await
+            .map_err(|failure| match failure {
+                Failure::Http { code: 401, .. } => NodeFailure::Unauthorized,
+                Failure::Http { code: 403, message } => NodeFailure::Forbidden(message),
+                Failure::Http { code: 410, .. } => NodeFailure::Failed(
+                    "the node list changed too much while it was paged through (HTTP 410); the next probe starts over"
+                        .into(),
+                ),
+                Failure::Http { code, message } => NodeFailure::Failed(format!(
+                    "HTTP {code} ({}) on page {number}{}",
+                    status_class(code),
+                    quoted(&message)
+                )),
+                Failure::Transport(detail) => {
+                    NodeFailure::Failed(format!("{detail} (page {number})"))
+                }
+                Failure::Decode => NodeFailure::Failed(format!(
+                    "page {number} of the node list is not a list of Nodes"
+                )),
+            })?;
+        let list = decode_page(body, settings.page_size).map_err(|e| {
+            NodeFailure::Failed(match e {
+                PageError::NotANodeList => {
+                    format!("page {number} of the node list is not a list of Nodes")
+                }
+                refused => format!("page {number} of the node list is refused: {refused}"),
+            })
+        })?;
+        tally.add_all(&list.nodes);
+        match list.continue_token {
             Some(token) => continue_token = Some(token),
-            None => return Ok(tally.finish()),
+            None => return Ok(tally),
         }
     }
     Err(NodeFailure::Failed(format!(
@@ -193,6 +262,136 @@ async fn count_nodes(
         settings.max_pages,
         settings.page_size
     )))
+}
+
+/// The body of a successful `GET`, at most `cap` bytes, as a reader over the chunks as
+/// they arrived (never copied into one buffer). An error answer becomes
+/// [`Failure::Http`] with the message of its `Status`, read no further than
+/// [`MAX_ERROR_BYTES`]. The request goes out through `Client::send` alone: kube's
+/// decoding helpers log a body they cannot parse, and a target's body is its own words.
+async fn get(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    cap: usize,
+    redactor: &Redactor,
+) -> Result<Chunks, Failure> {
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .map_err(|e| Failure::Transport(describe_transport(&e)))?;
+    let code = response.status();
+    let body = response.into_body();
+    if code.is_success() {
+        return match read_capped(body, cap).await {
+            Ok((chunks, false)) => Ok(chunks),
+            Ok((_, true)) => Err(Failure::Transport(too_large(cap))),
+            Err(e) => Err(Failure::Transport(describe_transport(&e))),
+        };
+    }
+    // Whatever the error body holds, the code alone is a usable answer.
+    let message = match read_capped(body, MAX_ERROR_BYTES).await {
+        Ok((chunks, _)) => error_message(chunks, redactor),
+        Err(_) => String::new(),
+    };
+    Err(Failure::Http {
+        code: code.as_u16(),
+        message,
+    })
+}
+
+/// Reads `body` until it ends or passes `cap`; `true` when it was cut there.
+async fn read_capped(
+    mut body: kube::client::Body,
+    cap: usize,
+) -> Result<(Chunks, bool), kube::Error> {
+    let mut chunks = Chunks::default();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        chunks.len += data.len();
+        chunks.parts.push_back(data);
+        if chunks.len > cap {
+            return Ok((chunks, true));
+        }
+    }
+    Ok((chunks, false))
+}
+
+/// The `message` of a Kubernetes `Status`, or else the start of the body as text;
+/// bounded, one line, without the kubeconfig's secrets.
+fn error_message(mut body: Chunks, redactor: &Redactor) -> String {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        message: Option<String>,
+    }
+    let mut text = Vec::with_capacity(body.len.min(MAX_ERROR_BYTES));
+    if body.read_to_end(&mut text).is_err() {
+        return String::new();
+    }
+    match serde_json::from_slice::<Status>(&text) {
+        Ok(Status {
+            message: Some(message),
+        }) => redactor.clean(&message),
+        _ => redactor.clean(&String::from_utf8_lossy(&text)),
+    }
+}
+
+/// "the server's answer is larger than 4 MiB" (or KiB, for the small answers).
+fn too_large(cap: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    let size = if cap >= MIB && cap.is_multiple_of(MIB) {
+        format!("{} MiB", cap / MIB)
+    } else {
+        format!("{} KiB", cap.div_ceil(1024))
+    };
+    format!("the server's answer is larger than {size}")
+}
+
+/// What kind of failure an HTTP status code is, in words.
+fn status_class(code: u16) -> &'static str {
+    match code {
+        400 => "bad request",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "not found",
+        410 => "expired",
+        429 => "too many requests",
+        c if (400..500).contains(&c) => "client error",
+        c if (500..600).contains(&c) => "server error",
+        _ => "not a success",
+    }
+}
+
+/// `: "<text>"` for a non-empty excerpt, nothing otherwise.
+fn quoted(text: &str) -> String {
+    if text.is_empty() {
+        String::new()
+    } else {
+        format!(": \"{text}\"")
+    }
+}
+
+/// A body as the chunks it arrived in.
+#[derive(Default)]
+struct Chunks {
+    parts: VecDeque<Bytes>,
+    len: usize,
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.parts.front_mut() {
+            if front.is_empty() {
+                self.parts.pop_front();
+                continue;
+            }
+            let n = front.len().min(buf.len());
+            front.copy_to_slice(&mut buf[..n]);
+            return Ok(n);
+        }
+        Ok(0)
+    }
 }
 
 /// A failed request, in words chosen here.
@@ -206,19 +405,6 @@ pub enum Failure {
     Decode,
 }
 
-impl Failure {
-    pub fn of(error: &kube::Error) -> Self {
-        match error {
-            kube::Error::Api(status) => Self::Http {
-                code: status.code,
-                message: bounded(&status.message),
-            },
-            kube::Error::SerdeError(_) | kube::Error::FromUtf8(_) => Self::Decode,
-            other => Self::Transport(describe_transport(other)),
-        }
-    }
-}
-
 /// A transport failure in words a person can act on. Only kinds of failure are named,
 /// never the library's own text.
 pub fn describe_transport(error: &(dyn std::error::Error + 'static)) -> String {
@@ -226,10 +412,7 @@ pub fn describe_transport(error: &(dyn std::error::Error + 'static)) -> String {
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = current {
         if e.is::<http_body_util::LengthLimitError>() {
-            return format!(
-                "the server's answer is larger than {} MiB",
-                MAX_RESPONSE_BYTES / (1024 * 1024)
-            );
+            return too_large(MAX_PAGE_BYTES);
         }
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return describe_tls(tls);
@@ -322,6 +505,11 @@ impl Redactor {
         }
         secrets.retain(|s| !s.is_empty());
         Self { secrets }
+    }
+
+    /// Whether `text` holds one of the secrets.
+    pub fn holds_secret(&self, text: &str) -> bool {
+        self.secrets.iter().any(|s| text.contains(s.as_str()))
     }
 
     /// `text` bounded, one line, printable, without any of the secrets.
@@ -429,26 +617,73 @@ mod tests {
         );
     }
 
-    #[test]
-    fn api_errors_keep_the_code_and_a_bounded_message() {
-        let status = kube::core::Status::failure(&"x\n".repeat(400), "Forbidden").with_code(403);
-        let Failure::Http { code, message } = Failure::of(&kube::Error::Api(status.boxed())) else {
-            panic!("not http")
-        };
-        assert_eq!(code, 403);
-        assert!(!message.contains('\n'));
-        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+    fn chunks(parts: &[&[u8]]) -> Chunks {
+        Chunks {
+            parts: parts.iter().map(|p| Bytes::copy_from_slice(p)).collect(),
+            len: parts.iter().map(|p| p.len()).sum(),
+        }
     }
 
     #[test]
-    fn tokens_echoed_by_a_server_are_removed() {
+    fn error_bodies_become_a_bounded_one_line_excerpt() {
+        let status = json!({ "kind": "Status", "code": 403, "message": "x\n".repeat(400) });
+        let text = status.to_string();
+        let (head, tail) = text.as_bytes().split_at(10);
+        let r = token_redactor();
+        let message = error_message(chunks(&[head, tail]), &r);
+        assert!(message.starts_with("x x"), "{message}");
+        assert!(!message.contains('\n'));
+        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+        // Not a Status: the start of the text, whatever it is.
+        let html = format!("<html>\n{}</html>", "y".repeat(10_000));
+        let message = error_message(chunks(&[html.as_bytes()]), &r);
+        assert!(message.starts_with("<html> yyy"), "{message}");
+        assert!(message.chars().count() <= MAX_SERVER_TEXT + 1);
+        assert_eq!(
+            error_message(chunks(&[b"\xff\xfe"]), &r),
+            "\u{fffd}\u{fffd}"
+        );
+        assert_eq!(error_message(chunks(&[]), &r), "");
+        assert_eq!(quoted(""), "");
+        assert_eq!(status_class(503), "server error");
+        assert_eq!(status_class(418), "client error");
+        assert_eq!(
+            too_large(MAX_PAGE_BYTES),
+            "the server's answer is larger than 4 MiB"
+        );
+        assert_eq!(
+            too_large(MAX_ERROR_BYTES),
+            "the server's answer is larger than 16 KiB"
+        );
+    }
+
+    fn token_redactor() -> Redactor {
         let kc = validate(
             kubeconfig(https_cluster(), token_user())
                 .to_string()
                 .as_bytes(),
         )
         .unwrap();
-        let r = Redactor::new(&kc);
+        Redactor::new(&kc)
+    }
+
+    #[test]
+    fn error_excerpts_and_models_lose_the_secrets() {
+        let r = token_redactor();
+        let echo = format!("Authorization: Bearer {TOKEN}");
+        let status = json!({ "kind": "Status", "message": echo }).to_string();
+        for body in [status.as_str(), echo.as_str()] {
+            let message = error_message(chunks(&[body.as_bytes()]), &r);
+            assert!(!message.contains(TOKEN), "{message}");
+            assert!(message.contains(REDACTED), "{message}");
+        }
+        assert!(r.holds_secret(&format!("GPU-{TOKEN}")));
+        assert!(!r.holds_secret("NVIDIA-A100-SXM4-80GB"));
+    }
+
+    #[test]
+    fn tokens_echoed_by_a_server_are_removed() {
+        let r = token_redactor();
         let echoed = format!("nodes is forbidden: bearer {TOKEN} may not");
         assert_eq!(
             r.clean(&echoed),

@@ -7,8 +7,10 @@
 
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
-use hearth_api::names::KUBECONFIG_SECRET_KEY;
+use hearth_api::names::{ALLOWED_CLUSTERS_ANNOTATION, KUBECONFIG_SECRET_KEY};
 use k8s_openapi::api::core::v1::Secret;
+
+use crate::onboarding::SecretPattern;
 
 use crate::credentials::{Expiry, credentials_expiry};
 use crate::kubeconfig::{KubeconfigError, ValidatedKubeconfig, validate};
@@ -48,6 +50,25 @@ impl SecretKubeconfig {
         }
     }
 
+    /// [`read`](Self::read), for `cluster`: a Secret that is not meant for it (see
+    /// [`is_meant_for`]) is refused before its kubeconfig is looked at.
+    pub fn read_for(
+        secret: Option<&Secret>,
+        secret_name: &str,
+        cluster: &str,
+        pattern: &SecretPattern,
+    ) -> Self {
+        match secret {
+            Some(s) if !is_meant_for(s, secret_name, cluster, pattern) => {
+                Self::Invalid(KubeconfigError::NotForThisCluster {
+                    cluster: cluster.to_owned(),
+                    expected: pattern.secret_name(cluster),
+                })
+            }
+            _ => Self::read(secret),
+        }
+    }
+
     pub fn view(&self) -> SecretView {
         match self {
             Self::SecretMissing | Self::KeyMissing => SecretView::Missing,
@@ -59,6 +80,30 @@ impl SecretKubeconfig {
     }
 }
 
+/// Whether `secret`, named `secret_name`, may hold `cluster`'s kubeconfig: it is the
+/// Secret the pattern names for that cluster, or its `fournos.dev/allowed-clusters`
+/// annotation lists the cluster. Anyone who may edit FournosClusters could otherwise
+/// point one at another target's Secret and publish that target's GPUs a second time,
+/// under a flavor that a lock on the real cluster does not cover.
+pub fn is_meant_for(
+    secret: &Secret,
+    secret_name: &str,
+    cluster: &str,
+    pattern: &SecretPattern,
+) -> bool {
+    pattern.secret_name(cluster) == secret_name
+        || allowed_clusters(secret).is_some_and(|list| list.split(',').any(|c| c.trim() == cluster))
+}
+
+fn allowed_clusters(secret: &Secret) -> Option<&str> {
+    secret
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ALLOWED_CLUSTERS_ANNOTATION)
+        .map(String::as_str)
+}
+
 fn kubeconfig_bytes(secret: &Secret) -> Option<&[u8]> {
     secret
         .data
@@ -68,10 +113,12 @@ fn kubeconfig_bytes(secret: &Secret) -> Option<&[u8]> {
 }
 
 /// Changes whenever the kubeconfig a cluster would be probed with changes: another
-/// Secret name, the Secret appearing or vanishing, the key's bytes.
+/// Secret name, the Secret appearing or vanishing, the key's bytes, the clusters the
+/// Secret allows.
 pub fn fingerprint(secret_name: &str, secret: Option<&Secret>) -> u64 {
     let mut hasher = DefaultHasher::new();
     secret_name.hash(&mut hasher);
+    secret.and_then(allowed_clusters).hash(&mut hasher);
     match secret {
         None => 0u8.hash(&mut hasher),
         Some(secret) => match kubeconfig_bytes(secret) {
@@ -98,6 +145,34 @@ mod tests {
         s.data = data
             .map(|d| BTreeMap::from([(KUBECONFIG_SECRET_KEY.to_owned(), ByteString(d.to_vec()))]));
         s
+    }
+
+    #[test]
+    fn a_secret_is_for_the_cluster_its_name_says_or_that_its_annotation_lists() {
+        let pattern = SecretPattern::new("kubeconfig-{cluster}").unwrap();
+        let mut s = secret(Some(b"anything"));
+        assert!(is_meant_for(&s, "kubeconfig-a", "a", &pattern));
+        assert!(!is_meant_for(&s, "kubeconfig-a", "thief", &pattern));
+        let refused = SecretKubeconfig::read_for(Some(&s), "kubeconfig-a", "thief", &pattern);
+        let SecretKubeconfig::Invalid(e) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(e.reason(), "SecretNotForThisCluster");
+        assert!(e.to_string().contains("kubeconfig-thief"), "{e}");
+        let before = fingerprint("kubeconfig-a", Some(&s));
+        s.metadata.annotations = Some(BTreeMap::from([(
+            ALLOWED_CLUSTERS_ANNOTATION.to_owned(),
+            "b, thief".to_owned(),
+        )]));
+        assert!(is_meant_for(&s, "kubeconfig-a", "thief", &pattern));
+        assert!(is_meant_for(&s, "kubeconfig-a", "b", &pattern));
+        assert!(!is_meant_for(&s, "kubeconfig-a", "thie", &pattern));
+        assert_ne!(fingerprint("kubeconfig-a", Some(&s)), before);
+        // A missing Secret is reported as missing, whoever asks.
+        assert!(matches!(
+            SecretKubeconfig::read_for(None, "kubeconfig-a", "thief", &pattern),
+            SecretKubeconfig::SecretMissing
+        ));
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub mod reasons {
     pub const CREDENTIALS_EXPIRING_SOON: &str = "CredentialsExpiringSoon";
     /// Still `True`: the credentials say they have expired, yet the target accepts them.
     pub const CREDENTIALS_EXPIRED: &str = "CredentialsExpired";
+    /// `Invalid`, for a Secret that is another cluster's.
+    pub const SECRET_NOT_FOR_THIS_CLUSTER: &str = "SecretNotForThisCluster";
     // GPUDiscovered
     pub const DISCOVERED: &str = "Discovered";
     pub const FORBIDDEN: &str = "Forbidden";
@@ -355,7 +357,10 @@ fn kubeconfig_condition(
         ),
         (KubeconfigStatus::Invalid, ProbeOutcome::Invalid(e)) => (
             false,
-            reasons::INVALID,
+            match e {
+                KubeconfigError::NotForThisCluster { .. } => reasons::SECRET_NOT_FOR_THIS_CLUSTER,
+                _ => reasons::INVALID,
+            },
             format!("the kubeconfig in Secret {secret} cannot be used: {e}"),
         ),
         (KubeconfigStatus::Invalid, _) => (

@@ -14,6 +14,8 @@
 use std::sync::Arc;
 
 use hearth_api::FournosCluster;
+use hearth_api::conditions::DesiredCondition;
+use hearth_api::names::condition_types::LOCKED;
 use hearth_api::names::controllers::LOCK_MANAGER;
 use hearth_runtime::events::Events;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -26,7 +28,7 @@ use serde_json::json;
 use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
-use crate::plan::{LockAction, LockEvent, LockPlan};
+use crate::plan::{LockAction, LockEvent, LockPlan, LockStatus, reasons};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec};
 use crate::status::{became_held, status_patch, transition_events};
 
@@ -116,8 +118,15 @@ pub async fn apply_plan<K: Sentinel>(
     }
 
     for action in &plan.actions {
-        if let LockAction::CreateSentinel { name, owner } = action {
-            create_sentinel(ctx, cluster, &regarding, name, owner).await?;
+        if let LockAction::CreateSentinel { name, owner } = action
+            && let Err(e) = create_sentinel(ctx, cluster, &regarding, name, owner).await
+        {
+            // Said where people look (the Locked condition), not only in an Event.
+            let mut status = plan.status.clone();
+            status.locked = false;
+            status.condition = Some(create_failed(&e));
+            write_status(ctx, cluster, &regarding, &status, now).await?;
+            return Err(e);
         }
     }
 
@@ -133,26 +142,57 @@ pub async fn apply_plan<K: Sentinel>(
         }
     }
 
-    let current = cluster.status.clone().unwrap_or_default();
-    if let Some(patch) = status_patch(&current, cluster.metadata.generation, &plan.status, now) {
-        match hearth_runtime::status::apply_status(&ctx.clusters, cluster, LOCK_MANAGER, patch)
-            .await
-        {
-            Ok(_) => ctx.metrics.wrote("status"),
-            Err(e) if is_status(&e, 404) => return Ok(Applied::Done),
-            Err(e) => return Err(Error::Status(e)),
-        }
-        if became_held(&current, &plan.status)
-            && let Some(since) = plan.status.owner_set_at
-        {
-            let waited = now.duration_since(since).as_secs_f64().max(0.0);
-            ctx.metrics.acquisition.observe(waited);
-        }
-        for event in transition_events(&current, &plan.status) {
-            publish(ctx, &regarding, &event).await;
-        }
-    }
+    write_status(ctx, cluster, &regarding, &plan.status, now).await?;
     Ok(Applied::Done)
+}
+
+/// Applies `status` when it differs from the cluster's, then the metrics and Events of
+/// that change. A cluster deleted meanwhile has nothing left to report on.
+async fn write_status<K: Sentinel>(
+    ctx: &Writer<K>,
+    cluster: &FournosCluster,
+    regarding: &ObjectReference,
+    status: &LockStatus,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let current = cluster.status.clone().unwrap_or_default();
+    let Some(patch) = status_patch(&current, cluster.metadata.generation, status, now) else {
+        return Ok(());
+    };
+    match hearth_runtime::status::apply_status(&ctx.clusters, cluster, LOCK_MANAGER, patch).await {
+        Ok(_) => ctx.metrics.wrote("status"),
+        Err(e) if is_status(&e, 404) => return Ok(()),
+        Err(e) => return Err(Error::Status(e)),
+    }
+    if became_held(&current, status)
+        && let Some(since) = status.owner_set_at
+    {
+        let waited = now.duration_since(since).as_secs_f64().max(0.0);
+        ctx.metrics.acquisition.observe(waited);
+    }
+    for event in transition_events(&current, status) {
+        publish(ctx, regarding, &event).await;
+    }
+    Ok(())
+}
+
+/// Longest message of a `SentinelCreateFailed` condition.
+const MAX_CREATE_FAILED_CHARS: usize = 1024;
+
+/// `Locked=False, SentinelCreateFailed` with the apiserver's reason, bounded.
+fn create_failed(error: &Error) -> DesiredCondition {
+    let mut message: String = format!(
+        "{error}. The lock is not held; Hearth tries again with backoff (a 422 means the \
+         sentinel is invalid: check spec.owner)."
+    )
+    .chars()
+    .map(|c| if c.is_control() { ' ' } else { c })
+    .collect();
+    if let Some((cut, _)) = message.char_indices().nth(MAX_CREATE_FAILED_CHARS) {
+        message.truncate(cut);
+        message.push('…');
+    }
+    DesiredCondition::new(LOCKED, false, reasons::SENTINEL_CREATE_FAILED, message)
 }
 
 /// `spec.owner = null`, only if the cluster is still at the observed resourceVersion.
@@ -341,6 +381,31 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    #[test]
+    fn a_refused_sentinel_is_a_bounded_condition_with_the_apiservers_reason() {
+        let status = kube::core::Status::failure(
+            &format!("metadata.annotations: Too long: {}\nmore", "x".repeat(5000)),
+            "Invalid",
+        )
+        .with_code(422);
+        let e = Error::CreateSentinel {
+            name: "cluster-lock-a".into(),
+            source: kube::Error::Api(status.boxed()),
+        };
+        let c = create_failed(&e);
+        assert_eq!(c.reason, reasons::SENTINEL_CREATE_FAILED);
+        assert_eq!(c.status, hearth_api::conditions::Status::False);
+        assert!(
+            c.message.starts_with(
+                "cannot create sentinel cluster-lock-a: metadata.annotations: Too long"
+            ),
+            "{}",
+            c.message
+        );
+        assert!(!c.message.contains('\n'));
+        assert!(c.message.chars().count() <= MAX_CREATE_FAILED_CHARS + 1);
+    }
     use crate::config::SentinelKind;
     use crate::plan::{ClusterView, SentinelState, plan_lock};
     use hearth_api::kueue::Workload;

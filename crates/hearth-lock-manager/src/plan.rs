@@ -29,6 +29,10 @@ pub mod reasons {
     pub const WAITING_FOR_FLAVOR: &str = "WaitingForFlavor";
     pub const EXPIRED: &str = "Expired";
     pub const RELEASED: &str = "Released";
+    /// `spec.owner` is one the CRD refuses today but an older CRD stored.
+    pub const INVALID_OWNER: &str = "InvalidOwner";
+    /// The apiserver refused the sentinel; written by the apply step.
+    pub const SENTINEL_CREATE_FAILED: &str = "SentinelCreateFailed";
 }
 
 /// What the plan needs to know about a FournosCluster.
@@ -131,6 +135,16 @@ pub fn plan_lock(
         Some(o) if !cluster.deleting => o,
         _ => return plan_unlocked(cluster, sentinels, previous, now),
     };
+    if let Some(problem) = hearth_api::cluster::owner_problem(owner) {
+        let mut plan = plan_unlocked(cluster, sentinels, previous);
+        plan.status.condition = Some(DesiredCondition::new(
+            LOCKED,
+            false,
+            reasons::INVALID_OWNER,
+            format!("{problem}. The cluster is not locked until spec.owner is valid."),
+        ));
+        return plan;
+    }
 
     // The lock's start: kept while the owner stays the same, reset when it changes.
     // A status from before `lockOwner` existed (the Python controller) has only
@@ -705,6 +719,19 @@ mod tests {
         assert_eq!(reason(&plan), reasons::RELEASED);
         assert_eq!(plan.status.lock_job_name, None);
         assert!(!plan.status.locked);
+    }
+
+    #[test]
+    fn an_owner_the_crd_would_refuse_takes_no_lock_and_says_why() {
+        let status = FournosClusterStatus::default();
+        let forged = "alice\nINFO lock granted to mallory";
+        let plan = plan_lock(&view(Some(forged), None, &status), &[], at(0));
+        assert!(plan.actions.is_empty(), "{:?}", plan.actions);
+        assert!(!plan.status.locked);
+        let c = plan.status.condition.expect("a Locked condition");
+        assert_eq!(c.reason, reasons::INVALID_OWNER);
+        assert!(c.message.contains("control or format"), "{}", c.message);
+        assert!(!c.message.contains("mallory"), "{}", c.message);
     }
 
     #[test]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::node_page::NodeView;
 use crate::test_support::node;
 use pretty_assertions::assert_eq;
 
@@ -459,7 +460,8 @@ fn counting_page_by_page_equals_counting_at_once() {
     ];
     let at_once = count_gpus(&nodes);
     let mut tally = GpuTally::default();
-    for page in nodes.chunks(2) {
+    let views: Vec<NodeView> = nodes.iter().map(NodeView::from).collect();
+    for page in views.chunks(2) {
         tally.add_all(page);
     }
     assert_eq!(tally.finish(), at_once);
@@ -502,4 +504,54 @@ fn a_junk_mig_profile_never_counts_more_gpus_than_devices() {
         .allocatable("nvidia.com/mig-999g.1gb", "5")
         .build();
     assert_eq!(node_gpus(&n), one(NVIDIA, "NVIDIA-A100-SXM4-40GB", 5));
+}
+
+#[test]
+fn product_names_that_no_label_can_hold_count_as_the_vendor() {
+    for (model, sane) in [
+        ("NVIDIA-A100-SXM4-80GB", true),
+        ("AMD_Instinct_MI300X", true),
+        ("x__--..--__x", true),
+        (&*"X".repeat(63), true),
+        (&*"X".repeat(64), false),
+        ("-A100", false),
+        ("A100 80GB", false),
+        ("<script>", false),
+        ("A100\n", false),
+        ("", false),
+    ] {
+        assert_eq!(is_product_name(model), sane, "{model:?}");
+    }
+    let mut tally = GpuTally::default();
+    let mut n = NodeView::from(&node("n").nvidia("A100", 2).build());
+    n.labels
+        .insert("nvidia.com/gpu.product".into(), "A100 with spaces".into());
+    tally.add(&n);
+    let count = tally.finish();
+    assert_eq!(count.gpus.len(), 1);
+    assert_eq!(
+        (count.gpus[0].model.as_str(), count.gpus[0].count),
+        (NVIDIA, 2)
+    );
+}
+
+#[test]
+fn more_models_than_a_cluster_may_publish_are_flagged_not_kept() {
+    let mut tally = GpuTally::default();
+    for i in 0..MAX_GPU_MODELS {
+        tally.add(&NodeView::from(
+            &node("n").nvidia(&format!("M{i}"), 1).build(),
+        ));
+    }
+    assert!(!tally.too_many_models());
+    // A model already kept is still counted.
+    tally.add(&NodeView::from(&node("n").nvidia("M0", 1).build()));
+    assert!(!tally.too_many_models());
+    tally.add(&NodeView::from(
+        &node("n").nvidia("one-too-many", 1).build(),
+    ));
+    assert!(tally.too_many_models());
+    let count = tally.finish();
+    assert_eq!(count.gpus.len(), MAX_GPU_MODELS);
+    assert_eq!(count.total_gpus, MAX_GPU_MODELS as i64 + 1);
 }

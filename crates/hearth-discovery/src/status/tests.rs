@@ -759,3 +759,34 @@ fn result_labels_for_metrics() {
         ]
     );
 }
+
+/// Whatever a target says, discovery's status stays far below what the apiserver
+/// accepts (1.5 MiB per object): the most models a cluster may have, each as long as a
+/// label allows, and the longest detail of a failure.
+#[test]
+fn the_largest_status_a_target_can_cause_is_small() {
+    use crate::gpus::{GpuTally, MAX_GPU_MODELS, MAX_MODEL_CHARS};
+    use crate::node_page::NodeView;
+    let mut tally = GpuTally::default();
+    for i in 0..MAX_GPU_MODELS + 5 {
+        let model = format!("{i:02}{}", "X".repeat(MAX_MODEL_CHARS - 2));
+        tally.add(&NodeView::from(
+            &node(&format!("n{i}")).nvidia(&model, 8).build(),
+        ));
+    }
+    let counted = plan(reached(tally.finish()), None, at(0));
+    let size = serde_json::to_string(&counted.status).unwrap().len();
+    assert!(size < 8 * 1024, "{size} bytes");
+    let failed = plan(
+        ProbeOutcome::Reached {
+            server_version: Some("v".repeat(100_000)),
+            nodes: NodeListing::Failed {
+                detail: "d".repeat(100_000),
+            },
+        },
+        Some(&counted.status),
+        at(60),
+    );
+    let size = serde_json::to_string(&failed.status).unwrap().len();
+    assert!(size < 16 * 1024, "{size} bytes");
+}
