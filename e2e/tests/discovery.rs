@@ -900,8 +900,24 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
     );
 
     f.plane.start_target(target.name()).await?;
-    let back = f.wait_status(&name, KubeconfigStatus::Valid).await?;
-    ensure!(failures(&back) == 0);
+    // Recovered means counted again. `Valid` alone can come first: a target apiserver
+    // that has just started answers who you are before it lists nodes, and that probe
+    // is a `Valid` cluster whose discovery failed once more (failures > 0).
+    let back = f
+        .wait_cluster(&name, "Valid and counted again", |c| {
+            let status = kubeconfig_status(c);
+            if status == Some(KubeconfigStatus::Valid) && failures(c) == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "kubeconfigStatus {status:?}, {} failures, {}",
+                    failures(c),
+                    conditions_text(c)
+                ))
+            }
+        })
+        .await?;
+    ensure!(total_gpus(&back) == 2, "counted again after the outage");
     f.wait_event(&f.iso.namespace, &name, "KubeconfigValid")
         .await?;
     Ok(())
