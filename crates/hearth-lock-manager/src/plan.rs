@@ -136,7 +136,7 @@ pub fn plan_lock(
         _ => return plan_unlocked(cluster, sentinels, previous, now),
     };
     if let Some(problem) = hearth_api::cluster::owner_problem(owner) {
-        let mut plan = plan_unlocked(cluster, sentinels, previous);
+        let mut plan = plan_unlocked(cluster, sentinels, previous, now);
         plan.status.condition = Some(DesiredCondition::new(
             LOCKED,
             false,
