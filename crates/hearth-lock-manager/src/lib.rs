@@ -8,6 +8,7 @@ pub mod apply;
 pub mod config;
 pub mod controller;
 pub mod error;
+pub mod fournos_lock;
 pub mod metrics;
 pub mod plan;
 pub mod sentinel;

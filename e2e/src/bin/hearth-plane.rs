@@ -123,6 +123,11 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// An existing file's absolute path (unlike [`absolute`], which makes a directory).
+fn absolute_file(file: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(file).with_context(|| format!("resolving {}", file.display()))
+}
+
 fn absolute(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))
@@ -199,7 +204,9 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
         command.arg("--hearth-bin-dir").arg(absolute(dir)?);
     }
     if let Some(crd) = &args.fournos_cluster_crd {
-        command.arg("--fournos-cluster-crd").arg(absolute(crd)?);
+        command
+            .arg("--fournos-cluster-crd")
+            .arg(absolute_file(crd)?);
     }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.
