@@ -56,6 +56,8 @@ pub const PICKUP_GRACE: Duration = Duration::from_secs(30);
 /// Workload watch lagging behind the FournosJob watch rather than for a lost Workload:
 /// the lock is not called held meanwhile, only the repair waits.
 pub const REPAIR_GRACE: Duration = Duration::from_secs(5);
+/// Marks the part of an `Expired` message that says what the release waits for.
+const STILL_RELEASING: &str = " Still releasing:";
 /// Longest text taken from Kueue or Fournos into a message.
 const MAX_QUOTED: usize = 300;
 
@@ -188,28 +190,31 @@ pub fn amend(
     if plan.status.lock_owner.is_none() || reason == plan_reasons::EXPIRED {
         // Unlocked or expired: released only once nothing of the lock holds quota.
         let waits = release_waits(jobs, workloads);
-        if !waits.is_empty() {
-            plan.status.locked = false;
-            let waits = waits.join("; ");
-            if reason == plan_reasons::EXPIRED {
-                let message = plan
-                    .status
-                    .condition
-                    .as_ref()
-                    .map(|c| c.message.clone())
-                    .unwrap_or_default();
-                set_reason(
-                    &mut plan,
-                    plan_reasons::EXPIRED,
-                    format!("{message} Still releasing: waiting for {waits}."),
-                );
+        if reason == plan_reasons::EXPIRED {
+            // An expired lock keeps its message from round to round: say what the
+            // release still waits for, or no longer.
+            let message = plan
+                .status
+                .condition
+                .as_ref()
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            let base = message.split(STILL_RELEASING).next().unwrap_or_default();
+            let message = if waits.is_empty() {
+                base.to_owned()
             } else {
-                set_reason(
-                    &mut plan,
-                    reasons::RELEASING,
-                    format!("The lock is being released: waiting for {waits}."),
-                );
-            }
+                format!("{base}{STILL_RELEASING} waiting for {}.", waits.join("; "))
+            };
+            set_reason(&mut plan, plan_reasons::EXPIRED, message);
+        } else if !waits.is_empty() {
+            set_reason(
+                &mut plan,
+                reasons::RELEASING,
+                format!(
+                    "The lock is being released: waiting for {}.",
+                    waits.join("; ")
+                ),
+            );
         }
         return Amended { plan, lost };
     }
@@ -709,6 +714,52 @@ mod tests {
         let a = run(None, 100, &[], &[workload("u1", true)], 11);
         assert_eq!(reason(&a), reasons::RELEASING);
         assert!(message(&a).contains("garbage collector"), "{}", message(&a));
+        // Expired: the message says what the release waits for, then no longer.
+        let mut status = status(Some("alice"), 100);
+        let expired = DesiredCondition::new(
+            LOCKED,
+            false,
+            plan_reasons::EXPIRED,
+            "The lock of alice expired.",
+        );
+        status.conditions = vec![hearth_api::conditions::next_condition(
+            None,
+            &expired,
+            None,
+            &Time(at(60)),
+        )];
+        status.lock_owner = None;
+        let view = ClusterView {
+            name: "a",
+            owner: None,
+            ttl: None,
+            deleting: false,
+            status: &status,
+        };
+        let plan = plan_lock(&view, &[], at(61));
+        let a = amend(
+            plan.clone(),
+            Some(100),
+            &[],
+            &[workload("u1", true)],
+            at(61),
+        );
+        assert!(
+            message(&a).ends_with("it still holds the cluster's slots."),
+            "{}",
+            message(&a)
+        );
+        status.conditions[0].message = message(&a).to_owned();
+        let view = ClusterView {
+            name: "a",
+            owner: None,
+            ttl: None,
+            deleting: false,
+            status: &status,
+        };
+        let a = amend(plan_lock(&view, &[], at(62)), Some(100), &[], &[], at(62));
+        assert_eq!(reason(&a), plan_reasons::EXPIRED);
+        assert_eq!(message(&a), "The lock of alice expired.");
         // A Workload that no longer holds quota is released.
         let a = run(None, 100, &[], &[workload("u1", false)], 12);
         assert_eq!(reason(&a), plan_reasons::RELEASED);
