@@ -680,7 +680,7 @@ async fn ttl_expiry_releases_the_lock() -> Result<()> {
     let lab = lab!("fournos-ttl");
     let cluster = lab.cluster(&lab.scope.cluster("ttl")).await?;
     lab.start_lock_manager().await?;
-    lab.set_owner(&cluster, Some("erin"), Some("20s")).await?;
+    lab.set_owner(&cluster, Some("erin"), Some("1m")).await?;
     let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
     let expires = fc
         .status
