@@ -766,10 +766,64 @@ async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
         (j, w)
     };
     assert_ne!(new_job.uid(), job.uid());
-    // The job said Admitted all along: Fournos never rechecks a lock's Workload.
     let fc = lab.clusters.get(&cluster).await?;
     let c = locked(&fc).unwrap();
     eprintln!("lost: repaired; condition {}: {}", c.reason, c.message);
+
+    // Evicted (here: deactivated, which Kueue evicts at once) while the job still says
+    // Admitted: not held either, and repaired with a Workload of its own (the evicted one
+    // is kept until the garbage collector has deleted it, so Fournos cannot adopt it).
+    let evicted = lab
+        .wait_job_workload(&new_job, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    lab.workloads
+        .patch(
+            &evicted.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "active": false } })),
+        )
+        .await?;
+    let third = lab
+        .wait_sentinel(&cluster, "a third sentinel", |j| {
+            j.uid() != new_job.uid() && phase(j) == Some("Admitted")
+        })
+        .await?;
+    lab.wait_cluster(&cluster, "held again after the eviction", is_held)
+        .await?;
+    let w = lab
+        .wait_job_workload(&third, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    assert_ne!(w.uid(), evicted.uid(), "the evicted Workload was adopted");
+    ensure!(
+        lab.metric("hearth_lock_manager_lock_workloads_lost_total")
+            .await?
+            >= 2.0
+    );
+    Ok(())
+}
+
+/// A sentinel Fournos does not pick up (Fournos is down) says so after the grace, and is
+/// held once Fournos runs.
+#[tokio::test]
+async fn sentinel_fournos_never_picks_up_says_so() -> Result<()> {
+    let lab = lab!("fournos-pickup");
+    let cluster = lab.cluster(&lab.scope.cluster("pickup")).await?;
+    lab.start_lock_manager().await?;
+    lab.fournos.lock().await.stop().await;
+    lab.set_owner(&cluster, Some("kim"), None).await?;
+    let fc = until("SentinelNotPickedUp", DEADLINE, || async {
+        let fc = lab.clusters.get(&cluster).await?;
+        Ok(if reason_is("SentinelNotPickedUp")(&fc) {
+            Ok(fc)
+        } else {
+            Err(lock_state(&fc))
+        })
+    })
+    .await?;
+    eprintln!("pickup: {}", lock_state(&fc));
+    lab.fournos.lock().await.restart().await?;
+    lab.wait_cluster(&cluster, "held once Fournos runs", is_held)
+        .await?;
     Ok(())
 }
 

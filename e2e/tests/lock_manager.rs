@@ -1149,9 +1149,17 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     lab.wait_cluster(&cluster, "held in phase Running", is_held)
         .await?;
 
-    // Unlock: the FournosJob is deleted.
+    // Unlock: the FournosJob is deleted. Its Workload still holds the slots until the
+    // garbage collector (the stopped stand-in) deletes it: Releasing until then.
     lab.set_spec(&cluster, json!({ "owner": null })).await?;
     lab.wait_no_sentinel(&cluster).await?;
+    lab.wait_cluster(&cluster, "Releasing", |fc| {
+        locked(fc).is_some_and(|c| c.reason == "Releasing")
+    })
+    .await?;
+    lab.workloads
+        .delete(&job.name_any(), &DeleteParams::default())
+        .await?;
     lab.wait_cluster(&cluster, "Released", |fc| {
         locked(fc).is_some_and(|c| c.reason == "Released")
     })

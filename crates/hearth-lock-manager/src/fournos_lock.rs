@@ -374,10 +374,13 @@ pub fn amend(
             set_reason(
                 &mut plan,
                 reasons::NOT_PICKED_UP,
+                // The creation time, not the seconds waited: the message must not change
+                // from one reconcile to the next (each change is a status write).
                 format!(
-                    "Fournos has not picked up sentinel {} in {}s (it has no status.phase).{said} Check that Fournos runs and watches this namespace, and its log.",
+                    "Fournos has not picked up sentinel {} (no status.phase since it was created at {}, over {}s ago).{said} Check that Fournos runs and watches this namespace, and its log.",
                     job.name,
-                    waited.as_secs()
+                    fmt_time(created),
+                    PICKUP_GRACE.as_secs()
                 ),
             );
         } else {
