@@ -20,20 +20,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
-use hearth_api::{FournosCluster, FournosClusterSpec};
+use hearth_e2e::fixtures::{publish_kueue_status, queued_cluster};
 use hearth_e2e::fournos_real::{self, Fournos, World};
 use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::objects::{resource_flavor, slot_resource_groups, slot_workload};
+use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::{http_get, until};
-use hearth_e2e::resources::{apply, dynamic_api};
+use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -252,37 +253,13 @@ impl Lab {
     /// A FournosCluster with its flavor, queue entry and `status.kueue` as kueue-sync
     /// makes them, and the kubeconfig Secret Fournos copies for a job that runs there.
     async fn cluster(&self, name: &str) -> Result<String> {
-        apply(&self.client, &resource_flavor(name)).await?;
         let entries: Vec<(String, i64)> = {
             let mut queued = self.queued.lock().expect("poisoned");
             queued.push(name.to_owned());
             queued.iter().map(|c| (c.clone(), SLOTS)).collect()
         };
         let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
-        let (queues, _) = dynamic_api(
-            &self.client,
-            &hearth_e2e::fixtures::cluster_queue(&self.scope.cluster_queue),
-        )
-        .await?;
-        queues
-            .patch(
-                &self.scope.cluster_queue,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({ "spec": { "resourceGroups": slot_resource_groups(&entries) } }),
-                ),
-            )
-            .await
-            .context("adding the flavor to the ClusterQueue")?;
-        let mut fc = FournosCluster::new(
-            name,
-            FournosClusterSpec {
-                kubeconfig_secret: format!("kubeconfig-{name}"),
-                ..Default::default()
-            },
-        );
-        fc.metadata.namespace = Some(self.scope.namespace.clone());
-        self.clusters.create(&PostParams::default(), &fc).await?;
+        queued_cluster(&self.client, &self.scope, name, &entries).await?;
         self.publish_slots(name, SLOTS).await?;
         apply(
             &self.client,
@@ -296,26 +273,9 @@ impl Lab {
         Ok(name.to_owned())
     }
 
+    /// `status.kueue` as kueue-sync publishes it, with `slots` as the cluster's slots.
     async fn publish_slots(&self, name: &str, slots: i64) -> Result<()> {
-        let patch = json!({
-            "apiVersion": "fournos.dev/v1",
-            "kind": "FournosCluster",
-            "status": { "kueue": {
-                "flavor": name,
-                "clusterQueue": self.scope.cluster_queue,
-                "quotas": { CLUSTER_SLOT_RESOURCE: SLOTS },
-                "clusterSlots": slots,
-            }},
-        });
-        self.clusters
-            .patch_status(
-                name,
-                &PatchParams::apply("hearth-kueue-sync").force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .context("publishing status.kueue")?;
-        Ok(())
+        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, slots).await?)
     }
 
     async fn set_owner(&self, name: &str, owner: Option<&str>, ttl: Option<&str>) -> Result<()> {
@@ -544,10 +504,16 @@ impl Lab {
     }
 }
 
+/// `let (lab, cluster) = lab!("test", "base");`: a Lab, one cluster, lock-manager
+/// running; or return (skipped) without Fournos.
 macro_rules! lab {
-    ($name:expr) => {
+    ($name:expr, $base:expr) => {
         match Lab::new($name).await? {
-            Some(lab) => lab,
+            Some(lab) => {
+                let cluster = lab.cluster(&lab.scope.cluster($base)).await?;
+                lab.start_lock_manager().await?;
+                (lab, cluster)
+            }
             None => return Ok(()),
         }
     };
@@ -563,9 +529,7 @@ macro_rules! lab {
 /// once the Workload is gone, and the ordinary job is admitted.
 #[tokio::test]
 async fn lock_holds_a_cluster_for_real_fournos_jobs() -> Result<()> {
-    let lab = lab!("fournos-lock");
-    let cluster = lab.cluster(&lab.scope.cluster("real")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-lock", "real");
 
     let (job, workload) = lab.lock(&cluster, "alice").await?;
     let raw = serde_json::to_value(&job)?;
@@ -646,9 +610,7 @@ async fn lock_holds_a_cluster_for_real_fournos_jobs() -> Result<()> {
 /// A lock on a busy cluster waits, saying so, and is held once the running job ends.
 #[tokio::test]
 async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
-    let lab = lab!("fournos-busy");
-    let cluster = lab.cluster(&lab.scope.cluster("busy")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-busy", "busy");
     lab.submit_job("running-job", &cluster).await?;
     lab.wait_job("running-job", "Running", |j| phase(j) == Some("Running"))
         .await?;
@@ -677,9 +639,7 @@ async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
 /// The TTL ends the lock on time, and the slots are free once it is released.
 #[tokio::test]
 async fn ttl_expiry_releases_the_lock() -> Result<()> {
-    let lab = lab!("fournos-ttl");
-    let cluster = lab.cluster(&lab.scope.cluster("ttl")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-ttl", "ttl");
     lab.set_owner(&cluster, Some("erin"), Some("1m")).await?;
     let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
     let expires = fc
@@ -706,9 +666,7 @@ async fn ttl_expiry_releases_the_lock() -> Result<()> {
 /// Restarts of Fournos and of lock-manager keep the lock held, on the same sentinel.
 #[tokio::test]
 async fn restarts_keep_the_lock() -> Result<()> {
-    let lab = lab!("fournos-restart");
-    let cluster = lab.cluster(&lab.scope.cluster("restart")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-restart", "restart");
     let (job, _) = lab.lock(&cluster, "frank").await?;
 
     lab.fournos.lock().await.restart().await?;
@@ -739,9 +697,7 @@ async fn restarts_keep_the_lock() -> Result<()> {
 /// The Workload under a held lock disappears: not held, said so, repaired.
 #[tokio::test]
 async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
-    let lab = lab!("fournos-lost");
-    let cluster = lab.cluster(&lab.scope.cluster("lost")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-lost", "lost");
     let (job, workload) = lab.lock(&cluster, "grace").await?;
 
     lab.workloads
@@ -806,9 +762,7 @@ async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
 /// held once Fournos runs.
 #[tokio::test]
 async fn sentinel_fournos_never_picks_up_says_so() -> Result<()> {
-    let lab = lab!("fournos-pickup");
-    let cluster = lab.cluster(&lab.scope.cluster("pickup")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-pickup", "pickup");
     lab.fournos.lock().await.stop().await;
     lab.set_owner(&cluster, Some("kim"), None).await?;
     let fc = until("SentinelNotPickedUp", DEADLINE, || async {
@@ -831,9 +785,7 @@ async fn sentinel_fournos_never_picks_up_says_so() -> Result<()> {
 /// slots) until Fournos is back and the Workload is gone.
 #[tokio::test]
 async fn unlock_while_fournos_is_down_is_releasing_until_it_is_free() -> Result<()> {
-    let lab = lab!("fournos-down");
-    let cluster = lab.cluster(&lab.scope.cluster("down")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-down", "down");
     let (_, workload) = lab.lock(&cluster, "heidi").await?;
 
     lab.fournos.lock().await.stop().await;
@@ -866,9 +818,7 @@ async fn unlock_while_fournos_is_down_is_releasing_until_it_is_free() -> Result<
 /// Owner change: the new owner's sentinel never adopts the old owner's Workload.
 #[tokio::test]
 async fn owner_change_gets_a_new_workload() -> Result<()> {
-    let lab = lab!("fournos-owner");
-    let cluster = lab.cluster(&lab.scope.cluster("owner")).await?;
-    lab.start_lock_manager().await?;
+    let (lab, cluster) = lab!("fournos-owner", "owner");
     let (alice_job, alice_workload) = lab.lock(&cluster, "alice").await?;
 
     lab.set_owner(&cluster, Some("bob"), None).await?;
@@ -897,11 +847,8 @@ async fn owner_change_gets_a_new_workload() -> Result<()> {
 /// sentinel name cut to fit with a hash; the label still names the whole cluster.
 #[tokio::test]
 async fn longest_cluster_name_can_be_locked() -> Result<()> {
-    let lab = lab!("fournos-long");
-    let base = format!("{}-", "l".repeat(63));
-    let cluster = lab.cluster(&lab.scope.cluster(&base)).await?;
+    let (lab, cluster) = lab!("fournos-long", &format!("{}-", "l".repeat(63)));
     ensure!(cluster.len() == 63, "{cluster}");
-    lab.start_lock_manager().await?;
     let (job, _) = lab.lock(&cluster, "ivan").await?;
     ensure!(job.name_any().len() <= 63, "{}", job.name_any());
     assert_eq!(
@@ -915,10 +862,8 @@ async fn longest_cluster_name_can_be_locked() -> Result<()> {
 /// held, and says what to set.
 #[tokio::test]
 async fn slots_that_differ_from_fournos_are_flagged() -> Result<()> {
-    let lab = lab!("fournos-slots");
-    let cluster = lab.cluster(&lab.scope.cluster("slots")).await?;
+    let (lab, cluster) = lab!("fournos-slots", "slots");
     lab.publish_slots(&cluster, 120).await?;
-    lab.start_lock_manager().await?;
     lab.set_owner(&cluster, Some("judy"), None).await?;
     let fc = lab
         .wait_cluster(&cluster, "SlotsMismatch", reason_is("SlotsMismatch"))

@@ -133,31 +133,31 @@ fn requeue_within(plan: &mut LockPlan, after: Duration) {
     plan.requeue_after = Some(plan.requeue_after.map_or(after, |d| d.min(after)));
 }
 
-/// What a release still waits for, one phrase per thing, or empty when it is done.
+/// What a release still waits for, one phrase per thing, or empty when it is done: every
+/// FournosJob of the lock still there, and every Workload of it that holds quota.
 fn release_waits(jobs: &[JobView], workloads: &[LockWorkloadView]) -> Vec<String> {
     let mut waits: Vec<String> = jobs
         .iter()
-        .filter_map(|j| {
-            let since = j.deleting_since?;
-            Some(format!(
+        .map(|j| match j.deleting_since {
+            Some(since) => format!(
                 "Fournos to let FournosJob {} go (deleting since {}, finalizers: {}; is Fournos running?)",
                 j.name,
                 fmt_time(since),
-                if j.finalizers.is_empty() { "none".to_owned() } else { bounded(&j.finalizers.join(", ")) }
-            ))
+                if j.finalizers.is_empty() {
+                    "none".to_owned()
+                } else {
+                    bounded(&j.finalizers.join(", "))
+                }
+            ),
+            None => format!("FournosJob {} to be deleted", j.name),
         })
         .collect();
-    waits.extend(
-        workloads
-            .iter()
-            .filter(|w| w.holds_quota && !jobs.iter().any(|j| j.uid.is_some() && j.uid == w.owner_uid && j.deleting_since.is_none()))
-            .map(|w| {
-                format!(
-                    "Workload {} to be deleted by the garbage collector (its FournosJob is gone or going); it still holds the cluster's slots",
-                    w.name
-                )
-            }),
-    );
+    waits.extend(workloads.iter().filter(|w| w.holds_quota).map(|w| {
+        format!(
+            "Workload {} to be deleted by the garbage collector once its FournosJob is gone; it still holds the cluster's slots",
+            w.name
+        )
+    }));
     waits
 }
 
@@ -698,6 +698,23 @@ mod tests {
             a.plan.actions[..],
             [LockAction::CreateSentinel { .. }]
         ));
+    }
+
+    #[test]
+    fn unlock_is_releasing_from_the_round_that_deletes_the_sentinel() {
+        let a = run(
+            None,
+            100,
+            &[job("u1", Some("Admitted"))],
+            &[workload("u1", true)],
+            10,
+        );
+        assert_eq!(
+            a.plan.actions,
+            vec![LockAction::DeleteSentinel { name: JOB.into() }]
+        );
+        assert_eq!(reason(&a), reasons::RELEASING);
+        assert!(!a.plan.status.locked);
     }
 
     #[test]
