@@ -326,6 +326,12 @@ impl Lab {
         if !says_locked(&before) {
             return Ok(());
         }
+        self.try_job(cluster).await.map(drop)
+    }
+
+    /// Submits a one-slot job for `cluster` and deletes it once Kueue has decided; fails
+    /// if it was admitted while the cluster said `locked=true`. Whether it was admitted.
+    async fn try_job(&self, cluster: &str) -> Result<bool> {
         let name = format!("probe-{}", self.probes.fetch_add(1, Ordering::Relaxed));
         apply(
             &self.client,
@@ -350,13 +356,14 @@ impl Lab {
             .delete(&name, &DeleteParams::default())
             .await?;
         let after = self.clusters.get(cluster).await?;
-        if workload_is(&decided, "QuotaReserved") && says_locked(&after) {
+        let admitted = workload_is(&decided, "QuotaReserved");
+        if admitted && says_locked(&after) {
             bail!(
                 "{cluster} says locked=true but a one-slot job was admitted on it: {}",
                 lock_state(&after)
             );
         }
-        Ok(())
+        Ok(admitted)
     }
 
     /// The cluster's lock FournosJob (by the contract's label), once there is exactly one
@@ -703,6 +710,16 @@ async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
     lab.workloads
         .delete(&workload.name_any(), &DeleteParams::default())
         .await?;
+    // Nothing holds the cluster now: a job gets in, and the cluster must not say locked.
+    let admitted = lab.try_job(&cluster).await?;
+    eprintln!(
+        "lost: a one-slot job {} while the Workload was gone",
+        if admitted {
+            "was admitted"
+        } else {
+            "was not admitted"
+        }
+    );
     lab.wait_event(&cluster, "LockWorkloadLost").await?;
     ensure!(
         lab.metric("hearth_lock_manager_lock_workloads_lost_total")
