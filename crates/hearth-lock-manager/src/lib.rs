@@ -2,7 +2,8 @@
 //! that holds all of the cluster's Kueue slots, and releases it on unlock or expiry.
 //!
 //! Reconcile = observe → [`plan`] (pure) → [`apply`] → report ([`status`]); the
-//! sentinel kinds live in [`sentinel`], the orphan sweep in [`sweep`].
+//! sentinel kinds live in [`sentinel`], the orphan sweep in [`sweep`]; for `fournosjob`
+//! sentinels [`fournos_lock`] corrects the plan from the Workloads Fournos made.
 
 pub mod apply;
 pub mod config;
