@@ -204,21 +204,30 @@ impl Fournos {
         venv: &Path,
         scope: &Scope,
     ) -> Result<Fournos> {
+        let logs = plane.logs_dir();
+        let kubeconfig = plane.management_kubeconfig();
+        Self::start_with(&logs, &kubeconfig, source, venv, scope).await
+    }
+
+    /// [`start`](Self::start) with the plane's logs directory and admin kubeconfig given
+    /// (the supervisor's own use).
+    pub async fn start_with(
+        logs: &Path,
+        kubeconfig: &Path,
+        source: &Path,
+        venv: &Path,
+        scope: &Scope,
+    ) -> Result<Fournos> {
         let liveness = process::free_port()?;
         let spec = Spawn::new(
             format!("fournos-{}", scope.execution_namespace),
             venv.join("bin/python"),
-            plane
-                .logs_dir()
-                .join(format!("fournos-{}.log", scope.execution_namespace)),
+            logs.join(format!("fournos-{}.log", scope.execution_namespace)),
         )
         .arg("-m")
         .arg("fournos")
         .arg(format!("--liveness=http://127.0.0.1:{liveness}/healthz"))
-        .env(
-            "KUBECONFIG",
-            plane.management_kubeconfig().to_string_lossy(),
-        )
+        .env("KUBECONFIG", kubeconfig.to_string_lossy())
         .env("FOURNOS_WORKLOAD_NAMESPACE", &scope.execution_namespace)
         .env("FOURNOS_SECRETS_NAMESPACE", &scope.secrets_namespace)
         // Read at import relative to the working directory (`config/…` in its image).

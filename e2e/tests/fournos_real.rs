@@ -893,3 +893,54 @@ async fn slots_that_differ_from_fournos_are_flagged() -> Result<()> {
     );
     Ok(())
 }
+
+/// `just up --fournos`: the plane's own scope with the real Fournos and lock-manager's
+/// `fournosjob` sentinels. An onboarded target is locked through Fournos's Workload.
+#[tokio::test]
+async fn plane_with_fournos_is_the_production_shape() -> Result<()> {
+    if fournos_real::source().is_err() {
+        return shared().await.map(drop);
+    }
+    let lock_manager = hearth_e2e::plane::hearth_binary("hearth-lock-manager")?;
+    let plane = ControlPlane::start(PlaneOptions {
+        fournos: true,
+        hearth_bin_dir: lock_manager.parent().map(std::path::Path::to_path_buf),
+        ..PlaneOptions::from_env()?
+    })
+    .await?;
+    plane.onboard_fleet("psap-secrets").await?;
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), "hearth");
+    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), "psap-automation");
+    until("target-a onboarded and published", DEADLINE, || async {
+        Ok(match clusters.get_opt("target-a").await? {
+            Some(fc) if fc.status.as_ref().and_then(|s| s.kueue.as_ref()).is_some() => Ok(()),
+            other => Err(format!("{:?}", other.map(|fc| fc.status))),
+        })
+    })
+    .await?;
+    clusters
+        .patch(
+            "target-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "alice" } })),
+        )
+        .await?;
+    until("target-a held", DEADLINE, || async {
+        let fc = clusters.get("target-a").await?;
+        Ok(if is_held(&fc) {
+            Ok(())
+        } else {
+            Err(lock_state(&fc))
+        })
+    })
+    .await?;
+    let job = jobs.get("cluster-lock-target-a").await?;
+    assert_eq!(
+        phase(&job),
+        Some("Admitted"),
+        "Fournos admitted the sentinel"
+    );
+    plane.stop().await?;
+    Ok(())
+}

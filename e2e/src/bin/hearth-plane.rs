@@ -74,6 +74,10 @@ struct PlaneArgs {
     /// FournosCluster CRD to install (default: manifests/crd.yaml of this repository).
     #[arg(long)]
     fournos_cluster_crd: Option<PathBuf>,
+    /// Also run the real Fournos operator (from $HEARTH_PEERS_DIR/fournos, default
+    /// ../shared/peers/fournos) and lock-manager with `fournosjob` sentinels.
+    #[arg(long, env = "HEARTH_PLANE_FOURNOS")]
+    fournos: bool,
     /// Deadline for each component to become ready.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
@@ -154,6 +158,7 @@ async fn run(args: RunArgs) -> Result<()> {
             .map(absolute)
             .transpose()?,
         wait_for_pods_ready: args.plane.wait_for_pods_ready,
+        fournos: args.plane.fournos,
         fournos_cluster_crd: Some(
             args.plane
                 .fournos_cluster_crd
@@ -207,6 +212,9 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
         command
             .arg("--fournos-cluster-crd")
             .arg(absolute_file(crd)?);
+    }
+    if args.fournos {
+        command.arg("--fournos");
     }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.
