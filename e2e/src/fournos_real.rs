@@ -348,7 +348,11 @@ impl World {
     /// Runs until dropped (spawn it; abort it at the end of the test).
     pub async fn run(self) -> anyhow::Result<()> {
         loop {
-            self.round().await?;
+            // A failed round (the apiserver restarting, a Workload it cannot read) is
+            // retried, as a controller would; the world must not silently stop.
+            if let Err(error) = self.round().await {
+                tracing::warn!(%error, "Fournos world round failed; retrying");
+            }
             // The world's own pace, as a controller's; nothing waits on it by sleeping.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
