@@ -45,9 +45,10 @@ e2e: tools
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test -p hearth-e2e --no-fail-fast
 
 # Start the local control plane, the emulated GPU fleet and the three controllers (state in .hearth/plane).
-up: tools
+# `just up --fournos` also runs the real Fournos (../shared/peers/fournos) with fournosjob sentinels.
+up *flags: tools
     cargo build --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug {{flags}}
 
 # Stop everything `just up` started.
 down:

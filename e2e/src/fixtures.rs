@@ -231,3 +231,76 @@ pub async fn wait_cluster_queue_reconciled(
     )
     .await
 }
+
+/// What hearth-kueue-sync makes for a cluster, for tests that run lock-manager without it:
+/// the ResourceFlavor, the ClusterQueue's resource groups for `queued` (every cluster of
+/// the scope with its slots, `name` included), and the FournosCluster `name` itself (its
+/// kubeconfig Secret named `kubeconfig-<name>`, not created here).
+pub async fn queued_cluster(
+    client: &kube::Client,
+    scope: &Scope,
+    name: &str,
+    queued: &[(&str, i64)],
+) -> Result<()> {
+    use hearth_api::{FournosCluster, FournosClusterSpec};
+    use kube::api::{Patch, PatchParams, PostParams};
+    apply(client, &crate::objects::resource_flavor(name)).await?;
+    let (queues, _) = resources::dynamic_api(client, &cluster_queue(&scope.cluster_queue)).await?;
+    queues
+        .patch(
+            &scope.cluster_queue,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({ "spec": { "resourceGroups": crate::objects::slot_resource_groups(queued) } }),
+            ),
+        )
+        .await
+        .context(|| format!("adding flavor {name} to the ClusterQueue"))?;
+    let mut fc = FournosCluster::new(
+        name,
+        FournosClusterSpec {
+            kubeconfig_secret: format!("kubeconfig-{name}"),
+            ..Default::default()
+        },
+    );
+    fc.metadata.namespace = Some(scope.namespace.clone());
+    Api::<FournosCluster>::namespaced(client.clone(), &scope.namespace)
+        .create(&PostParams::default(), &fc)
+        .await
+        .context(|| format!("creating FournosCluster {name}"))?;
+    Ok(())
+}
+
+/// `status.kueue` of FournosCluster `name` as hearth-kueue-sync publishes it (under its
+/// field manager): the flavor, the scope's ClusterQueue, `quota` cluster slots in the
+/// queue and `slots` as `clusterSlots`.
+pub async fn publish_kueue_status(
+    client: &kube::Client,
+    scope: &Scope,
+    name: &str,
+    quota: i64,
+    slots: i64,
+) -> Result<()> {
+    use hearth_api::FournosCluster;
+    use hearth_api::names::CLUSTER_SLOT_RESOURCE;
+    use kube::api::{Patch, PatchParams};
+    let patch = json!({
+        "apiVersion": "fournos.dev/v1",
+        "kind": "FournosCluster",
+        "status": { "kueue": {
+            "flavor": name,
+            "clusterQueue": scope.cluster_queue,
+            "quotas": { CLUSTER_SLOT_RESOURCE: quota },
+            "clusterSlots": slots,
+        }},
+    });
+    Api::<FournosCluster>::namespaced(client.clone(), &scope.namespace)
+        .patch_status(
+            name,
+            &PatchParams::apply("hearth-kueue-sync").force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .context(|| format!("publishing status.kueue of {name}"))?;
+    Ok(())
+}

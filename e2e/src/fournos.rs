@@ -1,9 +1,13 @@
-//! A stand-in for Fournos, reduced to what Hearth relies on (Fournos's own controller is
-//! not available here): for each `lockOnly` FournosJob, a Workload requesting all of the
-//! cluster's slots, kept while the job exists, and the job's `status.phase` (with Kueue's
-//! message while pending) mirrored from Kueue's admission. Nothing runs pods on the plane,
-//! so it also reports admitted Workloads' pods ready, as a running job would, which keeps
-//! Kueue's WaitForPodsReady from evicting them.
+//! A stand-in for Fournos, reduced to what Hearth relies on, for the tests that do not
+//! need the real operator (`fournos_real`, which needs Python and the peers folder): for
+//! each `lockOnly` FournosJob, a Workload named like it, labeled `fournos.dev/job-name`
+//! and owned by it (as Fournos makes it), requesting all of the cluster's slots, and the
+//! job's `status.phase` (with Kueue's message while pending) mirrored from Kueue's
+//! admission. Unlike Fournos it recreates a missing Workload, has no finalizer and
+//! deletes the Workloads of jobs that are gone at once (standing in for the garbage
+//! collector too): lost Workloads, finalizers and adoption are tested against the real
+//! one. Nothing runs pods on the plane, so it also reports admitted Workloads' pods
+//! ready, as a running job would, which keeps Kueue's WaitForPodsReady from evicting them.
 
 use std::time::Duration;
 
@@ -17,8 +21,8 @@ use serde_json::{Value, json};
 use crate::objects::slot_workload;
 use crate::resources::apply;
 
-/// Label on a stand-in Workload naming its FournosJob.
-const JOB_LABEL: &str = "fournos.dev/job";
+/// Label on a Fournos Workload naming its FournosJob.
+const JOB_LABEL: &str = "fournos.dev/job-name";
 
 /// Which admitted Workloads of the namespace get their pods reported ready.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +64,7 @@ pub async fn run(
             if job.spec.lock_only != Some(true) || job.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let name = format!("fournos-{}", job.name_any());
+            let name = job.name_any();
             let Some(workload) = workloads.get_opt(&name).await? else {
                 let mut w = slot_workload(
                     &namespace,
@@ -70,6 +74,10 @@ pub async fn run(
                     slots,
                 );
                 w["metadata"]["labels"] = json!({ JOB_LABEL: job.name_any() });
+                w["metadata"]["ownerReferences"] = json!([{
+                    "apiVersion": "fournos.dev/v1", "kind": "FournosJob", "name": name,
+                    "uid": job.uid(), "controller": true, "blockOwnerDeletion": true,
+                }]);
                 apply(&client, &w).await?;
                 continue;
             };

@@ -90,6 +90,7 @@ pub mod etcd;
 pub mod fixtures;
 pub mod fleet;
 pub mod fournos;
+pub mod fournos_real;
 pub mod hearth;
 pub mod hostile_target;
 pub mod kubeconfig;

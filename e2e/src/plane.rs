@@ -69,6 +69,8 @@ pub struct PlaneOptions {
     pub supervisor: Option<PathBuf>,
     /// FournosCluster CRD to install (default `manifests/crd.yaml` of this repository).
     pub fournos_cluster_crd: Option<PathBuf>,
+    /// Also run the real Fournos for the base scope (`hearth-plane --fournos`).
+    pub fournos: bool,
     /// Deadline for the whole plane to be ready.
     pub start_timeout: Duration,
     /// Deadline for each component (and each control request) inside the supervisor.
@@ -85,6 +87,7 @@ impl Default for PlaneOptions {
             tools_bin_dir: None,
             supervisor: None,
             fournos_cluster_crd: None,
+            fournos: false,
             start_timeout: Duration::from_secs(300),
             component_timeout: Duration::from_secs(120),
         }
@@ -442,6 +445,9 @@ fn start_blocking(options: PlaneOptions) -> Result<ControlPlane> {
     }
     if let Some(crd) = &options.fournos_cluster_crd {
         command.arg("--fournos-cluster-crd").arg(crd);
+    }
+    if options.fournos {
+        command.arg("--fournos");
     }
     let mut child = command
         .spawn()

@@ -59,6 +59,9 @@ pub struct SupervisorOptions {
     pub hearth_bin_dir: Option<PathBuf>,
     pub wait_for_pods_ready: WaitForPodsReady,
     pub fournos_cluster_crd: Option<PathBuf>,
+    /// Also run the real Fournos ([`crate::fournos_real`]) for the base scope, and
+    /// lock-manager with `fournosjob` sentinels.
+    pub fournos: bool,
     /// Read [`Command`]s from stdin and write [`Response`]s to stdout.
     pub control: bool,
     /// Stop everything when stdin reaches EOF (the owner of the pipe died).
@@ -122,6 +125,12 @@ struct Plane {
     kueue: Option<Kueue>,
     controllers: Vec<Controller>,
     reported_exits: Vec<u32>,
+    /// With `--fournos`: the real Fournos, and the world beside it (what stands in for the
+    /// kubelet, Tekton and the garbage collector).
+    fournos: Option<(
+        crate::fournos_real::Fournos,
+        tokio::task::JoinHandle<anyhow::Result<()>>,
+    )>,
 }
 
 /// Runs a plane until told to stop. Returns once every child is gone.
@@ -159,6 +168,7 @@ pub async fn run(opts: SupervisorOptions) -> Result<()> {
         kueue: None,
         controllers: Vec::new(),
         reported_exits: Vec::new(),
+        fournos: None,
     };
     let exit_on_eof = plane.opts.exit_on_stdin_eof;
     let started = tokio::select! {
@@ -318,9 +328,40 @@ impl Plane {
         }
         tracing::info!("Kueue reconciling, fixtures and fleet in place");
 
+        if self.opts.fournos {
+            self.start_fournos().await?;
+        }
         if let Some(bin_dir) = self.opts.hearth_bin_dir.clone() {
             self.start_controllers(&bin_dir).await?;
         }
+        Ok(())
+    }
+
+    /// The real Fournos for the base scope: its venv (built once), its CRD, its mock
+    /// Pipelines, the process, and the [`crate::fournos_real::World`] beside it.
+    async fn start_fournos(&mut self) -> Result<()> {
+        use crate::fournos_real::{self as real, Fournos, World};
+        let source = real::source().map_err(PlaneError::Invalid)?;
+        let venv_source = source.clone();
+        let venv = tokio::task::spawn_blocking(move || real::venv(&venv_source))
+            .await
+            .map_err(|e| PlaneError::Invalid(format!("building Fournos's venv: {e}")))??;
+        let management = self.management.as_ref().expect("started");
+        let client = management.admin_client().await?;
+        let scope = fixtures::Scope::base();
+        real::install_crds(&client, &source).await?;
+        real::install_pipelines(&client, &source, &scope.execution_namespace).await?;
+        let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
+        let fournos = Fournos::start_with(
+            &self.logs,
+            &self.dir(KUBECONFIG_FILE),
+            &source,
+            &venv,
+            &scope,
+        )
+        .await?;
+        tracing::info!(log = %fournos.log_path().display(), "Fournos running");
+        self.fournos = Some((fournos, world));
         Ok(())
     }
 
@@ -381,7 +422,14 @@ impl Plane {
                 self.dir(KUBECONFIG_FILE).display().to_string(),
             )
             .env("HEARTH_ADMIN_ADDR", admin_addr.to_string())
-            .env("HEARTH_SENTINEL", "workload")
+            .env(
+                "HEARTH_SENTINEL",
+                if self.opts.fournos {
+                    "fournosjob"
+                } else {
+                    "workload"
+                },
+            )
             .env(
                 "HEARTH_LOCAL_QUEUE_NAME",
                 fixtures::Scope::base().local_queue,

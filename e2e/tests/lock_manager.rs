@@ -19,20 +19,22 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{PriorityClassRef, Workload};
 use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
-use hearth_api::{FournosCluster, FournosClusterSpec};
-use hearth_e2e::fixtures::{LOCK_PRIORITY, LOCK_PRIORITY_CLASS};
+use hearth_e2e::fixtures::{
+    LOCK_PRIORITY, LOCK_PRIORITY_CLASS, publish_kueue_status, queued_cluster,
+};
 use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::objects::{resource_flavor, slot_resource_groups, slot_workload};
+use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::{http_get, until as eventually};
-use hearth_e2e::resources::{apply, dynamic_api};
+use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
@@ -227,37 +229,13 @@ impl Lab {
     /// `status.kueue` too when `synced`.
     async fn cluster(&self, base: &str, synced: bool) -> Result<String> {
         let name = self.scope.cluster(base);
-        apply(&self.client, &resource_flavor(&name)).await?;
         let entries: Vec<(String, i64)> = {
             let mut queued = self.queued.lock().expect("poisoned");
             queued.push(name.clone());
             queued.iter().map(|c| (c.clone(), SLOTS)).collect()
         };
         let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
-        let (queues, _) = dynamic_api(
-            &self.client,
-            &hearth_e2e::fixtures::cluster_queue(&self.scope.cluster_queue),
-        )
-        .await?;
-        queues
-            .patch(
-                &self.scope.cluster_queue,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({ "spec": { "resourceGroups": slot_resource_groups(&entries) } }),
-                ),
-            )
-            .await
-            .context("adding the flavor to the ClusterQueue")?;
-        let mut fc = FournosCluster::new(
-            &name,
-            FournosClusterSpec {
-                kubeconfig_secret: format!("kubeconfig-{name}"),
-                ..Default::default()
-            },
-        );
-        fc.metadata.namespace = Some(self.scope.namespace.clone());
-        self.clusters.create(&PostParams::default(), &fc).await?;
+        queued_cluster(&self.client, &self.scope, &name, &entries).await?;
         if synced {
             self.publish_kueue_status(&name).await?;
         }
@@ -266,25 +244,7 @@ impl Lab {
 
     /// `status.kueue` under kueue-sync's field manager, as kueue-sync would write it.
     async fn publish_kueue_status(&self, name: &str) -> Result<()> {
-        let patch = json!({
-            "apiVersion": "fournos.dev/v1",
-            "kind": "FournosCluster",
-            "status": { "kueue": {
-                "flavor": name,
-                "clusterQueue": self.scope.cluster_queue,
-                "quotas": { CLUSTER_SLOT_RESOURCE: SLOTS },
-                "clusterSlots": SLOTS,
-            }},
-        });
-        self.clusters
-            .patch_status(
-                name,
-                &PatchParams::apply("hearth-kueue-sync").force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .context("publishing status.kueue")?;
-        Ok(())
+        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, SLOTS).await?)
     }
 
     /// What a person does: `kubectl patch fc <name> --type merge -p '{"spec":{…}}'`.
@@ -1149,9 +1109,17 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     lab.wait_cluster(&cluster, "held in phase Running", is_held)
         .await?;
 
-    // Unlock: the FournosJob is deleted.
+    // Unlock: the FournosJob is deleted. Its Workload still holds the slots until the
+    // garbage collector (the stopped stand-in) deletes it: Releasing until then.
     lab.set_spec(&cluster, json!({ "owner": null })).await?;
     lab.wait_no_sentinel(&cluster).await?;
+    lab.wait_cluster(&cluster, "Releasing", |fc| {
+        locked(fc).is_some_and(|c| c.reason == "Releasing")
+    })
+    .await?;
+    lab.workloads
+        .delete(&job.name_any(), &DeleteParams::default())
+        .await?;
     lab.wait_cluster(&cluster, "Released", |fc| {
         locked(fc).is_some_and(|c| c.reason == "Released")
     })

@@ -460,11 +460,7 @@ async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
             held.iter().map(|j| j.name_any()).collect::<Vec<_>>()
         ));
     }
-    match world
-        .workloads
-        .get_opt(&format!("fournos-{sentinel}"))
-        .await?
-    {
+    match world.workloads.get_opt(sentinel).await? {
         Some(w) if workload_is(&w, "Admitted") && !workload_is(&w, "Evicted") => {}
         other => bad.push(format!(
             "{locked}: the sentinel's Workload is not admitted: {:?}",
@@ -653,8 +649,8 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
             let queue = world.queue().await?;
             let mut admitted = 0;
             for name in [
-                format!("fournos-{}", locked.sentinel_name()),
-                format!("fournos-{}", expiring.sentinel_name()),
+                locked.sentinel_name(),
+                expiring.sentinel_name(),
                 job.to_owned(),
             ] {
                 if let Some(w) = world.workloads.get_opt(&name).await?

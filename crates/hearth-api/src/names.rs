@@ -73,7 +73,65 @@ pub mod defaults {
     pub const LOG_LEVEL: &str = "INFO";
 }
 
-/// Name of the lock sentinel for `cluster`.
+/// Longest name a lock sentinel may have: Fournos copies a FournosJob's name into the
+/// `fournos.dev/job-name` label of the Workload it makes, and a label value is at most
+/// 63 characters (a longer name makes Kueue refuse the Workload).
+pub const MAX_SENTINEL_NAME: usize = 63;
+
+/// Name of the lock sentinel for `cluster`: `cluster-lock-<cluster>`, or, when that
+/// would not fit [`MAX_SENTINEL_NAME`], the cluster name cut short plus a hash of the
+/// whole name (so two long names sharing a prefix still get distinct sentinels). The
+/// `fournos.dev/cluster-lock` label, not the name, links a sentinel to its cluster.
 pub fn lock_sentinel_name(cluster: &str) -> String {
-    format!("{LOCK_SENTINEL_PREFIX}{cluster}")
+    let full = format!("{LOCK_SENTINEL_PREFIX}{cluster}");
+    if full.len() <= MAX_SENTINEL_NAME {
+        return full;
+    }
+    let hash = format!("{:08x}", fnv1a(cluster.as_bytes()) as u32);
+    let room = MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len() - 1 - hash.len();
+    // Cluster names are ASCII (DNS names); cut on a char boundary anyway, and never end
+    // the kept part on a separator.
+    let mut cut = room.min(cluster.len());
+    while !cluster.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let kept = cluster[..cut].trim_end_matches(['-', '.']);
+    format!("{LOCK_SENTINEL_PREFIX}{kept}-{hash}")
+}
+
+/// FNV-1a, 64 bits: stable across Rust versions and platforms, unlike `DefaultHasher`,
+/// so a sentinel's name never changes with an upgrade.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_cluster_names_keep_the_contract_name() {
+        assert_eq!(lock_sentinel_name("a"), "cluster-lock-a");
+        let fits = "c".repeat(MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len());
+        assert_eq!(lock_sentinel_name(&fits), format!("cluster-lock-{fits}"));
+    }
+
+    #[test]
+    fn long_cluster_names_are_cut_and_hashed_to_fit_a_label() {
+        let a = format!("{}-one", "x".repeat(60));
+        let b = format!("{}-two", "x".repeat(60));
+        let (na, nb) = (lock_sentinel_name(&a), lock_sentinel_name(&b));
+        assert_eq!(na.len(), MAX_SENTINEL_NAME, "{na}");
+        assert!(na.starts_with("cluster-lock-xxx"), "{na}");
+        assert_ne!(na, nb, "a shared prefix still gives distinct names");
+        assert_eq!(na, lock_sentinel_name(&a), "stable");
+        // The kept part never ends on a separator.
+        let dashed = format!("{}-{}", "y".repeat(40), "z".repeat(30));
+        let n = lock_sentinel_name(&dashed);
+        assert!(!n.contains("--"), "{n}");
+        assert!(n.len() <= MAX_SENTINEL_NAME);
+        assert!(n.chars().last().unwrap().is_ascii_alphanumeric());
+    }
 }

@@ -336,19 +336,29 @@ async fn upkeep<K: Sentinel>(
     name: &str,
     status: serde_json::Value,
 ) -> Result<(), Error> {
+    upkeep_with(&ctx.sentinel_writes, &ctx.metrics, name, status).await
+}
+
+/// Applies an upkeep status patch to `name` through `api` (a sentinel, or the Workload
+/// Fournos made for a FournosJob sentinel).
+pub async fn upkeep_with<R>(
+    api: &Api<R>,
+    metrics: &LockMetrics,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<(), Error>
+where
+    R: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let patch = json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
+        "apiVersion": R::api_version(&()),
+        "kind": R::kind(&()),
         "status": status,
     });
     let params = PatchParams::apply(LOCK_MANAGER).force();
-    match ctx
-        .sentinel_writes
-        .patch_status(name, &params, &Patch::Apply(&patch))
-        .await
-    {
+    match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
         Ok(_) => {
-            ctx.metrics.wrote("sentinel_upkeep");
+            metrics.wrote("sentinel_upkeep");
             tracing::info!(sentinel = name, "sentinel marked PodsReady for Kueue");
             Ok(())
         }

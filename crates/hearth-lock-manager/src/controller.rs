@@ -13,7 +13,7 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::CLUSTER_LOCK_LABEL;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, LOCK_SENTINEL_PREFIX, lock_sentinel_name};
 use hearth_runtime::Runtime;
 use hearth_runtime::leadership::on_acquired;
 use k8s_openapi::jiff::Timestamp;
@@ -29,8 +29,9 @@ use tracing::Instrument as _;
 use crate::apply::{Applied, Writer, apply_plan};
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
+use crate::fournos_lock::{self, JOB_NAME_LABEL};
 use crate::metrics::LockMetrics;
-use crate::plan::{ClusterView, plan_lock};
+use crate::plan::{ClusterView, LockAction, plan_lock};
 use crate::sentinel::{Sentinel, cluster_of, observe};
 
 /// Longest wait before a failed reconcile is retried (doubling from 1s).
@@ -44,6 +45,9 @@ pub struct Context<K: Sentinel> {
     pub writer: Writer<K>,
     pub sentinels: Store<DeserializeGuard<K>>,
     pub synced: Synced,
+    /// `fournosjob` sentinels only: the Workloads Fournos made (what holds the slots)
+    /// and whether that cache has its first list.
+    pub lock_workloads: Option<(Store<DeserializeGuard<Workload>>, watch::Receiver<bool>)>,
     /// Consecutive failures per cluster, for the retry backoff (soft state: losing it
     /// only resets a backoff).
     failures: Mutex<HashMap<String, u32>>,
@@ -135,11 +139,32 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     })
     .touched_objects();
 
+    // `fournosjob`: Fournos's Workloads too, each mapped to the cluster it is pinned to
+    // (its node selector) when it is a lock's (named like a sentinel).
+    let (workload_store, workload_writer) = reflector::store();
+    let (workloads_synced_tx, workloads_synced) = watch::channel(false);
+    let watch_workloads = config.sentinel == SentinelKind::FournosJob;
+    let poke_workloads = poke.clone();
+    let workload_events = watcher(
+        Api::<DeserializeGuard<Workload>>::namespaced(client.clone(), &config.execution_namespace),
+        watcher::Config::default().labels(JOB_NAME_LABEL),
+    )
+    .default_backoff()
+    .reflect(workload_writer)
+    .inspect(move |event| {
+        mark_synced(&workloads_synced_tx, event);
+        poke_workloads.notify_one();
+    })
+    .touched_objects()
+    .filter(move |_| std::future::ready(watch_workloads));
+    let lock_workloads = watch_workloads.then(|| (workload_store, workloads_synced.clone()));
+
     let ctx = Arc::new(Context {
         rt: rt.clone(),
         writer: Writer::new(client, &namespace, config.clone(), rt.events(), metrics),
         sentinels: sentinel_store,
         synced: synced.clone(),
+        lock_workloads,
         failures: Mutex::new(HashMap::new()),
     });
 
@@ -168,10 +193,24 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         "lock-manager starting"
     );
     let mapper_namespace = namespace.clone();
-    Controller::for_stream(cluster_events, cluster_store)
-        .watches_stream(sentinel_events, move |sentinel: DeserializeGuard<K>| {
+    let workload_namespace = namespace.clone();
+    let mut controller = Controller::for_stream(cluster_events, cluster_store).watches_stream(
+        sentinel_events,
+        move |sentinel: DeserializeGuard<K>| {
             cluster_of(&sentinel).map(|cluster| ObjectRef::new(cluster).within(&mapper_namespace))
-        })
+        },
+    );
+    if watch_workloads {
+        controller =
+            controller.watches_stream(workload_events, move |w: DeserializeGuard<Workload>| {
+                let w = w.0.ok()?;
+                let job = w.labels().get(JOB_NAME_LABEL)?;
+                let cluster = fournos_lock::workload_cluster(&w)?;
+                (job.starts_with(LOCK_SENTINEL_PREFIX))
+                    .then(|| ObjectRef::new(cluster).within(&workload_namespace))
+            });
+    }
+    controller
         .reconcile_all_on(on_acquired(rt.leader()))
         .with_config(Config::default().concurrency(config.lock_concurrency.get()))
         .graceful_shutdown_on(rt.shutdown().cancelled_owned())
@@ -224,6 +263,14 @@ async fn reconcile<K: Sentinel>(
     };
     let now = Timestamp::now();
     let plan = plan_lock(&view, &views, now);
+    let (plan, lost, owned) = match &ctx.lock_workloads {
+        Some((store, synced)) => {
+            // Planning from a half-filled Workload cache would call a lock lost.
+            wait_true(synced.clone()).await?;
+            amend_from_workloads(store, &name, &status, &observed, plan, now)
+        }
+        None => (plan, false, None),
+    };
     tracing::debug!(?plan, "planned");
 
     if !ctx.rt.is_leader() {
@@ -232,6 +279,14 @@ async fn reconcile<K: Sentinel>(
         return Ok(Action::await_change());
     }
     let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
+    if applied == Applied::Done {
+        if lost {
+            ctx.writer.metrics.workloads_lost.inc();
+        }
+        if let Some(workload) = owned {
+            keep_ready(&ctx.writer, &workload, now).await?;
+        }
+    }
     ctx.failures
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -244,6 +299,81 @@ async fn reconcile<K: Sentinel>(
             Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync)))
         }
     })
+}
+
+/// The plan corrected from Fournos's Workloads ([`fournos_lock::amend`]), whether a
+/// held lock was found lost, and the Workload of the kept sentinel (for its upkeep).
+fn amend_from_workloads<K: Sentinel>(
+    store: &Store<DeserializeGuard<Workload>>,
+    cluster: &str,
+    status: &hearth_api::FournosClusterStatus,
+    observed: &[Arc<DeserializeGuard<K>>],
+    plan: crate::plan::LockPlan,
+    now: Timestamp,
+) -> (crate::plan::LockPlan, bool, Option<Workload>) {
+    let jobs: Vec<_> = observed
+        .iter()
+        .filter_map(|s| s.0.as_ref().ok()?.job_view())
+        .collect();
+    let canonical = lock_sentinel_name(cluster);
+    let names: Vec<&str> = jobs
+        .iter()
+        .map(|j| j.name.as_str())
+        .chain([canonical.as_str()])
+        .collect();
+    let uids: Vec<&str> = jobs.iter().filter_map(|j| j.uid.as_deref()).collect();
+    let mut workloads = Vec::new();
+    let mut views = Vec::new();
+    for w in store.state() {
+        if let Ok(w) = &w.0
+            && let Some(v) = fournos_lock::observe_workload(w)
+            && fournos_lock::belongs(&v, &names, &uids)
+        {
+            workloads.push(w.clone());
+            views.push(v);
+        }
+    }
+    let slots = status
+        .kueue
+        .as_ref()
+        .map(|k| k.cluster_slots)
+        .filter(|s| *s > 0);
+    let amended = fournos_lock::amend(plan, slots, &jobs, &views, now);
+    // The kept sentinel's own Workload, unless the plan replaces that sentinel.
+    let kept = amended.plan.status.lock_job_name.as_deref().filter(|kept| {
+        !amended
+            .plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, LockAction::DeleteSentinel { name } if name == kept))
+    });
+    let owned = kept
+        .and_then(|kept| {
+            jobs.iter()
+                .find(|j| j.name == kept && j.deleting_since.is_none())
+        })
+        .and_then(|job| {
+            workloads
+                .iter()
+                .zip(&views)
+                .find_map(|(w, v)| (job.uid.is_some() && v.owner_uid == job.uid).then(|| w.clone()))
+        });
+    (amended.plan, amended.lost, owned)
+}
+
+/// `PodsReady=True` on the kept sentinel's admitted Workload, as for a `workload`
+/// sentinel: it has no pods, and Kueue's WaitForPodsReady would evict it.
+async fn keep_ready<K: Sentinel>(
+    writer: &Writer<K>,
+    workload: &Workload,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let Some(status) = Sentinel::upkeep(workload, now) else {
+        return Ok(());
+    };
+    let api: Api<Workload> =
+        Api::namespaced(writer.client.clone(), &writer.config.execution_namespace);
+    crate::apply::upkeep_with(&api, &writer.metrics, &workload.name_any(), status).await
 }
 
 fn error_policy<K: Sentinel>(

@@ -17,6 +17,9 @@ pub struct LockMetrics {
     pub waiting: Gauge,
     /// Locks released because their TTL ran out.
     pub expired: Counter,
+    /// Held locks found without their Workload (deleted, evicted, not admitted) and
+    /// repaired by replacing the sentinel (`fournosjob` sentinels).
+    pub workloads_lost: Counter,
     /// Seconds from `ownerSetAt` to the sentinel being admitted.
     pub acquisition: Histogram,
     /// Sentinels deleted because their cluster no longer exists.
@@ -34,6 +37,7 @@ impl LockMetrics {
             held: Gauge::default(),
             waiting: Gauge::default(),
             expired: Counter::default(),
+            workloads_lost: Counter::default(),
             // 1s … ~9h: a lock on a busy cluster waits for running jobs to finish.
             acquisition: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             orphans_deleted: Counter::default(),
@@ -60,6 +64,11 @@ impl LockMetrics {
             "locks_expired",
             "Locks released because their TTL ran out",
             self.expired.clone(),
+        );
+        r.register(
+            "lock_workloads_lost",
+            "Held locks found without their admitted Workload and repaired by replacing the sentinel",
+            self.workloads_lost.clone(),
         );
         r.register(
             "lock_acquisition_seconds",

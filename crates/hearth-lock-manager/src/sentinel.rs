@@ -3,7 +3,8 @@
 //!
 //! - `fournosjob`: a lockOnly FournosJob with exactly the contract's spec and label;
 //!   Fournos turns it into a Workload requesting all slots. Holding while its phase is
-//!   `Admitted` or `Running`.
+//!   `Admitted` or `Running` — and, since Fournos stops looking at that Workload once
+//!   admitted, while the Workload itself is admitted ([`crate::fournos_lock`]).
 //! - `workload`: a bare Kueue Workload requesting all of the cluster's slots. Holding
 //!   while Kueue says `Admitted=True`. It has no pods, so lock-manager reports
 //!   `PodsReady=True` itself once it is admitted ([`Sentinel::upkeep`]): otherwise
@@ -83,6 +84,11 @@ pub trait Sentinel:
     /// Where it stands with Kueue (deletion is handled by [`observe`]).
     fn state(&self) -> SentinelState;
 
+    /// For a FournosJob sentinel, what [`crate::fournos_lock::amend`] needs of it.
+    fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
+        None
+    }
+
     /// A status patch (server-side apply, lock-manager's field manager) that keeps Kueue
     /// from evicting the sentinel, when one is needed now.
     fn upkeep(&self, _now: Timestamp) -> Option<Value> {
@@ -158,6 +164,10 @@ impl Sentinel for FournosJob {
 
     fn owner(&self) -> Option<String> {
         self.spec.owner.clone()
+    }
+
+    fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
+        Some(crate::fournos_lock::observe_job(self))
     }
 
     fn state(&self) -> SentinelState {

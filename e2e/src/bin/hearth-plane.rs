@@ -74,6 +74,10 @@ struct PlaneArgs {
     /// FournosCluster CRD to install (default: manifests/crd.yaml of this repository).
     #[arg(long)]
     fournos_cluster_crd: Option<PathBuf>,
+    /// Also run the real Fournos operator (from $HEARTH_PEERS_DIR/fournos, default
+    /// ../shared/peers/fournos) and lock-manager with `fournosjob` sentinels.
+    #[arg(long, env = "HEARTH_PLANE_FOURNOS")]
+    fournos: bool,
     /// Deadline for each component to become ready.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
@@ -123,6 +127,11 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// An existing file's absolute path (unlike [`absolute`], which makes a directory).
+fn absolute_file(file: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(file).with_context(|| format!("resolving {}", file.display()))
+}
+
 fn absolute(dir: &Path) -> Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::canonicalize(dir).with_context(|| format!("resolving {}", dir.display()))
@@ -149,6 +158,7 @@ async fn run(args: RunArgs) -> Result<()> {
             .map(absolute)
             .transpose()?,
         wait_for_pods_ready: args.plane.wait_for_pods_ready,
+        fournos: args.plane.fournos,
         fournos_cluster_crd: Some(
             args.plane
                 .fournos_cluster_crd
@@ -199,7 +209,12 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
         command.arg("--hearth-bin-dir").arg(absolute(dir)?);
     }
     if let Some(crd) = &args.fournos_cluster_crd {
-        command.arg("--fournos-cluster-crd").arg(absolute(crd)?);
+        command
+            .arg("--fournos-cluster-crd")
+            .arg(absolute_file(crd)?);
+    }
+    if args.fournos {
+        command.arg("--fournos");
     }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.

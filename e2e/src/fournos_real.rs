@@ -1,0 +1,465 @@
+//! The real Fournos operator on the local plane: the pinned, unmodified snapshot under
+//! `HEARTH_PEERS_DIR` (default `../shared/peers` from the repository root), installed with
+//! pip into a venv cached beside the other tools, its own FournosJob CRD applied, and run
+//! as its packaging runs it: `python -m fournos` (which is `kopf run -m fournos.operator
+//! --namespace $FOURNOS_WORKLOAD_NAMESPACE`) with kopf's liveness endpoint, against the
+//! management apiserver. Its log goes to the plane's logs directory and into failure
+//! messages.
+//!
+//! The plane has no kubelet, no Tekton and no controller manager. What Fournos needs of
+//! them is supplied by [`World`], and nothing more:
+//! - **Tekton's API**: CRDs `pipelines` and `pipelineruns` (`tekton.dev/v1`) without a
+//!   schema, and Fournos's own mock Pipelines (`dev/mock-pipelines`), whose
+//!   `fournos.dev/resolve-image` annotation the resolve step reads. No Tekton controller:
+//!   a PipelineRun runs until a test finishes it ([`finish_pipeline_run`]).
+//! - **The resolve Job**: no kubelet runs it, so the world marks each Job Fournos creates
+//!   complete, as a resolve that added nothing to the spec (Fournos accepts that).
+//! - **Ready pods**: Kueue's WaitForPodsReady wants a running job's pods ready; the world
+//!   reports `PodsReady` on the Workload of a job Fournos has `Running` (a PipelineRun
+//!   exists). Never on a lockOnly job's: keeping that one admitted is lock-manager's job.
+//! - **Owner-reference garbage collection** (kube-controller-manager's garbage collector,
+//!   background propagation): a Workload or Job whose owning FournosJob (by UID) is gone is
+//!   deleted. Fournos relies on it: it never deletes a lockOnly job's Workload itself (its
+//!   own label-based sweep runs every `FOURNOS_GC_INTERVAL_SEC`, 300 s by default).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use serde_json::{Value, json};
+
+use crate::error::{Context as _, PlaneError, Result};
+use crate::process::{self, Managed, Spawn};
+use crate::resources::{apply, create_crds, read_yaml_documents, wait_established};
+use crate::{ControlPlane, Scope};
+
+/// Where the peer systems are (a folder holding `fournos/`).
+pub const PEERS_DIR_ENV: &str = "HEARTH_PEERS_DIR";
+/// Label Fournos puts on everything it creates.
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fournos");
+/// Field manager of the world's status writes.
+const WORLD: &str = "fournos-world";
+
+/// `HEARTH_PEERS_DIR`, or `../shared/peers` from the repository root.
+pub fn peers_dir() -> PathBuf {
+    match std::env::var_os(PEERS_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers"),
+    }
+}
+
+/// Fournos's source folder, or why there is none (the one line a skipped test prints).
+pub fn source() -> std::result::Result<PathBuf, String> {
+    let dir = peers_dir().join("fournos");
+    if dir.join("pyproject.toml").is_file() {
+        Ok(dir)
+    } else {
+        Err(format!(
+            "skipped: the real Fournos is not at {} (set {PEERS_DIR_ENV} to the folder holding fournos/)",
+            dir.display()
+        ))
+    }
+}
+
+fn cache_root() -> PathBuf {
+    match std::env::var_os("HEARTH_E2E_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth-e2e"),
+    }
+}
+
+fn run(program: &Path, args: &[&str], what: &str) -> Result<String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .context(|| format!("{what}: running {}", program.display()))?;
+    if !out.status.success() {
+        return Err(PlaneError::Invalid(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A venv with Fournos installed, under the e2e cache, keyed by Fournos's `pyproject.toml`
+/// and the Python version. Built once (blocking: minutes on a cold cache, PyPI needed);
+/// concurrent builders each build aside and the first rename wins.
+pub fn venv(source: &Path) -> Result<PathBuf> {
+    let python = Path::new("python3");
+    let version = run(python, &["--version"], "python3 --version")?;
+    let pyproject = std::fs::read(source.join("pyproject.toml"))
+        .context(|| format!("reading {}/pyproject.toml", source.display()))?;
+    let mut hasher = DefaultHasher::new();
+    (version.trim(), &pyproject).hash(&mut hasher);
+    let dir = cache_root().join(format!("fournos-venv-{:016x}", hasher.finish()));
+    let ready = dir.join(".installed");
+    if ready.exists() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(cache_root()).context(|| "creating the e2e cache".into())?;
+    let building = cache_root().join(format!(
+        "fournos-venv-{:016x}.{}",
+        hasher.finish(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&building);
+    let building_str = building.to_string_lossy().into_owned();
+    run(python, &["-m", "venv", &building_str], "python3 -m venv").map_err(|e| {
+        PlaneError::Invalid(format!(
+            "{e}\n(on Debian/Ubuntu the venv module is the python3-venv package: apt-get install python3-venv)"
+        ))
+    })?;
+    tracing::info!(venv = %dir.display(), "installing Fournos with pip (once per pyproject)");
+    run(
+        &building.join("bin/pip"),
+        &[
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            &source.to_string_lossy(),
+        ],
+        "pip install fournos",
+    )?;
+    std::fs::write(building.join(".installed"), b"").context(|| "marking the venv".into())?;
+    if std::fs::rename(&building, &dir).is_err() {
+        // Another process finished first; use its venv.
+        let _ = std::fs::remove_dir_all(&building);
+    }
+    if ready.exists() {
+        Ok(dir)
+    } else {
+        Err(PlaneError::Invalid(format!("no venv at {}", dir.display())))
+    }
+}
+
+fn schemaless_crd(plural: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("{plural}.tekton.dev") },
+        "spec": {
+            "group": "tekton.dev",
+            "scope": "Namespaced",
+            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind, "listKind": format!("{kind}List") },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+            }],
+        },
+    })
+}
+
+/// Fournos's own FournosJob CRD (replacing the plane's test one) and Tekton's two CRDs.
+pub async fn install_crds(client: &kube::Client, source: &Path) -> Result<()> {
+    let mut docs = read_yaml_documents(&source.join("manifests/crd.yaml"))?;
+    docs.push(schemaless_crd("pipelines", "Pipeline"));
+    docs.push(schemaless_crd("pipelineruns", "PipelineRun"));
+    let names = create_crds(client, docs).await?;
+    wait_established(client, &names, Duration::from_secs(60)).await
+}
+
+/// Fournos's mock Pipelines (`dev/mock-pipelines`) in `namespace`.
+pub async fn install_pipelines(
+    client: &kube::Client,
+    source: &Path,
+    namespace: &str,
+) -> Result<()> {
+    let dir = source.join("dev/mock-pipelines");
+    let entries = std::fs::read_dir(&dir).context(|| format!("reading {}", dir.display()))?;
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        for mut doc in read_yaml_documents(&path)? {
+            if doc.get("kind").and_then(Value::as_str) == Some("Pipeline") {
+                doc["metadata"]["namespace"] = namespace.into();
+                apply(client, &doc).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A running Fournos operator working in one scope's execution namespace.
+#[derive(Debug)]
+pub struct Fournos {
+    spec: Spawn,
+    managed: Managed,
+    liveness: u16,
+}
+
+impl Fournos {
+    /// Starts Fournos for `scope` (workload namespace = its execution namespace, secrets
+    /// namespace = its secrets namespace) and waits for kopf's liveness endpoint.
+    pub async fn start(
+        plane: &ControlPlane,
+        source: &Path,
+        venv: &Path,
+        scope: &Scope,
+    ) -> Result<Fournos> {
+        let logs = plane.logs_dir();
+        let kubeconfig = plane.management_kubeconfig();
+        Self::start_with(&logs, &kubeconfig, source, venv, scope).await
+    }
+
+    /// [`start`](Self::start) with the plane's logs directory and admin kubeconfig given
+    /// (the supervisor's own use).
+    pub async fn start_with(
+        logs: &Path,
+        kubeconfig: &Path,
+        source: &Path,
+        venv: &Path,
+        scope: &Scope,
+    ) -> Result<Fournos> {
+        let liveness = process::free_port()?;
+        let spec = Spawn::new(
+            format!("fournos-{}", scope.execution_namespace),
+            venv.join("bin/python"),
+            logs.join(format!("fournos-{}.log", scope.execution_namespace)),
+        )
+        .arg("-m")
+        .arg("fournos")
+        .arg(format!("--liveness=http://127.0.0.1:{liveness}/healthz"))
+        .env("KUBECONFIG", kubeconfig.to_string_lossy())
+        .env("FOURNOS_WORKLOAD_NAMESPACE", &scope.execution_namespace)
+        .env("FOURNOS_SECRETS_NAMESPACE", &scope.secrets_namespace)
+        // Read at import relative to the working directory (`config/…` in its image).
+        .env(
+            "FOURNOS_RESOLVE_JOB_TEMPLATE",
+            source
+                .join("config/forge/resolve_job.yaml")
+                .to_string_lossy(),
+        )
+        .env("PYTHONUNBUFFERED", "1");
+        let managed = process::spawn(spec.clone())?;
+        let mut fournos = Fournos {
+            spec,
+            managed,
+            liveness,
+        };
+        fournos.wait_live().await?;
+        Ok(fournos)
+    }
+
+    async fn wait_live(&mut self) -> Result<()> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.liveness));
+        let log = self.spec.log.clone();
+        let managed = &mut self.managed;
+        process::poll("Fournos liveness", Duration::from_secs(90), || {
+            let running = managed.check_running();
+            async move {
+                running?;
+                Ok(matches!(process::http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
+                what,
+                secs,
+                log: Some(log),
+            },
+            other => other,
+        })
+    }
+
+    /// The last lines of its log, for failure messages.
+    pub fn log(&self) -> String {
+        process::tail(&self.spec.log, 40)
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.spec.log
+    }
+
+    /// Stops it: SIGTERM (kopf's graceful shutdown), SIGKILL after 10 s.
+    pub async fn stop(&mut self) {
+        self.managed.stop(Duration::from_secs(10)).await;
+    }
+
+    /// Starts it again with the same settings.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.managed.stop(Duration::from_secs(10)).await;
+        self.managed = process::spawn(self.spec.clone())?;
+        self.wait_live().await
+    }
+}
+
+/// Marks the PipelineRun `name` finished (`Succeeded=True`), as Tekton would.
+pub async fn finish_pipeline_run(client: &kube::Client, namespace: &str, name: &str) -> Result<()> {
+    let (api, _) = crate::resources::dynamic_api(
+        client,
+        &json!({ "apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "metadata": { "namespace": namespace } }),
+    )
+    .await?;
+    let patch = json!({ "status": { "conditions": [{
+        "type": "Succeeded", "status": "True", "reason": "Succeeded", "message": "finished by the test",
+        "lastTransitionTime": now(),
+    }]}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .context(|| format!("finishing PipelineRun {name}"))?;
+    Ok(())
+}
+
+fn now() -> String {
+    Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn workload_is(w: &Workload, type_: &str) -> bool {
+    w.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    })
+}
+
+fn owner_job_uid(
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Option<&str> {
+    refs.iter()
+        .find(|o| o.kind == "FournosJob")
+        .map(|o| o.uid.as_str())
+}
+
+/// What the plane lacks for Fournos, in one namespace (see the module docs).
+pub struct World {
+    jobs: Api<FournosJob>,
+    workloads: Api<Workload>,
+    batch: Api<Job>,
+}
+
+impl World {
+    pub fn new(client: &kube::Client, namespace: &str) -> World {
+        World {
+            jobs: Api::namespaced(client.clone(), namespace),
+            workloads: Api::namespaced(client.clone(), namespace),
+            batch: Api::namespaced(client.clone(), namespace),
+        }
+    }
+
+    /// Runs until dropped (spawn it; abort it at the end of the test).
+    pub async fn run(self) -> anyhow::Result<()> {
+        loop {
+            // A failed round (the apiserver restarting, a Workload it cannot read) is
+            // retried, as a controller would; the world must not silently stop.
+            if let Err(error) = self.round().await {
+                tracing::warn!(%error, "Fournos world round failed; retrying");
+            }
+            // The world's own pace, as a controller's; nothing waits on it by sleeping.
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    async fn delete_orphan<K>(api: &Api<K>, name: &str, uid: Option<String>) -> anyhow::Result<()>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(name, "garbage-collected (owner FournosJob gone)");
+                Ok(())
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn round(&self) -> anyhow::Result<()> {
+        // By UID: (lockOnly, phase).
+        let jobs: HashMap<String, (bool, Option<String>)> = self
+            .jobs
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|j| {
+                let uid = j.uid()?;
+                Some((
+                    uid,
+                    (
+                        j.spec.lock_only == Some(true),
+                        j.status.and_then(|s| s.phase),
+                    ),
+                ))
+            })
+            .collect();
+        for w in self.workloads.list(&ListParams::default()).await?.items {
+            let Some(owner) = owner_job_uid(w.owner_references()) else {
+                continue;
+            };
+            match jobs.get(owner) {
+                None => Self::delete_orphan(&self.workloads, &w.name_any(), w.uid()).await?,
+                Some((false, Some(phase))) if phase == "Running" => {
+                    if workload_is(&w, "Admitted") && !workload_is(&w, "PodsReady") {
+                        let patch = json!({
+                            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                            "status": { "conditions": [{
+                                "type": "PodsReady", "status": "True", "reason": "Started",
+                                "message": "the job's pods run (kubelet stand-in)", "lastTransitionTime": now(),
+                            }]},
+                        });
+                        self.workloads
+                            .patch_status(
+                                &w.name_any(),
+                                &PatchParams::apply(WORLD).force(),
+                                &Patch::Apply(&patch),
+                            )
+                            .await?;
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        let managed = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+        for job in self.batch.list(&managed).await?.items {
+            match owner_job_uid(job.owner_references()) {
+                Some(owner) if !jobs.contains_key(owner) => {
+                    Self::delete_orphan(&self.batch, &job.name_any(), job.uid()).await?;
+                    continue;
+                }
+                _ => {}
+            }
+            let done = job
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Complete" && c.status == "True")
+                });
+            if !done {
+                let at = now();
+                let patch = json!({ "status": {
+                    "startTime": at, "completionTime": at, "succeeded": 1, "ready": 0, "active": 0,
+                    "conditions": [
+                        { "type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "resolve stand-in", "lastTransitionTime": at },
+                        { "type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "resolve stand-in", "lastTransitionTime": at },
+                    ],
+                }});
+                self.batch
+                    .patch_status(
+                        &job.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}

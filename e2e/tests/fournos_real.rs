@@ -1,0 +1,962 @@
+//! hearth-lock-manager with `fournosjob` sentinels next to the **real, unmodified Fournos
+//! operator** (`$HEARTH_PEERS_DIR/fournos`, default `../shared/peers/fournos`), on the
+//! local plane's real apiserver and Kueue. Without that folder every test prints one
+//! `skipped:` line and passes.
+//!
+//! What stands in for the kubelet, Tekton and the garbage collector is
+//! [`hearth_e2e::fournos_real::World`] (see its docs). The plane runs Kueue with
+//! WaitForPodsReady on and a short timeout, so a lock Workload that nobody reports ready
+//! is evicted while a test watches.
+//!
+//! At every step a test takes, [`Lab::probe`] checks the promise that matters: while
+//! the cluster says `locked=true`, a job asking for one slot of it is not admitted.
+//!
+//! ```text
+//! cargo build --workspace --bins && cargo test -p hearth-e2e --test fournos_real -- --nocapture
+//! ```
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, ensure};
+use hearth_api::FournosCluster;
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
+use hearth_e2e::fixtures::{publish_kueue_status, queued_cluster};
+use hearth_e2e::fournos_real::{self, Fournos, World};
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::objects::slot_workload;
+use hearth_e2e::process::{http_get, until};
+use hearth_e2e::resources::apply;
+use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+/// Kueue's WaitForPodsReady timeout on this binary's plane.
+const WAIT_FOR_PODS_READY_SECS: u64 = 20;
+/// Deadline of every wait that is not about a known duration.
+const DEADLINE: Duration = Duration::from_secs(90);
+/// How long lock-manager may keep saying `locked=true` after a job got into the cluster
+/// (the time its watches take to bring it what Kueue did).
+const REACTION: Duration = Duration::from_secs(5);
+/// What Fournos requests for a lock, and what kueue-sync publishes by default.
+const SLOTS: i64 = 100;
+
+// ---------------------------------------------------------------------------------------
+// Shared: the plane, Fournos's venv and CRDs
+// ---------------------------------------------------------------------------------------
+
+struct Shared {
+    plane: ControlPlane,
+    source: PathBuf,
+    venv: PathBuf,
+}
+
+static SHARED: OnceCell<std::result::Result<Shared, String>> = OnceCell::const_new();
+
+/// The plane with Fournos's CRDs, or `None` (after one skip line) without Fournos.
+async fn shared() -> Result<Option<&'static Shared>> {
+    let source = match fournos_real::source() {
+        Ok(source) => source,
+        Err(skip) => {
+            // One line for the whole binary, past libtest's capture (which hides what a
+            // passing test prints), so that `./dev test` shows that these were skipped.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fournos_real: {skip}");
+            });
+            return Ok(None);
+        }
+    };
+    let shared = SHARED
+        .get_or_init(|| async move {
+            let venv_source = source.clone();
+            let venv = tokio::task::spawn_blocking(move || fournos_real::venv(&venv_source))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
+            let plane = ControlPlane::start(PlaneOptions {
+                wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
+                hearth_bin_dir: None,
+                ..options
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            let client = plane.management_client().await.map_err(|e| e.to_string())?;
+            fournos_real::install_crds(&client, &source)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Shared {
+                plane,
+                source,
+                venv,
+            })
+        })
+        .await;
+    shared
+        .as_ref()
+        .map(Some)
+        .map_err(|e| anyhow!("setting up the plane with Fournos failed: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading state
+// ---------------------------------------------------------------------------------------
+
+fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condition> {
+    condition(w.status.as_ref()?.conditions.as_slice(), type_)
+}
+
+fn workload_is(w: &Workload, type_: &str) -> bool {
+    workload_condition(w, type_).is_some_and(|c| c.status == "True")
+}
+
+fn locked(fc: &FournosCluster) -> Option<&Condition> {
+    condition(fc.status.as_ref()?.conditions.as_slice(), LOCKED)
+}
+
+fn says_locked(fc: &FournosCluster) -> bool {
+    fc.status.as_ref().and_then(|s| s.locked) == Some(true)
+}
+
+fn lock_state(fc: &FournosCluster) -> String {
+    let s = fc.status.clone().unwrap_or_default();
+    format!(
+        "owner={:?} locked={:?} job={:?} Locked={:?}",
+        fc.spec.owner,
+        s.locked,
+        s.lock_job_name,
+        locked(fc).map(|c| format!("{}/{}: {}", c.status, c.reason, c.message))
+    )
+}
+
+fn is_held(fc: &FournosCluster) -> bool {
+    says_locked(fc) && locked(fc).is_some_and(|c| c.status == "True" && c.reason == "Held")
+}
+
+fn reason_is(reason: &'static str) -> impl Fn(&FournosCluster) -> bool {
+    move |fc| !says_locked(fc) && locked(fc).is_some_and(|c| c.reason == reason)
+}
+
+fn phase(job: &FournosJob) -> Option<&str> {
+    job.status.as_ref()?.phase.as_deref()
+}
+
+fn job_message(job: &FournosJob) -> String {
+    job.status
+        .as_ref()
+        .and_then(|s| s.other.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// A test's world
+// ---------------------------------------------------------------------------------------
+
+struct Lab {
+    shared: &'static Shared,
+    scope: Isolated,
+    client: kube::Client,
+    clusters: Api<FournosCluster>,
+    workloads: Api<Workload>,
+    jobs: Api<FournosJob>,
+    events: Api<Event>,
+    queued: std::sync::Mutex<Vec<String>>,
+    probes: AtomicUsize,
+    fournos: tokio::sync::Mutex<Fournos>,
+    world: tokio::task::JoinHandle<Result<()>>,
+    lock_manager: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.world.abort();
+    }
+}
+
+impl Lab {
+    /// A scope with Fournos (and the world it needs) running in it, or `None` to skip.
+    async fn new(test: &str) -> Result<Option<Lab>> {
+        let Some(shared) = shared().await? else {
+            return Ok(None);
+        };
+        let scope = shared.plane.isolated(test).await?;
+        let client = shared.plane.management_client().await?;
+        fournos_real::install_pipelines(&client, &shared.source, &scope.execution_namespace)
+            .await?;
+        let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
+        let fournos = Fournos::start(&shared.plane, &shared.source, &shared.venv, &scope)
+            .await
+            .context("starting Fournos")?;
+        eprintln!(
+            "{test}: Fournos is up (log: {})",
+            fournos.log_path().display()
+        );
+        Ok(Some(Lab {
+            clusters: Api::namespaced(client.clone(), &scope.namespace),
+            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
+            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
+            events: Api::namespaced(client.clone(), &scope.namespace),
+            shared,
+            scope,
+            client,
+            queued: Default::default(),
+            probes: AtomicUsize::new(0),
+            fournos: tokio::sync::Mutex::new(fournos),
+            world,
+            lock_manager: Default::default(),
+        }))
+    }
+
+    /// hearth-lock-manager with `fournosjob` sentinels, as the chart's ServiceAccount.
+    async fn start_lock_manager(&self) -> Result<()> {
+        let running = hearth::start(
+            &self.shared.plane,
+            &self.scope,
+            Controller::LockManager,
+            "0",
+            &[
+                ("HEARTH_SENTINEL", "fournosjob"),
+                ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
+                ("HEARTH_LOG_LEVEL", "info"),
+            ],
+        )
+        .await
+        .context("starting hearth-lock-manager (cargo build --workspace --bins first)")?;
+        *self.lock_manager.lock().await = Some(running);
+        Ok(())
+    }
+
+    async fn metric(&self, name: &str) -> Result<f64> {
+        let guard = self.lock_manager.lock().await;
+        let running = guard.as_ref().context("lock-manager not started")?;
+        let addr: std::net::SocketAddr = running.state.admin_addr.parse()?;
+        let (code, text) = http_get(addr, "/metrics").await?;
+        ensure!(code == 200, "/metrics answered {code}");
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or(0.0))
+    }
+
+    /// A FournosCluster with its flavor, queue entry and `status.kueue` as kueue-sync
+    /// makes them, and the kubeconfig Secret Fournos copies for a job that runs there.
+    async fn cluster(&self, name: &str) -> Result<String> {
+        let entries: Vec<(String, i64)> = {
+            let mut queued = self.queued.lock().expect("poisoned");
+            queued.push(name.to_owned());
+            queued.iter().map(|c| (c.clone(), SLOTS)).collect()
+        };
+        let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+        queued_cluster(&self.client, &self.scope, name, &entries).await?;
+        self.publish_slots(name, SLOTS).await?;
+        apply(
+            &self.client,
+            &json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": { "name": format!("kubeconfig-{name}"), "namespace": self.scope.secrets_namespace },
+                "stringData": { "kubeconfig": "not used: no pipeline runs here" },
+            }),
+        )
+        .await?;
+        Ok(name.to_owned())
+    }
+
+    /// `status.kueue` as kueue-sync publishes it, with `slots` as the cluster's slots.
+    async fn publish_slots(&self, name: &str, slots: i64) -> Result<()> {
+        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, slots).await?)
+    }
+
+    async fn set_owner(&self, name: &str, owner: Option<&str>, ttl: Option<&str>) -> Result<()> {
+        let mut spec = json!({ "owner": owner });
+        if let Some(ttl) = ttl {
+            spec["ttl"] = ttl.into();
+        }
+        self.clusters
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .with_context(|| format!("setting the owner of {name}"))?;
+        Ok(())
+    }
+
+    /// Waits for `done`, probing at each look that a `locked=true` is true.
+    async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosCluster) -> bool,
+    ) -> Result<FournosCluster> {
+        let fc = until(&format!("{name}: {what}"), DEADLINE, || async {
+            let fc = self.clusters.get(name).await?;
+            Ok(if done(&fc) {
+                Ok(fc)
+            } else {
+                Err(lock_state(&fc))
+            })
+        })
+        .await
+        .map_err(|e| self.with_log(e))?;
+        self.probe(name).await?;
+        Ok(fc)
+    }
+
+    fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
+        let log = self.fournos.try_lock().map(|f| f.log()).unwrap_or_default();
+        e.context(format!("Fournos's log ends with:\n{log}"))
+    }
+
+    /// If the cluster says `locked=true`, a one-slot job for it must not be admitted.
+    async fn probe(&self, cluster: &str) -> Result<()> {
+        let before = self.clusters.get(cluster).await?;
+        if !says_locked(&before) {
+            return Ok(());
+        }
+        self.try_job(cluster).await.map(drop)
+    }
+
+    /// Submits a one-slot job for `cluster` and deletes it once Kueue has decided; fails
+    /// if it was admitted while the cluster said `locked=true`. Whether it was admitted.
+    async fn try_job(&self, cluster: &str) -> Result<bool> {
+        let name = format!("probe-{}", self.probes.fetch_add(1, Ordering::Relaxed));
+        apply(
+            &self.client,
+            &slot_workload(
+                &self.scope.execution_namespace,
+                &name,
+                &self.scope.local_queue,
+                cluster,
+                1,
+            ),
+        )
+        .await?;
+        let decided = until(&format!("Kueue deciding on {name}"), DEADLINE, || async {
+            let w = self.workloads.get(&name).await?;
+            Ok(match workload_condition(&w, "QuotaReserved") {
+                Some(_) => Ok(w),
+                None => Err("no QuotaReserved yet".to_owned()),
+            })
+        })
+        .await?;
+        self.workloads
+            .delete(&name, &DeleteParams::default())
+            .await?;
+        let admitted = workload_is(&decided, "QuotaReserved");
+        if admitted {
+            // lock-manager learns what Kueue did through its watches: it may trail Kueue
+            // by that much, never more.
+            until(
+                &format!("{cluster} to stop saying locked=true once a job got in"),
+                REACTION,
+                || async {
+                    let fc = self.clusters.get(cluster).await?;
+                    Ok(if says_locked(&fc) {
+                        Err(lock_state(&fc))
+                    } else {
+                        Ok(())
+                    })
+                },
+            )
+            .await
+            .with_context(|| {
+                format!("{cluster}: a one-slot job was admitted while it said locked=true")
+            })?;
+        }
+        Ok(admitted)
+    }
+
+    /// The cluster's lock FournosJob (by the contract's label), once there is exactly one
+    /// that satisfies `done`.
+    async fn wait_sentinel(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&FournosJob) -> bool,
+    ) -> Result<FournosJob> {
+        let selector = format!("{CLUSTER_LOCK_LABEL}={cluster}");
+        until(
+            &format!("sentinel of {cluster}: {what}"),
+            DEADLINE,
+            || async {
+                let mut jobs = self
+                    .jobs
+                    .list(&ListParams::default().labels(&selector))
+                    .await?
+                    .items;
+                Ok(match jobs.len() {
+                    1 if done(&jobs[0]) => Ok(jobs.remove(0)),
+                    1 => Err(format!("{:?} {:?}", phase(&jobs[0]), job_message(&jobs[0]))),
+                    n => Err(format!("{n} sentinels")),
+                })
+            },
+        )
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    /// The Workload Fournos made for `job` (owned by it), once `done`.
+    async fn wait_job_workload(
+        &self,
+        job: &FournosJob,
+        what: &str,
+        done: impl Fn(&Workload) -> bool,
+    ) -> Result<Workload> {
+        let uid = job.uid().unwrap_or_default();
+        until(
+            &format!("Workload of {}: {what}", job.name_any()),
+            DEADLINE,
+            || async {
+                let found = self
+                    .workloads
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|w| w.owner_references().iter().any(|o| o.uid == uid));
+                Ok(match found {
+                    Some(w) if done(&w) => Ok(w),
+                    Some(w) => Err(format!("{:?}", w.status.map(|s| s.conditions))),
+                    None => Err("none".into()),
+                })
+            },
+        )
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    async fn no_workload_named(&self, name: &str) -> Result<()> {
+        until(&format!("Workload {name} gone"), DEADLINE, || async {
+            Ok(match self.workloads.get_opt(name).await? {
+                None => Ok(()),
+                Some(w) => Err(format!("{:?}", w.status.map(|s| s.conditions))),
+            })
+        })
+        .await
+    }
+
+    /// An ordinary FournosJob for `cluster` (not exclusive), as a user submits it.
+    async fn submit_job(&self, name: &str, cluster: &str) -> Result<()> {
+        apply(
+            &self.client,
+            &json!({
+                "apiVersion": "fournos.dev/v1", "kind": "FournosJob",
+                "metadata": { "name": name, "namespace": self.scope.execution_namespace },
+                "spec": {
+                    "cluster": cluster, "exclusive": false, "owner": "carol",
+                    "pipeline": "fournos-full",
+                    "executionEngine": { "forge": { "project": "e2e", "args": ["noop"] } },
+                },
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn wait_job(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosJob) -> bool,
+    ) -> Result<FournosJob> {
+        until(&format!("FournosJob {name}: {what}"), DEADLINE, || async {
+            let job = self.jobs.get(name).await?;
+            Ok(if done(&job) {
+                Ok(job)
+            } else {
+                Err(format!("{:?}: {}", phase(&job), job_message(&job)))
+            })
+        })
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    async fn wait_event(&self, cluster: &str, reason: &str) -> Result<Event> {
+        until(
+            &format!("Event {reason} on {cluster}"),
+            DEADLINE,
+            || async {
+                let found = self
+                    .events
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|e| {
+                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+                            && e.reason.as_deref() == Some(reason)
+                    });
+                Ok(found.ok_or_else(|| "none".to_owned()))
+            },
+        )
+        .await
+    }
+
+    /// Lock `cluster` for `owner` and wait until it is held; the sentinel and its Workload.
+    async fn lock(&self, cluster: &str, owner: &str) -> Result<(FournosJob, Workload)> {
+        self.set_owner(cluster, Some(owner), None).await?;
+        let started = Instant::now();
+        self.wait_cluster(cluster, "held", is_held).await?;
+        let job = self
+            .wait_sentinel(cluster, "Admitted", |j| phase(j) == Some("Admitted"))
+            .await?;
+        let workload = self
+            .wait_job_workload(&job, "admitted", |w| workload_is(w, "Admitted"))
+            .await?;
+        eprintln!(
+            "{cluster}: held for {owner} {:?} after the owner was set",
+            started.elapsed()
+        );
+        Ok((job, workload))
+    }
+}
+
+/// `let (lab, cluster) = lab!("test", "base");`: a Lab, one cluster, lock-manager
+/// running; or return (skipped) without Fournos.
+macro_rules! lab {
+    ($name:expr, $base:expr) => {
+        match Lab::new($name).await? {
+            Some(lab) => {
+                let cluster = lab.cluster(&lab.scope.cluster($base)).await?;
+                lab.start_lock_manager().await?;
+                (lab, cluster)
+            }
+            None => return Ok(()),
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// The checks
+// ---------------------------------------------------------------------------------------
+
+/// Lock → FournosJob sentinel (`lockOnly`, `exclusive`) → Fournos's Workload (100 slots,
+/// pinned to the cluster) → admitted → `Held`; kept admitted past WaitForPodsReady's
+/// timeout; an ordinary FournosJob waits with Fournos's own message; unlock → `Released`
+/// once the Workload is gone, and the ordinary job is admitted.
+#[tokio::test]
+async fn lock_holds_a_cluster_for_real_fournos_jobs() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-lock", "real");
+
+    let (job, workload) = lab.lock(&cluster, "alice").await?;
+    let raw = serde_json::to_value(&job)?;
+    assert_eq!(raw["spec"]["lockOnly"], true);
+    assert_eq!(raw["spec"]["exclusive"], true);
+    assert_eq!(
+        raw["metadata"]["labels"][CLUSTER_LOCK_LABEL],
+        cluster.as_str()
+    );
+    let w = serde_json::to_value(&workload)?;
+    let pod = &w["spec"]["podSets"][0]["template"]["spec"];
+    assert_eq!(
+        pod["containers"][0]["resources"]["requests"][CLUSTER_SLOT_RESOURCE],
+        "100"
+    );
+    assert_eq!(pod["nodeSelector"]["fournos.dev/cluster"], cluster.as_str());
+
+    // An ordinary job for the cluster: Pending, in Fournos's words.
+    lab.submit_job("carols-job", &cluster).await?;
+    let pending = lab
+        .wait_job("carols-job", "pending behind the lock", |j| {
+            phase(j) == Some("Pending") && job_message(j).contains("exclusively locked")
+        })
+        .await?;
+    eprintln!("ordinary job: {}", job_message(&pending));
+    lab.probe(&cluster).await?;
+
+    // WaitForPodsReady: lock-manager reports the lock Workload ready; still held after
+    // the timeout.
+    let w = lab
+        .wait_job_workload(&job, "PodsReady", |w| workload_is(w, "PodsReady"))
+        .await?;
+    let admitted_at = workload_condition(&w, "Admitted")
+        .unwrap()
+        .last_transition_time
+        .0;
+    let past = Duration::from_secs(WAIT_FOR_PODS_READY_SECS + 5);
+    until("the WaitForPodsReady timeout to pass", past * 2, || async {
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(admitted_at);
+        Ok(if age.as_secs() as u64 > past.as_secs() {
+            Ok(())
+        } else {
+            Err(format!("{age:?}"))
+        })
+    })
+    .await?;
+    let w = lab.workloads.get(&w.name_any()).await?;
+    ensure!(
+        workload_is(&w, "Admitted") && !workload_is(&w, "Evicted"),
+        "lock Workload evicted: {:?}",
+        w.status
+    );
+    lab.wait_cluster(&cluster, "still held", is_held).await?;
+
+    // Unlock: released once the Workload is gone; then the ordinary job is admitted.
+    let unlocked = Instant::now();
+    lab.set_owner(&cluster, None, None).await?;
+    lab.wait_cluster(&cluster, "Released", reason_is("Released"))
+        .await?;
+    ensure!(
+        lab.workloads
+            .get_opt(&workload.name_any())
+            .await?
+            .is_none_or(|w| !workload_is(&w, "QuotaReserved")),
+        "Released while the lock Workload still holds quota"
+    );
+    lab.wait_job("carols-job", "admitted after unlock", |j| {
+        matches!(phase(j), Some("Admitted" | "Running"))
+    })
+    .await?;
+    eprintln!(
+        "ordinary job admitted {:?} after unlock",
+        unlocked.elapsed()
+    );
+    Ok(())
+}
+
+/// A lock on a busy cluster waits, saying so, and is held once the running job ends.
+#[tokio::test]
+async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-busy", "busy");
+    lab.submit_job("running-job", &cluster).await?;
+    lab.wait_job("running-job", "Running", |j| phase(j) == Some("Running"))
+        .await?;
+
+    lab.set_owner(&cluster, Some("dave"), None).await?;
+    let fc = lab
+        .wait_cluster(&cluster, "waiting for the running job", |fc| {
+            reason_is("WaitingForAdmission")(fc)
+                && locked(fc).is_some_and(|c| c.message.contains("exclusive access"))
+        })
+        .await?;
+    eprintln!("busy: {}", lock_state(&fc));
+
+    let ended = Instant::now();
+    fournos_real::finish_pipeline_run(&lab.client, &lab.scope.execution_namespace, "running-job")
+        .await?;
+    lab.wait_job("running-job", "Succeeded", |j| {
+        phase(j) == Some("Succeeded")
+    })
+    .await?;
+    lab.wait_cluster(&cluster, "held", is_held).await?;
+    eprintln!("busy: held {:?} after the job ended", ended.elapsed());
+    Ok(())
+}
+
+/// The TTL ends the lock on time, and the slots are free once it is released.
+#[tokio::test]
+async fn ttl_expiry_releases_the_lock() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-ttl", "ttl");
+    lab.set_owner(&cluster, Some("erin"), Some("1m")).await?;
+    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    let expires = fc
+        .status
+        .as_ref()
+        .and_then(|s| s.lock_expires_at.clone())
+        .context("no lockExpiresAt")?;
+    let fc = lab
+        .wait_cluster(&cluster, "Expired", reason_is("Expired"))
+        .await?;
+    let late = k8s_openapi::jiff::Timestamp::now().duration_since(expires.0);
+    eprintln!("ttl: expired {late:?} after lockExpiresAt");
+    ensure!(fc.spec.owner.is_none(), "owner cleared");
+    lab.no_workload_named(&hearth_api::names::lock_sentinel_name(&cluster))
+        .await?;
+    lab.wait_cluster(&cluster, "still says Expired, nothing releasing", |fc| {
+        reason_is("Expired")(fc)
+            && locked(fc).is_some_and(|c| !c.message.contains("Still releasing"))
+    })
+    .await?;
+    Ok(())
+}
+
+/// Restarts of Fournos and of lock-manager keep the lock held, on the same sentinel.
+#[tokio::test]
+async fn restarts_keep_the_lock() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-restart", "restart");
+    let (job, _) = lab.lock(&cluster, "frank").await?;
+
+    lab.fournos.lock().await.restart().await?;
+    lab.submit_job("after-restart", &cluster).await?;
+    lab.wait_job("after-restart", "pending behind the lock", |j| {
+        phase(j) == Some("Pending") && job_message(j).contains("exclusively locked")
+    })
+    .await?;
+    lab.wait_cluster(&cluster, "held after Fournos restarted", is_held)
+        .await?;
+
+    {
+        let guard = lab.lock_manager.lock().await;
+        guard.as_ref().unwrap().kill(&lab.shared.plane).await?;
+    }
+    lab.start_lock_manager().await?;
+    lab.wait_cluster(&cluster, "held after lock-manager restarted", is_held)
+        .await?;
+    let again = lab.wait_sentinel(&cluster, "the same", |_| true).await?;
+    assert_eq!(
+        again.uid(),
+        job.uid(),
+        "the sentinel was kept, not replaced"
+    );
+    Ok(())
+}
+
+/// The Workload under a held lock disappears: not held, said so, repaired.
+#[tokio::test]
+async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-lost", "lost");
+    let (job, workload) = lab.lock(&cluster, "grace").await?;
+
+    lab.workloads
+        .delete(&workload.name_any(), &DeleteParams::default())
+        .await?;
+    // Nothing holds the cluster now: a job gets in, and the cluster must not say locked.
+    let admitted = lab.try_job(&cluster).await?;
+    eprintln!(
+        "lost: a one-slot job {} while the Workload was gone",
+        if admitted {
+            "was admitted"
+        } else {
+            "was not admitted"
+        }
+    );
+    lab.wait_event(&cluster, "LockWorkloadLost").await?;
+    ensure!(
+        lab.metric("hearth_lock_manager_lock_workloads_lost_total")
+            .await?
+            >= 1.0
+    );
+    let (new_job, _) = {
+        lab.wait_cluster(&cluster, "held again", is_held).await?;
+        let j = lab
+            .wait_sentinel(&cluster, "a new sentinel", |j| {
+                j.uid() != job.uid() && phase(j) == Some("Admitted")
+            })
+            .await?;
+        let w = lab
+            .wait_job_workload(&j, "admitted", |w| workload_is(w, "Admitted"))
+            .await?;
+        (j, w)
+    };
+    assert_ne!(new_job.uid(), job.uid());
+    let fc = lab.clusters.get(&cluster).await?;
+    let c = locked(&fc).unwrap();
+    eprintln!("lost: repaired; condition {}: {}", c.reason, c.message);
+
+    // Evicted (here: deactivated, which Kueue evicts at once) while the job still says
+    // Admitted: not held either, and repaired with a Workload of its own (the evicted one
+    // is kept until the garbage collector has deleted it, so Fournos cannot adopt it).
+    let evicted = lab
+        .wait_job_workload(&new_job, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    lab.workloads
+        .patch(
+            &evicted.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "active": false } })),
+        )
+        .await?;
+    let third = lab
+        .wait_sentinel(&cluster, "a third sentinel", |j| {
+            j.uid() != new_job.uid() && phase(j) == Some("Admitted")
+        })
+        .await?;
+    lab.wait_cluster(&cluster, "held again after the eviction", is_held)
+        .await?;
+    let w = lab
+        .wait_job_workload(&third, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    assert_ne!(w.uid(), evicted.uid(), "the evicted Workload was adopted");
+    ensure!(
+        lab.metric("hearth_lock_manager_lock_workloads_lost_total")
+            .await?
+            >= 2.0
+    );
+    Ok(())
+}
+
+/// A sentinel Fournos does not pick up (Fournos is down) says so after the grace, and is
+/// held once Fournos runs.
+#[tokio::test]
+async fn sentinel_fournos_never_picks_up_says_so() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-pickup", "pickup");
+    lab.fournos.lock().await.stop().await;
+    lab.set_owner(&cluster, Some("kim"), None).await?;
+    let fc = until("SentinelNotPickedUp", DEADLINE, || async {
+        let fc = lab.clusters.get(&cluster).await?;
+        Ok(if reason_is("SentinelNotPickedUp")(&fc) {
+            Ok(fc)
+        } else {
+            Err(lock_state(&fc))
+        })
+    })
+    .await?;
+    eprintln!("pickup: {}", lock_state(&fc));
+    lab.fournos.lock().await.restart().await?;
+    lab.wait_cluster(&cluster, "held once Fournos runs", is_held)
+        .await?;
+    Ok(())
+}
+
+/// Unlock while Fournos is down: Releasing (its finalizer holds the job, its Workload the
+/// slots) until Fournos is back and the Workload is gone.
+#[tokio::test]
+async fn unlock_while_fournos_is_down_is_releasing_until_it_is_free() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-down", "down");
+    let (_, workload) = lab.lock(&cluster, "heidi").await?;
+
+    lab.fournos.lock().await.stop().await;
+    lab.set_owner(&cluster, None, None).await?;
+    let fc = lab
+        .wait_cluster(&cluster, "Releasing", |fc| {
+            reason_is("Releasing")(fc)
+                && locked(fc).is_some_and(|c| c.message.contains("finalizer"))
+        })
+        .await?;
+    eprintln!("down: {}", lock_state(&fc));
+    ensure!(
+        lab.workloads.get_opt(&workload.name_any()).await?.is_some(),
+        "the Workload still holds"
+    );
+
+    lab.fournos.lock().await.restart().await?;
+    lab.wait_cluster(&cluster, "Released", reason_is("Released"))
+        .await?;
+    ensure!(
+        lab.workloads
+            .get_opt(&workload.name_any())
+            .await?
+            .is_none_or(|w| !workload_is(&w, "QuotaReserved")),
+        "Released while the lock Workload still holds quota"
+    );
+    Ok(())
+}
+
+/// Owner change: the new owner's sentinel never adopts the old owner's Workload.
+#[tokio::test]
+async fn owner_change_gets_a_new_workload() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-owner", "owner");
+    let (alice_job, alice_workload) = lab.lock(&cluster, "alice").await?;
+
+    lab.set_owner(&cluster, Some("bob"), None).await?;
+    lab.wait_cluster(&cluster, "held for bob", |fc| {
+        is_held(fc) && fc.status.as_ref().and_then(|s| s.lock_owner.as_deref()) == Some("bob")
+    })
+    .await?;
+    let bob_job = lab
+        .wait_sentinel(&cluster, "bob's, Admitted", |j| {
+            j.spec.owner.as_deref() == Some("bob") && phase(j) == Some("Admitted")
+        })
+        .await?;
+    assert_ne!(bob_job.uid(), alice_job.uid());
+    let bob_workload = lab
+        .wait_job_workload(&bob_job, "admitted", |w| workload_is(w, "Admitted"))
+        .await?;
+    assert_ne!(
+        bob_workload.uid(),
+        alice_workload.uid(),
+        "alice's Workload was adopted"
+    );
+    Ok(())
+}
+
+/// A 63-character cluster name (the longest a label value takes) is locked, through a
+/// sentinel name cut to fit with a hash; the label still names the whole cluster.
+#[tokio::test]
+async fn longest_cluster_name_can_be_locked() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-long", &format!("{}-", "l".repeat(63)));
+    ensure!(cluster.len() == 63, "{cluster}");
+    let (job, _) = lab.lock(&cluster, "ivan").await?;
+    ensure!(job.name_any().len() <= 63, "{}", job.name_any());
+    assert_eq!(
+        job.name_any(),
+        hearth_api::names::lock_sentinel_name(&cluster)
+    );
+    Ok(())
+}
+
+/// A cluster whose slots differ from what Fournos requests for a lock is never called
+/// held, and says what to set.
+#[tokio::test]
+async fn slots_that_differ_from_fournos_are_flagged() -> Result<()> {
+    let (lab, cluster) = lab!("fournos-slots", "slots");
+    lab.publish_slots(&cluster, 120).await?;
+    lab.set_owner(&cluster, Some("judy"), None).await?;
+    let fc = lab
+        .wait_cluster(&cluster, "SlotsMismatch", reason_is("SlotsMismatch"))
+        .await?;
+    ensure!(
+        locked(&fc)
+            .unwrap()
+            .message
+            .contains("HEARTH_CLUSTER_SLOTS=100")
+    );
+    Ok(())
+}
+
+/// `just up --fournos`: the plane's own scope with the real Fournos and lock-manager's
+/// `fournosjob` sentinels. An onboarded target is locked through Fournos's Workload.
+#[tokio::test]
+async fn plane_with_fournos_is_the_production_shape() -> Result<()> {
+    if fournos_real::source().is_err() {
+        return shared().await.map(drop);
+    }
+    let lock_manager = hearth_e2e::plane::hearth_binary("hearth-lock-manager")?;
+    let plane = ControlPlane::start(PlaneOptions {
+        fournos: true,
+        hearth_bin_dir: lock_manager.parent().map(std::path::Path::to_path_buf),
+        ..PlaneOptions::from_env()?
+    })
+    .await?;
+    plane.onboard_fleet("psap-secrets").await?;
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), "hearth");
+    let jobs: Api<FournosJob> = Api::namespaced(client.clone(), "psap-automation");
+    until("target-a onboarded and published", DEADLINE, || async {
+        Ok(match clusters.get_opt("target-a").await? {
+            Some(fc) if fc.status.as_ref().and_then(|s| s.kueue.as_ref()).is_some() => Ok(()),
+            other => Err(format!("{:?}", other.map(|fc| fc.status))),
+        })
+    })
+    .await?;
+    clusters
+        .patch(
+            "target-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "owner": "alice" } })),
+        )
+        .await?;
+    until("target-a held", DEADLINE, || async {
+        let fc = clusters.get("target-a").await?;
+        Ok(if is_held(&fc) {
+            Ok(())
+        } else {
+            Err(lock_state(&fc))
+        })
+    })
+    .await?;
+    let job = jobs.get("cluster-lock-target-a").await?;
+    assert_eq!(
+        phase(&job),
+        Some("Admitted"),
+        "Fournos admitted the sentinel"
+    );
+    plane.stop().await?;
+    Ok(())
+}
