@@ -15,10 +15,25 @@ build:
 tools:
     e2e/tools/build.sh
 
-# Formatting and clippy with warnings as errors.
-lint:
+# Formatting, clippy with warnings as errors, and the supply-chain check.
+lint: deny
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+
+# Supply chain (deny.toml): licenses, banned crates and sources always; RustSec advisories
+# from the machine's copy of the database, which is not on a package registry.
+deny:
+    command -v cargo-deny >/dev/null || cargo install --locked cargo-deny@0.20.2
+    cargo deny check licenses bans sources
+    if compgen -G "$HOME/.cargo/advisory-dbs/advisory-db-*/crates" >/dev/null; then \
+        cargo deny --offline check advisories; \
+    else \
+        echo "deny: advisories NOT checked: no RustSec database on this machine; run 'just deny-fetch' where github.com is reachable"; \
+    fi
+
+# Fetch or refresh the RustSec advisory database (needs github.com).
+deny-fetch:
+    cargo deny fetch db
 
 # Regenerate manifests/crd.yaml from the Rust types.
 crdgen:
