@@ -321,12 +321,16 @@ fn workload_is(w: &Workload, type_: &str) -> bool {
     })
 }
 
+fn owner_job(
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    refs.iter().find(|o| o.kind == "FournosJob")
+}
+
 fn owner_job_uid(
     refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
 ) -> Option<&str> {
-    refs.iter()
-        .find(|o| o.kind == "FournosJob")
-        .map(|o| o.uid.as_str())
+    owner_job(refs).map(|o| o.uid.as_str())
 }
 
 /// What the plane lacks for Fournos, in one namespace (see the module docs).
@@ -379,6 +383,20 @@ impl World {
         }
     }
 
+    /// Whether the FournosJob `owner` names is really gone. The list of jobs was taken
+    /// before the list of dependents, so a dependent made meanwhile for a newer job is
+    /// not in it: like the real garbage collector, look the owner up live before
+    /// deleting anything for it.
+    async fn owner_gone(
+        &self,
+        owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    ) -> anyhow::Result<bool> {
+        Ok(match self.jobs.get_opt(&owner.name).await? {
+            Some(job) => job.uid().as_deref() != Some(owner.uid.as_str()),
+            None => true,
+        })
+    }
+
     async fn round(&self) -> anyhow::Result<()> {
         // By UID: (lockOnly, phase).
         let jobs: HashMap<String, (bool, Option<String>)> = self
@@ -403,7 +421,12 @@ impl World {
                 continue;
             };
             match jobs.get(owner) {
-                None => Self::delete_orphan(&self.workloads, &w.name_any(), w.uid()).await?,
+                None => {
+                    let owner = owner_job(w.owner_references()).expect("found above");
+                    if self.owner_gone(owner).await? {
+                        Self::delete_orphan(&self.workloads, &w.name_any(), w.uid()).await?;
+                    }
+                }
                 Some((false, Some(phase))) if phase == "Running" => {
                     if workload_is(&w, "Admitted") && !workload_is(&w, "PodsReady") {
                         let patch = json!({
@@ -427,12 +450,12 @@ impl World {
         }
         let managed = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         for job in self.batch.list(&managed).await?.items {
-            match owner_job_uid(job.owner_references()) {
-                Some(owner) if !jobs.contains_key(owner) => {
-                    Self::delete_orphan(&self.batch, &job.name_any(), job.uid()).await?;
-                    continue;
-                }
-                _ => {}
+            if let Some(owner) = owner_job(job.owner_references())
+                && !jobs.contains_key(owner.uid.as_str())
+                && self.owner_gone(owner).await?
+            {
+                Self::delete_orphan(&self.batch, &job.name_any(), job.uid()).await?;
+                continue;
             }
             let done = job
                 .status
