@@ -23,7 +23,6 @@
 //!   own label-based sweep runs every `FOURNOS_GC_INTERVAL_SEC`, 300 s by default).
 
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -36,110 +35,26 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions
 use serde_json::{Value, json};
 
 use crate::error::{Context as _, PlaneError, Result};
+use crate::peers::Peer;
 use crate::process::{self, Managed, Spawn};
 use crate::resources::{apply, create_crds, read_yaml_documents, wait_established};
 use crate::{ControlPlane, Scope};
 
-/// Where the peer systems are (a folder holding `fournos/`).
-pub const PEERS_DIR_ENV: &str = "HEARTH_PEERS_DIR";
 /// Label Fournos puts on everything it creates.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fournos");
 /// Field manager of the world's status writes.
 const WORLD: &str = "fournos-world";
 
-/// `HEARTH_PEERS_DIR`, or `../shared/peers` from the repository root.
-pub fn peers_dir() -> PathBuf {
-    match std::env::var_os(PEERS_DIR_ENV) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers"),
-    }
-}
+pub use crate::peers::{PEERS_DIR_ENV, peers_dir};
 
 /// Fournos's source folder, or why there is none (the one line a skipped test prints).
 pub fn source() -> std::result::Result<PathBuf, String> {
-    let dir = peers_dir().join("fournos");
-    if dir.join("pyproject.toml").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "skipped: the real Fournos is not at {} (set {PEERS_DIR_ENV} to the folder holding fournos/)",
-            dir.display()
-        ))
-    }
+    Peer::Fournos.source()
 }
 
-fn cache_root() -> PathBuf {
-    match std::env::var_os("HEARTH_E2E_CACHE") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth-e2e"),
-    }
-}
-
-fn run(program: &Path, args: &[&str], what: &str) -> Result<String> {
-    let out = std::process::Command::new(program)
-        .args(args)
-        .output()
-        .context(|| format!("{what}: running {}", program.display()))?;
-    if !out.status.success() {
-        return Err(PlaneError::Invalid(format!(
-            "{what} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// A venv with Fournos installed, under the e2e cache, keyed by Fournos's `pyproject.toml`
-/// and the Python version. Built once (blocking: minutes on a cold cache, PyPI needed);
-/// concurrent builders each build aside and the first rename wins.
+/// A venv with Fournos installed (see [`Peer::venv`]).
 pub fn venv(source: &Path) -> Result<PathBuf> {
-    let python = Path::new("python3");
-    let version = run(python, &["--version"], "python3 --version")?;
-    let pyproject = std::fs::read(source.join("pyproject.toml"))
-        .context(|| format!("reading {}/pyproject.toml", source.display()))?;
-    let mut hasher = DefaultHasher::new();
-    (version.trim(), &pyproject).hash(&mut hasher);
-    let dir = cache_root().join(format!("fournos-venv-{:016x}", hasher.finish()));
-    let ready = dir.join(".installed");
-    if ready.exists() {
-        return Ok(dir);
-    }
-    std::fs::create_dir_all(cache_root()).context(|| "creating the e2e cache".into())?;
-    let building = cache_root().join(format!(
-        "fournos-venv-{:016x}.{}",
-        hasher.finish(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&building);
-    let building_str = building.to_string_lossy().into_owned();
-    run(python, &["-m", "venv", &building_str], "python3 -m venv").map_err(|e| {
-        PlaneError::Invalid(format!(
-            "{e}\n(on Debian/Ubuntu the venv module is the python3-venv package: apt-get install python3-venv)"
-        ))
-    })?;
-    tracing::info!(venv = %dir.display(), "installing Fournos with pip (once per pyproject)");
-    run(
-        &building.join("bin/pip"),
-        &[
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            &source.to_string_lossy(),
-        ],
-        "pip install fournos",
-    )?;
-    std::fs::write(building.join(".installed"), b"").context(|| "marking the venv".into())?;
-    if std::fs::rename(&building, &dir).is_err() {
-        // Another process finished first; use its venv.
-        let _ = std::fs::remove_dir_all(&building);
-    }
-    if ready.exists() {
-        Ok(dir)
-    } else {
-        Err(PlaneError::Invalid(format!("no venv at {}", dir.display())))
-    }
+    Peer::Fournos.venv(source)
 }
 
 fn schemaless_crd(plural: &str, kind: &str) -> Value {

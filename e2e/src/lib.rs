@@ -98,6 +98,7 @@ pub mod kueue;
 pub mod node_reader;
 pub mod objects;
 pub mod otlp;
+pub mod peers;
 pub mod plane;
 pub mod process;
 pub mod protocol;

@@ -1,0 +1,132 @@
+//! The pinned peer systems under `HEARTH_PEERS_DIR` (default `../shared/peers` from the
+//! repository root): the real Fournos operator and the real Python Hearth. Tests and
+//! benchmarks *run* them from a venv cached beside the other tools; nothing of theirs is
+//! copied into the project. Absent peers are a skip with one line, never a failure.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Context as _, PlaneError, Result};
+
+/// Where the peer systems are (a folder holding `fournos/` and `hearth-py/`).
+pub const PEERS_DIR_ENV: &str = "HEARTH_PEERS_DIR";
+
+/// `HEARTH_PEERS_DIR`, or `../shared/peers` from the repository root.
+pub fn peers_dir() -> PathBuf {
+    match std::env::var_os(PEERS_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/peers"),
+    }
+}
+
+/// One of the pinned peers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The Fournos operator (`fournos/`).
+    Fournos,
+    /// The Python (kopf) Hearth that Hearth replaces (`hearth-py/`).
+    HearthPy,
+}
+
+impl Peer {
+    /// Its folder under the peers directory, also the prefix of its cached venv.
+    pub fn folder(self) -> &'static str {
+        match self {
+            Peer::Fournos => "fournos",
+            Peer::HearthPy => "hearth-py",
+        }
+    }
+
+    fn display_name(self) -> &'static str {
+        match self {
+            Peer::Fournos => "the real Fournos",
+            Peer::HearthPy => "the real Python Hearth",
+        }
+    }
+
+    /// Its source folder, or why there is none (the one line a skipped test prints).
+    pub fn source(self) -> std::result::Result<PathBuf, String> {
+        let dir = peers_dir().join(self.folder());
+        if dir.join("pyproject.toml").is_file() {
+            Ok(dir)
+        } else {
+            Err(format!(
+                "skipped: {} is not at {} (set {PEERS_DIR_ENV} to the folder holding {}/)",
+                self.display_name(),
+                dir.display(),
+                self.folder()
+            ))
+        }
+    }
+
+    /// A venv with this peer installed, under the e2e cache, keyed by its `pyproject.toml`
+    /// and the Python version. Built once (blocking: minutes on a cold cache, PyPI needed);
+    /// concurrent builders each build aside and the first rename wins.
+    pub fn venv(self, source: &Path) -> Result<PathBuf> {
+        let python = Path::new("python3");
+        let version = run(python, &["--version"], "python3 --version")?;
+        let pyproject = std::fs::read(source.join("pyproject.toml"))
+            .context(|| format!("reading {}/pyproject.toml", source.display()))?;
+        let mut hasher = DefaultHasher::new();
+        (version.trim(), &pyproject).hash(&mut hasher);
+        let key = format!("{}-venv-{:016x}", self.folder(), hasher.finish());
+        let dir = cache_root().join(&key);
+        let ready = dir.join(".installed");
+        if ready.exists() {
+            return Ok(dir);
+        }
+        std::fs::create_dir_all(cache_root()).context(|| "creating the e2e cache".into())?;
+        let building = cache_root().join(format!("{key}.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&building);
+        let building_str = building.to_string_lossy().into_owned();
+        run(python, &["-m", "venv", &building_str], "python3 -m venv").map_err(|e| {
+            PlaneError::Invalid(format!(
+                "{e}\n(on Debian/Ubuntu the venv module is the python3-venv package: apt-get install python3-venv)"
+            ))
+        })?;
+        tracing::info!(venv = %dir.display(), peer = self.folder(), "installing with pip (once per pyproject)");
+        run(
+            &building.join("bin/pip"),
+            &[
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                &source.to_string_lossy(),
+            ],
+            &format!("pip install {}", self.folder()),
+        )?;
+        std::fs::write(building.join(".installed"), b"").context(|| "marking the venv".into())?;
+        if std::fs::rename(&building, &dir).is_err() {
+            // Another process finished first; use its venv.
+            let _ = std::fs::remove_dir_all(&building);
+        }
+        if ready.exists() {
+            Ok(dir)
+        } else {
+            Err(PlaneError::Invalid(format!("no venv at {}", dir.display())))
+        }
+    }
+}
+
+fn cache_root() -> PathBuf {
+    match std::env::var_os("HEARTH_E2E_CACHE") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth-e2e"),
+    }
+}
+
+fn run(program: &Path, args: &[&str], what: &str) -> Result<String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .context(|| format!("{what}: running {}", program.display()))?;
+    if !out.status.success() {
+        return Err(PlaneError::Invalid(format!(
+            "{what} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
