@@ -176,15 +176,7 @@ impl Writer {
     }
 
     pub async fn publish(&self, regarding: &ObjectReference, event: &EventSpec) {
-        if event.warning {
-            self.events
-                .warning(regarding, event.reason, event.action, event.note.clone())
-                .await;
-        } else {
-            self.events
-                .normal(regarding, event.reason, event.action, event.note.clone())
-                .await;
-        }
+        self.events.publish(regarding, event).await;
     }
 }
 

@@ -65,6 +65,12 @@ pub enum Error {
     WatchStopped { kind: &'static str },
 }
 
+impl hearth_runtime::kit::Reason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// Short, stable, CamelCase: a metric label value.
     pub fn reason(&self) -> &'static str {

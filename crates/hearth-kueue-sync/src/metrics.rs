@@ -1,14 +1,12 @@
 //! kueue-sync's metrics, exported as `hearth_kueue_sync_*` (the runtime adds `hearth_`).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
+use hearth_runtime::kit::ControllerMetrics;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 use crate::plan::{Plan, SyncReason};
 
@@ -36,9 +34,8 @@ impl Outcome {
 /// The handles; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    reconciles: Counter,
-    reconcile_errors: Family<Labels1, Counter>,
-    reconcile_duration: Histogram,
+    /// Reconciles, their errors and durations, watch errors, undecodable objects.
+    pub(crate) controller: ControllerMetrics,
     cluster_queue_writes: Family<Labels1, Counter>,
     cluster_queue_conflicts: Counter,
     flavor_writes: Family<Labels2, Counter>,
@@ -46,8 +43,6 @@ pub struct Metrics {
     flavors_managed: Gauge,
     quota_published: Family<Labels2, Gauge>,
     clusters: Family<Labels1, Gauge>,
-    invalid_objects: Family<Labels1, Gauge>,
-    watch_errors: Family<Labels1, Counter>,
     /// The `(cluster, resource)` series of `quota_published` set last time, to remove
     /// those of clusters that are gone.
     published: Arc<Mutex<BTreeSet<(String, String)>>>,
@@ -57,9 +52,7 @@ impl Metrics {
     /// Registers every metric under `kueue_sync` in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
-            reconciles: Counter::default(),
-            reconcile_errors: Family::default(),
-            reconcile_duration: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            controller: ControllerMetrics::default(),
             cluster_queue_writes: Family::default(),
             cluster_queue_conflicts: Counter::default(),
             flavor_writes: Family::default(),
@@ -67,26 +60,10 @@ impl Metrics {
             flavors_managed: Gauge::default(),
             quota_published: Family::default(),
             clusters: Family::default(),
-            invalid_objects: Family::default(),
-            watch_errors: Family::default(),
             published: Arc::default(),
         };
         let r = registry.sub_registry_with_prefix("kueue_sync");
-        r.register(
-            "reconciles",
-            "Global reconciles run (every FournosCluster, the ClusterQueue and the flavors at once)",
-            metrics.reconciles.clone(),
-        );
-        r.register(
-            "reconcile_errors",
-            "Reconciles that failed, by reason",
-            metrics.reconcile_errors.clone(),
-        );
-        r.register(
-            "reconcile_duration_seconds",
-            "Duration of a reconcile, writes included",
-            metrics.reconcile_duration.clone(),
-        );
+        metrics.controller.register(r);
         r.register(
             "cluster_queue_writes",
             "resourceVersion-guarded ClusterQueue updates, by outcome (ok, conflict, error)",
@@ -122,27 +99,7 @@ impl Metrics {
             "Live FournosClusters by KueueSynced reason",
             metrics.clusters.clone(),
         );
-        r.register(
-            "invalid_objects",
-            "Watched objects that do not decode and are skipped, by kind",
-            metrics.invalid_objects.clone(),
-        );
-        r.register(
-            "watch_errors",
-            "Errors of the watches (retried with backoff), by kind",
-            metrics.watch_errors.clone(),
-        );
         metrics
-    }
-
-    pub(crate) fn reconciled(&self, elapsed: Duration, error: Option<&'static str>) {
-        self.reconciles.inc();
-        self.reconcile_duration.observe(elapsed.as_secs_f64());
-        if let Some(reason) = error {
-            self.reconcile_errors
-                .get_or_create(&[("reason", reason.to_owned())])
-                .inc();
-        }
     }
 
     pub(crate) fn cluster_queue_write(&self, outcome: Outcome) {
@@ -171,20 +128,12 @@ impl Metrics {
             .inc();
     }
 
-    pub(crate) fn watch_error(&self, kind: &'static str) {
-        self.watch_errors
-            .get_or_create(&[("kind", kind.to_owned())])
-            .inc();
-    }
-
     pub(crate) fn observed(&self, flavors_managed: usize, invalid: &BTreeMap<&'static str, usize>) {
         self.flavors_managed
             .set(i64::try_from(flavors_managed).unwrap_or(i64::MAX));
         for kind in ["FournosCluster", "ClusterQueue", "ResourceFlavor"] {
-            let n = invalid.get(kind).copied().unwrap_or(0);
-            self.invalid_objects
-                .get_or_create(&[("kind", kind.to_owned())])
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
+            self.controller
+                .invalid_objects(kind, invalid.get(kind).copied().unwrap_or(0));
         }
     }
 
@@ -270,14 +219,29 @@ mod tests {
         );
     }
 
-    #[test]
-    fn writes_are_counted_by_outcome() {
+    #[derive(Debug)]
+    struct WriteStatusFailed;
+
+    impl hearth_runtime::kit::Reason for WriteStatusFailed {
+        fn reason(&self) -> &'static str {
+            "WriteStatusFailed"
+        }
+    }
+
+    #[tokio::test]
+    async fn writes_are_counted_by_outcome() {
         let mut registry = Registry::with_prefix("hearth");
         let metrics = Metrics::register(&mut registry);
         metrics.cluster_queue_write(Outcome::Ok);
         metrics.cluster_queue_write(Outcome::Conflict);
         metrics.flavor_write("create", true);
-        metrics.reconciled(Duration::from_millis(3), Some("WriteStatusFailed"));
+        let failed = metrics
+            .controller
+            .reconcile(tracing::Span::none(), async {
+                Err::<(), _>(WriteStatusFailed)
+            })
+            .await;
+        assert!(failed.is_err());
         let out = text(&registry);
         for line in [
             "hearth_kueue_sync_cluster_queue_writes_total{outcome=\"ok\"} 1",

@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use hearth_runtime::kit::{Cache, Changes, ReportedOnce};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::apply::{FlavorAction, Writer};
 use crate::error::{Error, is_conflict, is_not_found};
@@ -40,16 +41,24 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// Status writes in flight at once.
 const STATUS_CONCURRENCY: usize = 8;
 
+/// The three watch caches (their stores are [`Stores`], what observe reads).
+pub(crate) struct Caches {
+    pub clusters: Cache<FournosCluster>,
+    pub queues: Cache<ClusterQueue>,
+    pub flavors: Cache<ResourceFlavor>,
+}
+
 /// Everything a reconcile needs.
 pub(crate) struct Context {
     pub settings: PlanSettings,
     pub stores: Stores,
+    pub caches: Caches,
     pub writer: Writer,
     pub leader: watch::Receiver<bool>,
     /// Bumped on every change any cache sees.
-    pub changes: watch::Receiver<u64>,
+    pub changes: Changes,
     /// Invalid objects already reported, by `(kind, name, resourceVersion)`.
-    pub reported: Mutex<BTreeSet<(&'static str, String, Option<String>)>>,
+    pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
 }
 
 /// A write whose result the caches should show before the next reconcile.
@@ -194,8 +203,9 @@ impl Context {
     async fn fresh_queue(&self, sent: &str) -> Result<Option<Option<Arc<QueueObject>>>, Error> {
         let name = &self.settings.cluster_queue;
         let moved = self
-            .wait_for_caches(CACHE_LAG, |stores| {
-                stores
+            .changes
+            .wait_until(CACHE_LAG, || {
+                self.stores
                     .queue(name)
                     .is_none_or(|q| q.meta().resource_version.as_deref() != Some(sent))
             })
@@ -287,7 +297,7 @@ impl Context {
             snapshot
                 .invalid
                 .iter()
-                .filter(|i| reported.insert((i.kind, i.name.clone(), i.resource_version.clone())))
+                .filter(|i| reported.first((i.kind, i.name.clone(), i.resource_version.clone())))
                 .cloned()
                 .collect()
         };
@@ -333,52 +343,19 @@ impl Context {
             return;
         }
         let queue = &self.settings.cluster_queue;
+        let caches = &self.caches;
         let caught_up = self
-            .wait_for_caches(CATCH_UP, |stores| {
+            .changes
+            .wait_until(CATCH_UP, || {
                 written.iter().all(|w| match w {
-                    Written::Queue(rv) => {
-                        seen(stores.queue(queue).as_deref().map(|q| q.meta()), rv)
-                    }
-                    Written::Flavor(name, rv) => seen(
-                        stores
-                            .flavors
-                            .state()
-                            .iter()
-                            .find(|f| f.meta().name.as_deref() == Some(name))
-                            .map(|f| f.meta()),
-                        rv,
-                    ),
-                    Written::Cluster(name, rv) => seen(
-                        stores
-                            .clusters
-                            .state()
-                            .iter()
-                            .find(|c| c.meta().name.as_deref() == Some(name))
-                            .map(|c| c.meta()),
-                        rv,
-                    ),
+                    Written::Queue(rv) => caches.queues.shows(queue, rv),
+                    Written::Flavor(name, rv) => caches.flavors.shows(name, rv),
+                    Written::Cluster(name, rv) => caches.clusters.shows(name, rv),
                 })
             })
             .await;
         if !caught_up {
             tracing::debug!(?written, "the caches do not show every write yet");
-        }
-    }
-
-    /// Waits until `ready(stores)` holds, re-checking on every cache change, for at most
-    /// `timeout`. Returns whether it holds.
-    async fn wait_for_caches(&self, timeout: Duration, ready: impl Fn(&Stores) -> bool) -> bool {
-        let mut changes = self.changes.clone();
-        let deadline = Instant::now() + timeout;
-        loop {
-            changes.borrow_and_update();
-            if ready(&self.stores) {
-                return true;
-            }
-            match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return ready(&self.stores),
-            }
         }
     }
 }
@@ -387,42 +364,4 @@ impl Context {
 fn version_of<K: Resource>(object: &K) -> Option<(String, String)> {
     let meta = object.meta();
     Some((meta.name.clone()?, meta.resource_version.clone()?))
-}
-
-/// Whether a cached object shows a write that returned `written`: its version is that
-/// one or a later one, or the object is gone. Resource versions are opaque; they are
-/// compared as numbers (what etcd makes them) only to stop waiting early, never to
-/// decide a write.
-pub(crate) fn seen(
-    cached: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
-    written: &str,
-) -> bool {
-    let Some(rv) = cached.and_then(|m| m.resource_version.as_deref()) else {
-        return true;
-    };
-    rv == written
-        || matches!(
-            (rv.parse::<u64>(), written.parse::<u64>()),
-            (Ok(cached), Ok(written)) if cached > written
-        )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    #[test]
-    fn a_write_is_seen_at_its_version_or_later_or_when_gone() {
-        let meta = |rv: &str| ObjectMeta {
-            resource_version: Some(rv.into()),
-            ..ObjectMeta::default()
-        };
-        assert!(seen(Some(&meta("10")), "10"));
-        assert!(seen(Some(&meta("11")), "10"));
-        assert!(!seen(Some(&meta("9")), "10"));
-        assert!(seen(None, "10"));
-        assert!(!seen(Some(&meta("abc")), "10"));
-        assert!(seen(Some(&meta("abc")), "abc"));
-    }
 }

@@ -33,14 +33,8 @@ fn current_condition(cluster: &FournosCluster) -> Option<&Condition> {
         .and_then(|s| conditions::find(&s.conditions, KUEUE_SYNCED))
 }
 
-/// An Event to publish on a FournosCluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct EventSpec {
-    pub warning: bool,
-    pub reason: &'static str,
-    pub action: &'static str,
-    pub note: String,
-}
+/// An Event to publish on a FournosCluster (the runtime's one Event type).
+pub(crate) type EventSpec = hearth_runtime::events::Event;
 
 /// Event reason when a cluster's quota becomes published.
 pub(crate) const QUOTA_PUBLISHED: &str = "QuotaPublished";

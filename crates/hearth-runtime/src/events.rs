@@ -2,11 +2,41 @@
 //! never fails a reconcile. Only the lease holder publishes, like every write.
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::watch;
 
 /// Longest note the Events API accepts (1 kB); longer notes are cut, not refused.
 const MAX_NOTE: usize = 1024;
+
+/// An Event as every controller plans it: the one Event type of Hearth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub warning: bool,
+    /// Stable, CamelCase.
+    pub reason: &'static str,
+    /// What the controller was doing (`Probe`, `Lock`, `Sync`, …).
+    pub action: &'static str,
+    /// For people: what happened and what to do; cut to 1 kB when published.
+    pub note: String,
+}
+
+impl Event {
+    pub fn normal(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            warning: false,
+            reason,
+            action,
+            note: note.into(),
+        }
+    }
+
+    pub fn warning(reason: &'static str, action: &'static str, note: impl Into<String>) -> Self {
+        Self {
+            warning: true,
+            ..Self::normal(reason, action, note)
+        }
+    }
+}
 
 #[derive(Clone)]
 pub struct Events {
@@ -36,41 +66,40 @@ impl Events {
     pub async fn normal(
         &self,
         regarding: &ObjectReference,
-        reason: &str,
-        action: &str,
+        reason: &'static str,
+        action: &'static str,
         note: impl Into<String>,
     ) {
-        self.publish(regarding, EventType::Normal, reason, action, note.into())
+        self.publish(regarding, &Event::normal(reason, action, note))
             .await;
     }
 
     pub async fn warning(
         &self,
         regarding: &ObjectReference,
-        reason: &str,
-        action: &str,
+        reason: &'static str,
+        action: &'static str,
         note: impl Into<String>,
     ) {
-        self.publish(regarding, EventType::Warning, reason, action, note.into())
+        self.publish(regarding, &Event::warning(reason, action, note))
             .await;
     }
 
-    async fn publish(
-        &self,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
+    /// Publishes `event` about `regarding`, if this replica leads.
+    pub async fn publish(&self, regarding: &ObjectReference, event: &Event) {
         if !*self.leader.borrow() {
             return;
         }
-        let event = Event {
-            type_,
+        let reason = event.reason;
+        let event = kube::runtime::events::Event {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
             reason: reason.to_owned(),
-            note: Some(truncate(note, MAX_NOTE)),
-            action: action.to_owned(),
+            note: Some(truncate(event.note.clone(), MAX_NOTE)),
+            action: event.action.to_owned(),
             secondary: None,
         };
         // A fresh Recorder per Event: kube's Recorder folds repeats of one reason on one

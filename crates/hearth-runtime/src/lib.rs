@@ -29,6 +29,7 @@ mod admin;
 pub mod args;
 mod client;
 pub mod events;
+pub mod kit;
 pub mod leadership;
 mod lease;
 mod metrics;

@@ -1,0 +1,372 @@
+//! One watch feeding one cache, the same way in every controller.
+//!
+//! The watch retries on its own with kube's default backoff; its errors are logged,
+//! counted (`watch_errors{kind}`) and dropped, so the stream never ends before shutdown.
+//! Managed fields are stripped before caching (they are most of an object's size).
+//! Objects are cached as [`DeserializeGuard`]s: one that does not decode is kept as an
+//! error, skipped by the plans and logged once per version, and never stops the watch.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use super::ControllerMetrics;
+use super::trigger::Changes;
+use crate::ReadinessGate;
+
+/// Versions remembered per object, for [`Cache::shows`]. A write is looked for within
+/// seconds of being made, while at most a few more writes land on the same object.
+const VERSIONS_KEPT: usize = 8;
+
+/// Longest decode error quoted in a log line.
+const MAX_DECODE_ERROR: usize = 300;
+
+/// The stream a [`Cache`] is fed by: the objects the watch touched, for a kube
+/// [`Controller`](kube::runtime::Controller) (`for_stream`, `watches_stream`) or to be
+/// drained by [`Cache::drive`].
+pub type Objects<K> =
+    futures::stream::BoxStream<'static, Result<DeserializeGuard<K>, watcher::Error>>;
+
+/// The cache of one watch. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub struct Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    kind: &'static str,
+    store: Store<DeserializeGuard<K>>,
+    synced: watch::Receiver<bool>,
+    versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
+}
+
+/// What a watch needs from the controller around it.
+#[derive(Clone)]
+pub struct WatchContext {
+    pub changes: Changes,
+    pub metrics: ControllerMetrics,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    /// Starts nothing: returns the cache and the stream that fills it once polled.
+    /// `gate` opens once the first complete list is cached.
+    pub fn watch(
+        kind: &'static str,
+        api: Api<DeserializeGuard<K>>,
+        config: watcher::Config,
+        gate: ReadinessGate,
+        context: &WatchContext,
+    ) -> (Self, Objects<K>) {
+        let (store, writer) = reflector::store();
+        let (synced_tx, synced) = watch::channel(false);
+        let cache = Self {
+            kind,
+            store,
+            synced,
+            versions: Arc::default(),
+        };
+        let versions = cache.versions.clone();
+        let changes = context.changes.clone();
+        let metrics = context.metrics.clone();
+        let mut logged = HashSet::new();
+        let stream = watcher::watcher(api, config)
+            .default_backoff()
+            .modify(|object: &mut DeserializeGuard<K>| object.meta_mut().managed_fields = None)
+            .reflect(writer)
+            .inspect(move |event| match event {
+                Ok(watcher::Event::InitDone) => {
+                    synced_tx.send_replace(true);
+                    gate.ready();
+                    changes.bump();
+                }
+                Ok(watcher::Event::Apply(object)) => {
+                    remember_version(&versions, object);
+                    log_invalid_once(kind, object, &mut logged);
+                    changes.bump();
+                }
+                Ok(watcher::Event::InitApply(object)) => {
+                    remember_version(&versions, object);
+                    log_invalid_once(kind, object, &mut logged);
+                }
+                Ok(watcher::Event::Delete(object)) => {
+                    lock(&versions).remove(&object.name_any());
+                    changes.bump();
+                }
+                Ok(watcher::Event::Init) => {}
+                Err(error) => {
+                    // Management API errors only: no object content in them.
+                    tracing::warn!(kind, %error, "watch failed; retrying with backoff");
+                    metrics.watch_error(kind);
+                }
+            })
+            .touched_objects()
+            .filter(|item| std::future::ready(item.is_ok()))
+            .boxed();
+        (cache, stream)
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The kube store, for a [`Controller`](kube::runtime::Controller).
+    pub fn store(&self) -> Store<DeserializeGuard<K>> {
+        self.store.clone()
+    }
+
+    pub fn state(&self) -> Vec<Arc<DeserializeGuard<K>>> {
+        self.store.state()
+    }
+
+    /// The cached object named `name` (the cache holds one namespace or none).
+    pub fn named(&self, name: &str) -> Option<Arc<DeserializeGuard<K>>> {
+        self.store.find(|o| o.meta().name.as_deref() == Some(name))
+    }
+
+    /// Waits until the cache holds a full list; any number of tasks may wait.
+    /// `Err` when the watch is gone (the controller is stopping).
+    pub async fn synced(&self) -> Result<(), CacheGone> {
+        self.synced
+            .clone()
+            .wait_for(|synced| *synced)
+            .await
+            .map(drop)
+            .map_err(|_| CacheGone { kind: self.kind })
+    }
+
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// How many cached objects do not decode.
+    pub fn invalid_count(&self) -> usize {
+        self.store.state().iter().filter(|o| o.0.is_err()).count()
+    }
+
+    /// Whether the cache shows a write of object `name` that returned version
+    /// `written`: the watch delivered that very version, or the object is gone.
+    /// Versions are opaque and only ever compared for equality; a later version is
+    /// recognised because the watch delivered the written one on its way.
+    pub fn shows(&self, name: &str, written: &str) -> bool {
+        if self.named(name).is_none() {
+            return true;
+        }
+        lock(&self.versions)
+            .get(name)
+            .is_some_and(|seen| seen.iter().any(|v| v == written))
+    }
+}
+
+/// The watch behind a cache stopped: the controller is stopping.
+#[derive(Debug, thiserror::Error)]
+#[error("the {kind} watch stopped")]
+pub struct CacheGone {
+    pub kind: &'static str,
+}
+
+fn remember_version<K: Resource>(
+    versions: &Mutex<HashMap<String, VecDeque<String>>>,
+    object: &DeserializeGuard<K>,
+) {
+    let meta = object.meta();
+    let (Some(name), Some(rv)) = (&meta.name, &meta.resource_version) else {
+        return;
+    };
+    let mut versions = lock(versions);
+    let seen = versions.entry(name.clone()).or_default();
+    if seen.len() == VERSIONS_KEPT {
+        seen.pop_front();
+    }
+    seen.push_back(rv.clone());
+}
+
+/// Logs an object that does not decode, once per `(name, resourceVersion)`: the watch
+/// re-delivers it on every re-list.
+fn log_invalid_once<K: Resource>(
+    kind: &'static str,
+    object: &DeserializeGuard<K>,
+    logged: &mut HashSet<(String, String)>,
+) {
+    let meta = object.meta();
+    let key = (
+        meta.name.clone().unwrap_or_default(),
+        meta.resource_version.clone().unwrap_or_default(),
+    );
+    match &object.0 {
+        Ok(_) => {
+            logged.remove(&key);
+        }
+        Err(invalid) => {
+            if logged.insert(key.clone()) {
+                // Bounded, and not for Secrets: their decode error may quote the data.
+                let error = if kind == "Secret" {
+                    String::from("(not shown: it may quote the Secret's data)")
+                } else {
+                    bounded(&invalid.error)
+                };
+                tracing::warn!(kind, name = %key.0, resource_version = %key.1, %error, "object does not decode; skipped");
+            }
+        }
+    }
+}
+
+/// `text` cut to [`MAX_DECODE_ERROR`] characters, control characters blanked.
+pub fn bounded(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_DECODE_ERROR)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().count() > MAX_DECODE_ERROR {
+        out.push('…');
+    }
+    out
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Keys already reported (an Event, a log line), so each is reported once per object
+/// version: keep the keys of what is still current, report the rest.
+#[derive(Debug, Default)]
+pub struct ReportedOnce<T: Eq + Hash> {
+    reported: HashSet<T>,
+}
+
+impl<T: Eq + Hash + Clone> ReportedOnce<T> {
+    /// Forgets keys no longer current (fixed or gone objects, older versions).
+    pub fn retain(&mut self, current: impl Fn(&T) -> bool) {
+        self.reported.retain(|k| current(k));
+    }
+
+    /// True the first time `key` is seen since it was last forgotten.
+    pub fn first(&mut self, key: T) -> bool {
+        self.reported.insert(key)
+    }
+
+    pub fn contains(&self, key: &T) -> bool {
+        self.reported.contains(key)
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// Polls `objects` until it ends, for a cache no kube Controller consumes.
+    pub async fn drive(objects: Objects<K>) {
+        objects.for_each(|_| std::future::ready(())).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::runtime::reflector::store::Writer;
+
+    fn config_map(name: &str, rv: &str) -> DeserializeGuard<ConfigMap> {
+        DeserializeGuard(Ok(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }))
+    }
+
+    fn cache() -> (Cache<ConfigMap>, Writer<DeserializeGuard<ConfigMap>>) {
+        let (store, writer) = reflector::store();
+        let (_tx, synced) = watch::channel(false);
+        let cache = Cache {
+            kind: "ConfigMap",
+            store,
+            synced,
+            versions: Arc::default(),
+        };
+        (cache, writer)
+    }
+
+    fn deliver(
+        cache: &Cache<ConfigMap>,
+        writer: &mut Writer<DeserializeGuard<ConfigMap>>,
+        object: DeserializeGuard<ConfigMap>,
+    ) {
+        remember_version(&cache.versions, &object);
+        writer.apply_watcher_event(&watcher::Event::Apply(object));
+    }
+
+    #[test]
+    fn a_write_is_seen_at_its_version_or_later_or_when_gone() {
+        let (cache, mut writer) = cache();
+        deliver(&cache, &mut writer, config_map("q", "9"));
+        assert!(!cache.shows("q", "10"), "the cache is behind the write");
+        deliver(&cache, &mut writer, config_map("q", "10"));
+        assert!(cache.shows("q", "10"));
+        // Another writer on top: the write was delivered on the way, so it shows.
+        deliver(&cache, &mut writer, config_map("q", "11"));
+        assert!(cache.shows("q", "10"));
+        assert!(
+            cache.shows("gone", "10"),
+            "an object that is gone shows every write"
+        );
+    }
+
+    #[test]
+    fn versions_are_compared_for_equality_only() {
+        let (cache, mut writer) = cache();
+        deliver(&cache, &mut writer, config_map("q", "abc"));
+        assert!(
+            !cache.shows("q", "10"),
+            "an opaque version says nothing about order"
+        );
+        assert!(cache.shows("q", "abc"));
+        // A version that looks larger than the write is not taken for it.
+        deliver(&cache, &mut writer, config_map("p", "99999"));
+        assert!(!cache.shows("p", "10"));
+    }
+
+    #[test]
+    fn reported_once_per_key_until_forgotten() {
+        let mut reported = ReportedOnce::default();
+        assert!(reported.first(("a", "1")));
+        assert!(!reported.first(("a", "1")));
+        reported.retain(|k| k.1 == "2");
+        assert!(reported.first(("a", "1")));
+    }
+
+    #[test]
+    fn decode_errors_are_bounded() {
+        let long = "x\n".repeat(400);
+        let cut = bounded(&long);
+        assert_eq!(cut.chars().count(), MAX_DECODE_ERROR + 1);
+        assert!(!cut.contains('\n'));
+    }
+}

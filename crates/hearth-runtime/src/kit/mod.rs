@@ -1,0 +1,34 @@
+//! The controller kit: the plumbing every Hearth controller is built from, so that
+//! each controller's `controller.rs` is wiring plus its own plan and apply.
+//!
+//! - [`Cache`]: one watch feeding one cache (managed fields stripped, undecodable
+//!   objects kept as errors and logged once per version, a synced flag any task can
+//!   await, a readiness gate, the [`Changes`] signal bumped on every change).
+//! - [`Triggers`]: the loop of a global reconcile (change, resync, leadership gained,
+//!   debounce) and [`Backoff`], the one retry policy, also used per object by the
+//!   controllers built on kube's [`Controller`](kube::runtime::Controller).
+//! - [`ControllerMetrics`]: reconciles, their errors (typed labels) and durations,
+//!   watch errors and undecodable objects; a span per reconcile.
+//! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
+//!   compares `resourceVersion`s for equality only.
+//! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
+
+mod cache;
+mod metrics;
+mod trigger;
+
+pub use cache::{Cache, CacheGone, Objects, ReportedOnce, WatchContext, bounded};
+pub use metrics::{ControllerMetrics, KindLabel, ReasonLabel};
+pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
+
+/// An error with a stable, CamelCase reason: a metric label and an Event reason.
+pub trait Reason {
+    fn reason(&self) -> &'static str;
+}
+
+/// For loops that cannot fail (a sweep counts and logs its own errors).
+impl Reason for std::convert::Infallible {
+    fn reason(&self) -> &'static str {
+        match *self {}
+    }
+}
