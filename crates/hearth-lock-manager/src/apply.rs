@@ -17,7 +17,7 @@ use hearth_api::FournosCluster;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::names::condition_types::LOCKED;
 use hearth_api::names::controllers::LOCK_MANAGER;
-use hearth_runtime::events::Events;
+use hearth_runtime::events::{Event, Events};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
@@ -293,7 +293,7 @@ async fn create_sentinel<K: Sentinel>(
     };
     tracing::info!(sentinel = name, %owner, reason, "sentinel created");
     ctx.events
-        .normal(regarding, reason, "CreateSentinel", note)
+        .publish(regarding, &Event::normal(reason, "CreateSentinel", note))
         .await;
     Ok(())
 }
@@ -371,16 +371,13 @@ where
 }
 
 async fn publish<K: Sentinel>(ctx: &Writer<K>, regarding: &ObjectReference, event: &LockEvent) {
-    let action = "Lock";
-    if event.warning {
-        ctx.events
-            .warning(regarding, event.reason, action, event.message.clone())
-            .await;
-    } else {
-        ctx.events
-            .normal(regarding, event.reason, action, event.message.clone())
-            .await;
-    }
+    let event = Event {
+        warning: event.warning,
+        reason: event.reason,
+        action: "Lock",
+        note: event.message.clone(),
+    };
+    ctx.events.publish(regarding, &event).await;
 }
 
 /// The requests that matter, exactly: the guarded owner clear comes first and a 409

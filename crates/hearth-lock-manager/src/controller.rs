@@ -5,8 +5,7 @@
 //! (leader only) → requeue at the lock's expiry, so a TTL runs out on time rather than
 //! up to a resync interval late.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,15 +14,16 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{CLUSTER_LOCK_LABEL, LOCK_SENTINEL_PREFIX, lock_sentinel_name};
 use hearth_runtime::Runtime;
+use hearth_runtime::events::Event;
+use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
-use tokio::sync::{Notify, watch};
 use tracing::Instrument as _;
 
 use crate::apply::{Applied, Writer, apply_plan};
@@ -34,8 +34,6 @@ use crate::metrics::LockMetrics;
 use crate::plan::{ClusterView, LockAction, plan_lock};
 use crate::sentinel::{Sentinel, cluster_of, observe};
 
-/// Longest wait before a failed reconcile is retried (doubling from 1s).
-pub const MAX_ERROR_BACKOFF: Duration = Duration::from_secs(60);
 /// Retry after the cluster changed under an expiry (the watch event usually comes first).
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
@@ -43,47 +41,14 @@ const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 pub struct Context<K: Sentinel> {
     pub rt: Runtime,
     pub writer: Writer<K>,
-    pub sentinels: Store<DeserializeGuard<K>>,
-    pub synced: Synced,
-    /// `fournosjob` sentinels only: the Workloads Fournos made (what holds the slots)
-    /// and whether that cache has its first list.
-    pub lock_workloads: Option<(Store<DeserializeGuard<Workload>>, watch::Receiver<bool>)>,
-    /// Consecutive failures per cluster, for the retry backoff (soft state: losing it
-    /// only resets a backoff).
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-/// Whether each watch cache has its first complete list. Set from the watch streams'
-/// `InitDone` rather than awaited with `Store::wait_until_ready`, which wakes only one
-/// of several concurrent waiters (the controller itself waits on the cluster cache).
-#[derive(Clone, Debug)]
-pub struct Synced {
-    pub clusters: watch::Receiver<bool>,
-    pub sentinels: watch::Receiver<bool>,
-}
-
-impl Synced {
-    pub async fn clusters(&self) -> Result<(), Error> {
-        wait_true(self.clusters.clone()).await
-    }
-
-    pub async fn sentinels(&self) -> Result<(), Error> {
-        wait_true(self.sentinels.clone()).await
-    }
-}
-
-async fn wait_true(mut rx: watch::Receiver<bool>) -> Result<(), Error> {
-    rx.wait_for(|synced| *synced)
-        .await
-        .map(drop)
-        .map_err(|_| Error::CacheGone)
-}
-
-/// Marks `synced` once the watch stream has delivered its first complete list.
-fn mark_synced<K>(synced: &watch::Sender<bool>, event: &Result<watcher::Event<K>, watcher::Error>) {
-    if matches!(event, Ok(watcher::Event::InitDone)) {
-        synced.send_replace(true);
-    }
+    pub clusters: Cache<FournosCluster>,
+    pub sentinels: Cache<K>,
+    /// `fournosjob` sentinels only: the Workloads Fournos made (what holds the slots).
+    pub lock_workloads: Option<Cache<Workload>>,
+    /// Bumped on every change any cache sees; wakes the sweep.
+    pub changes: Changes,
+    /// Consecutive failures per cluster, for the retry delay.
+    backoff: Backoff,
 }
 
 /// Runs lock-manager with the configured sentinel kind until shutdown.
@@ -97,92 +62,52 @@ pub async fn run(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
 async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
     let client = rt.client();
     let namespace = rt.namespace().to_owned();
-    let clusters_gate = rt.readiness().gate("fournosclusters");
-    let sentinels_gate = rt.readiness().gate("sentinels");
     let metrics = LockMetrics::new();
     metrics.register(&mut rt.metrics().registry());
-    let poke = Arc::new(Notify::new());
-
-    // One watch per kind, each feeding its cache; every event also pokes the sweep.
-    let (cluster_store, cluster_writer) = reflector::store();
-    let (clusters_synced_tx, clusters_synced) = watch::channel(false);
-    let (sentinels_synced_tx, sentinels_synced) = watch::channel(false);
-    let synced = Synced {
-        clusters: clusters_synced,
-        sentinels: sentinels_synced,
+    let watch = WatchContext {
+        changes: Changes::default(),
+        metrics: metrics.controller.clone(),
     };
-    let poke_clusters = poke.clone();
-    let cluster_events = watcher(
-        Api::<DeserializeGuard<FournosCluster>>::namespaced(client.clone(), &namespace),
+
+    // One cached watch per kind; every change also wakes the sweep.
+    let (clusters, cluster_objects) = Cache::watch(
+        "FournosCluster",
+        Api::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(cluster_writer)
-    .inspect(move |event| {
-        mark_synced(&clusters_synced_tx, event);
-        poke_clusters.notify_one();
-    })
-    .applied_objects()
-    .inspect(log_invalid_cluster);
-
-    let (sentinel_store, sentinel_writer) = reflector::store();
-    let poke_sentinels = poke.clone();
-    let sentinel_events = watcher(
-        Api::<DeserializeGuard<K>>::namespaced(client.clone(), &config.execution_namespace),
+        rt.readiness().gate("fournosclusters"),
+        &watch,
+    );
+    let (sentinels, sentinel_objects) = Cache::<K>::watch(
+        "Sentinel",
+        Api::namespaced(client.clone(), &config.execution_namespace),
         watcher::Config::default().labels(CLUSTER_LOCK_LABEL),
-    )
-    .default_backoff()
-    .reflect(sentinel_writer)
-    .inspect(move |event| {
-        mark_synced(&sentinels_synced_tx, event);
-        poke_sentinels.notify_one();
-    })
-    .touched_objects();
-
+        rt.readiness().gate("sentinels"),
+        &watch,
+    );
     // `fournosjob`: Fournos's Workloads too, each mapped to the cluster it is pinned to
     // (its node selector) when it is a lock's (named like a sentinel).
-    let (workload_store, workload_writer) = reflector::store();
-    let (workloads_synced_tx, workloads_synced) = watch::channel(false);
-    let watch_workloads = config.sentinel == SentinelKind::FournosJob;
-    let poke_workloads = poke.clone();
-    let workload_events = watcher(
-        Api::<DeserializeGuard<Workload>>::namespaced(client.clone(), &config.execution_namespace),
-        watcher::Config::default().labels(JOB_NAME_LABEL),
-    )
-    .default_backoff()
-    .reflect(workload_writer)
-    .inspect(move |event| {
-        mark_synced(&workloads_synced_tx, event);
-        poke_workloads.notify_one();
-    })
-    .touched_objects()
-    .filter(move |_| std::future::ready(watch_workloads));
-    let lock_workloads = watch_workloads.then(|| (workload_store, workloads_synced.clone()));
+    let lock_workloads = (config.sentinel == SentinelKind::FournosJob).then(|| {
+        Cache::<Workload>::watch(
+            "Workload",
+            Api::namespaced(client.clone(), &config.execution_namespace),
+            watcher::Config::default().labels(JOB_NAME_LABEL),
+            rt.readiness().gate("workloads"),
+            &watch,
+        )
+    });
 
     let ctx = Arc::new(Context {
         rt: rt.clone(),
         writer: Writer::new(client, &namespace, config.clone(), rt.events(), metrics),
-        sentinels: sentinel_store,
-        synced: synced.clone(),
-        lock_workloads,
-        failures: Mutex::new(HashMap::new()),
+        clusters: clusters.clone(),
+        sentinels,
+        lock_workloads: lock_workloads.as_ref().map(|(cache, _)| cache.clone()),
+        changes: watch.changes.clone(),
+        backoff: Backoff::default(),
     });
 
-    {
-        let synced = synced.clone();
-        tokio::spawn(async move {
-            if synced.clusters().await.is_ok() {
-                clusters_gate.ready();
-            }
-            if synced.sentinels().await.is_ok() {
-                sentinels_gate.ready();
-            }
-        });
-    }
-    let sweep = tokio::spawn(
-        crate::sweep::run(ctx.clone(), cluster_store.clone(), poke)
-            .instrument(tracing::info_span!("sweep")),
-    );
+    let sweep =
+        tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     tracing::info!(
         sentinel = ?config.sentinel,
@@ -194,15 +119,15 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     );
     let mapper_namespace = namespace.clone();
     let workload_namespace = namespace.clone();
-    let mut controller = Controller::for_stream(cluster_events, cluster_store).watches_stream(
-        sentinel_events,
+    let mut controller = Controller::for_stream(cluster_objects, clusters.store()).watches_stream(
+        sentinel_objects,
         move |sentinel: DeserializeGuard<K>| {
             cluster_of(&sentinel).map(|cluster| ObjectRef::new(cluster).within(&mapper_namespace))
         },
     );
-    if watch_workloads {
+    if let Some((_, workload_objects)) = lock_workloads {
         controller =
-            controller.watches_stream(workload_events, move |w: DeserializeGuard<Workload>| {
+            controller.watches_stream(workload_objects, move |w: DeserializeGuard<Workload>| {
                 let w = w.0.ok()?;
                 let job = w.labels().get(JOB_NAME_LABEL)?;
                 let cluster = fournos_lock::workload_cluster(&w)?;
@@ -225,20 +150,17 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     Ok(())
 }
 
-fn log_invalid_cluster(event: &Result<DeserializeGuard<FournosCluster>, watcher::Error>) {
-    match event {
-        Ok(DeserializeGuard(Err(invalid))) => tracing::warn!(
-            cluster = invalid.metadata.name.as_deref().unwrap_or_default(),
-            error = %invalid.error,
-            "a FournosCluster cannot be decoded; it is skipped"
-        ),
-        Err(error) => tracing::warn!(%error, "FournosCluster watch error; retrying"),
-        Ok(_) => {}
-    }
+/// One reconcile, in its span, timed and counted.
+async fn reconcile<K: Sentinel>(
+    object: Arc<DeserializeGuard<FournosCluster>>,
+    ctx: Arc<Context<K>>,
+) -> Result<Action, Error> {
+    let span = tracing::info_span!("reconcile", cluster = %object.name_any());
+    let metrics = ctx.writer.metrics.controller.clone();
+    metrics.reconcile(span, reconcile_lock(object, ctx)).await
 }
 
-#[tracing::instrument(skip_all, fields(cluster = %object.name_any()))]
-async fn reconcile<K: Sentinel>(
+async fn reconcile_lock<K: Sentinel>(
     object: Arc<DeserializeGuard<FournosCluster>>,
     ctx: Arc<Context<K>>,
 ) -> Result<Action, Error> {
@@ -247,10 +169,11 @@ async fn reconcile<K: Sentinel>(
         Err(invalid) => return Err(Error::InvalidCluster(invalid.error.clone())),
     };
     // Planning from a half-filled sentinel cache would create duplicates.
-    ctx.synced.sentinels().await?;
+    ctx.sentinels.synced().await.map_err(|_| Error::CacheGone)?;
     let name = cluster.name_any();
     let observed = ctx
         .sentinels
+        .store()
         .state_filter(|s| cluster_of(s) == Some(name.as_str()));
     let views: Vec<_> = observed.iter().map(|s| observe(s.as_ref())).collect();
     let status = cluster.status.clone().unwrap_or_default();
@@ -264,10 +187,10 @@ async fn reconcile<K: Sentinel>(
     let now = Timestamp::now();
     let plan = plan_lock(&view, &views, now);
     let (plan, lost, owned) = match &ctx.lock_workloads {
-        Some((store, synced)) => {
+        Some(workloads) => {
             // Planning from a half-filled Workload cache would call a lock lost.
-            wait_true(synced.clone()).await?;
-            amend_from_workloads(store, &name, &status, &observed, plan, now)
+            workloads.synced().await.map_err(|_| Error::CacheGone)?;
+            amend_from_workloads(&workloads.store(), &name, &status, &observed, plan, now)
         }
         None => (plan, false, None),
     };
@@ -275,7 +198,6 @@ async fn reconcile<K: Sentinel>(
 
     if !ctx.rt.is_leader() {
         // Becoming leader reconciles everything again.
-        ctx.writer.metrics.reconciles.inc();
         return Ok(Action::await_change());
     }
     let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
@@ -287,11 +209,7 @@ async fn reconcile<K: Sentinel>(
             keep_ready(&ctx.writer, &workload, now).await?;
         }
     }
-    ctx.failures
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&name);
-    ctx.writer.metrics.reconciles.inc();
+    ctx.backoff.succeeded(&name);
     Ok(match applied {
         Applied::Conflict => Action::requeue(CONFLICT_RETRY),
         Applied::Done => {
@@ -382,43 +300,17 @@ fn error_policy<K: Sentinel>(
     ctx: Arc<Context<K>>,
 ) -> Action {
     let reason = error.reason();
-    ctx.writer.metrics.error(reason);
     let name = object.name_any();
     tracing::warn!(cluster = %name, reason, error = %error, "reconcile failed");
-    let message = error.to_string();
+    let event = Event::warning(reason, "Reconcile", error.to_string());
     let regarding = object.object_ref(&());
     let events = ctx.writer.events.clone();
     tokio::spawn(async move {
-        events
-            .warning(&regarding, reason, "Reconcile", message)
-            .await;
+        events.publish(&regarding, &event).await;
     });
     if matches!(error, Error::InvalidCluster(_)) {
         // Retrying cannot help; a fixed object comes back through the watch.
         return Action::await_change();
     }
-    let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
-    let count = failures.entry(name).or_insert(0);
-    *count = count.saturating_add(1);
-    Action::requeue(error_backoff(*count))
-}
-
-/// 1s, 2s, 4s, … capped at [`MAX_ERROR_BACKOFF`].
-pub fn error_backoff(failures: u32) -> Duration {
-    let exponent = failures.saturating_sub(1).min(16);
-    Duration::from_secs(1u64 << exponent).min(MAX_ERROR_BACKOFF)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_backoff_doubles_and_is_capped() {
-        assert_eq!(error_backoff(1), Duration::from_secs(1));
-        assert_eq!(error_backoff(2), Duration::from_secs(2));
-        assert_eq!(error_backoff(6), Duration::from_secs(32));
-        assert_eq!(error_backoff(7), MAX_ERROR_BACKOFF);
-        assert_eq!(error_backoff(u32::MAX), MAX_ERROR_BACKOFF);
-    }
+    Action::requeue(ctx.backoff.failed(name))
 }

@@ -51,6 +51,12 @@ pub enum Error {
     CacheGone,
 }
 
+impl hearth_runtime::kit::Reason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// Short, stable, CamelCase: an Event reason and a metric label.
     pub fn reason(&self) -> &'static str {

@@ -1,13 +1,14 @@
 //! lock-manager's metrics, exported as `hearth_lock_manager_*`.
 
+use hearth_runtime::kit::ControllerMetrics;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Labels of the error counter: the error's stable `reason()`.
-pub type ReasonLabels = Vec<(&'static str, &'static str)>;
+/// Labels of the writes counter: what was written.
+pub type WriteLabels = Vec<(&'static str, &'static str)>;
 
 #[derive(Clone, Debug)]
 pub struct LockMetrics {
@@ -24,11 +25,10 @@ pub struct LockMetrics {
     pub acquisition: Histogram,
     /// Sentinels deleted because their cluster no longer exists.
     pub orphans_deleted: Counter,
-    /// Reconciles that finished without error (leader or not).
-    pub reconciles: Counter,
-    pub errors: Family<ReasonLabels, Counter>,
+    /// Reconciles, their errors and durations, watch errors, undecodable objects.
+    pub controller: ControllerMetrics,
     /// Writes to the API, by what was written: zero in steady state.
-    pub writes: Family<ReasonLabels, Counter>,
+    pub writes: Family<WriteLabels, Counter>,
 }
 
 impl LockMetrics {
@@ -41,8 +41,7 @@ impl LockMetrics {
             // 1s … ~9h: a lock on a busy cluster waits for running jobs to finish.
             acquisition: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             orphans_deleted: Counter::default(),
-            reconciles: Counter::default(),
-            errors: Family::default(),
+            controller: ControllerMetrics::default(),
             writes: Family::default(),
         }
     }
@@ -81,24 +80,15 @@ impl LockMetrics {
             self.orphans_deleted.clone(),
         );
         r.register(
-            "reconciles",
-            "Reconciles of a FournosCluster that finished without error",
-            self.reconciles.clone(),
-        );
-        r.register(
             "writes",
             "Writes to the API by what was written (status, sentinel_create, sentinel_delete, sentinel_upkeep, owner_clear)",
             self.writes.clone(),
         );
-        r.register(
-            "reconcile_errors",
-            "Failed reconciles and sweeps, by reason",
-            self.errors.clone(),
-        );
+        self.controller.register(r);
     }
 
     pub fn error(&self, reason: &'static str) {
-        self.errors.get_or_create(&vec![("reason", reason)]).inc();
+        self.controller.error(reason);
     }
 
     pub fn wrote(&self, what: &'static str) {

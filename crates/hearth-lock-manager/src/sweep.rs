@@ -5,14 +5,15 @@
 //! from the watch caches only.
 
 use std::collections::HashSet;
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hearth_api::FournosCluster;
+use hearth_runtime::kit::Triggers;
 use kube::api::{DeleteParams, Preconditions};
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use tokio::sync::Notify;
 
 use crate::controller::Context;
 use crate::error::is_status;
@@ -69,16 +70,12 @@ pub fn lock_counts(clusters: &[Arc<DeserializeGuard<FournosCluster>>]) -> (i64, 
     (held, waiting)
 }
 
-/// Runs until shutdown: waits for both caches, then sweeps on every `poke` and every
-/// resync interval.
-pub async fn run<K: Sentinel>(
-    ctx: Arc<Context<K>>,
-    clusters: Store<DeserializeGuard<FournosCluster>>,
-    poke: Arc<Notify>,
-) {
+/// Runs until shutdown: waits for both caches, then sweeps on every change, on
+/// gaining the Lease and every resync interval.
+pub async fn run<K: Sentinel>(ctx: Arc<Context<K>>) {
     let shutdown = ctx.rt.shutdown();
     let ready =
-        async { ctx.synced.clusters().await.is_ok() && ctx.synced.sentinels().await.is_ok() };
+        async { ctx.clusters.synced().await.is_ok() && ctx.sentinels.synced().await.is_ok() };
     let ready = tokio::select! {
         ready = ready => ready,
         () = shutdown.cancelled() => return,
@@ -86,23 +83,22 @@ pub async fn run<K: Sentinel>(
     if !ready {
         return;
     }
-    let mut resync = tokio::time::interval(ctx.rt.reconcile_interval());
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = poke.notified() => {}
-            _ = resync.tick() => {}
-            () = shutdown.cancelled() => return,
-        }
-        sweep_once(&ctx, &clusters).await;
+    Triggers {
+        changes: ctx.changes.subscribe(),
+        leader: ctx.rt.leader(),
+        resync: ctx.rt.reconcile_interval(),
+        debounce: Duration::ZERO,
+        shutdown,
     }
+    .run(|| async {
+        sweep_once(&ctx).await;
+        Ok::<_, Infallible>(())
+    })
+    .await;
 }
 
-async fn sweep_once<K: Sentinel>(
-    ctx: &Context<K>,
-    clusters: &Store<DeserializeGuard<FournosCluster>>,
-) {
-    let state = clusters.state();
+async fn sweep_once<K: Sentinel>(ctx: &Context<K>) {
+    let state = ctx.clusters.state();
     let (held, waiting) = lock_counts(&state);
     ctx.writer.metrics.held.set(held);
     ctx.writer.metrics.waiting.set(waiting);
