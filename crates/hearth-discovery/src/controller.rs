@@ -19,11 +19,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use hearth_api::names::{KUBECONFIG_SECRET_SELECTOR, controllers::DISCOVERY};
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use hearth_runtime::Runtime;
-use hearth_runtime::events::Events;
+use hearth_runtime::events::{Event, Events};
+use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
@@ -31,11 +32,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
-use tokio::sync::{Notify, watch};
-use tracing::{Instrument as _, info_span};
+use tracing::info_span;
 
 use crate::config::DiscoveryConfig;
 use crate::error::Error;
@@ -49,9 +49,6 @@ use crate::status::{EventType, PlanInput, ProbeOutcome, StatusDiff, diff_status,
 
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
-
-/// How long to wait before retrying after an error of discovery's own I/O.
-const ERROR_REQUEUE: Duration = Duration::from_secs(10);
 
 /// Discovery's settings, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -90,15 +87,15 @@ impl Settings {
 pub(crate) struct Context {
     pub rt: Runtime,
     pub settings: Settings,
-    pub clusters: Store<ClusterObject>,
-    pub secrets: Store<SecretObject>,
+    pub clusters: Cache<FournosCluster>,
+    pub secrets: Cache<Secret>,
     pub cluster_api: Api<FournosCluster>,
     pub events: Events,
     pub metrics: Metrics,
-    /// True once both caches hold a full list.
-    pub synced: watch::Sender<bool>,
-    /// Wakes the sweep.
-    pub sweep: Notify,
+    /// Bumped on every change either cache sees; wakes the sweep.
+    pub changes: Changes,
+    /// Consecutive failures per cluster, for the retry delay.
+    backoff: Backoff,
     memory: Mutex<Memory>,
 }
 
@@ -106,18 +103,16 @@ impl Context {
     /// Waits until both caches hold a full list; false if that never happens (the
     /// controller is stopping).
     pub async fn wait_synced(&self) -> bool {
-        let mut synced = self.synced.subscribe();
         let shutdown = self.rt.shutdown();
         tokio::select! {
-            result = synced.wait_for(|synced| *synced) => result.is_ok(),
+            synced = async { tokio::try_join!(self.clusters.synced(), self.secrets.synced()) } => synced.is_ok(),
             () = shutdown.cancelled() => false,
         }
     }
 
     /// The cached labeled Secret named `name`, if any.
     pub fn secret(&self, name: &str) -> Option<Arc<SecretObject>> {
-        self.secrets
-            .get(&ObjectRef::new(name).within(&self.settings.secrets_namespace))
+        self.secrets.named(name)
     }
 
     /// `namespace/name` of a Secret, for messages.
@@ -169,16 +164,24 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         Metrics::register(&mut registry)
     };
     let client = rt.client();
-
-    let (clusters, cluster_writer) = reflector::store::<ClusterObject>();
-    let cluster_watch = watcher(
-        Api::<ClusterObject>::namespaced(client.clone(), &settings.namespace),
+    let watch = WatchContext {
+        changes: Changes::default(),
+        metrics: metrics.controller.clone(),
+    };
+    let (clusters, cluster_objects) = Cache::watch(
+        "FournosCluster",
+        Api::namespaced(client.clone(), &settings.namespace),
         watcher::Config::default(),
+        rt.readiness().gate("fournosclusters"),
+        &watch,
     );
-    let (secrets, secret_writer) = reflector::store::<SecretObject>();
-    let secret_watch = watcher(
-        Api::<SecretObject>::namespaced(client.clone(), &settings.secrets_namespace),
+    // Only kubeconfig Secrets (the label selector) are cached.
+    let (secrets, secret_objects) = Cache::watch(
+        "Secret",
+        Api::namespaced(client.clone(), &settings.secrets_namespace),
         watcher::Config::default().labels(KUBECONFIG_SECRET_SELECTOR),
+        rt.readiness().gate("secrets"),
+        &watch,
     );
 
     let ctx = Arc::new(Context {
@@ -189,29 +192,15 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         clusters: clusters.clone(),
         secrets,
         metrics,
-        synced: watch::Sender::new(false),
-        sweep: Notify::new(),
+        changes: watch.changes.clone(),
+        backoff: Backoff::default(),
         memory: Mutex::default(),
     });
 
-    let cluster_stream = watched(
-        reflector::reflector(
-            cluster_writer,
-            cluster_watch.default_backoff().modify(strip),
-        ),
-        "FournosCluster",
-        &ctx,
-    );
-    let secret_stream = watched(
-        reflector::reflector(secret_writer, secret_watch.default_backoff().modify(strip)),
-        "Secret",
-        &ctx,
-    );
-
     let mapper_ctx = ctx.clone();
-    let controller = Controller::for_stream(cluster_stream, clusters)
+    let controller = Controller::for_stream(cluster_objects, clusters.store())
         .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
-        .watches_stream(secret_stream, move |secret| {
+        .watches_stream(secret_objects, move |secret| {
             clusters_using(&mapper_ctx, &secret.name_any())
         })
         .reconcile_all_on(on_acquired(rt.leader()))
@@ -251,41 +240,6 @@ async fn forget_writes_when_leadership_moves(ctx: Arc<Context>) {
     }
 }
 
-/// Strips what the caches do not need (managed fields are most of an object's size).
-fn strip<K: kube::Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-}
-
-/// The objects of a reflector stream, with watch errors logged, counted and dropped
-/// (the watcher retries on its own, with backoff), and the sweep woken on every change.
-fn watched<K>(
-    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    kind: &'static str,
-    ctx: &Arc<Context>,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: Clone + kube::Resource + Send + 'static,
-{
-    let ctx = ctx.clone();
-    events.touched_objects().filter_map(move |item| {
-        let ctx = ctx.clone();
-        async move {
-            match item {
-                Ok(object) => {
-                    ctx.sweep.notify_one();
-                    Some(Ok(object))
-                }
-                Err(error) => {
-                    // Management API errors only: no object content in them.
-                    tracing::warn!(kind, error = %error, "watch failed; retrying");
-                    ctx.metrics.watch_error(kind);
-                    None
-                }
-            }
-        }
-    })
-}
-
 /// The clusters whose probe a change of Secret `name` concerns: those naming it, and
 /// the one the pattern derives from it (if it exists, it is reconciled).
 fn clusters_using(ctx: &Context, name: &str) -> Vec<ObjectRef<ClusterObject>> {
@@ -306,13 +260,23 @@ fn clusters_using(ctx: &Context, name: &str) -> Vec<ObjectRef<ClusterObject>> {
     refs
 }
 
-fn error_policy(_: Arc<ClusterObject>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_error(error.reason());
-    Action::requeue(ERROR_REQUEUE)
+fn error_policy(object: Arc<ClusterObject>, _: &Error, ctx: Arc<Context>) -> Action {
+    Action::requeue(ctx.backoff.failed(object.name_any()))
+}
+
+/// One reconcile, in its span, timed and counted.
+async fn reconcile(object: Arc<ClusterObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!("reconcile", cluster = %object.name_any());
+    let metrics = ctx.metrics.controller.clone();
+    let action = metrics
+        .reconcile(span, reconcile_object(&object, &ctx))
+        .await?;
+    ctx.backoff.succeeded(&object.name_any());
+    Ok(action)
 }
 
 /// Probes one cluster if due, and writes what changed.
-async fn reconcile(object: Arc<ClusterObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_object(object: &ClusterObject, ctx: &Context) -> Result<Action, Error> {
     // Clusters that do not decode are reported by the sweep; nothing to probe.
     let Ok(cluster) = &object.0 else {
         return Ok(Action::await_change());
@@ -329,9 +293,7 @@ async fn reconcile(object: Arc<ClusterObject>, ctx: Arc<Context>) -> Result<Acti
         // Standing by: the new leader reconciles everything when it takes over.
         return Ok(Action::await_change());
     }
-    let name = cluster.name_any();
-    let span = info_span!("reconcile", cluster = %name);
-    reconcile_cluster(cluster, &ctx).instrument(span).await
+    reconcile_cluster(cluster, ctx).await
 }
 
 async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
@@ -447,18 +409,13 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
 
     let reference = cluster.object_ref(&());
     for event in &plan.events {
-        match event.type_ {
-            EventType::Normal => {
-                ctx.events
-                    .normal(&reference, event.reason, "Probe", event.message.clone())
-                    .await;
-            }
-            EventType::Warning => {
-                ctx.events
-                    .warning(&reference, event.reason, "Probe", event.message.clone())
-                    .await;
-            }
-        }
+        let event = Event {
+            warning: event.type_ == EventType::Warning,
+            reason: event.reason,
+            action: "Probe",
+            note: event.message.clone(),
+        };
+        ctx.events.publish(&reference, &event).await;
     }
 
     let next = until_due(

@@ -35,6 +35,12 @@ pub enum Error {
     NotSynced,
 }
 
+impl hearth_runtime::kit::Reason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// Short, stable, CamelCase: for metric labels and logs.
     pub fn reason(&self) -> &'static str {

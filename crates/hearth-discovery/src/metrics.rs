@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_api::{FournosClusterStatus, KubeconfigStatus};
+use hearth_runtime::kit::ControllerMetrics;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -38,11 +39,10 @@ pub struct Metrics {
     probe_duration: Family<Labels1, Histogram, fn() -> Histogram>,
     status_writes: Family<Labels1, Counter>,
     onboarding: Family<Labels2, Counter>,
-    reconcile_errors: Family<Labels1, Counter>,
-    watch_errors: Family<Labels1, Counter>,
+    /// Reconciles, their errors and durations, watch errors, undecodable objects.
+    pub(crate) controller: ControllerMetrics,
     clusters: Family<Labels1, Gauge>,
     gpus: Family<GpuLabels, Gauge>,
-    invalid_objects: Family<Labels1, Gauge>,
     /// The GPU series set last time, to remove those of clusters and models that are gone.
     gpu_series: Arc<Mutex<BTreeSet<GpuLabels>>>,
 }
@@ -55,11 +55,9 @@ impl Metrics {
             probe_duration: Family::new_with_constructor(probe_duration_histogram),
             status_writes: Family::default(),
             onboarding: Family::default(),
-            reconcile_errors: Family::default(),
-            watch_errors: Family::default(),
+            controller: ControllerMetrics::default(),
             clusters: Family::default(),
             gpus: Family::default(),
-            invalid_objects: Family::default(),
             gpu_series: Arc::default(),
         };
         let r = registry.sub_registry_with_prefix("discovery");
@@ -85,16 +83,6 @@ impl Metrics {
             metrics.onboarding.clone(),
         );
         r.register(
-            "reconcile_errors",
-            "Reconciles that failed, by reason",
-            metrics.reconcile_errors.clone(),
-        );
-        r.register(
-            "watch_errors",
-            "Errors of the watches (retried with backoff), by kind",
-            metrics.watch_errors.clone(),
-        );
-        r.register(
             "clusters",
             "FournosClusters by status.kubeconfigStatus (Unknown: not probed yet)",
             metrics.clusters.clone(),
@@ -104,11 +92,7 @@ impl Metrics {
             "Discovered GPUs per cluster and model (status.hardware)",
             metrics.gpus.clone(),
         );
-        r.register(
-            "invalid_objects",
-            "Watched objects that do not decode and are skipped, by kind",
-            metrics.invalid_objects.clone(),
-        );
+        metrics.controller.register(r);
         metrics
     }
 
@@ -135,27 +119,6 @@ impl Metrics {
                 ("outcome", outcome.to_owned()),
             ])
             .inc();
-    }
-
-    pub fn reconcile_error(&self, reason: &'static str) {
-        self.reconcile_errors
-            .get_or_create(&[("reason", reason.to_owned())])
-            .inc();
-    }
-
-    pub fn watch_error(&self, kind: &'static str) {
-        self.watch_errors
-            .get_or_create(&[("kind", kind.to_owned())])
-            .inc();
-    }
-
-    /// Objects per kind that do not decode (every kind given, zero included).
-    pub fn invalid_objects(&self, counts: &[(&'static str, usize)]) {
-        for (kind, n) in counts {
-            self.invalid_objects
-                .get_or_create(&[("kind", (*kind).to_owned())])
-                .set(i64::try_from(*n).unwrap_or(i64::MAX));
-        }
     }
 
     /// The gauges that describe every cluster: call with all of them at once.

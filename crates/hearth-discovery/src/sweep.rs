@@ -8,12 +8,16 @@
 //! Only the lease holder applies; every replica reports metrics.
 
 use std::collections::{BTreeMap, HashSet};
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
 use hearth_api::{FournosCluster, FournosClusterSpec};
+use hearth_runtime::events::Event;
+use hearth_runtime::kit::{Triggers, bounded};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Resource as _, ResourceExt as _};
@@ -24,9 +28,6 @@ use crate::onboarding::{
     NewCluster, ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, owner_from,
     plan_onboarding,
 };
-
-/// Longest decode error quoted in an Event.
-const MAX_DECODE_ERROR: usize = 300;
 
 /// What the sweep remembers so that it does not repeat itself: each warning is
 /// published once per object version, each offboarding once per cluster.
@@ -39,37 +40,28 @@ struct Reported {
 }
 
 pub(crate) async fn run(ctx: Arc<Context>) {
-    let shutdown = ctx.rt.shutdown();
-    let gate = ctx.rt.readiness().gate("caches");
-    let synced = async {
-        // Errors mean the writer is gone, i.e. the controller is stopping.
-        let clusters = ctx.clusters.wait_until_ready().await;
-        let secrets = ctx.secrets.wait_until_ready().await;
-        clusters.is_ok() && secrets.is_ok()
-    };
-    tokio::select! {
-        () = shutdown.cancelled() => return,
-        ok = synced => if !ok { return },
+    if !ctx.wait_synced().await {
+        return;
     }
-    ctx.synced.send_replace(true);
-    gate.ready();
     tracing::info!(
-        clusters = ctx.clusters.len(),
-        secrets = ctx.secrets.len(),
+        clusters = ctx.clusters.state().len(),
+        secrets = ctx.secrets.state().len(),
         "caches synced"
     );
 
-    let mut reported = Reported::default();
-    let mut resync = tokio::time::interval(ctx.settings.resync);
-    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        sweep_once(&ctx, &mut reported).await;
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = ctx.sweep.notified() => {}
-            _ = resync.tick() => {}
-        }
+    let reported = tokio::sync::Mutex::new(Reported::default());
+    Triggers {
+        changes: ctx.changes.subscribe(),
+        leader: ctx.rt.leader(),
+        resync: ctx.settings.resync,
+        debounce: Duration::ZERO,
+        shutdown: ctx.rt.shutdown(),
     }
+    .run(|| async {
+        sweep_once(&ctx, &mut *reported.lock().await).await;
+        Ok::<_, Infallible>(())
+    })
+    .await;
 }
 
 async fn sweep_once(ctx: &Context, reported: &mut Reported) {
@@ -91,10 +83,12 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
     let invalid_clusters: Vec<&Arc<ClusterObject>> =
         clusters.iter().filter(|c| c.0.is_err()).collect();
     let invalid_secrets = secrets.iter().filter(|s| s.0.is_err()).count();
-    ctx.metrics.invalid_objects(&[
-        ("FournosCluster", invalid_clusters.len()),
-        ("Secret", invalid_secrets),
-    ]);
+    ctx.metrics
+        .controller
+        .invalid_objects("FournosCluster", invalid_clusters.len());
+    ctx.metrics
+        .controller
+        .invalid_objects("Secret", invalid_secrets);
     let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
     ctx.forget_except(&live);
     reported.offboarded.retain(|uid| live.contains(uid));
@@ -172,14 +166,8 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
             warning.message
         );
         let reference = secret_reference(ctx, &warning.secret, warning.uid.as_deref());
-        ctx.events
-            .warning(
-                &reference,
-                warning.problem.reason(),
-                "Onboard",
-                warning.message,
-            )
-            .await;
+        let event = Event::warning(warning.problem.reason(), "Onboard", warning.message);
+        ctx.events.publish(&reference, &event).await;
         reported.warned.insert(key);
     }
 }
@@ -248,15 +236,13 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
                 .map(|o| format!(", owner {o}"))
                 .unwrap_or_default();
             tracing::info!(cluster = %new.name, %secret, "onboarded");
-            ctx.events
-                .normal(
-                    &created.object_ref(&()),
-                    "Onboarded",
-                    "Onboard",
-                    format!("created from Secret {secret}{owner}"),
-                )
-                .await;
-            ctx.sweep.notify_one();
+            let event = Event::normal(
+                "Onboarded",
+                "Onboard",
+                format!("created from Secret {secret}{owner}"),
+            );
+            ctx.events.publish(&created.object_ref(&()), &event).await;
+            ctx.changes.bump();
             Ok(())
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
@@ -282,17 +268,15 @@ async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
         uid: gone.uid.clone(),
         ..Default::default()
     };
-    ctx.events
-        .normal(
-            &reference,
-            "Offboarded",
-            "Offboard",
-            format!(
-                "Secret {secret} is gone (deleted, or no longer labeled {KUBECONFIG_SECRET_SELECTOR}): \
-                 deleting this auto-discovered FournosCluster"
-            ),
-        )
-        .await;
+    let event = Event::normal(
+        "Offboarded",
+        "Offboard",
+        format!(
+            "Secret {secret} is gone (deleted, or no longer labeled {KUBECONFIG_SECRET_SELECTOR}): \
+             deleting this auto-discovered FournosCluster"
+        ),
+    );
+    ctx.events.publish(&reference, &event).await;
     let params = DeleteParams {
         preconditions: Some(Preconditions {
             uid: gone.uid.clone(),
@@ -329,15 +313,7 @@ async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported:
     if reported.warned.contains(&key) {
         return;
     }
-    let mut error: String = invalid
-        .error
-        .chars()
-        .take(MAX_DECODE_ERROR)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if invalid.error.chars().count() > MAX_DECODE_ERROR {
-        error.push('…');
-    }
+    let error = bounded(&invalid.error);
     let name = object.name_any();
     tracing::warn!(cluster = %name, %error, "FournosCluster does not decode; skipped");
     let reference = ObjectReference {
@@ -348,14 +324,12 @@ async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported:
         uid: invalid.metadata.uid.clone(),
         ..Default::default()
     };
-    ctx.events
-        .warning(
-            &reference,
-            "InvalidObject",
-            "Observe",
-            format!("hearth-discovery cannot read this FournosCluster and skips it: {error}"),
-        )
-        .await;
+    let event = Event::warning(
+        "InvalidObject",
+        "Observe",
+        format!("hearth-discovery cannot read this FournosCluster and skips it: {error}"),
+    );
+    ctx.events.publish(&reference, &event).await;
     reported.warned.insert(key);
 }
 

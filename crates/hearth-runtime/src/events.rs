@@ -63,28 +63,6 @@ impl Events {
         }
     }
 
-    pub async fn normal(
-        &self,
-        regarding: &ObjectReference,
-        reason: &'static str,
-        action: &'static str,
-        note: impl Into<String>,
-    ) {
-        self.publish(regarding, &Event::normal(reason, action, note))
-            .await;
-    }
-
-    pub async fn warning(
-        &self,
-        regarding: &ObjectReference,
-        reason: &'static str,
-        action: &'static str,
-        note: impl Into<String>,
-    ) {
-        self.publish(regarding, &Event::warning(reason, action, note))
-            .await;
-    }
-
     /// Publishes `event` about `regarding`, if this replica leads.
     pub async fn publish(&self, regarding: &ObjectReference, event: &Event) {
         if !*self.leader.borrow() {
