@@ -164,17 +164,8 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         Metrics::register(&mut registry)
     };
     let client = rt.client();
-    let watch = WatchContext {
-        changes: Changes::default(),
-        metrics: metrics.controller.clone(),
-    };
-    let (clusters, cluster_objects) = Cache::watch(
-        "FournosCluster",
-        Api::namespaced(client.clone(), &settings.namespace),
-        watcher::Config::default(),
-        rt.readiness().gate("fournosclusters"),
-        &watch,
-    );
+    let watch = WatchContext::new(&metrics.controller);
+    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     // Only kubeconfig Secrets (the label selector) are cached.
     let (secrets, secret_objects) = Cache::watch(
         "Secret",

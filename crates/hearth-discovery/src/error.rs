@@ -35,11 +35,7 @@ pub enum Error {
     NotSynced,
 }
 
-impl hearth_runtime::kit::Reason for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
+hearth_runtime::impl_reason!(Error);
 
 impl Error {
     /// Short, stable, CamelCase: for metric labels and logs.

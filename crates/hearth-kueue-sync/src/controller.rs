@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use hearth_runtime::Runtime;
-use hearth_runtime::kit::{Cache, CacheGone, Changes, ReportedOnce, Triggers, WatchContext};
+use hearth_runtime::kit::{Cache, CacheGone, ReportedOnce, Triggers, WatchContext};
 use kube::api::Api;
 use kube::runtime::watcher;
 use std::sync::Mutex;
@@ -36,17 +36,8 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let settings = config.plan_settings(rt.namespace());
     let metrics = Metrics::register(&mut rt.metrics().registry());
     let client = rt.client();
-    let watch = WatchContext {
-        changes: Changes::default(),
-        metrics: metrics.controller.clone(),
-    };
-    let (clusters, cluster_objects) = Cache::watch(
-        "FournosCluster",
-        Api::namespaced(client.clone(), rt.namespace()),
-        watcher::Config::default(),
-        rt.readiness().gate("fournosclusters"),
-        &watch,
-    );
+    let watch = WatchContext::new(&metrics.controller);
+    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     let (queues, queue_objects) = Cache::watch(
         "ClusterQueue",
         Api::all(client.clone()),

@@ -65,11 +65,7 @@ pub enum Error {
     WatchStopped { kind: &'static str },
 }
 
-impl hearth_runtime::kit::Reason for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
+hearth_runtime::impl_reason!(Error);
 
 impl Error {
     /// Short, stable, CamelCase: a metric label value.

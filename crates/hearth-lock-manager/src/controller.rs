@@ -64,19 +64,9 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     let namespace = rt.namespace().to_owned();
     let metrics = LockMetrics::new();
     metrics.register(&mut rt.metrics().registry());
-    let watch = WatchContext {
-        changes: Changes::default(),
-        metrics: metrics.controller.clone(),
-    };
-
     // One cached watch per kind; every change also wakes the sweep.
-    let (clusters, cluster_objects) = Cache::watch(
-        "FournosCluster",
-        Api::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-        rt.readiness().gate("fournosclusters"),
-        &watch,
-    );
+    let watch = WatchContext::new(&metrics.controller);
+    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     let (sentinels, sentinel_objects) = Cache::<K>::watch(
         "Sentinel",
         Api::namespaced(client.clone(), &config.execution_namespace),

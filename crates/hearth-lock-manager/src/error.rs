@@ -51,11 +51,7 @@ pub enum Error {
     CacheGone,
 }
 
-impl hearth_runtime::kit::Reason for Error {
-    fn reason(&self) -> &'static str {
-        Error::reason(self)
-    }
-}
+hearth_runtime::impl_reason!(Error);
 
 impl Error {
     /// Short, stable, CamelCase: an Event reason and a metric label.

@@ -57,6 +57,34 @@ pub struct WatchContext {
     pub metrics: ControllerMetrics,
 }
 
+impl WatchContext {
+    /// A fresh change signal; watch errors counted in `metrics`.
+    pub fn new(metrics: &ControllerMetrics) -> Self {
+        Self {
+            changes: Changes::default(),
+            metrics: metrics.clone(),
+        }
+    }
+
+    /// The FournosClusters in the controller's namespace, every controller's primary
+    /// watch, behind the `fournosclusters` readiness gate.
+    pub fn fournos_clusters(
+        &self,
+        rt: &crate::Runtime,
+    ) -> (
+        Cache<hearth_api::FournosCluster>,
+        Objects<hearth_api::FournosCluster>,
+    ) {
+        Cache::watch(
+            "FournosCluster",
+            Api::namespaced(rt.client(), rt.namespace()),
+            watcher::Config::default(),
+            rt.readiness().gate("fournosclusters"),
+            self,
+        )
+    }
+}
+
 impl<K> Cache<K>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,

@@ -32,3 +32,16 @@ impl Reason for std::convert::Infallible {
         match *self {}
     }
 }
+
+/// Implements [`Reason`] for an error type with an inherent `reason()` method (kept
+/// inherent so that callers need no trait import).
+#[macro_export]
+macro_rules! impl_reason {
+    ($error:ty) => {
+        impl $crate::kit::Reason for $error {
+            fn reason(&self) -> &'static str {
+                <$error>::reason(self)
+            }
+        }
+    };
+}
