@@ -1,11 +1,10 @@
 //! discovery's metrics, exported as `hearth_discovery_*` (the runtime adds `hearth_`).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hearth_api::{FournosClusterStatus, KubeconfigStatus};
-use hearth_runtime::kit::ControllerMetrics;
+use hearth_runtime::kit::{ControllerMetrics, ObjectGauges};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -42,9 +41,7 @@ pub struct Metrics {
     /// Reconciles, their errors and durations, watch errors, undecodable objects.
     pub(crate) controller: ControllerMetrics,
     clusters: Family<Labels1, Gauge>,
-    gpus: Family<GpuLabels, Gauge>,
-    /// The GPU series set last time, to remove those of clusters and models that are gone.
-    gpu_series: Arc<Mutex<BTreeSet<GpuLabels>>>,
+    gpus: ObjectGauges<GpuLabels>,
 }
 
 impl Metrics {
@@ -57,8 +54,7 @@ impl Metrics {
             onboarding: Family::default(),
             controller: ControllerMetrics::default(),
             clusters: Family::default(),
-            gpus: Family::default(),
-            gpu_series: Arc::default(),
+            gpus: ObjectGauges::default(),
         };
         let r = registry.sub_registry_with_prefix("discovery");
         r.register(
@@ -90,7 +86,7 @@ impl Metrics {
         r.register(
             "gpus",
             "Discovered GPUs per cluster and model (status.hardware)",
-            metrics.gpus.clone(),
+            metrics.gpus.family(),
         );
         metrics.controller.register(r);
         metrics
@@ -127,7 +123,7 @@ impl Metrics {
         clusters: impl IntoIterator<Item = (&'a str, Option<&'a FournosClusterStatus>)>,
     ) {
         let mut by_status: BTreeMap<&str, i64> = STATUSES.iter().map(|s| (*s, 0)).collect();
-        let mut now = BTreeSet::new();
+        let mut gpus = Vec::new();
         for (name, status) in clusters {
             let label = status
                 .and_then(|s| s.kubeconfig_status)
@@ -144,8 +140,7 @@ impl Metrics {
                     ("model", gpu.model.clone()),
                     ("short_name", gpu.short_name.clone()),
                 ];
-                self.gpus.get_or_create(&labels).set(gpu.count);
-                now.insert(labels);
+                gpus.push((labels, gpu.count));
             }
         }
         for (status, n) in by_status {
@@ -153,14 +148,7 @@ impl Metrics {
                 .get_or_create(&[("kubeconfig_status", status.to_owned())])
                 .set(n);
         }
-        let mut previous = self
-            .gpu_series
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for gone in previous.difference(&now) {
-            self.gpus.remove(gone);
-        }
-        *previous = now;
+        self.gpus.replace(gpus);
     }
 }
 

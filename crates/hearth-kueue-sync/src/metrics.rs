@@ -1,12 +1,11 @@
 //! kueue-sync's metrics, exported as `hearth_kueue_sync_*` (the runtime adds `hearth_`).
 
-use hearth_runtime::kit::ControllerMetrics;
+use hearth_runtime::kit::{ControllerMetrics, ObjectGauges};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
 
 use crate::plan::{Plan, SyncReason};
 
@@ -41,11 +40,8 @@ pub struct Metrics {
     flavor_writes: Family<Labels2, Counter>,
     status_writes: Family<Labels1, Counter>,
     flavors_managed: Gauge,
-    quota_published: Family<Labels2, Gauge>,
+    quota_published: ObjectGauges<Labels2>,
     clusters: Family<Labels1, Gauge>,
-    /// The `(cluster, resource)` series of `quota_published` set last time, to remove
-    /// those of clusters that are gone.
-    published: Arc<Mutex<BTreeSet<(String, String)>>>,
 }
 
 impl Metrics {
@@ -58,9 +54,8 @@ impl Metrics {
             flavor_writes: Family::default(),
             status_writes: Family::default(),
             flavors_managed: Gauge::default(),
-            quota_published: Family::default(),
+            quota_published: ObjectGauges::default(),
             clusters: Family::default(),
-            published: Arc::default(),
         };
         let r = registry.sub_registry_with_prefix("kueue_sync");
         metrics.controller.register(r);
@@ -92,7 +87,7 @@ impl Metrics {
         r.register(
             "quota_published",
             "Quota published in the ClusterQueue, per cluster and resource (0 while drained)",
-            metrics.quota_published.clone(),
+            metrics.quota_published.family(),
         );
         r.register(
             "clusters",
@@ -141,14 +136,14 @@ impl Metrics {
     pub(crate) fn published(&self, plan: &Plan) {
         let mut by_reason: BTreeMap<&str, i64> =
             SyncReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
-        let mut now = BTreeSet::new();
+        let mut quotas = Vec::new();
         for (cluster, sync) in &plan.clusters {
             *by_reason.entry(sync.reason()).or_default() += 1;
             for (resource, quota) in sync.kueue.iter().flat_map(|k| &k.quotas) {
-                self.quota_published
-                    .get_or_create(&[("cluster", cluster.clone()), ("resource", resource.clone())])
-                    .set(*quota);
-                now.insert((cluster.clone(), resource.clone()));
+                quotas.push((
+                    [("cluster", cluster.clone()), ("resource", resource.clone())],
+                    *quota,
+                ));
             }
         }
         for (reason, n) in by_reason {
@@ -156,15 +151,7 @@ impl Metrics {
                 .get_or_create(&[("reason", reason.to_owned())])
                 .set(n);
         }
-        let mut published = self
-            .published
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        for (cluster, resource) in published.difference(&now) {
-            self.quota_published
-                .remove(&[("cluster", cluster.clone()), ("resource", resource.clone())]);
-        }
-        *published = now;
+        self.quota_published.replace(quotas);
     }
 }
 

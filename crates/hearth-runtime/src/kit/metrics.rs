@@ -1,7 +1,10 @@
 //! The metrics every controller exports about its reconciles and watches, under its
 //! own prefix (`hearth_<controller>_reconciles_total`, …), and a span per reconcile.
 
+use std::collections::HashSet;
 use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -24,6 +27,50 @@ pub struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
     pub kind: &'static str,
+}
+
+/// A gauge per object (a cluster, a cluster's GPU model, …) whose series follow the
+/// objects: each [`replace`](Self::replace) sets the current series and removes those
+/// of objects that are gone, so a deleted cluster leaves no stale series behind.
+#[derive(Clone, Debug)]
+pub struct ObjectGauges<L> {
+    family: Family<L, Gauge>,
+    set: Arc<Mutex<HashSet<L>>>,
+}
+
+impl<L: Clone + Hash + Eq> Default for ObjectGauges<L> {
+    fn default() -> Self {
+        Self {
+            family: Family::default(),
+            set: Arc::default(),
+        }
+    }
+}
+
+impl<L: Clone + Hash + Eq> ObjectGauges<L> {
+    /// The family, to register.
+    pub fn family(&self) -> Family<L, Gauge> {
+        self.family.clone()
+    }
+
+    /// Sets every series in `current` and removes the others.
+    pub fn replace(&self, current: impl IntoIterator<Item = (L, i64)>) {
+        let now: HashSet<L> = current
+            .into_iter()
+            .map(|(labels, value)| {
+                self.family.get_or_create(&labels).set(value);
+                labels
+            })
+            .collect();
+        let mut set = self
+            .set
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for gone in set.difference(&now) {
+            self.family.remove(gone);
+        }
+        *set = now;
+    }
 }
 
 /// The handles; cheap to clone.
@@ -144,6 +191,17 @@ mod tests {
         metrics.invalid_objects("Secret", 0);
         let mut out = String::new();
         encode(&mut out, &registry).unwrap();
+        let gauges = ObjectGauges::default();
+        registry.register("demo_gpus", "GPUs", gauges.family());
+        gauges.replace([(KindLabel { kind: "a" }, 1), (KindLabel { kind: "b" }, 2)]);
+        gauges.replace([(KindLabel { kind: "b" }, 3)]);
+        out.clear();
+        encode(&mut out, &registry).unwrap();
+        assert!(
+            !out.contains("kind=\"a\""),
+            "a gone series is removed:\n{out}"
+        );
+        assert!(out.contains("hearth_demo_gpus{kind=\"b\"} 3\n"), "{out}");
         for line in [
             "hearth_demo_reconciles_total 2\n",
             "hearth_demo_reconcile_duration_seconds_count 2\n",

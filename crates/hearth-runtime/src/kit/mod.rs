@@ -18,7 +18,7 @@ mod metrics;
 mod trigger;
 
 pub use cache::{Cache, CacheGone, Objects, ReportedOnce, WatchContext, bounded};
-pub use metrics::{ControllerMetrics, KindLabel, ReasonLabel};
+pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 
 /// An error with a stable, CamelCase reason: a metric label and an Event reason.
