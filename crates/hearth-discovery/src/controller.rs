@@ -133,10 +133,13 @@ impl Context {
 
     fn recall(&self, cluster: &FournosCluster) -> (Option<u64>, Option<FournosClusterStatus>) {
         let uid = cluster.uid().unwrap_or_default();
+        let name = cluster.name_any();
+        let delivered = |written: &str| self.clusters.shows(&name, written);
         self.lock_memory().recall(&Cached {
             uid: &uid,
             resource_version: cluster.metadata.resource_version.as_deref(),
             status: cluster.status.as_ref(),
+            delivered: Some(&delivered),
         })
     }
 

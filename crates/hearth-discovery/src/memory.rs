@@ -8,7 +8,8 @@
 //!
 //! `resourceVersion` is opaque (Kubernetes promises only that it changes, not that it
 //! grows), so the cache is never ordered against a write by comparing versions. The
-//! cache shows a write when it holds that exact version, or when discovery's own
+//! cache shows a write when it holds that exact version or the watch delivered it on
+//! the way ([`hearth_runtime::kit::Cache::shows`]), or when discovery's own
 //! fields there equal what was written: discovery is their only writer, so a cache
 //! that holds them holds the write or something after it. Until then the written
 //! status is what discovery plans from, which is also right for those fields.
@@ -43,18 +44,24 @@ pub struct Memory {
 }
 
 /// A cluster as the watch cache shows it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct Cached<'a> {
     pub uid: &'a str,
     pub resource_version: Option<&'a str>,
     pub status: Option<&'a FournosClusterStatus>,
+    /// Whether the watch delivered a version of this cluster (the kit's
+    /// [`Cache::shows`](hearth_runtime::kit::Cache::shows)): a write whose version came
+    /// by is shown even once another writer's version replaced it.
+    pub delivered: Option<&'a dyn Fn(&str) -> bool>,
 }
 
 impl Written {
     /// Whether `cached` shows this write (or something after it).
     pub fn shown_by(&self, cached: &Cached<'_>) -> bool {
-        let same_version = self.resource_version.is_some()
-            && cached.resource_version == self.resource_version.as_deref();
+        let same_version = self.resource_version.as_deref().is_some_and(|written| {
+            cached.resource_version == Some(written)
+                || cached.delivered.is_some_and(|delivered| delivered(written))
+        });
         same_version || diff_status(cached.status, &self.status) == StatusDiff::Same
     }
 }
@@ -118,6 +125,7 @@ mod tests {
             uid: "u1",
             resource_version: Some(rv),
             status: Some(status),
+            delivered: None,
         }
     }
 
@@ -226,6 +234,7 @@ mod tests {
             uid: "u1",
             resource_version: None,
             status: Some(&old),
+            delivered: None,
         };
         assert_eq!(memory.recall(&no_version).1, Some(new.clone()));
         assert_eq!(memory.recall(&cached("3", &new)).1, Some(new));
@@ -238,6 +247,30 @@ mod tests {
         let mut memory = wrote("12", &new);
         memory.remember("u1", 8, None);
         assert_eq!(memory.recall(&cached("11", &old)), (Some(8), Some(new)));
+    }
+
+    #[test]
+    fn a_write_the_watch_delivered_is_shown_after_a_later_version() {
+        // The apiserver stored the write normalised (its content differs from what was
+        // sent) and lock-manager wrote on top: only the watch having delivered version
+        // 12 on the way shows the write.
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        let mut later = status(KubeconfigStatus::Valid, "8x NVIDIA-A100-SXM4");
+        later.locked = Some(true);
+        let delivered = |rv: &str| rv == "12";
+        let at_13 = Cached {
+            delivered: Some(&delivered),
+            ..cached("13", &later)
+        };
+        assert_eq!(memory.recall(&at_13).1, Some(later.clone()));
+        let undelivered = |_: &str| false;
+        let mut memory = wrote("12", &new);
+        let not_seen = Cached {
+            delivered: Some(&undelivered),
+            ..cached("13", &later)
+        };
+        assert_eq!(memory.recall(&not_seen).1, Some(new));
     }
 
     #[test]
