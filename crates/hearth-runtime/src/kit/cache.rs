@@ -108,6 +108,7 @@ where
             versions: Arc::default(),
         };
         let versions = cache.versions.clone();
+        let store = cache.store.clone();
         let changes = context.changes.clone();
         let metrics = context.metrics.clone();
         let mut logged = HashSet::new();
@@ -117,6 +118,11 @@ where
             .reflect(writer)
             .inspect(move |event| match event {
                 Ok(watcher::Event::InitDone) => {
+                    // A re-list delivers no Delete for what went meanwhile.
+                    let live: HashSet<String> =
+                        store.state().iter().map(|o| o.name_any()).collect();
+                    lock(&versions).retain(|name, _| live.contains(name));
+                    logged.retain(|(name, _)| live.contains(name));
                     synced_tx.send_replace(true);
                     gate.ready();
                     changes.bump();
@@ -131,7 +137,9 @@ where
                     log_invalid_once(kind, object, &mut logged);
                 }
                 Ok(watcher::Event::Delete(object)) => {
-                    lock(&versions).remove(&object.name_any());
+                    let name = object.name_any();
+                    logged.retain(|(logged, _)| *logged != name);
+                    lock(&versions).remove(&name);
                     changes.bump();
                 }
                 Ok(watcher::Event::Init) => {}
@@ -241,10 +249,9 @@ fn log_invalid_once<K: Resource>(
         meta.resource_version.clone().unwrap_or_default(),
     );
     match &object.0 {
-        Ok(_) => {
-            logged.remove(&key);
-        }
+        Ok(_) => logged.retain(|(name, _)| *name != key.0),
         Err(invalid) => {
+            logged.retain(|(name, rv)| *name != key.0 || *rv == key.1);
             if logged.insert(key.clone()) {
                 // Bounded, and not for Secrets: their decode error may quote the data.
                 let error = if kind == "Secret" {
