@@ -111,7 +111,8 @@ use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec};
 use hearth_api::names::{
-    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, is_dns_label,
+    is_label_name,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -410,19 +411,6 @@ pub(crate) fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_label_name(s)
 }
 
-/// A label key's name part (non-empty label value): 1–63 characters, alphanumeric at
-/// both ends, `-`, `_`, `.` inside.
-fn is_label_name(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
 /// Whether `s` is a valid resource name (a qualified name, as Kueue checks
 /// `coveredResources`): an optional DNS-subdomain prefix and `/`, then a label name.
 pub(crate) fn is_resource_name(s: &str) -> bool {
@@ -430,18 +418,7 @@ pub(crate) fn is_resource_name(s: &str) -> bool {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, s),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b.len() <= 63
-                    && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
-                    && b[b.len() - 1].is_ascii_lowercase() | b[b.len() - 1].is_ascii_digit()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
+    let prefix_ok =
+        prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
     prefix_ok && is_label_name(name)
 }

@@ -17,63 +17,7 @@ use super::{
 };
 
 /// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SyncReason {
-    /// `True`: flavor and entry publish the cluster's quota.
-    Synced,
-    /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota.
-    Drained,
-    /// `False`: the flavor is being created (or its old one is still being deleted);
-    /// the entry follows.
-    WaitingForFlavor,
-    /// `False`: the ClusterQueue does not exist.
-    ClusterQueueNotFound,
-    /// `False`: Kueue's limits leave no room for the entry, or for some GPU models.
-    LimitReached,
-    /// `False`: a resource group Hearth does not manage already holds the flavor or a
-    /// GPU resource.
-    Conflict,
-    /// `False`: a flavor of the cluster's name exists without Hearth's label.
-    FlavorNotManaged,
-    /// `False`: the cluster's name cannot be a node-label value.
-    InvalidName,
-    /// `False`: a GPU short name does not make a valid resource name.
-    InvalidResourceName,
-}
-
-impl SyncReason {
-    pub const ALL: [SyncReason; 9] = [
-        Self::Synced,
-        Self::Drained,
-        Self::WaitingForFlavor,
-        Self::ClusterQueueNotFound,
-        Self::LimitReached,
-        Self::Conflict,
-        Self::FlavorNotManaged,
-        Self::InvalidName,
-        Self::InvalidResourceName,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Synced => "Synced",
-            Self::Drained => "Drained",
-            Self::WaitingForFlavor => "WaitingForFlavor",
-            Self::ClusterQueueNotFound => "ClusterQueueNotFound",
-            Self::LimitReached => "LimitReached",
-            Self::Conflict => "Conflict",
-            Self::FlavorNotManaged => "FlavorNotManaged",
-            Self::InvalidName => "InvalidName",
-            Self::InvalidResourceName => "InvalidResourceName",
-        }
-    }
-}
-
-impl std::fmt::Display for SyncReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use hearth_api::reasons::KueueSyncedReason as SyncReason;
 
 fn condition(reason: SyncReason, message: String) -> DesiredCondition {
     let status = if reason == SyncReason::Synced {
