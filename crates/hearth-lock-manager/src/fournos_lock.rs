@@ -32,15 +32,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use serde_json::Value;
 
-use crate::plan::{LockAction, LockEvent, LockPlan, reasons as plan_reasons};
+use hearth_api::reasons::LockedReason;
 
-/// Condition reasons of `Locked` this module adds.
+use crate::plan::{LockAction, LockEvent, LockPlan};
+
+/// Condition reasons of `Locked` this module adds (see [`hearth_api::reasons::LockedReason`]).
 pub mod reasons {
-    pub const WORKLOAD_LOST: &str = "WorkloadLost";
-    pub const SLOTS_MISMATCH: &str = "SlotsMismatch";
-    pub const WAITING_FOR_RELEASE: &str = "WaitingForRelease";
-    pub const RELEASING: &str = "Releasing";
-    pub const NOT_PICKED_UP: &str = "SentinelNotPickedUp";
+    use hearth_api::reasons::LockedReason as L;
+    pub const WORKLOAD_LOST: &str = L::WorkloadLost.as_str();
+    pub const SLOTS_MISMATCH: &str = L::SlotsMismatch.as_str();
+    pub const WAITING_FOR_RELEASE: &str = L::WaitingForRelease.as_str();
+    pub const RELEASING: &str = L::Releasing.as_str();
+    pub const NOT_PICKED_UP: &str = L::SentinelNotPickedUp.as_str();
 }
 
 /// Event recorded when a held lock's Workload is found missing or evicted.
@@ -120,7 +123,7 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }
 
-fn set_reason(plan: &mut LockPlan, reason: &str, message: String) {
+fn set_reason(plan: &mut LockPlan, reason: LockedReason, message: String) {
     plan.status.condition = Some(DesiredCondition::new(
         LOCKED,
         plan.status.locked,
@@ -173,7 +176,12 @@ pub fn amend(
     now: Timestamp,
 ) -> Amended {
     let mut lost = false;
-    let Some(reason) = plan.status.condition.as_ref().map(|c| c.reason.clone()) else {
+    let Some(reason) = plan
+        .status
+        .condition
+        .as_ref()
+        .map(|c| LockedReason::parse(&c.reason))
+    else {
         return Amended { plan, lost };
     };
     let kept_name = plan.status.lock_job_name.clone();
@@ -187,10 +195,10 @@ pub fn amend(
             .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting)
     };
 
-    if plan.status.lock_owner.is_none() || reason == plan_reasons::EXPIRED {
+    if plan.status.lock_owner.is_none() || reason == Some(LockedReason::Expired) {
         // Unlocked or expired: released only once nothing of the lock holds quota.
         let waits = release_waits(jobs, workloads);
-        if reason == plan_reasons::EXPIRED {
+        if reason == Some(LockedReason::Expired) {
             // An expired lock keeps its message from round to round: say what the
             // release still waits for, or no longer.
             let message = plan
@@ -205,11 +213,11 @@ pub fn amend(
             } else {
                 format!("{base}{STILL_RELEASING} waiting for {}.", waits.join("; "))
             };
-            set_reason(&mut plan, plan_reasons::EXPIRED, message);
+            set_reason(&mut plan, LockedReason::Expired, message);
         } else if !waits.is_empty() {
             set_reason(
                 &mut plan,
-                reasons::RELEASING,
+                LockedReason::Releasing,
                 format!(
                     "The lock is being released: waiting for {}.",
                     waits.join("; ")
@@ -232,7 +240,7 @@ pub fn amend(
         plan.status.locked = false;
         set_reason(
             &mut plan,
-            reasons::WAITING_FOR_RELEASE,
+            LockedReason::WaitingForRelease,
             format!(
                 "Waiting for the previous lock's Workload {} to be deleted by the garbage collector (its FournosJob is gone){} before creating sentinel {name} for {owner}: Fournos would adopt a Workload of that name.",
                 old.name,
@@ -248,12 +256,12 @@ pub fn amend(
 
     if plan.status.lock_job_name.is_none() || kept.is_none() {
         // Replacing a sentinel that is still being deleted: say what that waits for.
-        if reason == plan_reasons::WAITING_FOR_ADMISSION {
+        if reason == Some(LockedReason::WaitingForAdmission) {
             let waits = release_waits(jobs, workloads);
             if !waits.is_empty() {
                 set_reason(
                     &mut plan,
-                    reasons::WAITING_FOR_RELEASE,
+                    LockedReason::WaitingForRelease,
                     format!(
                         "Replacing the previous sentinel: waiting for {}.",
                         waits.join("; ")
@@ -299,7 +307,7 @@ pub fn amend(
                 // Most likely the Workload watch has not caught up yet.
                 set_reason(
                     &mut plan,
-                    plan_reasons::WAITING_FOR_ADMISSION,
+                    LockedReason::WaitingForAdmission,
                     format!(
                         "Sentinel {} says {} but {problem} yet.",
                         job.name,
@@ -322,7 +330,7 @@ pub fn amend(
                 message: message.clone(),
                 warning: true,
             });
-            set_reason(&mut plan, reasons::WORKLOAD_LOST, message);
+            set_reason(&mut plan, LockedReason::WorkloadLost, message);
             lost = true;
             return Amended { plan, lost };
         }
@@ -332,7 +340,7 @@ pub fn amend(
             plan.status.locked = false;
             set_reason(
                 &mut plan,
-                reasons::SLOTS_MISMATCH,
+                LockedReason::SlotsMismatch,
                 format!(
                     "Workload {} of sentinel {} holds {} {CLUSTER_SLOT_RESOURCE} but the cluster has {cluster_slots}: other jobs can still be admitted, so the cluster is not locked. Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync.",
                     w.name,
@@ -353,7 +361,7 @@ pub fn amend(
         };
         set_reason(
             &mut plan,
-            reasons::SLOTS_MISMATCH,
+            LockedReason::SlotsMismatch,
             format!(
                 "The cluster has {slots} {CLUSTER_SLOT_RESOURCE} but Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock, {effect}: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync."
             ),
@@ -373,7 +381,7 @@ pub fn amend(
                 .unwrap_or_default();
             set_reason(
                 &mut plan,
-                reasons::NOT_PICKED_UP,
+                LockedReason::SentinelNotPickedUp,
                 // The creation time, not the seconds waited: the message must not change
                 // from one reconcile to the next (each change is a status write).
                 format!(
@@ -403,8 +411,7 @@ pub fn belongs(workload: &LockWorkloadView, names: &[&str], uids: &[&str]) -> bo
 fn is_true(w: &Workload, type_: &str) -> bool {
     w.status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .is_some_and(|c| c.status == "True")
+        .is_some_and(|s| hearth_api::conditions::is_true(&s.conditions, type_))
 }
 
 /// The cluster a Fournos Workload is pinned to (its node selector), for mapping
@@ -511,7 +518,9 @@ pub fn observe_job(job: &FournosJob) -> JobView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{ClusterView, SentinelState, SentinelView, plan_lock};
+    use crate::plan::{
+        ClusterView, SentinelState, SentinelView, plan_lock, reasons as plan_reasons,
+    };
     use hearth_api::{FournosClusterStatus, KueueStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use pretty_assertions::assert_eq;
