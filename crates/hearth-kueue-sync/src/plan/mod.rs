@@ -3,6 +3,9 @@
 //! cluster's `status.kueue` and `KueueSynced` condition should say. Pure: no I/O, no
 //! clock. The apply step performs the writes and re-plans from what it then observes.
 //!
+//! These rules are the one description of how kueue-sync computes quota; the crate
+//! README links here.
+//!
 //! # Rules
 //!
 //! **Ownership.** A ResourceFlavor is Hearth's iff it carries the labels
@@ -98,9 +101,9 @@
 //! write it only once the ClusterQueue write (if any) has succeeded; after a conflict,
 //! re-plan instead. Clusters being deleted get no status.
 
-mod observe;
+mod cluster_status;
+mod input;
 mod queue;
-mod report;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -116,8 +119,8 @@ use hearth_api::names::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use observe::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
-pub use report::SyncReason;
+pub use cluster_status::SyncReason;
+pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::cluster_queue_changes_summary;
 
 use queue::{Candidate, QueueInput};
@@ -356,14 +359,14 @@ pub fn plan(input: &PlanInput) -> Plan {
     // What each live cluster's status says.
     for cluster in &live {
         let entry = queue.as_ref().and_then(|q| q.entries.get(&cluster.name));
-        let (kueue, condition) = report::cluster_report(
+        let (kueue, condition) = cluster_status::cluster_report(
             cluster,
             states[cluster.name.as_str()],
             input.cluster_queue.is_some(),
             entry,
             settings,
         );
-        let status_changed = report::status_differs(cluster, kueue.as_ref(), &condition);
+        let status_changed = cluster_status::status_differs(cluster, kueue.as_ref(), &condition);
         plan.clusters.insert(
             cluster.name.clone(),
             ClusterSync {
