@@ -9,8 +9,11 @@ pub mod duration;
 pub mod fournosjob;
 pub mod kueue;
 pub mod names;
+pub mod reasons;
+pub mod slices;
 
 pub use cluster::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
     KueueStatus,
 };
+pub use slices::{DiscoveryStatus, KueueSyncStatus, LockManagerStatus};

@@ -73,6 +73,32 @@ pub mod defaults {
     pub const LOG_LEVEL: &str = "INFO";
 }
 
+/// Whether `s` is a DNS-1123 label: 1–63 lower-case letters, digits and `-`, starting
+/// and ending with a letter or digit. What a namespaced object's name, a ResourceFlavor's
+/// name and one part of a DNS subdomain must be.
+pub fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= 63
+        && edge(b[0])
+        && edge(b[b.len() - 1])
+        && b.iter().all(|c| edge(*c) || *c == b'-')
+}
+
+/// Whether `s` is a non-empty label value, which is also what the name part of a
+/// qualified name (label key, resource name) must be: 1–63 characters, alphanumeric at
+/// both ends, `-`, `_`, `.` inside.
+pub fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
 /// Longest name a lock sentinel may have: Fournos copies a FournosJob's name into the
 /// `fournos.dev/job-name` label of the Workload it makes, and a label value is at most
 /// 63 characters (a longer name makes Kueue refuse the Workload).
@@ -110,6 +136,22 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_name_checks() {
+        for ok in ["a", "a-1", "0", &"a".repeat(63)] {
+            assert!(is_dns_label(ok) && is_label_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a-", "A", "a.b", "a_b", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+        for ok in ["A.b-C_d", "NVIDIA-A100-SXM4-80GB"] {
+            assert!(is_label_name(ok), "{ok}");
+        }
+        for bad in ["", "-a", "a.", "a/b", "a b", &"a".repeat(64)] {
+            assert!(!is_label_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn short_cluster_names_keep_the_contract_name() {

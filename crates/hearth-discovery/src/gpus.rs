@@ -208,13 +208,7 @@ impl GpuTally {
 /// target that is not a real apiserver can send one) is counted as its vendor's unnamed
 /// GPU, as if the label were absent.
 pub fn is_product_name(model: &str) -> bool {
-    let b = model.as_bytes();
-    !b.is_empty()
-        && b.len() <= MAX_MODEL_CHARS
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    model.len() <= MAX_MODEL_CHARS && hearth_api::names::is_label_name(model)
 }
 
 /// `<count>x <model>` per model, ordered by model name; [`EMPTY_SUMMARY`] when empty.

@@ -69,14 +69,7 @@ impl SecretPattern {
 /// and `-`, starting and ending with a letter or digit, at most 63 characters), as a
 /// FournosCluster, ResourceFlavor and label value all accept it.
 pub fn is_valid_cluster_name(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= MAX_CLUSTER_NAME
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-        && bytes[0] != b'-'
-        && bytes[bytes.len() - 1] != b'-'
+    name.len() <= MAX_CLUSTER_NAME && hearth_api::names::is_dns_label(name)
 }
 
 /// A labeled kubeconfig Secret, as far as onboarding cares.

@@ -107,13 +107,7 @@ fn fnv1a_32(bytes: &[u8]) -> u32 {
 /// Whether `s` is valid as the name part of a qualified resource name: at most 63
 /// characters, `[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?`. Short names are lower-case.
 pub fn is_valid_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+    hearth_api::names::is_label_name(s)
 }
 
 #[cfg(test)]

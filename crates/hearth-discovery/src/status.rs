@@ -25,7 +25,7 @@ use std::time::Duration;
 use hearth_api::conditions::{DesiredCondition, Status, find, next_condition};
 use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
-use hearth_api::{FournosClusterStatus, Hardware, KubeconfigStatus};
+use hearth_api::{DiscoveryStatus, FournosClusterStatus, Hardware, KubeconfigStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -37,24 +37,23 @@ use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, withi
 /// Longest detail (an error text from the probe) carried into status.
 const MAX_DETAIL_CHARS: usize = 512;
 
-/// Condition reasons; also used as Event reasons.
+/// Condition reasons (defined, with their meaning, in [`hearth_api::reasons`]); also
+/// used as Event reasons.
 pub mod reasons {
+    use hearth_api::reasons::{GpuDiscoveredReason as G, KubeconfigValidReason as K};
     // KubeconfigValid
-    pub const VALID: &str = "Valid";
-    pub const MISSING: &str = "Missing";
-    pub const INVALID: &str = "Invalid";
-    pub const UNAUTHORIZED: &str = "Unauthorized";
-    pub const UNREACHABLE: &str = "Unreachable";
-    /// Still `True`: the credentials work but expire within the warning window.
-    pub const CREDENTIALS_EXPIRING_SOON: &str = "CredentialsExpiringSoon";
-    /// Still `True`: the credentials say they have expired, yet the target accepts them.
-    pub const CREDENTIALS_EXPIRED: &str = "CredentialsExpired";
-    /// `Invalid`, for a Secret that is another cluster's.
-    pub const SECRET_NOT_FOR_THIS_CLUSTER: &str = "SecretNotForThisCluster";
+    pub const VALID: &str = K::Valid.as_str();
+    pub const MISSING: &str = K::Missing.as_str();
+    pub const INVALID: &str = K::Invalid.as_str();
+    pub const UNAUTHORIZED: &str = K::Unauthorized.as_str();
+    pub const UNREACHABLE: &str = K::Unreachable.as_str();
+    pub const CREDENTIALS_EXPIRING_SOON: &str = K::CredentialsExpiringSoon.as_str();
+    pub const CREDENTIALS_EXPIRED: &str = K::CredentialsExpired.as_str();
+    pub const SECRET_NOT_FOR_THIS_CLUSTER: &str = K::SecretNotForThisCluster.as_str();
     // GPUDiscovered
-    pub const DISCOVERED: &str = "Discovered";
-    pub const FORBIDDEN: &str = "Forbidden";
-    pub const DISCOVERY_FAILED: &str = "DiscoveryFailed";
+    pub const DISCOVERED: &str = G::Discovered.as_str();
+    pub const FORBIDDEN: &str = G::Forbidden.as_str();
+    pub const DISCOVERY_FAILED: &str = G::DiscoveryFailed.as_str();
     // Events only
     pub const GPUS_CHANGED: &str = "GPUsChanged";
 }
@@ -277,7 +276,7 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         next_condition(previous_gpus, &desired_gpus, input.generation, &now),
     ];
 
-    let status = FournosClusterStatus {
+    let status: FournosClusterStatus = DiscoveryStatus {
         kubeconfig_status: Some(kubeconfig_status),
         gpu_summary: hardware
             .last_discovery
@@ -287,8 +286,8 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         credentials_expire_at: credentials.map(|e| Time(e.at)),
         next_probe_at: Some(Time(next_probe_at(input.now, input.interval, failures))),
         conditions,
-        ..Default::default()
-    };
+    }
+    .into();
     let events = plan_events(previous, &status);
     StatusPlan { status, events }
 }

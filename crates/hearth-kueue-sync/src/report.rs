@@ -3,9 +3,9 @@
 
 use hearth_api::conditions::next_condition;
 use hearth_api::names::condition_types::KUEUE_SYNCED;
-use hearth_api::{FournosCluster, KueueStatus, conditions};
+use hearth_api::{FournosCluster, KueueStatus, KueueSyncStatus, conditions};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::plan::{ClusterSync, SyncReason};
 
@@ -19,11 +19,11 @@ pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &T
         cluster.metadata.generation,
         now,
     );
-    let mut status = json!({ "conditions": [condition] });
-    if let Some(kueue) = &sync.kueue {
-        status["kueue"] = serde_json::to_value(kueue).expect("KueueStatus serializes");
-    }
-    status
+    let status = KueueSyncStatus {
+        kueue: sync.kueue.clone(),
+        conditions: vec![condition],
+    };
+    serde_json::to_value(status).expect("a status serializes")
 }
 
 fn current_condition(cluster: &FournosCluster) -> Option<&Condition> {
@@ -51,9 +51,7 @@ const DRAIN: &str = "DrainQuota";
 /// the published quota of a synced cluster changed. Waiting for a new flavor is a
 /// moment of every onboarding, not news.
 pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
-    let reason = SyncReason::ALL
-        .into_iter()
-        .find(|r| r.as_str() == sync.reason())?;
+    let reason = SyncReason::parse(sync.reason())?;
     let before = current_condition(cluster).map(|c| c.reason.as_str());
     let message = sync.condition.message.clone();
     if before == Some(sync.reason()) {
@@ -102,6 +100,7 @@ mod tests {
     use super::*;
     use crate::testing::{World, at, cluster};
     use hearth_api::KubeconfigStatus;
+    use serde_json::json;
 
     /// A converged world with cluster `a` (8 A100s), and what the next plan says of `a`
     /// after `change`.

@@ -32,15 +32,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use serde_json::Value;
 
-use crate::plan::{LockAction, LockEvent, LockPlan, reasons as plan_reasons};
+use hearth_api::reasons::LockedReason;
 
-/// Condition reasons of `Locked` this module adds.
+use crate::plan::{LockAction, LockEvent, LockPlan};
+
+/// Condition reasons of `Locked` this module adds (see [`hearth_api::reasons::LockedReason`]).
 pub mod reasons {
-    pub const WORKLOAD_LOST: &str = "WorkloadLost";
-    pub const SLOTS_MISMATCH: &str = "SlotsMismatch";
-    pub const WAITING_FOR_RELEASE: &str = "WaitingForRelease";
-    pub const RELEASING: &str = "Releasing";
-    pub const NOT_PICKED_UP: &str = "SentinelNotPickedUp";
+    use hearth_api::reasons::LockedReason as L;
+    pub const WORKLOAD_LOST: &str = L::WorkloadLost.as_str();
+    pub const SLOTS_MISMATCH: &str = L::SlotsMismatch.as_str();
+    pub const WAITING_FOR_RELEASE: &str = L::WaitingForRelease.as_str();
+    pub const RELEASING: &str = L::Releasing.as_str();
+    pub const NOT_PICKED_UP: &str = L::SentinelNotPickedUp.as_str();
 }
 
 /// Event recorded when a held lock's Workload is found missing or evicted.
@@ -120,7 +123,7 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
 }
 
-fn set_reason(plan: &mut LockPlan, reason: &str, message: String) {
+fn set_reason(plan: &mut LockPlan, reason: LockedReason, message: String) {
     plan.status.condition = Some(DesiredCondition::new(
         LOCKED,
         plan.status.locked,
@@ -172,54 +175,80 @@ pub fn amend(
     workloads: &[LockWorkloadView],
     now: Timestamp,
 ) -> Amended {
-    let mut lost = false;
-    let Some(reason) = plan.status.condition.as_ref().map(|c| c.reason.clone()) else {
-        return Amended { plan, lost };
+    let Some(reason) = plan
+        .status
+        .condition
+        .as_ref()
+        .map(|c| LockedReason::parse(&c.reason))
+    else {
+        return Amended { plan, lost: false };
     };
-    let kept_name = plan.status.lock_job_name.clone();
-    let kept = kept_name.as_deref().and_then(|n| {
+    if plan.status.lock_owner.is_none() || reason == Some(LockedReason::Expired) {
+        amend_release(&mut plan, reason, jobs, workloads);
+        return Amended { plan, lost: false };
+    }
+    if hold_create_while_old_workload_exists(&mut plan, workloads) {
+        return Amended { plan, lost: false };
+    }
+    let kept = plan.status.lock_job_name.as_deref().and_then(|n| {
         jobs.iter()
             .find(|j| j.name == n && j.deleting_since.is_none())
     });
-    let owned = |job: &JobView| {
-        workloads
-            .iter()
-            .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting)
+    let Some(job) = kept else {
+        amend_replacing(&mut plan, reason, jobs, workloads);
+        return Amended { plan, lost: false };
     };
+    let lost = if plan.status.locked {
+        amend_held(&mut plan, job, cluster_slots, workloads, now)
+    } else {
+        amend_waiting(&mut plan, job, cluster_slots, now);
+        false
+    };
+    Amended { plan, lost }
+}
 
-    if plan.status.lock_owner.is_none() || reason == plan_reasons::EXPIRED {
-        // Unlocked or expired: released only once nothing of the lock holds quota.
-        let waits = release_waits(jobs, workloads);
-        if reason == plan_reasons::EXPIRED {
-            // An expired lock keeps its message from round to round: say what the
-            // release still waits for, or no longer.
-            let message = plan
-                .status
-                .condition
-                .as_ref()
-                .map(|c| c.message.clone())
-                .unwrap_or_default();
-            let base = message.split(STILL_RELEASING).next().unwrap_or_default();
-            let message = if waits.is_empty() {
-                base.to_owned()
-            } else {
-                format!("{base}{STILL_RELEASING} waiting for {}.", waits.join("; "))
-            };
-            set_reason(&mut plan, plan_reasons::EXPIRED, message);
-        } else if !waits.is_empty() {
-            set_reason(
-                &mut plan,
-                reasons::RELEASING,
-                format!(
-                    "The lock is being released: waiting for {}.",
-                    waits.join("; ")
-                ),
-            );
-        }
-        return Amended { plan, lost };
+/// Unlocked or expired: released only once nothing of the lock holds quota.
+fn amend_release(
+    plan: &mut LockPlan,
+    reason: Option<LockedReason>,
+    jobs: &[JobView],
+    workloads: &[LockWorkloadView],
+) {
+    let waits = release_waits(jobs, workloads);
+    if reason == Some(LockedReason::Expired) {
+        // An expired lock keeps its message from round to round: say what the
+        // release still waits for, or no longer.
+        let message = plan
+            .status
+            .condition
+            .as_ref()
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        let base = message.split(STILL_RELEASING).next().unwrap_or_default();
+        let message = if waits.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}{STILL_RELEASING} waiting for {}.", waits.join("; "))
+        };
+        set_reason(plan, LockedReason::Expired, message);
+    } else if !waits.is_empty() {
+        set_reason(
+            plan,
+            LockedReason::Releasing,
+            format!(
+                "The lock is being released: waiting for {}.",
+                waits.join("; ")
+            ),
+        );
     }
+}
 
-    // A create under a name whose Workload still exists would adopt that Workload.
+/// A create under a name whose Workload still exists would adopt that Workload: the
+/// create waits. Whether it does.
+fn hold_create_while_old_workload_exists(
+    plan: &mut LockPlan,
+    workloads: &[LockWorkloadView],
+) -> bool {
     let creating = plan.actions.iter().find_map(|a| match a {
         LockAction::CreateSentinel { name, owner } => Some((name.clone(), owner.clone())),
         _ => None,
@@ -231,8 +260,8 @@ pub fn amend(
             .retain(|a| !matches!(a, LockAction::CreateSentinel { .. }));
         plan.status.locked = false;
         set_reason(
-            &mut plan,
-            reasons::WAITING_FOR_RELEASE,
+            plan,
+            LockedReason::WaitingForRelease,
             format!(
                 "Waiting for the previous lock's Workload {} to be deleted by the garbage collector (its FournosJob is gone){} before creating sentinel {name} for {owner}: Fournos would adopt a Workload of that name.",
                 old.name,
@@ -243,107 +272,121 @@ pub fn amend(
                 },
             ),
         );
-        return Amended { plan, lost };
+        return true;
     }
+    false
+}
 
-    if plan.status.lock_job_name.is_none() || kept.is_none() {
-        // Replacing a sentinel that is still being deleted: say what that waits for.
-        if reason == plan_reasons::WAITING_FOR_ADMISSION {
-            let waits = release_waits(jobs, workloads);
-            if !waits.is_empty() {
-                set_reason(
-                    &mut plan,
-                    reasons::WAITING_FOR_RELEASE,
-                    format!(
-                        "Replacing the previous sentinel: waiting for {}.",
-                        waits.join("; ")
-                    ),
-                );
-            }
-        }
-        return Amended { plan, lost };
-    }
-    let Some(job) = kept else {
-        return Amended { plan, lost };
-    };
-
-    if plan.status.locked {
-        let workload = owned(job);
-        let cluster_slots = cluster_slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
-        let problem = match workload {
-            None => Some("there is no Workload owned by it (deleted, or never made)".to_owned()),
-            Some(w) if w.evicted => Some(format!(
-                "Kueue evicted its Workload {}{}",
-                w.name,
-                w.message
-                    .as_deref()
-                    .map(|m| format!(": {}", bounded(m)))
-                    .unwrap_or_default()
-            )),
-            Some(w) if !w.admitted => Some(format!(
-                "its Workload {} is not admitted{}",
-                w.name,
-                w.message
-                    .as_deref()
-                    .map(|m| format!(": {}", bounded(m)))
-                    .unwrap_or_default()
-            )),
-            Some(_) => None,
-        };
-        if let Some(problem) = problem {
-            plan.status.locked = false;
-            let young = job
-                .admitted_at
-                .is_some_and(|t| elapsed(t, now) < REPAIR_GRACE);
-            if workload.is_none() && young {
-                // Most likely the Workload watch has not caught up yet.
-                set_reason(
-                    &mut plan,
-                    plan_reasons::WAITING_FOR_ADMISSION,
-                    format!(
-                        "Sentinel {} says {} but {problem} yet.",
-                        job.name,
-                        job.phase.as_deref().unwrap_or("nothing")
-                    ),
-                );
-                requeue_within(&mut plan, REPAIR_GRACE);
-                return Amended { plan, lost };
-            }
-            let message = format!(
-                "Sentinel {} says {} but {problem}: the cluster is not held. Replacing the sentinel so that Fournos makes a new Workload.",
-                job.name,
-                job.phase.as_deref().unwrap_or("nothing"),
-            );
-            plan.actions.push(LockAction::DeleteSentinel {
-                name: job.name.clone(),
-            });
-            plan.events.push(LockEvent {
-                reason: WORKLOAD_LOST_EVENT,
-                message: message.clone(),
-                warning: true,
-            });
-            set_reason(&mut plan, reasons::WORKLOAD_LOST, message);
-            lost = true;
-            return Amended { plan, lost };
-        }
-        if let Some(w) = workload
-            && w.slots.is_some_and(|s| s < cluster_slots)
-        {
-            plan.status.locked = false;
+/// Replacing a sentinel that is still being deleted: say what that waits for.
+fn amend_replacing(
+    plan: &mut LockPlan,
+    reason: Option<LockedReason>,
+    jobs: &[JobView],
+    workloads: &[LockWorkloadView],
+) {
+    if reason == Some(LockedReason::WaitingForAdmission) {
+        let waits = release_waits(jobs, workloads);
+        if !waits.is_empty() {
             set_reason(
-                &mut plan,
-                reasons::SLOTS_MISMATCH,
+                plan,
+                LockedReason::WaitingForRelease,
                 format!(
-                    "Workload {} of sentinel {} holds {} {CLUSTER_SLOT_RESOURCE} but the cluster has {cluster_slots}: other jobs can still be admitted, so the cluster is not locked. Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync.",
-                    w.name,
-                    job.name,
-                    w.slots.unwrap_or_default(),
+                    "Replacing the previous sentinel: waiting for {}.",
+                    waits.join("; ")
                 ),
             );
         }
-        return Amended { plan, lost };
     }
+}
 
+/// A held lock is held only while this job's own Workload is admitted, not evicted,
+/// with the cluster's slots. Whether it was found lost.
+fn amend_held(
+    plan: &mut LockPlan,
+    job: &JobView,
+    cluster_slots: Option<i64>,
+    workloads: &[LockWorkloadView],
+    now: Timestamp,
+) -> bool {
+    let workload = workloads
+        .iter()
+        .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting);
+    let cluster_slots = cluster_slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
+    let problem = match workload {
+        None => Some("there is no Workload owned by it (deleted, or never made)".to_owned()),
+        Some(w) if w.evicted => Some(format!(
+            "Kueue evicted its Workload {}{}",
+            w.name,
+            w.message
+                .as_deref()
+                .map(|m| format!(": {}", bounded(m)))
+                .unwrap_or_default()
+        )),
+        Some(w) if !w.admitted => Some(format!(
+            "its Workload {} is not admitted{}",
+            w.name,
+            w.message
+                .as_deref()
+                .map(|m| format!(": {}", bounded(m)))
+                .unwrap_or_default()
+        )),
+        Some(_) => None,
+    };
+    if let Some(problem) = problem {
+        plan.status.locked = false;
+        let young = job
+            .admitted_at
+            .is_some_and(|t| elapsed(t, now) < REPAIR_GRACE);
+        if workload.is_none() && young {
+            // Most likely the Workload watch has not caught up yet.
+            set_reason(
+                plan,
+                LockedReason::WaitingForAdmission,
+                format!(
+                    "Sentinel {} says {} but {problem} yet.",
+                    job.name,
+                    job.phase.as_deref().unwrap_or("nothing")
+                ),
+            );
+            requeue_within(plan, REPAIR_GRACE);
+            return false;
+        }
+        let message = format!(
+            "Sentinel {} says {} but {problem}: the cluster is not held. Replacing the sentinel so that Fournos makes a new Workload.",
+            job.name,
+            job.phase.as_deref().unwrap_or("nothing"),
+        );
+        plan.actions.push(LockAction::DeleteSentinel {
+            name: job.name.clone(),
+        });
+        plan.events.push(LockEvent {
+            reason: WORKLOAD_LOST_EVENT,
+            message: message.clone(),
+            warning: true,
+        });
+        set_reason(plan, LockedReason::WorkloadLost, message);
+        return true;
+    }
+    if let Some(w) = workload
+        && w.slots.is_some_and(|s| s < cluster_slots)
+    {
+        plan.status.locked = false;
+        set_reason(
+            plan,
+            LockedReason::SlotsMismatch,
+            format!(
+                "Workload {} of sentinel {} holds {} {CLUSTER_SLOT_RESOURCE} but the cluster has {cluster_slots}: other jobs can still be admitted, so the cluster is not locked. Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync.",
+                w.name,
+                job.name,
+                w.slots.unwrap_or_default(),
+            ),
+        );
+    }
+    false
+}
+
+/// Not held yet: say why, when Fournos or the slot setting is the reason.
+fn amend_waiting(plan: &mut LockPlan, job: &JobView, cluster_slots: Option<i64>, now: Timestamp) {
     // Not held. A lock Workload of another size than the cluster never becomes a lock.
     if let Some(slots) = cluster_slots.filter(|s| *s != FOURNOS_EXCLUSIVE_SLOTS) {
         let effect = if slots > FOURNOS_EXCLUSIVE_SLOTS {
@@ -352,13 +395,13 @@ pub fn amend(
             "more than the cluster's quota, so Kueue can never admit it"
         };
         set_reason(
-            &mut plan,
-            reasons::SLOTS_MISMATCH,
+            plan,
+            LockedReason::SlotsMismatch,
             format!(
                 "The cluster has {slots} {CLUSTER_SLOT_RESOURCE} but Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock, {effect}: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync."
             ),
         );
-        return Amended { plan, lost };
+        return;
     }
     // Not held: Fournos's own account when it has not got as far as a phase.
     if job.phase.is_none()
@@ -372,8 +415,8 @@ pub fn amend(
                 .map(|m| format!(" Fournos said: {}", bounded(m)))
                 .unwrap_or_default();
             set_reason(
-                &mut plan,
-                reasons::NOT_PICKED_UP,
+                plan,
+                LockedReason::SentinelNotPickedUp,
                 // The creation time, not the seconds waited: the message must not change
                 // from one reconcile to the next (each change is a status write).
                 format!(
@@ -384,10 +427,9 @@ pub fn amend(
                 ),
             );
         } else {
-            requeue_within(&mut plan, PICKUP_GRACE - waited);
+            requeue_within(plan, PICKUP_GRACE - waited);
         }
     }
-    Amended { plan, lost }
 }
 
 /// Whether `workload` belongs to the lock of `cluster`: Fournos's Workload of one of
@@ -403,8 +445,7 @@ pub fn belongs(workload: &LockWorkloadView, names: &[&str], uids: &[&str]) -> bo
 fn is_true(w: &Workload, type_: &str) -> bool {
     w.status
         .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
-        .is_some_and(|c| c.status == "True")
+        .is_some_and(|s| hearth_api::conditions::is_true(&s.conditions, type_))
 }
 
 /// The cluster a Fournos Workload is pinned to (its node selector), for mapping
@@ -511,7 +552,9 @@ pub fn observe_job(job: &FournosJob) -> JobView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{ClusterView, SentinelState, SentinelView, plan_lock};
+    use crate::plan::{
+        ClusterView, SentinelState, SentinelView, plan_lock, reasons as plan_reasons,
+    };
     use hearth_api::{FournosClusterStatus, KueueStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use pretty_assertions::assert_eq;

@@ -1,18 +1,8 @@
 //! The lock plan: from a cluster's spec and status, its sentinels and the time, to
 //! the actions that make the lock true and the status that says where it stands.
-//! Pure: the reconciler observes, calls [`plan_lock`], and applies the result.
-//!
-//! Rules, in order:
-//! - No owner, or the cluster is being deleted: every sentinel goes; the status
-//!   says `Released` (or keeps `Expired` when that is how the lock ended).
-//! - The TTL has run out (`ownerSetAt + ttl <= now`): sentinels go, `spec.owner` is
-//!   cleared (guarded by `resourceVersion` by the apply step, so a person re-locking
-//!   at that instant wins), Event `LockExpired`.
-//! - Otherwise exactly one sentinel holding the owner's name is kept (adopted by
-//!   label, whatever its name, so a legacy sentinel keeps its admission); every
-//!   other sentinel for the cluster is deleted. With none, one is created once
-//!   hearth-kueue-sync reports the cluster's flavor.
-//! - `locked` is true only while that sentinel holds the quota (admitted).
+//! Pure: the reconciler observes, calls [`plan_lock`] ([`classify`] then [`plan`]), and
+//! applies the result. The rules are the state table in the crate docs, one
+//! [`LockState`] per row.
 
 use std::time::Duration;
 
@@ -20,19 +10,20 @@ use hearth_api::FournosClusterStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::duration::parse_duration;
 use hearth_api::names::{condition_types::LOCKED, lock_sentinel_name};
+use hearth_api::reasons::LockedReason;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-/// Condition reasons of `Locked`.
+/// Condition reasons of `Locked` (see [`hearth_api::reasons::LockedReason`]).
 pub mod reasons {
-    pub const HELD: &str = "Held";
-    pub const WAITING_FOR_ADMISSION: &str = "WaitingForAdmission";
-    pub const WAITING_FOR_FLAVOR: &str = "WaitingForFlavor";
-    pub const EXPIRED: &str = "Expired";
-    pub const RELEASED: &str = "Released";
-    /// `spec.owner` is one the CRD refuses today but an older CRD stored.
-    pub const INVALID_OWNER: &str = "InvalidOwner";
-    /// The apiserver refused the sentinel; written by the apply step.
-    pub const SENTINEL_CREATE_FAILED: &str = "SentinelCreateFailed";
+    use hearth_api::reasons::LockedReason as L;
+    pub const HELD: &str = L::Held.as_str();
+    pub const WAITING_FOR_ADMISSION: &str = L::WaitingForAdmission.as_str();
+    pub const WAITING_FOR_FLAVOR: &str = L::WaitingForFlavor.as_str();
+    pub const EXPIRED: &str = L::Expired.as_str();
+    pub const RELEASED: &str = L::Released.as_str();
+    pub const INVALID_OWNER: &str = L::InvalidOwner.as_str();
+    /// Written by the apply step.
+    pub const SENTINEL_CREATE_FAILED: &str = L::SentinelCreateFailed.as_str();
 }
 
 /// What the plan needs to know about a FournosCluster.
@@ -116,37 +107,132 @@ fn fmt_time(t: Timestamp) -> String {
 }
 
 fn delete_all(sentinels: &[SentinelView]) -> Vec<LockAction> {
+    delete_all_but(sentinels, None)
+}
+
+/// Deletes every live sentinel except the one named `keep`.
+fn delete_all_but(sentinels: &[SentinelView], keep: Option<&str>) -> Vec<LockAction> {
     sentinels
         .iter()
-        .filter(|s| s.state != SentinelState::Terminating)
+        .filter(|s| s.state != SentinelState::Terminating && Some(s.name.as_str()) != keep)
         .map(|s| LockAction::DeleteSentinel {
             name: s.name.clone(),
         })
         .collect()
 }
 
-pub fn plan_lock(
+/// The owner's lock and its term: when it started and when it runs out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    pub owner: String,
+    /// Kept while the owner stays the same, reset when it changes.
+    pub owner_set_at: Timestamp,
+    /// `ownerSetAt + ttl`; `None` without a (valid) ttl.
+    pub expires_at: Option<Timestamp>,
+    /// Said in every message of the lock when the ttl is invalid and ignored.
+    pub ttl_note: Option<String>,
+}
+
+/// Where a cluster's lock stands: one variant per row of the state table in the crate
+/// docs. [`classify`] finds it, [`plan`] turns it into actions and status, and
+/// [`crate::status::transition_events`] says which changes of it deserve an Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    /// No owner and nothing left of a lock: nothing to do or say.
+    NeverLocked,
+    /// No owner (or the cluster is being deleted) after a lock: every sentinel goes.
+    Released { deleting: bool },
+    /// The lock ran out before; the owner is cleared. Said until someone locks again.
+    Expired { message: String },
+    /// `spec.owner` is one the CRD refuses (stored by an older CRD): no lock is taken.
+    InvalidOwner { problem: String },
+    /// The ttl runs out now: every sentinel goes and `spec.owner` is cleared.
+    Expiring { lock: Lock, expired_at: Timestamp },
+    /// No sentinel of the owner, and kueue-sync has not published the cluster's flavor.
+    WaitingForFlavor { lock: Lock },
+    /// No sentinel of the owner, and another owner's sentinel still has the name: it
+    /// goes first, its name is reused once it is gone.
+    Replacing { lock: Lock },
+    /// No sentinel of the owner: one is created.
+    Creating { lock: Lock },
+    /// The owner's sentinel waits for Kueue to admit it (Kueue's words, if any).
+    Waiting {
+        lock: Lock,
+        sentinel: String,
+        why: Option<String>,
+    },
+    /// The owner's sentinel is admitted: it holds all of the cluster's slots.
+    Held { lock: Lock, sentinel: String },
+}
+
+impl LockState {
+    /// The `Locked` reason this state says; `None` for a never-locked cluster.
+    pub fn reason(&self) -> Option<LockedReason> {
+        Some(match self {
+            Self::NeverLocked => return None,
+            Self::Released { .. } => LockedReason::Released,
+            Self::Expired { .. } | Self::Expiring { .. } => LockedReason::Expired,
+            Self::InvalidOwner { .. } => LockedReason::InvalidOwner,
+            Self::WaitingForFlavor { .. } => LockedReason::WaitingForFlavor,
+            Self::Replacing { .. } | Self::Creating { .. } | Self::Waiting { .. } => {
+                LockedReason::WaitingForAdmission
+            }
+            Self::Held { .. } => LockedReason::Held,
+        })
+    }
+
+    fn lock(&self) -> Option<&Lock> {
+        match self {
+            Self::Expiring { lock, .. }
+            | Self::WaitingForFlavor { lock }
+            | Self::Replacing { lock }
+            | Self::Creating { lock }
+            | Self::Waiting { lock, .. }
+            | Self::Held { lock, .. } => Some(lock),
+            _ => None,
+        }
+    }
+}
+
+/// Where the lock of `cluster` stands, given its sentinels, at `now`.
+pub fn classify(
     cluster: &ClusterView<'_>,
     sentinels: &[SentinelView],
     now: Timestamp,
-) -> LockPlan {
-    let previous = hearth_api::conditions::find(&cluster.status.conditions, LOCKED);
+) -> LockState {
     let owner = match cluster.owner.map(str::trim).filter(|o| !o.is_empty()) {
         Some(o) if !cluster.deleting => o,
-        _ => return plan_unlocked(cluster, sentinels, previous, now),
+        _ => return classify_unowned(cluster, sentinels, now),
     };
     if let Some(problem) = hearth_api::cluster::owner_problem(owner) {
-        let mut plan = plan_unlocked(cluster, sentinels, previous, now);
-        plan.status.condition = Some(DesiredCondition::new(
-            LOCKED,
-            false,
-            reasons::INVALID_OWNER,
-            format!("{problem}. The cluster is not locked until spec.owner is valid."),
-        ));
-        return plan;
+        return LockState::InvalidOwner { problem };
     }
+    let lock = lock_of(cluster, owner, now);
+    if let Some(expired_at) = lock.expires_at.filter(|exp| *exp <= now) {
+        return LockState::Expiring { lock, expired_at };
+    }
+    let canonical = lock_sentinel_name(cluster.name);
+    match kept_sentinel(sentinels, owner, &canonical) {
+        Some(s) => match &s.state {
+            SentinelState::Holding => LockState::Held {
+                lock,
+                sentinel: s.name.clone(),
+            },
+            SentinelState::Waiting(why) => LockState::Waiting {
+                lock,
+                sentinel: s.name.clone(),
+                why: why.clone(),
+            },
+            SentinelState::Terminating => unreachable!("kept_sentinel skips terminating ones"),
+        },
+        None if cluster.status.kueue.is_none() => LockState::WaitingForFlavor { lock },
+        None if sentinels.iter().any(|s| s.name == canonical) => LockState::Replacing { lock },
+        None => LockState::Creating { lock },
+    }
+}
 
-    // The lock's start: kept while the owner stays the same, reset when it changes.
+/// The lock of `owner`: its start kept while the owner stays the same, its expiry.
+fn lock_of(cluster: &ClusterView<'_>, owner: &str, now: Timestamp) -> Lock {
     // A status from before `lockOwner` existed (the Python controller) has only
     // ownerSetAt: it belongs to the current owner.
     let same_owner = match cluster.status.lock_owner.as_deref() {
@@ -159,64 +245,37 @@ pub fn plan_lock(
         Some(t) if same_owner => t,
         _ => Timestamp::from_second(now.as_second()).unwrap_or(now),
     };
-
-    let mut ttl_note = None;
-    let expires_at = match cluster.ttl.map(parse_duration) {
-        None => None,
-        Some(Ok(d)) => owner_set_at
-            .checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
-            .ok(),
-        Some(Err(e)) => {
-            ttl_note = Some(format!(
+    let (expires_at, ttl_note) = match cluster.ttl.map(parse_duration) {
+        None => (None, None),
+        Some(Ok(d)) => (
+            owner_set_at
+                .checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
+                .ok(),
+            None,
+        ),
+        Some(Err(e)) => (
+            None,
+            Some(format!(
                 " The ttl is ignored ({e}); set a valid ttl or remove it."
-            ));
-            None
-        }
+            )),
+        ),
     };
-
-    let mut status = LockStatus {
-        locked: false,
-        lock_job_name: None,
-        owner_set_at: Some(owner_set_at),
-        lock_expires_at: expires_at,
-        lock_owner: Some(owner.to_owned()),
-        condition: None,
-    };
-
-    if let Some(exp) = expires_at.filter(|exp| *exp <= now) {
-        let mut actions = delete_all(sentinels);
-        actions.push(LockAction::ClearOwner {
-            owner: owner.to_owned(),
-        });
-        let message = expired_message(owner, exp, cluster.ttl);
-        status.condition = Some(DesiredCondition::new(
-            LOCKED,
-            false,
-            reasons::EXPIRED,
-            message.clone(),
-        ));
-        return LockPlan {
-            actions,
-            events: vec![LockEvent {
-                reason: "LockExpired",
-                message,
-                warning: false,
-            }],
-            status,
-            requeue_after: None,
-        };
+    Lock {
+        owner: owner.to_owned(),
+        owner_set_at,
+        expires_at,
+        ttl_note,
     }
+}
 
-    let requeue_after =
-        expires_at.map(|exp| Duration::try_from(exp.duration_since(now)).unwrap_or(Duration::ZERO));
-    let until = expires_at
-        .map(|t| format!(" until {}", fmt_time(t)))
-        .unwrap_or_default();
-    let note = ttl_note.unwrap_or_default();
-
-    // Keep one live sentinel of this owner, preferring the canonical name; the rest go.
-    let canonical = lock_sentinel_name(cluster.name);
-    let keep = sentinels
+/// The one live sentinel of `owner` to keep: the canonical name first, then one that
+/// holds the quota (so a legacy sentinel keeps its admission), then by name.
+fn kept_sentinel<'s>(
+    sentinels: &'s [SentinelView],
+    owner: &str,
+    canonical: &str,
+) -> Option<&'s SentinelView> {
+    sentinels
         .iter()
         .filter(|s| s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner))
         .min_by_key(|s| {
@@ -225,93 +284,171 @@ pub fn plan_lock(
                 s.state != SentinelState::Holding,
                 s.name.clone(),
             )
-        });
-    let actions: Vec<LockAction> = sentinels
-        .iter()
-        .filter(|s| s.state != SentinelState::Terminating && Some(&s.name) != keep.map(|k| &k.name))
-        .map(|s| LockAction::DeleteSentinel {
-            name: s.name.clone(),
         })
-        .collect();
+}
 
-    let (reason, message) = match keep {
-        Some(s) => {
-            status.lock_job_name = Some(s.name.clone());
-            match &s.state {
-                SentinelState::Holding => {
-                    status.locked = true;
-                    (
-                        reasons::HELD,
-                        format!(
-                            "Locked for {owner}{until}: sentinel {} holds all of the cluster's slots.{note}",
-                            s.name
-                        ),
-                    )
-                }
-                SentinelState::Waiting(why) => (
-                    reasons::WAITING_FOR_ADMISSION,
-                    format!(
-                        "Sentinel {} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
-                        s.name,
-                        why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
-                    ),
-                ),
-                SentinelState::Terminating => unreachable!("filtered above"),
-            }
-        }
-        None => {
-            let mut actions = actions;
-            let name_taken = sentinels.iter().any(|s| s.name == canonical);
-            let plan_reason;
-            let plan_message;
-            if cluster.status.kueue.is_none() {
-                plan_reason = reasons::WAITING_FOR_FLAVOR;
-                plan_message = format!(
-                    "Waiting for hearth-kueue-sync to publish the cluster's ResourceFlavor and quota (status.kueue) before taking the lock for {owner}; check the KueueSynced condition.{note}"
-                );
-            } else if name_taken {
-                // The old sentinel (another owner's) must be gone before its name is reused.
-                plan_reason = reasons::WAITING_FOR_ADMISSION;
-                plan_message = format!(
-                    "Replacing the previous sentinel {canonical} with one for {owner}.{note}"
-                );
-            } else {
-                actions.push(LockAction::CreateSentinel {
-                    name: canonical.clone(),
-                    owner: owner.to_owned(),
-                });
-                status.lock_job_name = Some(canonical.clone());
-                plan_reason = reasons::WAITING_FOR_ADMISSION;
-                plan_message = format!(
-                    "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
-                );
-            }
-            status.condition = Some(DesiredCondition::new(
-                LOCKED,
-                false,
-                plan_reason,
-                plan_message,
-            ));
-            return LockPlan {
-                actions,
-                events: vec![],
-                status,
-                requeue_after,
-            };
-        }
+fn classify_unowned(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    now: Timestamp,
+) -> LockState {
+    let previous = hearth_api::conditions::find(&cluster.status.conditions, LOCKED);
+    let was_locked = previous.is_some()
+        || cluster.status.owner_set_at.is_some()
+        || cluster.status.locked.is_some()
+        || !sentinels.is_empty();
+    let ran_out = ran_out(cluster.status, now).filter(|_| !cluster.deleting);
+    let previous_expired =
+        previous.filter(|c| LockedReason::parse(&c.reason) == Some(LockedReason::Expired));
+    match (previous_expired, ran_out) {
+        // An expired lock keeps saying so until someone locks again.
+        (Some(c), _) => LockState::Expired {
+            message: c.message.clone(),
+        },
+        (_, Some((owner, expired_at))) => LockState::Expired {
+            message: expired_message(owner, expired_at, cluster.ttl),
+        },
+        _ if was_locked => LockState::Released {
+            deleting: cluster.deleting,
+        },
+        _ => LockState::NeverLocked,
+    }
+}
+
+/// The actions and status that make `state` true.
+pub fn plan(
+    state: &LockState,
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    now: Timestamp,
+) -> LockPlan {
+    let Some(lock) = state.lock() else {
+        return plan_unowned(state, sentinels);
     };
+    let mut status = LockStatus {
+        locked: false,
+        lock_job_name: None,
+        owner_set_at: Some(lock.owner_set_at),
+        lock_expires_at: lock.expires_at,
+        lock_owner: Some(lock.owner.clone()),
+        condition: None,
+    };
+    let owner = &lock.owner;
+    let canonical = lock_sentinel_name(cluster.name);
+    let note = lock.ttl_note.as_deref().unwrap_or_default();
+    let until = lock
+        .expires_at
+        .map(|t| format!(" until {}", fmt_time(t)))
+        .unwrap_or_default();
+    let mut actions = delete_all_but(sentinels, None);
+    let mut events = vec![];
+    let message = match state {
+        LockState::Expiring { expired_at, .. } => {
+            actions.push(LockAction::ClearOwner {
+                owner: owner.clone(),
+            });
+            let message = expired_message(owner, *expired_at, cluster.ttl);
+            events.push(LockEvent {
+                reason: "LockExpired",
+                message: message.clone(),
+                warning: false,
+            });
+            message
+        }
+        LockState::WaitingForFlavor { .. } => format!(
+            "Waiting for hearth-kueue-sync to publish the cluster's ResourceFlavor and quota (status.kueue) before taking the lock for {owner}; check the KueueSynced condition.{note}"
+        ),
+        LockState::Replacing { .. } => {
+            format!("Replacing the previous sentinel {canonical} with one for {owner}.{note}")
+        }
+        LockState::Creating { .. } => {
+            actions.push(LockAction::CreateSentinel {
+                name: canonical.clone(),
+                owner: owner.clone(),
+            });
+            status.lock_job_name = Some(canonical.clone());
+            format!(
+                "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
+            )
+        }
+        LockState::Waiting { sentinel, why, .. } => {
+            actions = delete_all_but(sentinels, Some(sentinel));
+            status.lock_job_name = Some(sentinel.clone());
+            format!(
+                "Sentinel {sentinel} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
+                why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+            )
+        }
+        LockState::Held { sentinel, .. } => {
+            actions = delete_all_but(sentinels, Some(sentinel));
+            status.lock_job_name = Some(sentinel.clone());
+            status.locked = true;
+            format!(
+                "Locked for {owner}{until}: sentinel {sentinel} holds all of the cluster's slots.{note}"
+            )
+        }
+        _ => unreachable!("states without a lock are planned by plan_unowned"),
+    };
+    let reason = state.reason().expect("a state with a lock has a reason");
     status.condition = Some(DesiredCondition::new(
         LOCKED,
         status.locked,
         reason,
         message,
     ));
+    let requeue_after = match state {
+        LockState::Expiring { .. } => None,
+        _ => lock
+            .expires_at
+            .map(|exp| Duration::try_from(exp.duration_since(now)).unwrap_or(Duration::ZERO)),
+    };
     LockPlan {
         actions,
-        events: vec![],
+        events,
         status,
         requeue_after,
     }
+}
+
+/// Plans the states without an owner's lock: every sentinel goes, no lock field stays.
+fn plan_unowned(state: &LockState, sentinels: &[SentinelView]) -> LockPlan {
+    let message = match state {
+        LockState::NeverLocked => None,
+        LockState::Released { deleting: true } => {
+            Some("The cluster is being deleted; its lock was released.".to_owned())
+        }
+        LockState::Released { deleting: false } => {
+            Some("No owner: the cluster is not locked. Set spec.owner to lock it.".to_owned())
+        }
+        LockState::Expired { message } => Some(message.clone()),
+        LockState::InvalidOwner { problem } => Some(format!(
+            "{problem}. The cluster is not locked until spec.owner is valid."
+        )),
+        _ => unreachable!("states with a lock are planned by plan"),
+    };
+    let condition = message.map(|message| {
+        let reason = state.reason().expect("a state with a message has a reason");
+        DesiredCondition::new(LOCKED, false, reason, message)
+    });
+    LockPlan {
+        actions: delete_all(sentinels),
+        events: vec![],
+        status: LockStatus {
+            locked: false,
+            condition,
+            ..LockStatus::default()
+        },
+        requeue_after: None,
+    }
+}
+
+/// [`classify`] then [`plan`].
+pub fn plan_lock(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    now: Timestamp,
+) -> LockPlan {
+    plan(&classify(cluster, sentinels, now), cluster, sentinels, now)
 }
 
 /// What `Locked` says once a lock ran out. Built only from what both the expiry and any
@@ -334,55 +471,6 @@ fn ran_out(status: &FournosClusterStatus, now: Timestamp) -> Option<(&str, Times
     let expired_at = ts(&status.lock_expires_at).filter(|exp| *exp <= now)?;
     let owner = status.lock_owner.as_deref().filter(|o| !o.is_empty())?;
     Some((owner, expired_at))
-}
-
-fn plan_unlocked(
-    cluster: &ClusterView<'_>,
-    sentinels: &[SentinelView],
-    previous: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    now: Timestamp,
-) -> LockPlan {
-    let was_locked = previous.is_some()
-        || cluster.status.owner_set_at.is_some()
-        || cluster.status.locked.is_some()
-        || !sentinels.is_empty();
-    let ran_out = ran_out(cluster.status, now).filter(|_| !cluster.deleting);
-    let condition = match (previous, ran_out) {
-        // An expired lock keeps saying so until someone locks again.
-        (Some(c), _) if c.reason == reasons::EXPIRED => Some(DesiredCondition::new(
-            LOCKED,
-            false,
-            reasons::EXPIRED,
-            c.message.clone(),
-        )),
-        (_, Some((owner, expired_at))) => Some(DesiredCondition::new(
-            LOCKED,
-            false,
-            reasons::EXPIRED,
-            expired_message(owner, expired_at, cluster.ttl),
-        )),
-        _ if was_locked => Some(DesiredCondition::new(
-            LOCKED,
-            false,
-            reasons::RELEASED,
-            if cluster.deleting {
-                "The cluster is being deleted; its lock was released.".to_owned()
-            } else {
-                "No owner: the cluster is not locked. Set spec.owner to lock it.".to_owned()
-            },
-        )),
-        _ => None,
-    };
-    LockPlan {
-        actions: delete_all(sentinels),
-        events: vec![],
-        status: LockStatus {
-            locked: false,
-            condition,
-            ..LockStatus::default()
-        },
-        requeue_after: None,
-    }
 }
 
 #[cfg(test)]
@@ -909,5 +997,84 @@ mod tests {
         let plan = plan_lock(&view(Some("alice"), Some("36500d"), &status), &s, at(0));
         assert!(plan.status.locked);
         assert!(plan.status.lock_expires_at.is_some());
+    }
+
+    /// One row per row of the state table in the crate docs: the state [`classify`]
+    /// finds, and what [`plan`] makes of it.
+    #[test]
+    fn state_table() {
+        let expired_status = {
+            let mut s = locked_since("alice", 0);
+            let expired = DesiredCondition::new(LOCKED, false, reasons::EXPIRED, "ran out");
+            s.conditions = vec![next_condition(None, &expired, Some(1), &Time(at(60)))];
+            s
+        };
+        let alice = |state| [sentinel("cluster-lock-a", "alice", state)];
+        let holding = alice(SentinelState::Holding);
+        let waiting = alice(SentinelState::Waiting(None));
+        let none: [SentinelView; 0] = [];
+        type Row<'a> = (
+            &'a str,
+            Option<&'a str>,
+            Option<&'a str>,
+            FournosClusterStatus,
+            &'a [SentinelView],
+            Option<&'a str>,
+            &'a [&'a str],
+            bool,
+        );
+        #[rustfmt::skip]
+        let rows: [Row; 10] = [
+            // state,           owner,              ttl,        status,                  sentinels, Locked reason,                     actions,                        locked
+            ("NeverLocked",      None,               None,       synced(),                &none,     None,                              &[],                             false),
+            ("Expired",          None,               None,       expired_status,          &none,     Some(reasons::EXPIRED),            &[],                             false),
+            ("Released",         None,               None,       locked_since("alice", 0), &holding, Some(reasons::RELEASED),           &["delete"],                     false),
+            ("InvalidOwner",     Some("a\nb"),       None,       locked_since("alice", 0), &holding, Some(reasons::INVALID_OWNER),      &["delete"],                     false),
+            ("Expiring",         Some("alice"),      Some("1m"), locked_since("alice", 0), &holding, Some(reasons::EXPIRED),            &["delete", "clear-owner"],      false),
+            ("Held",             Some("alice"),      None,       locked_since("alice", 0), &holding, Some(reasons::HELD),               &[],                             true),
+            ("Waiting",          Some("alice"),      None,       locked_since("alice", 0), &waiting, Some(reasons::WAITING_FOR_ADMISSION), &[],                          false),
+            ("WaitingForFlavor", Some("alice"),      None,       FournosClusterStatus::default(), &none, Some(reasons::WAITING_FOR_FLAVOR), &[],                          false),
+            ("Replacing",        Some("bob"),        None,       locked_since("alice", 0), &holding, Some(reasons::WAITING_FOR_ADMISSION), &["delete"],                  false),
+            ("Creating",         Some("alice"),      None,       synced(),                &none,     Some(reasons::WAITING_FOR_ADMISSION), &["create"],                  false),
+        ];
+        for (name, owner, ttl, status, sentinels, reason, actions, locked) in rows {
+            let cluster = view(owner, ttl, &status);
+            let state = classify(&cluster, sentinels, at(60));
+            assert!(
+                format!("{state:?}").starts_with(name),
+                "{name}: classified {state:?}"
+            );
+            assert_eq!(state.reason().map(LockedReason::as_str), reason, "{name}");
+            let plan = plan(&state, &cluster, sentinels, at(60));
+            assert_eq!(plan, plan_lock(&cluster, sentinels, at(60)), "{name}");
+            let kinds: Vec<&str> = plan
+                .actions
+                .iter()
+                .map(|a| match a {
+                    LockAction::CreateSentinel { .. } => "create",
+                    LockAction::DeleteSentinel { .. } => "delete",
+                    LockAction::ClearOwner { .. } => "clear-owner",
+                })
+                .collect();
+            assert_eq!(kinds, actions, "{name}");
+            assert_eq!(
+                plan.status.condition.as_ref().map(|c| c.reason.as_str()),
+                reason,
+                "{name}"
+            );
+            assert_eq!(plan.status.locked, locked, "{name}");
+            assert_eq!(
+                plan.status.lock_owner.is_some(),
+                state.lock().is_some(),
+                "{name}: the lock's fields are written exactly in the states with an owner"
+            );
+            let events: Vec<&str> = plan.events.iter().map(|e| e.reason).collect();
+            let expected: &[&str] = if name == "Expiring" {
+                &["LockExpired"]
+            } else {
+                &[]
+            };
+            assert_eq!(events, expected, "{name}");
+        }
     }
 }

@@ -13,6 +13,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use hearth_api::conditions::{find as condition, is_true};
 use hearth_api::fournosjob::{FournosJob, FournosJobSpec, HOLDING_PHASES};
 use hearth_api::kueue::{PodSet, PriorityClassRef, Workload, WorkloadSpec, workload_conditions};
 use hearth_api::names::{
@@ -139,14 +140,6 @@ pub fn observe<K: Sentinel>(sentinel: &DeserializeGuard<K>) -> SentinelView {
 
 fn labels(cluster: &str) -> BTreeMap<String, String> {
     [(CLUSTER_LOCK_LABEL.to_owned(), cluster.to_owned())].into()
-}
-
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    condition(conditions, type_).is_some_and(|c| c.status == "True")
 }
 
 impl Sentinel for FournosJob {

@@ -1,27 +1,15 @@
 //! From the plan's [`LockStatus`] to what is written and said: the status patch (only
 //! when something changed) and the Events a change deserves. Pure.
 
-use hearth_api::FournosClusterStatus;
 use hearth_api::conditions::{self, next_condition};
 use hearth_api::names::condition_types::LOCKED;
+use hearth_api::reasons::LockedReason;
+use hearth_api::{FournosClusterStatus, LockManagerStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use crate::plan::{LockEvent, LockStatus, reasons};
-
-/// The status fields lock-manager owns, as they appear in JSON.
-const FIELDS: [&str; 5] = [
-    "locked",
-    "lockJobName",
-    "ownerSetAt",
-    "lockExpiresAt",
-    "lockOwner",
-];
-
-fn time(t: Option<Timestamp>) -> Option<Value> {
-    t.map(|t| serde_json::to_value(Time(t)).expect("a time serializes"))
-}
+use crate::plan::{LockEvent, LockStatus};
 
 /// The status to apply (server-side, lock-manager's field manager) to get from
 /// `current` to `desired`, or `None` when it already says that.
@@ -31,46 +19,76 @@ pub fn status_patch(
     desired: &LockStatus,
     now: Timestamp,
 ) -> Option<Value> {
-    let current_json = serde_json::to_value(current).expect("a status serializes");
-    let current_condition = conditions::find(&current.conditions, LOCKED);
-    let Some(want) = &desired.condition else {
+    let stored = LockManagerStatus::of(current);
+    let slice = match &desired.condition {
         // Never locked: nothing to say. Anything left over of ours is removed.
-        let leftovers =
-            FIELDS.iter().any(|f| current_json.get(f).is_some()) || current_condition.is_some();
-        return leftovers.then(|| json!({}));
+        None => LockManagerStatus::default(),
+        Some(want) => LockManagerStatus {
+            locked: Some(desired.locked),
+            lock_job_name: desired.lock_job_name.clone(),
+            owner_set_at: desired.owner_set_at.map(Time),
+            lock_owner: desired.lock_owner.clone(),
+            lock_expires_at: desired.lock_expires_at.map(Time),
+            conditions: vec![next_condition(
+                stored.conditions.first(),
+                want,
+                generation,
+                &Time(now),
+            )],
+        },
     };
-    let mut patch = Map::new();
-    patch.insert("locked".into(), desired.locked.into());
-    let optional = [
-        (
-            "lockJobName",
-            desired.lock_job_name.clone().map(Value::from),
-        ),
-        ("ownerSetAt", time(desired.owner_set_at)),
-        ("lockExpiresAt", time(desired.lock_expires_at)),
-        ("lockOwner", desired.lock_owner.clone().map(Value::from)),
-    ];
-    for (key, value) in optional {
-        if let Some(value) = value {
-            patch.insert(key.into(), value);
-        }
-    }
-    let condition = next_condition(current_condition, want, generation, &Time(now));
-    let unchanged = FIELDS.iter().all(|f| patch.get(*f) == current_json.get(*f))
-        && current_condition == Some(&condition);
-    if unchanged {
-        return None;
-    }
-    patch.insert(
-        "conditions".into(),
-        json!([serde_json::to_value(&condition).expect("a condition serializes")]),
-    );
-    Some(Value::Object(patch))
+    (slice != stored).then(|| serde_json::to_value(slice).expect("a status serializes"))
 }
 
 /// Whether this write is the moment the lock became held.
 pub fn became_held(current: &FournosClusterStatus, desired: &LockStatus) -> bool {
     desired.locked && current.locked != Some(true)
+}
+
+/// The Events a change of lock state deserves, besides the plan's own (`LockExpired`).
+/// One row per transition; the first matching row wins.
+///
+/// | from (stored `Locked` reason)       | to                    | Event          |
+/// |-------------------------------------|-----------------------|----------------|
+/// | anything but `Held`, or none        | `Held`                | `LockHeld`     |
+/// | anything but `Released`/`Expired`   | `Released`            | `LockReleased` |
+/// | `Held`, same owner                  | `WaitingForAdmission` | `LockLost` (Warning) |
+///
+/// A change of owner is `LockOwnerChanged` besides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transition {
+    Held,
+    Released,
+    Lost,
+}
+
+impl Transition {
+    /// The Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::Held => "LockHeld",
+            Self::Released => "LockReleased",
+            Self::Lost => "LockLost",
+        }
+    }
+
+    /// The transition from the stored reason `from` (`None`: no `Locked` condition;
+    /// `Some(None)`: a reason this version does not know) to `to`.
+    pub fn between(
+        from: Option<Option<LockedReason>>,
+        to: LockedReason,
+        same_owner: bool,
+    ) -> Option<Self> {
+        use LockedReason as R;
+        match (from, to) {
+            (from, R::Held) if from != Some(Some(R::Held)) => Some(Self::Held),
+            (Some(from), R::Released) if !matches!(from, Some(R::Released | R::Expired)) => {
+                Some(Self::Released)
+            }
+            (Some(Some(R::Held)), R::WaitingForAdmission) if same_owner => Some(Self::Lost),
+            _ => None,
+        }
+    }
 }
 
 /// Events for the change from `current` to `desired` (besides the plan's own, such as
@@ -80,50 +98,39 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
     let Some(want) = &desired.condition else {
         return vec![];
     };
-    let previous = conditions::find(&current.conditions, LOCKED);
-    let previous_reason = previous.map(|c| c.reason.as_str());
     let mut events = Vec::new();
-    let event = |reason: &'static str, message: String, warning: bool| LockEvent {
-        reason,
-        message,
-        warning,
-    };
     if let (Some(before), Some(after)) =
         (current.lock_owner.as_deref(), desired.lock_owner.as_deref())
         && before != after
     {
-        events.push(event(
-            "LockOwnerChanged",
-            format!("The lock passes from {before} to {after}."),
-            false,
-        ));
+        events.push(LockEvent {
+            reason: "LockOwnerChanged",
+            message: format!("The lock passes from {before} to {after}."),
+            warning: false,
+        });
     }
-    match want.reason.as_str() {
-        reasons::HELD if previous_reason != Some(reasons::HELD) => {
-            events.push(event("LockHeld", want.message.clone(), false));
-        }
-        reasons::RELEASED
-            if previous.is_some()
-                && previous_reason != Some(reasons::RELEASED)
-                && previous_reason != Some(reasons::EXPIRED) =>
-        {
-            events.push(event("LockReleased", want.message.clone(), false));
-        }
-        reasons::WAITING_FOR_ADMISSION
-            if previous_reason == Some(reasons::HELD)
-                && current.lock_owner == desired.lock_owner =>
-        {
-            events.push(event(
-                "LockLost",
-                format!(
-                    "The lock of {} is no longer held: {}",
-                    desired.lock_owner.as_deref().unwrap_or_default(),
-                    want.message
-                ),
-                true,
-            ));
-        }
-        _ => {}
+    let from =
+        conditions::find(&current.conditions, LOCKED).map(|c| LockedReason::parse(&c.reason));
+    let Some(to) = LockedReason::parse(&want.reason) else {
+        return events;
+    };
+    let same_owner = current.lock_owner == desired.lock_owner;
+    match Transition::between(from, to, same_owner) {
+        Some(Transition::Lost) => events.push(LockEvent {
+            reason: Transition::Lost.reason(),
+            message: format!(
+                "The lock of {} is no longer held: {}",
+                desired.lock_owner.as_deref().unwrap_or_default(),
+                want.message
+            ),
+            warning: true,
+        }),
+        Some(t) => events.push(LockEvent {
+            reason: t.reason(),
+            message: want.message.clone(),
+            warning: false,
+        }),
+        None => {}
     }
     events
 }
@@ -131,6 +138,7 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::reasons;
     use hearth_api::conditions::DesiredCondition;
     use pretty_assertions::assert_eq;
 
@@ -319,5 +327,38 @@ mod tests {
         assert_eq!(reasons_of(&released_status, &released), Vec::<&str>::new());
         assert!(became_held(&waiting_status, &held("alice")));
         assert!(!became_held(&held_status, &held("alice")));
+    }
+
+    /// One row per transition of [`Transition`]'s table, and the rows next to them that
+    /// must stay quiet.
+    #[test]
+    fn transition_table() {
+        use LockedReason as R;
+        #[rustfmt::skip]
+        let rows = [
+            // stored reason,               new reason,              same owner, Event
+            (None,                          R::Held,                 true,  Some(Transition::Held)),
+            (Some(Some(R::WaitingForAdmission)), R::Held,            true,  Some(Transition::Held)),
+            (Some(None),                    R::Held,                 true,  Some(Transition::Held)),
+            (Some(Some(R::Held)),           R::Held,                 true,  None),
+            (Some(Some(R::Held)),           R::Released,             true,  Some(Transition::Released)),
+            (Some(Some(R::WaitingForFlavor)), R::Released,           true,  Some(Transition::Released)),
+            (Some(None),                    R::Released,             true,  Some(Transition::Released)),
+            (None,                          R::Released,             true,  None),
+            (Some(Some(R::Released)),       R::Released,             true,  None),
+            (Some(Some(R::Expired)),        R::Released,             true,  None),
+            (Some(Some(R::Held)),           R::WaitingForAdmission,  true,  Some(Transition::Lost)),
+            (Some(Some(R::Held)),           R::WaitingForAdmission,  false, None),
+            (Some(Some(R::WaitingForFlavor)), R::WaitingForAdmission, true, None),
+            (Some(Some(R::Held)),           R::Expired,              true,  None),
+            (Some(Some(R::Held)),           R::WorkloadLost,         true,  None),
+        ];
+        for (from, to, same_owner, expected) in rows {
+            assert_eq!(
+                Transition::between(from, to, same_owner),
+                expected,
+                "{from:?} -> {to:?}, same owner {same_owner}"
+            );
+        }
     }
 }

@@ -238,40 +238,10 @@ impl std::str::FromStr for LogLevel {
     }
 }
 
-/// A duration written as `<number><unit>` with unit `s`, `m`, `h` or `d` (e.g. `7d`).
-/// Used as a clap `value_parser` by controller settings such as expiry warnings.
-pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
-    let input = input.trim();
-    let unit_at = input
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or(DurationError::MissingUnit)?;
-    let (number, unit) = input.split_at(unit_at);
-    let number: u64 = number.parse().map_err(|_| DurationError::MissingNumber)?;
-    let unit_secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 60 * 60,
-        "d" => 24 * 60 * 60,
-        other => return Err(DurationError::UnknownUnit(other.to_owned())),
-    };
-    number
-        .checked_mul(unit_secs)
-        .map(Duration::from_secs)
-        .ok_or(DurationError::TooLarge)
-}
-
-/// Why a duration could not be parsed.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DurationError {
-    #[error("expected <number><unit> with unit s, m, h or d (e.g. 7d), found no unit")]
-    MissingUnit,
-    #[error("expected <number><unit> (e.g. 7d), found no number")]
-    MissingNumber,
-    #[error("unknown unit {0:?}: use s, m, h or d")]
-    UnknownUnit(String),
-    #[error("duration is too large")]
-    TooLarge,
-}
+/// `<number><unit>` with unit `s`, `m`, `h` or `d` (e.g. `7d`): a clap `value_parser`.
+pub use hearth_api::duration::{
+    FlagDurationError as DurationError, parse_flag_duration as parse_duration,
+};
 
 #[cfg(test)]
 mod tests {

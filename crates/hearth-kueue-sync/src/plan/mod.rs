@@ -3,6 +3,9 @@
 //! cluster's `status.kueue` and `KueueSynced` condition should say. Pure: no I/O, no
 //! clock. The apply step performs the writes and re-plans from what it then observes.
 //!
+//! These rules are the one description of how kueue-sync computes quota; the crate
+//! README links here.
+//!
 //! # Rules
 //!
 //! **Ownership.** A ResourceFlavor is Hearth's iff it carries the labels
@@ -98,9 +101,9 @@
 //! write it only once the ClusterQueue write (if any) has succeeded; after a conflict,
 //! re-plan instead. Clusters being deleted get no status.
 
-mod observe;
+mod cluster_status;
+mod input;
 mod queue;
-mod report;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -111,12 +114,13 @@ use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec};
 use hearth_api::names::{
-    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, is_dns_label,
+    is_label_name,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use observe::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
-pub use report::SyncReason;
+pub use cluster_status::SyncReason;
+pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::cluster_queue_changes_summary;
 
 use queue::{Candidate, QueueInput};
@@ -355,14 +359,14 @@ pub fn plan(input: &PlanInput) -> Plan {
     // What each live cluster's status says.
     for cluster in &live {
         let entry = queue.as_ref().and_then(|q| q.entries.get(&cluster.name));
-        let (kueue, condition) = report::cluster_report(
+        let (kueue, condition) = cluster_status::cluster_report(
             cluster,
             states[cluster.name.as_str()],
             input.cluster_queue.is_some(),
             entry,
             settings,
         );
-        let status_changed = report::status_differs(cluster, kueue.as_ref(), &condition);
+        let status_changed = cluster_status::status_differs(cluster, kueue.as_ref(), &condition);
         plan.clusters.insert(
             cluster.name.clone(),
             ClusterSync {
@@ -410,19 +414,6 @@ pub(crate) fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_label_name(s)
 }
 
-/// A label key's name part (non-empty label value): 1–63 characters, alphanumeric at
-/// both ends, `-`, `_`, `.` inside.
-fn is_label_name(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_alphanumeric()
-        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
 /// Whether `s` is a valid resource name (a qualified name, as Kueue checks
 /// `coveredResources`): an optional DNS-subdomain prefix and `/`, then a label name.
 pub(crate) fn is_resource_name(s: &str) -> bool {
@@ -430,18 +421,7 @@ pub(crate) fn is_resource_name(s: &str) -> bool {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, s),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        !p.is_empty()
-            && p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b.len() <= 63
-                    && b[0].is_ascii_lowercase() | b[0].is_ascii_digit()
-                    && b[b.len() - 1].is_ascii_lowercase() | b[b.len() - 1].is_ascii_digit()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
+    let prefix_ok =
+        prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label));
     prefix_ok && is_label_name(name)
 }

@@ -126,63 +126,106 @@ pub(crate) fn groups_referencing(spec: &ClusterQueueSpec, name: &str) -> Vec<usi
         .collect()
 }
 
+/// The new ClusterQueue spec and what each candidate got, step by step: the other
+/// groups, the room, the selection, the covered resources, the quotas, the flavors.
 pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
     let current = input.current;
-    let is_hearths = input.is_hearths;
-    let settings = input.settings;
     let slot_index = slot_group_index(current);
-
-    // What the other groups hold: their flavors and resources are off limits.
-    let mut taken_flavors: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut taken_resources: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut other_groups_flavors = 0;
-    for (i, group) in current.resource_groups.iter().enumerate() {
-        if Some(i) == slot_index {
-            continue;
-        }
-        other_groups_flavors += group.flavors.len();
-        for flavor in &group.flavors {
-            taken_flavors.entry(&flavor.name).or_insert(i);
-        }
-        for resource in &group.covered_resources {
-            taken_resources.entry(resource).or_insert(i);
-        }
-    }
-
+    let others = OtherGroups::of(current, slot_index);
     let new_group = ResourceGroup::default();
     let group = slot_index.map_or(&new_group, |i| &current.resource_groups[i]);
     let foreign: Vec<&FlavorQuotas> = group
         .flavors
         .iter()
-        .filter(|f| !is_hearths(&f.name))
+        .filter(|f| !(input.is_hearths)(&f.name))
         .collect();
 
-    // Room for Hearth's entries; the oldest candidates take it.
-    let room = if slot_index.is_none() && current.resource_groups.len() >= MAX_RESOURCE_GROUPS {
-        Err(NoRoom::NoGroup)
-    } else {
-        let in_group = MAX_FLAVORS_PER_GROUP.saturating_sub(foreign.len());
-        let in_queue = MAX_FLAVORS_PER_QUEUE.saturating_sub(other_groups_flavors + foreign.len());
-        Ok(if in_group <= in_queue {
-            (
-                in_group,
-                NoRoom::GroupFull {
-                    foreign: foreign.len(),
-                },
-            )
-        } else {
-            (
-                in_queue,
-                NoRoom::QueueFull {
-                    foreign: other_groups_flavors + foreign.len(),
-                },
-            )
-        })
-    };
+    let room = room(current, slot_index, foreign.len(), others.flavor_count);
     let mut entries = BTreeMap::new();
+    let selected = select(input.candidates, &others, room, &mut entries);
+    let mut covered = covered_before_gpus(group, &foreign, input.settings);
+    let published = publish(
+        &selected,
+        &others,
+        &mut covered,
+        input.settings,
+        &mut entries,
+    );
+    let covered: Vec<String> = covered.into_iter().collect();
+    let flavors = arrange_flavors(group, &selected, input.is_hearths, &covered, &published);
+    QueuePlan {
+        spec: with_slot_group(current, slot_index, covered, flavors),
+        entries,
+    }
+}
+
+/// What the groups other than the slot group hold: their flavors and resources are off
+/// limits (each mapped to the first group that lists it).
+struct OtherGroups<'a> {
+    flavors: BTreeMap<&'a str, usize>,
+    resources: BTreeMap<&'a str, usize>,
+    flavor_count: usize,
+}
+
+impl<'a> OtherGroups<'a> {
+    fn of(current: &'a ClusterQueueSpec, slot_index: Option<usize>) -> Self {
+        let mut others = Self {
+            flavors: BTreeMap::new(),
+            resources: BTreeMap::new(),
+            flavor_count: 0,
+        };
+        for (i, group) in current.resource_groups.iter().enumerate() {
+            if Some(i) == slot_index {
+                continue;
+            }
+            others.flavor_count += group.flavors.len();
+            for flavor in &group.flavors {
+                others.flavors.entry(&flavor.name).or_insert(i);
+            }
+            for resource in &group.covered_resources {
+                others.resources.entry(resource).or_insert(i);
+            }
+        }
+        others
+    }
+}
+
+/// Room for Hearth's entries under Kueue's limits, and what a cluster left without
+/// one is told; `Err` when there can be no slot group at all.
+fn room(
+    current: &ClusterQueueSpec,
+    slot_index: Option<usize>,
+    foreign: usize,
+    other_groups_flavors: usize,
+) -> Result<(usize, NoRoom), NoRoom> {
+    if slot_index.is_none() && current.resource_groups.len() >= MAX_RESOURCE_GROUPS {
+        return Err(NoRoom::NoGroup);
+    }
+    let in_group = MAX_FLAVORS_PER_GROUP.saturating_sub(foreign);
+    let in_queue = MAX_FLAVORS_PER_QUEUE.saturating_sub(other_groups_flavors + foreign);
+    Ok(if in_group <= in_queue {
+        (in_group, NoRoom::GroupFull { foreign })
+    } else {
+        (
+            in_queue,
+            NoRoom::QueueFull {
+                foreign: other_groups_flavors + foreign,
+            },
+        )
+    })
+}
+
+/// The candidates that get an entry: the oldest, as many as there is room for. The
+/// others' outcomes go into `entries`.
+fn select<'c>(
+    candidates: &'c [Candidate<'c>],
+    others: &OtherGroups<'_>,
+    room: Result<(usize, NoRoom), NoRoom>,
+    entries: &mut BTreeMap<String, EntryOutcome>,
+) -> Vec<&'c Candidate<'c>> {
     let mut selected: Vec<&Candidate<'_>> = Vec::new();
-    for candidate in input.candidates {
-        if let Some(&group) = taken_flavors.get(candidate.name) {
+    for candidate in candidates {
+        if let Some(&group) = others.flavors.get(candidate.name) {
             entries.insert(
                 candidate.name.to_owned(),
                 EntryOutcome::FlavorInOtherGroup { group },
@@ -196,33 +239,55 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
             }
         }
     }
+    selected
+}
 
-    // Covered resources: what is not Hearth's to drop first, then GPUs oldest first.
-    let hearth_namespaced = |r: &str| {
-        r == CLUSTER_SLOT_RESOURCE
-            || (!settings.gpu_resource_prefix.is_empty()
-                && r.starts_with(&settings.gpu_resource_prefix))
-    };
+/// The slot resource or a GPU resource: what Hearth adds, and so may drop.
+fn hearth_namespaced(resource: &str, settings: &PlanSettings) -> bool {
+    resource == CLUSTER_SLOT_RESOURCE
+        || (!settings.gpu_resource_prefix.is_empty()
+            && resource.starts_with(&settings.gpu_resource_prefix))
+}
+
+/// Covered resources before the clusters' GPUs: the slot resource, and what is not
+/// Hearth's to drop (the group's other resources, what foreign flavors deliberately list).
+fn covered_before_gpus(
+    group: &ResourceGroup,
+    foreign: &[&FlavorQuotas],
+    settings: &PlanSettings,
+) -> BTreeSet<String> {
     let mut covered: BTreeSet<String> = BTreeSet::from([CLUSTER_SLOT_RESOURCE.to_owned()]);
     covered.extend(
         group
             .covered_resources
             .iter()
-            .filter(|r| !hearth_namespaced(r))
+            .filter(|r| !hearth_namespaced(r, settings))
             .cloned(),
     );
-    for flavor in &foreign {
+    for flavor in foreign {
         covered.extend(
             flavor
                 .resources
                 .iter()
-                .filter(|q| !(hearth_namespaced(&q.name) && is_plain_zero(q)))
+                .filter(|q| !(hearth_namespaced(&q.name, settings) && is_plain_zero(q)))
                 .map(|q| q.name.clone()),
         );
     }
+    covered
+}
+
+/// The quotas of each selected cluster, oldest first, adding its GPU resources to
+/// `covered` while there is room; its outcome goes into `entries`.
+fn publish<'c>(
+    selected: &[&'c Candidate<'c>],
+    others: &OtherGroups<'_>,
+    covered: &mut BTreeSet<String>,
+    settings: &PlanSettings,
+    entries: &mut BTreeMap<String, EntryOutcome>,
+) -> BTreeMap<&'c str, BTreeMap<String, i64>> {
     let slots = settings.cluster_slots.max(0);
-    let mut published: BTreeMap<&str, BTreeMap<String, i64>> = BTreeMap::new();
-    for candidate in &selected {
+    let mut published = BTreeMap::new();
+    for candidate in selected {
         let quota = |n: i64| if candidate.drained { 0 } else { n };
         let mut quotas = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), quota(slots))]);
         let mut left_out = Vec::new();
@@ -234,7 +299,7 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
             });
         }
         for (resource, &count) in &candidate.gpus {
-            let why = if let Some(&group) = taken_resources.get(resource.as_str()) {
+            let why = if let Some(&group) = others.resources.get(resource.as_str()) {
                 LeftOutWhy::CoveredByGroup(group)
             } else if covered.contains(resource) || covered.len() < MAX_COVERED_RESOURCES {
                 covered.insert(resource.clone());
@@ -255,34 +320,52 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
             EntryOutcome::Published { quotas, left_out },
         );
     }
-    let covered: Vec<String> = covered.into_iter().collect();
+    published
+}
 
-    // Flavors: existing entries keep their place, new ones are appended oldest first.
+/// The slot group's flavors: existing entries keep their place, new ones are appended
+/// oldest first; every one lists every covered resource.
+fn arrange_flavors(
+    group: &ResourceGroup,
+    selected: &[&Candidate<'_>],
+    is_hearths: &dyn Fn(&str) -> bool,
+    covered: &[String],
+    published: &BTreeMap<&str, BTreeMap<String, i64>>,
+) -> Vec<FlavorQuotas> {
     let mut flavors = Vec::with_capacity(group.flavors.len() + selected.len());
     let mut placed: BTreeSet<&str> = BTreeSet::new();
     for flavor in &group.flavors {
         if !is_hearths(&flavor.name) {
-            flavors.push(foreign_entry(flavor, &covered));
+            flavors.push(foreign_entry(flavor, covered));
         } else if let Some(quotas) = published.get(flavor.name.as_str())
             && placed.insert(&flavor.name)
         {
-            flavors.push(hearth_entry(&flavor.name, Some(flavor), &covered, quotas));
+            flavors.push(hearth_entry(&flavor.name, Some(flavor), covered, quotas));
         }
     }
-    for candidate in &selected {
+    for candidate in selected {
         if placed.insert(candidate.name) {
             flavors.push(hearth_entry(
                 candidate.name,
                 None,
-                &covered,
+                covered,
                 &published[candidate.name],
             ));
         }
     }
+    flavors
+}
 
+/// `current` with the slot group holding `covered` and `flavors`: added when there was
+/// none, removed when it is left without flavors (Kueue requires at least one).
+fn with_slot_group(
+    current: &ClusterQueueSpec,
+    slot_index: Option<usize>,
+    covered: Vec<String>,
+    flavors: Vec<FlavorQuotas>,
+) -> ClusterQueueSpec {
     let mut spec = current.clone();
     match slot_index {
-        // Kueue requires at least one flavor per group.
         Some(i) if flavors.is_empty() => {
             spec.resource_groups.remove(i);
         }
@@ -298,7 +381,7 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
             other: Default::default(),
         }),
     }
-    QueuePlan { spec, entries }
+    spec
 }
 
 /// `{name, nominalQuota: 0}` and nothing else: what Hearth adds to foreign flavors.

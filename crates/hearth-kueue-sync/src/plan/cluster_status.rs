@@ -17,63 +17,7 @@ use super::{
 };
 
 /// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SyncReason {
-    /// `True`: flavor and entry publish the cluster's quota.
-    Synced,
-    /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota.
-    Drained,
-    /// `False`: the flavor is being created (or its old one is still being deleted);
-    /// the entry follows.
-    WaitingForFlavor,
-    /// `False`: the ClusterQueue does not exist.
-    ClusterQueueNotFound,
-    /// `False`: Kueue's limits leave no room for the entry, or for some GPU models.
-    LimitReached,
-    /// `False`: a resource group Hearth does not manage already holds the flavor or a
-    /// GPU resource.
-    Conflict,
-    /// `False`: a flavor of the cluster's name exists without Hearth's label.
-    FlavorNotManaged,
-    /// `False`: the cluster's name cannot be a node-label value.
-    InvalidName,
-    /// `False`: a GPU short name does not make a valid resource name.
-    InvalidResourceName,
-}
-
-impl SyncReason {
-    pub const ALL: [SyncReason; 9] = [
-        Self::Synced,
-        Self::Drained,
-        Self::WaitingForFlavor,
-        Self::ClusterQueueNotFound,
-        Self::LimitReached,
-        Self::Conflict,
-        Self::FlavorNotManaged,
-        Self::InvalidName,
-        Self::InvalidResourceName,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Synced => "Synced",
-            Self::Drained => "Drained",
-            Self::WaitingForFlavor => "WaitingForFlavor",
-            Self::ClusterQueueNotFound => "ClusterQueueNotFound",
-            Self::LimitReached => "LimitReached",
-            Self::Conflict => "Conflict",
-            Self::FlavorNotManaged => "FlavorNotManaged",
-            Self::InvalidName => "InvalidName",
-            Self::InvalidResourceName => "InvalidResourceName",
-        }
-    }
-}
-
-impl std::fmt::Display for SyncReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use hearth_api::reasons::KueueSyncedReason as SyncReason;
 
 fn condition(reason: SyncReason, message: String) -> DesiredCondition {
     let status = if reason == SyncReason::Synced {
@@ -94,92 +38,11 @@ pub(crate) fn cluster_report(
 ) -> (Option<KueueStatus>, DesiredCondition) {
     let name = &cluster.name;
     let queue = &settings.cluster_queue;
-    let no_entry = |reason, message| (None, condition(reason, message));
-    match flavor {
-        FlavorState::InvalidName => {
-            return no_entry(
-                SyncReason::InvalidName,
-                format!(
-                    "The name '{name}' cannot be the value of node label {CLUSTER_NODE_LABEL} \
-                     (at most 63 characters: letters, digits, '-', '_', '.'), so Hearth \
-                     creates no ResourceFlavor and publishes no quota for it. Recreate the \
-                     cluster under a shorter name."
-                ),
-            );
-        }
-        FlavorState::NotManaged => {
-            let namespace = &settings.namespace;
-            return no_entry(
-                SyncReason::FlavorNotManaged,
-                format!(
-                    "A ResourceFlavor named '{name}' exists but is not this Hearth's (it lacks \
-                     the labels {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and \
-                     {CLUSTER_NAMESPACE_LABEL}={namespace}: someone else, or a Hearth in \
-                     another namespace, made it), so Hearth leaves it and its ClusterQueue \
-                     entries alone and publishes no quota for this cluster. Remove it from \
-                     every ClusterQueue and delete it, and Hearth creates its own; or, if it \
-                     selects {CLUSTER_NODE_LABEL}={name} and nobody else uses it, add those \
-                     labels to hand it over to Hearth."
-                ),
-            );
-        }
-        _ if !queue_exists => {
-            return no_entry(
-                SyncReason::ClusterQueueNotFound,
-                format!(
-                    "ClusterQueue '{queue}' does not exist. Hearth does not create it (it \
-                     belongs to the platform): create it, or point \
-                     HEARTH_KUEUE_CLUSTER_QUEUE_NAME at the right one, and this cluster's \
-                     quota is published at once."
-                ),
-            );
-        }
-        FlavorState::Creating => {
-            return no_entry(
-                SyncReason::WaitingForFlavor,
-                format!(
-                    "Creating ResourceFlavor '{name}'. Its entry in ClusterQueue '{queue}' is \
-                     added once the flavor exists (a ClusterQueue that references a missing \
-                     flavor stops admitting); nothing to do unless this lasts."
-                ),
-            );
-        }
-        FlavorState::Deleting => {
-            return no_entry(
-                SyncReason::WaitingForFlavor,
-                format!(
-                    "ResourceFlavor '{name}' is being deleted; Kueue finishes that once no \
-                     ClusterQueue references it. Hearth then recreates it and adds the cluster \
-                     back to ClusterQueue '{queue}'. If this lasts, remove '{name}' from the \
-                     other ClusterQueues or Cohorts that list it."
-                ),
-            );
-        }
-        FlavorState::Ready => {}
-    }
-    let (quotas, left_out) = match entry {
-        Some(EntryOutcome::Published { quotas, left_out }) => (quotas, left_out),
-        Some(EntryOutcome::FlavorInOtherGroup { group }) => {
-            return no_entry(
-                SyncReason::Conflict,
-                format!(
-                    "ResourceFlavor '{name}' is already listed in resourceGroups[{group}] of \
-                     ClusterQueue '{queue}', which does not cover {CLUSTER_SLOT_RESOURCE}; a \
-                     flavor may appear in one resource group only, so Hearth cannot add the \
-                     cluster's entry. Remove '{name}' from that group."
-                ),
-            );
-        }
-        Some(EntryOutcome::NoRoom(no_room)) => {
-            return no_entry(SyncReason::LimitReached, no_room_message(*no_room, queue));
-        }
-        // A ready flavor with an existing queue always has an outcome.
-        None => {
-            return no_entry(
-                SyncReason::WaitingForFlavor,
-                format!("Waiting for the entry in ClusterQueue '{queue}'."),
-            );
-        }
+    let published = flavor_not_ready(name, flavor, queue_exists, settings)
+        .map_or_else(|| entry_quotas(name, entry, queue), Err);
+    let (quotas, left_out) = match published {
+        Ok(published) => published,
+        Err((reason, message)) => return (None, condition(reason, message)),
     };
     let kueue = KueueStatus {
         flavor: name.clone(),
@@ -187,8 +50,117 @@ pub(crate) fn cluster_report(
         quotas: quotas.clone(),
         cluster_slots: settings.cluster_slots,
     };
+    (
+        Some(kueue),
+        published_condition(cluster, quotas, left_out, queue),
+    )
+}
+
+/// Why a cluster gets no entry: the reason and the message of its condition.
+type NoEntry = (SyncReason, String);
+
+/// Why a cluster whose flavor is not ready (or whose queue is missing) gets no entry.
+fn flavor_not_ready(
+    name: &str,
+    flavor: FlavorState,
+    queue_exists: bool,
+    settings: &PlanSettings,
+) -> Option<NoEntry> {
+    let queue = &settings.cluster_queue;
+    match flavor {
+        FlavorState::InvalidName => Some((
+            SyncReason::InvalidName,
+            format!(
+                "The name '{name}' cannot be the value of node label {CLUSTER_NODE_LABEL} \
+                 (at most 63 characters: letters, digits, '-', '_', '.'), so Hearth \
+                 creates no ResourceFlavor and publishes no quota for it. Recreate the \
+                 cluster under a shorter name."
+            ),
+        )),
+        FlavorState::NotManaged => {
+            let namespace = &settings.namespace;
+            Some((
+                SyncReason::FlavorNotManaged,
+                format!(
+                    "A ResourceFlavor named '{name}' exists but is not this Hearth's (it lacks \
+                 the labels {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and \
+                 {CLUSTER_NAMESPACE_LABEL}={namespace}: someone else, or a Hearth in \
+                 another namespace, made it), so Hearth leaves it and its ClusterQueue \
+                 entries alone and publishes no quota for this cluster. Remove it from \
+                 every ClusterQueue and delete it, and Hearth creates its own; or, if it \
+                 selects {CLUSTER_NODE_LABEL}={name} and nobody else uses it, add those \
+                 labels to hand it over to Hearth."
+                ),
+            ))
+        }
+        _ if !queue_exists => Some((
+            SyncReason::ClusterQueueNotFound,
+            format!(
+                "ClusterQueue '{queue}' does not exist. Hearth does not create it (it \
+                 belongs to the platform): create it, or point \
+                 HEARTH_KUEUE_CLUSTER_QUEUE_NAME at the right one, and this cluster's \
+                 quota is published at once."
+            ),
+        )),
+        FlavorState::Creating => Some((
+            SyncReason::WaitingForFlavor,
+            format!(
+                "Creating ResourceFlavor '{name}'. Its entry in ClusterQueue '{queue}' is \
+                 added once the flavor exists (a ClusterQueue that references a missing \
+                 flavor stops admitting); nothing to do unless this lasts."
+            ),
+        )),
+        FlavorState::Deleting => Some((
+            SyncReason::WaitingForFlavor,
+            format!(
+                "ResourceFlavor '{name}' is being deleted; Kueue finishes that once no \
+                 ClusterQueue references it. Hearth then recreates it and adds the cluster \
+                 back to ClusterQueue '{queue}'. If this lasts, remove '{name}' from the \
+                 other ClusterQueues or Cohorts that list it."
+            ),
+        )),
+        FlavorState::Ready => None,
+    }
+}
+
+/// The published quotas of a cluster's entry, or why it has none.
+fn entry_quotas<'e>(
+    name: &str,
+    entry: Option<&'e EntryOutcome>,
+    queue: &str,
+) -> Result<(&'e BTreeMap<String, i64>, &'e [LeftOut]), NoEntry> {
+    match entry {
+        Some(EntryOutcome::Published { quotas, left_out }) => Ok((quotas, left_out)),
+        Some(EntryOutcome::FlavorInOtherGroup { group }) => Err((
+            SyncReason::Conflict,
+            format!(
+                "ResourceFlavor '{name}' is already listed in resourceGroups[{group}] of \
+                 ClusterQueue '{queue}', which does not cover {CLUSTER_SLOT_RESOURCE}; a \
+                 flavor may appear in one resource group only, so Hearth cannot add the \
+                 cluster's entry. Remove '{name}' from that group."
+            ),
+        )),
+        Some(EntryOutcome::NoRoom(no_room)) => {
+            Err((SyncReason::LimitReached, no_room_message(*no_room, queue)))
+        }
+        // A ready flavor with an existing queue always has an outcome.
+        None => Err((
+            SyncReason::WaitingForFlavor,
+            format!("Waiting for the entry in ClusterQueue '{queue}'."),
+        )),
+    }
+}
+
+/// The `KueueSynced` condition of a cluster whose entry publishes `quotas`.
+fn published_condition(
+    cluster: &ObservedCluster,
+    quotas: &BTreeMap<String, i64>,
+    left_out: &[LeftOut],
+    queue: &str,
+) -> DesiredCondition {
+    let name = &cluster.name;
     let published = format_quotas(quotas);
-    let condition = if cluster.drained() {
+    if cluster.drained() {
         let why = match cluster.kubeconfig_status {
             None => "hearth-discovery has not validated its kubeconfig yet".to_owned(),
             Some(status) => format!("its kubeconfig is {status} (see condition KubeconfigValid)"),
@@ -234,8 +206,7 @@ pub(crate) fn cluster_report(
                 left_out_message(left_out)
             ),
         )
-    };
-    (Some(kueue), condition)
+    }
 }
 
 fn no_room_message(no_room: NoRoom, queue: &str) -> String {

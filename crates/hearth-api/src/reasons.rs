@@ -1,0 +1,201 @@
+//! The reasons of each condition type, one enum per type. The strings are part of the
+//! contract: DESIGN.md, the README, alerts and the e2e tests compare them, and they are
+//! Event reasons and metric labels too. Change none of them.
+
+/// Declares a reason enum with its contract strings: `as_str`, `ALL`, `Display`, and
+/// `parse` (the inverse of `as_str`, for reading a stored condition back).
+macro_rules! reasons {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $text:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every reason, in declaration order.
+            pub const ALL: &'static [$name] = &[$( $name::$variant, )+];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $text, )+
+                }
+            }
+
+            /// The reason whose string is `s`, if it is one of these.
+            pub fn parse(s: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|r| r.as_str() == s)
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(r: $name) -> String {
+                r.as_str().to_owned()
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Reasons of `KubeconfigValid` (hearth-discovery).
+    pub enum KubeconfigValidReason {
+        /// `True`: the target answered with these credentials.
+        Valid = "Valid",
+        Missing = "Missing",
+        Invalid = "Invalid",
+        Unauthorized = "Unauthorized",
+        Unreachable = "Unreachable",
+        /// Still `True`: the credentials work but expire within the warning window.
+        CredentialsExpiringSoon = "CredentialsExpiringSoon",
+        /// Still `True`: the credentials say they have expired, yet the target accepts them.
+        CredentialsExpired = "CredentialsExpired",
+        /// `False` (`Invalid`), for a Secret that is another cluster's.
+        SecretNotForThisCluster = "SecretNotForThisCluster",
+    }
+}
+
+reasons! {
+    /// Reasons of `GPUDiscovered` (hearth-discovery).
+    pub enum GpuDiscoveredReason {
+        Discovered = "Discovered",
+        Forbidden = "Forbidden",
+        DiscoveryFailed = "DiscoveryFailed",
+    }
+}
+
+reasons! {
+    /// Reasons of `KueueSynced` (hearth-kueue-sync).
+    pub enum KueueSyncedReason {
+        /// `True`: flavor and entry publish the cluster's quota.
+        Synced = "Synced",
+        /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota.
+        Drained = "Drained",
+        /// `False`: the flavor is being created (or its old one is still being deleted);
+        /// the entry follows.
+        WaitingForFlavor = "WaitingForFlavor",
+        /// `False`: the ClusterQueue does not exist.
+        ClusterQueueNotFound = "ClusterQueueNotFound",
+        /// `False`: Kueue's limits leave no room for the entry, or for some GPU models.
+        LimitReached = "LimitReached",
+        /// `False`: a resource group Hearth does not manage already holds the flavor or a
+        /// GPU resource.
+        Conflict = "Conflict",
+        /// `False`: a flavor of the cluster's name exists without Hearth's label.
+        FlavorNotManaged = "FlavorNotManaged",
+        /// `False`: the cluster's name cannot be a node-label value.
+        InvalidName = "InvalidName",
+        /// `False`: a GPU short name does not make a valid resource name.
+        InvalidResourceName = "InvalidResourceName",
+    }
+}
+
+reasons! {
+    /// Reasons of `Locked` (hearth-lock-manager). Only `Held` is `True`.
+    pub enum LockedReason {
+        Held = "Held",
+        WaitingForAdmission = "WaitingForAdmission",
+        WaitingForFlavor = "WaitingForFlavor",
+        Expired = "Expired",
+        Released = "Released",
+        /// `spec.owner` is one the CRD refuses today but an older CRD stored.
+        InvalidOwner = "InvalidOwner",
+        /// The apiserver refused the sentinel.
+        SentinelCreateFailed = "SentinelCreateFailed",
+        /// `fournosjob` sentinels: the Workload that held the lock is gone or evicted.
+        WorkloadLost = "WorkloadLost",
+        /// `fournosjob` sentinels: the Workload requests fewer slots than the cluster has.
+        SlotsMismatch = "SlotsMismatch",
+        /// `fournosjob` sentinels: a Workload of the sentinel's name still exists (Fournos
+        /// would adopt it); no sentinel is created until it is gone.
+        WaitingForRelease = "WaitingForRelease",
+        /// `fournosjob` sentinels: unlocked, but a sentinel or its Workload still holds
+        /// quota.
+        Releasing = "Releasing",
+        /// `fournosjob` sentinels: Fournos has not given the sentinel a phase in time.
+        SentinelNotPickedUp = "SentinelNotPickedUp",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(all: &[&'static str]) {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in all {
+            assert!(
+                !r.is_empty() && r.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{r}"
+            );
+            assert!(r.starts_with(|c: char| c.is_ascii_uppercase()), "{r}");
+            assert!(seen.insert(*r), "{r} twice");
+        }
+    }
+
+    #[test]
+    fn reasons_are_camel_case_distinct_and_parse_back() {
+        check(
+            &KubeconfigValidReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        check(
+            &GpuDiscoveredReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        check(
+            &KueueSyncedReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        check(
+            &LockedReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        for r in LockedReason::ALL {
+            assert_eq!(LockedReason::parse(r.as_str()), Some(*r));
+        }
+        assert_eq!(LockedReason::parse("held"), None);
+    }
+
+    #[test]
+    fn contract_strings() {
+        // DESIGN.md names these; alerts and e2e tests compare them.
+        assert_eq!(
+            LockedReason::ALL[..5]
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "Held",
+                "WaitingForAdmission",
+                "WaitingForFlavor",
+                "Expired",
+                "Released"
+            ]
+        );
+        assert_eq!(GpuDiscoveredReason::Forbidden.as_str(), "Forbidden");
+        assert_eq!(
+            KueueSyncedReason::ClusterQueueNotFound.as_str(),
+            "ClusterQueueNotFound"
+        );
+        assert_eq!(KubeconfigValidReason::Unreachable.as_str(), "Unreachable");
+    }
+}
