@@ -11,13 +11,11 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, anyhow, ensure};
+use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures::StreamExt as _;
@@ -31,7 +29,6 @@ use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
-use hearth_e2e::process::{http_get, until};
 use hearth_e2e::{BlackHole, ControlPlane, Isolated, Target, TargetFleet};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
@@ -39,7 +36,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 /// How long any one expected change may take.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -57,48 +53,6 @@ const FAST: &[(&str, &str)] = &[
 // The controller under test, and the test's view of the management cluster.
 // ---------------------------------------------------------------------------------------
 
-/// Builds hearth-discovery once per test process, with the profile of this test binary,
-/// so the tests never run a stale binary; [`hearth::start`] then finds it next to us.
-async fn build_discovery() -> Result<()> {
-    static BUILT: OnceCell<std::result::Result<(), String>> = OnceCell::const_new();
-    BUILT
-        .get_or_init(|| async {
-            tokio::task::spawn_blocking(|| {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-                let release = std::env::current_exe()
-                    .map(|exe| exe.components().any(|c| c.as_os_str() == "release"))
-                    .unwrap_or(false);
-                let mut command = std::process::Command::new(cargo);
-                command
-                    .args([
-                        "build",
-                        "-p",
-                        "hearth-discovery",
-                        "--bin",
-                        "hearth-discovery",
-                    ])
-                    .current_dir(&workspace)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::inherit());
-                if release {
-                    command.arg("--release");
-                }
-                match command.status() {
-                    Ok(status) if status.success() => Ok(()),
-                    Ok(status) => Err(format!("cargo build -p hearth-discovery: {status}")),
-                    Err(e) => Err(format!("running cargo: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-        })
-        .await
-        .clone()
-        .map_err(|e| anyhow!("cannot build hearth-discovery: {e}"))
-}
-
 /// One test's world: its scope on the shared plane, its discovery process, and clients.
 struct Fixture {
     plane: &'static ControlPlane,
@@ -113,7 +67,6 @@ impl Fixture {
     /// Creates the test's scope and starts discovery in it with `env` on top of the
     /// harness defaults.
     async fn start(test: &str, env: &[(&str, &str)]) -> Result<Fixture> {
-        build_discovery().await?;
         let plane = ControlPlane::shared().await?;
         let iso = plane.isolated(test).await?;
         let discovery = hearth::start(plane, &iso, Controller::Discovery, "0", env).await?;
@@ -126,12 +79,6 @@ impl Fixture {
             iso,
             discovery,
         })
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.discovery.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     /// Creates or replaces Secret `name` with `kubeconfig`, labeled as a kubeconfig Secret
@@ -249,22 +196,17 @@ impl Fixture {
             .collect())
     }
 
-    /// [`until`] with the tail of discovery's log in the time-out error.
+    /// [`Running::until`] on discovery: its log's tail is in the time-out error.
     async fn eventually<T, F, Fut>(&self, what: &str, timeout: Duration, probe: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<std::result::Result<T, String>>>,
     {
-        until(what, timeout, probe)
-            .await
-            .map_err(|e| anyhow!("{e}\n--- discovery log (tail) ---\n{}", self.log_tail()))
+        self.discovery.until(what, timeout, probe).await
     }
 
     async fn metrics(&self) -> Result<String> {
-        let addr: SocketAddr = self.discovery.state.admin_addr.parse()?;
-        let (code, body) = http_get(addr, "/metrics").await?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(body)
+        Ok(self.discovery.metrics().await?)
     }
 }
 

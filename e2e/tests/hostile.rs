@@ -16,12 +16,13 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, quantity_to_i64};
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
 use hearth_api::names::{
     CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, condition_types,
 };
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::{entry, is_active, kueue_problems};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::process::{eventually, http_get, is_alive};
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
@@ -203,19 +204,7 @@ impl World {
     }
 
     fn describe(&self, name: &str) -> String {
-        let logs: Vec<String> = self
-            .controllers
-            .iter()
-            .map(|c| {
-                let log = c.log();
-                let lines: Vec<&str> = log.lines().collect();
-                format!(
-                    "--- {} ---\n{}",
-                    c.name(),
-                    lines[lines.len().saturating_sub(15)..].join("\n")
-                )
-            })
-            .collect();
+        let logs: Vec<String> = self.controllers.iter().map(|c| c.log_tail(15)).collect();
         format!("while waiting on {name}\n{}", logs.join("\n"))
     }
 
@@ -258,7 +247,7 @@ impl World {
                 let ok = quota
                     .as_ref()
                     .is_some_and(|q| q.get(CLUSTER_SLOT_RESOURCE) == Some(&100) && q.len() > 1)
-                    && queue_problems(&cq).is_empty()
+                    && kueue_problems(&cq).is_empty()
                     && is_active(&cq);
                 Ok(ok.then_some(()))
             },
@@ -340,7 +329,7 @@ impl World {
                 c.name(),
                 process.pid
             );
-            let addr = c.state.admin_addr.parse()?;
+            let addr = c.admin_addr()?;
             let (code, _) = http_get(addr, "/healthz").await?;
             ensure!(code == 200, "{} /healthz answered {code}", c.name());
             let log = c.log();
@@ -409,65 +398,6 @@ fn condition(
         .iter()
         .find(|x| x.type_ == type_)
         .cloned()
-}
-
-fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
-    cq.spec
-        .resource_groups
-        .iter()
-        .flat_map(|g| &g.flavors)
-        .find(|f| f.name == flavor)
-        .map(|f| {
-            f.resources
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
-                    )
-                })
-                .collect()
-        })
-}
-
-/// What Kueue's webhook (not running here) and CRD rules would refuse in the queue.
-fn queue_problems(cq: &ClusterQueue) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut flavors = std::collections::BTreeSet::new();
-    for (i, group) in cq.spec.resource_groups.iter().enumerate() {
-        if group.flavors.is_empty() || group.flavors.len() > 64 {
-            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
-        }
-        if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
-            problems.push(format!(
-                "group {i}: {} covered",
-                group.covered_resources.len()
-            ));
-        }
-        for f in &group.flavors {
-            if !flavors.insert(f.name.clone()) {
-                problems.push(format!("flavor {} listed twice", f.name));
-            }
-            let names: Vec<&String> = f.resources.iter().map(|q| &q.name).collect();
-            if names != group.covered_resources.iter().collect::<Vec<_>>() {
-                problems.push(format!("group {i}: flavor {} lists {names:?}", f.name));
-            }
-            for q in &f.resources {
-                if quantity_to_i64(&q.nominal_quota).is_none_or(|n| n < 0) {
-                    problems.push(format!("{}: {} = {:?}", f.name, q.name, q.nominal_quota));
-                }
-            }
-        }
-    }
-    problems
-}
-
-fn is_active(cq: &ClusterQueue) -> bool {
-    cq.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Active" && c.status == "True")
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -865,7 +795,7 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
                 return Ok(None);
             };
             Ok(
-                (entry(&cq, &junk).is_some() && queue_problems(&cq).is_empty() && is_active(&cq))
+                (entry(&cq, &junk).is_some() && kueue_problems(&cq).is_empty() && is_active(&cq))
                     .then_some(()),
             )
         },

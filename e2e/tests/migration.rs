@@ -24,12 +24,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::Workload;
+use hearth_api::kueue::{ClusterQueue, Workload};
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL,
     CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
@@ -37,11 +37,12 @@ use hearth_api::names::{
 };
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::{condition, is_active, workload_is};
+use hearth_e2e::lab::own_plane;
 use hearth_e2e::objects::slot_workload;
-use hearth_e2e::process::eventually;
+use hearth_e2e::process::{eventually, holds_for};
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -107,24 +108,13 @@ fn legacy_crd_path() -> Result<PathBuf> {
 }
 
 async fn plane() -> Result<&'static ControlPlane> {
-    let plane = PLANE
-        .get_or_init(|| async {
-            let crd = legacy_crd_path().map_err(|e| e.to_string())?;
-            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
-            let options = PlaneOptions {
-                fournos_cluster_crd: Some(crd),
-                // The controllers are started by the test, in its own scope.
-                hearth_bin_dir: None,
-                ..options
-            };
-            ControlPlane::start(options)
-                .await
-                .map_err(|e| e.to_string())
+    own_plane(&PLANE, |options| {
+        Ok(PlaneOptions {
+            fournos_cluster_crd: Some(legacy_crd_path()?),
+            ..options
         })
-        .await;
-    plane
-        .as_ref()
-        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -327,10 +317,7 @@ impl World {
 }
 
 fn queue_active(queue: &Value) -> bool {
-    queue["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Active" && c["status"] == "True")
-    })
+    serde_json::from_value::<ClusterQueue>(queue.clone()).is_ok_and(|cq| is_active(&cq))
 }
 
 /// The slot group's entries: flavor → resources in the order written, as integers.
@@ -370,17 +357,6 @@ fn covered(queue: &Value) -> Vec<String> {
         .flatten()
         .filter_map(|r| r.as_str().map(str::to_owned))
         .collect()
-}
-
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn workload_is(w: &Workload, type_: &str) -> bool {
-    w.status
-        .as_ref()
-        .and_then(|s| condition(&s.conditions, type_))
-        .is_some_and(|c| c.status == "True")
 }
 
 fn discovered(fc: &FournosCluster) -> bool {
@@ -1001,10 +977,14 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let before = versions(&world, &clusters, &gitops).await?;
     running = start_all(plane, &scope, &env).await?;
     // Every controller resyncs every 2 s here: five intervals without a write.
-    let window = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < window {
-        let now = versions(&world, &clusters, &gitops).await?;
-        if now != before {
+    holds_for(
+        "no write by the second run",
+        Duration::from_secs(10),
+        || async {
+            let now = versions(&world, &clusters, &gitops).await?;
+            if now == before {
+                return Ok(Ok(()));
+            }
             let changed: Vec<_> = now
                 .iter()
                 .filter(|(k, v)| before.get(*k) != Some(v))
@@ -1020,10 +1000,13 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
                     ));
                 }
             }
-            bail!("the second run wrote: {changed:?}\n{}", who.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+            Ok(Err(format!(
+                "the second run wrote: {changed:?}\n{}",
+                who.join("\n")
+            )))
+        },
+    )
+    .await?;
     for r in &running {
         r.stop(plane).await?;
     }

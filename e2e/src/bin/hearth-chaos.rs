@@ -26,11 +26,11 @@ use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload, quantity_to_i64};
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
-use hearth_api::names::{
-    CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL,
-};
+use hearth_api::names::{CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL};
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants;
+use hearth_e2e::process::{until, wait};
 use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, Isolated, NodeSpec, PlaneOptions, TargetFleet};
 use k8s_openapi::api::core::v1::Secret;
@@ -187,16 +187,20 @@ async fn flap(plane: &ControlPlane, secs: u64) -> Result<Flap> {
             (flapping.clone(), stable.clone(), iso.cluster_queue.clone());
         async move {
             let t0 = Instant::now();
-            loop {
-                let cq = queues.get(&queue).await?;
-                if with_quota(&cq, &flapping) && with_quota(&cq, &stable) {
-                    return Ok::<_, anyhow::Error>((t0.elapsed().as_secs_f64(), cq));
-                }
-                if t0.elapsed() > timeout {
-                    bail!("the flap scope never had both clusters' quota");
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+            let cq = until(
+                "the flap scope to have both clusters' quota",
+                timeout,
+                || async {
+                    let cq = queues.get(&queue).await?;
+                    Ok(if with_quota(&cq, &flapping) && with_quota(&cq, &stable) {
+                        Ok(cq)
+                    } else {
+                        Err(format!("{:?}", invariants::entries(&cq).keys()))
+                    })
+                },
+            )
+            .await?;
+            Ok::<_, anyhow::Error>((t0.elapsed().as_secs_f64(), cq))
         }
     };
     let (_, cq) = wait_both(Duration::from_secs(120)).await?;
@@ -296,21 +300,15 @@ async fn violations(
         .filter(|n| n.ends_with(&w.iso.id))
         .collect();
     let cq = queues.get(&w.iso.cluster_queue).await?;
-    let mut entries: BTreeMap<String, Vec<BTreeMap<String, i64>>> = BTreeMap::new();
-    for f in cq.spec.resource_groups.iter().flat_map(|g| &g.flavors) {
-        entries.entry(f.name.clone()).or_default().push(
-            f.resources
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
-                    )
-                })
-                .filter(|(_, n)| *n != 0)
-                .collect(),
-        );
-    }
+    let entries: BTreeMap<String, Vec<BTreeMap<String, i64>>> = invariants::entries(&cq)
+        .into_iter()
+        .map(|(flavor, quotas)| {
+            (
+                flavor,
+                quotas.into_iter().map(invariants::nonzero).collect(),
+            )
+        })
+        .collect();
     if entries.get(&w.foreign).is_none_or(|e| e.len() != 1) {
         v.push(format!("foreign entry {} lost or doubled", w.foreign));
     }
@@ -324,16 +322,7 @@ async fn violations(
         v.push(format!("queue entry {gone} of a cluster that is gone"));
     }
 
-    let sentinels: BTreeMap<String, usize> = workloads
-        .list(&ListParams::default().labels(CLUSTER_LOCK_LABEL))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|wl| wl.metadata.labels?.get(CLUSTER_LOCK_LABEL).cloned())
-        .fold(BTreeMap::new(), |mut m, c| {
-            *m.entry(c).or_insert(0) += 1;
-            m
-        });
+    let sentinels = invariants::sentinel_counts(&workloads).await?;
 
     let (mut synced, mut limit, mut locked) = (0, 0, 0);
     for (name, c) in &fcs {
@@ -494,13 +483,17 @@ async fn main() -> Result<()> {
         }
         // Owners go on as soon as the FournosClusters exist.
         for name in &locked {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while clusters.get_opt(name).await?.is_none() {
-                if Instant::now() > deadline {
-                    bail!("{name} never created");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            until(
+                &format!("{name} created"),
+                Duration::from_secs(120),
+                || async {
+                    Ok(match clusters.get_opt(name).await? {
+                        Some(_) => Ok(()),
+                        None => Err("not yet".to_owned()),
+                    })
+                },
+            )
+            .await?;
             clusters
                 .patch(
                     name,
@@ -589,17 +582,22 @@ async fn main() -> Result<()> {
         kills.len()
     );
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs(args.timeout_secs);
-    let mut state = BTreeMap::new();
-    let (converge_secs, violations_at_timeout) = loop {
+    let last_state = std::cell::RefCell::new(BTreeMap::new());
+    let converged = wait(Duration::from_secs(args.timeout_secs), || async {
+        let mut state = BTreeMap::new();
         let v = violations(&w, &wanted, &mut state).await?;
-        if v.is_empty() {
-            break (Some(t0.elapsed().as_secs_f64()), Vec::new());
-        }
-        if Instant::now() > deadline {
-            break (None, v);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        *last_state.borrow_mut() = state;
+        Ok::<_, anyhow::Error>(if v.is_empty() {
+            Ok(())
+        } else {
+            Err(v.join("\n"))
+        })
+    })
+    .await?;
+    let state = last_state.into_inner();
+    let (converge_secs, violations_at_timeout) = match converged {
+        Ok(()) => (Some(t0.elapsed().as_secs_f64()), Vec::new()),
+        Err(last) => (None, last.lines().map(str::to_owned).collect()),
     };
 
     let flap = if args.flap_secs > 0 {
