@@ -26,7 +26,8 @@ use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
 use crate::process::until;
 use crate::resources::apply;
-use crate::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
+use crate::world::World;
+use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
 
 /// Deadline of every lab wait that is not about a known duration.
 pub const DEADLINE: Duration = Duration::from_secs(90);
@@ -110,13 +111,10 @@ pub fn lock_state(fc: &FournosCluster) -> String {
     )
 }
 
-/// One lock test's scope and clients.
+/// One lock test's scope and clients: a [`World`] (its fields through `Deref`) with the
+/// scope's Events and the clusters queued so far.
 pub struct LockLab {
-    pub plane: &'static ControlPlane,
-    pub scope: Isolated,
-    pub client: kube::Client,
-    pub clusters: Api<FournosCluster>,
-    pub workloads: Api<Workload>,
+    world: World<'static>,
     pub events: Api<Event>,
     /// Clusters whose flavor is in the scope's ClusterQueue.
     queued: Mutex<Vec<String>>,
@@ -125,18 +123,22 @@ pub struct LockLab {
     probes: AtomicUsize,
 }
 
+impl std::ops::Deref for LockLab {
+    type Target = World<'static>;
+
+    fn deref(&self) -> &World<'static> {
+        &self.world
+    }
+}
+
 impl LockLab {
     /// A new scope on `plane` for `test`.
     pub async fn new(plane: &'static ControlPlane, test: &str) -> Result<LockLab> {
         let scope = plane.isolated(test).await?;
-        let client = plane.management_client().await?;
+        let world = World::new(plane, scope).await?;
         Ok(LockLab {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            events: Api::namespaced(client.clone(), &scope.namespace),
-            plane,
-            scope,
-            client,
+            events: Api::namespaced(world.client.clone(), &world.scope.namespace),
+            world,
             queued: Default::default(),
             probing: false,
             probes: AtomicUsize::new(0),

@@ -107,6 +107,7 @@ pub mod protocol;
 pub mod resources;
 pub mod supervisor;
 pub mod tools;
+pub mod world;
 
 pub use blackhole::BlackHole;
 pub use error::{PlaneError, Result};

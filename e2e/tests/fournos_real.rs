@@ -116,7 +116,6 @@ fn job_message(job: &FournosJob) -> String {
 struct Lab {
     lab: LockLab,
     shared: &'static Shared,
-    jobs: Api<FournosJob>,
     fournos: tokio::sync::Mutex<Fournos>,
     world: tokio::task::JoinHandle<Result<()>>,
     lock_manager: tokio::sync::Mutex<Option<Running>>,
@@ -154,7 +153,6 @@ impl Lab {
             fournos.log_path().display()
         );
         Ok(Some(Lab {
-            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
             lab,
             shared,
             fournos: tokio::sync::Mutex::new(fournos),

@@ -28,20 +28,20 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
-use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::{ClusterQueue, Workload};
+use hearth_api::kueue::ClusterQueue;
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL,
     CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
 };
-use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use hearth_e2e::fixtures::KUEUE_API_VERSION;
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants::{condition, is_active, workload_is};
 use hearth_e2e::lab::own_plane;
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::{eventually, holds_for};
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -273,49 +273,6 @@ fn legacy_flavor(cluster: &str) -> Value {
 // Reading the world
 // ---------------------------------------------------------------------------------------
 
-struct World {
-    scope: Isolated,
-    clusters: Api<FournosCluster>,
-    jobs: Api<FournosJob>,
-    workloads: Api<Workload>,
-    queues: Api<DynamicObject>,
-    flavors: Api<DynamicObject>,
-}
-
-impl World {
-    async fn new(client: kube::Client, scope: Isolated) -> Result<World> {
-        let (queues, _) = dynamic_api(&client, &cluster_queue(&scope.cluster_queue)).await?;
-        let (flavors, _) = dynamic_api(&client, &legacy_flavor("x")).await?;
-        Ok(World {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            queues,
-            flavors,
-            scope,
-        })
-    }
-
-    async fn queue(&self) -> Result<Value> {
-        Ok(serde_json::to_value(
-            self.queues.get(&self.scope.cluster_queue).await?,
-        )?)
-    }
-
-    /// Live (not Terminating) sentinels labeled for `cluster`.
-    async fn sentinels(&self, cluster: &str) -> Result<Vec<FournosJob>> {
-        let lp = ListParams::default().labels(&format!("{CLUSTER_LOCK_LABEL}={cluster}"));
-        Ok(self
-            .jobs
-            .list(&lp)
-            .await?
-            .items
-            .into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .collect())
-    }
-}
-
 fn queue_active(queue: &Value) -> bool {
     serde_json::from_value::<ClusterQueue>(queue.clone()).is_ok_and(|cq| is_active(&cq))
 }
@@ -391,11 +348,11 @@ struct Invariants {
     workload: String,
 }
 
-async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
+async fn sample(world: &World<'_>, inv: &Invariants) -> Result<Vec<String>> {
     let mut bad = Vec::new();
     // The queue first, then the clusters: a quota lowered in the queue must then show as
     // discovered on the cluster (discovery writes before kueue-sync reacts).
-    let queue = world.queue().await?;
+    let queue = world.queue_json().await?;
     if !queue_active(&queue) {
         bad.push(format!(
             "ClusterQueue not Active: {}",
@@ -429,7 +386,7 @@ async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         }
     }
     let (locked, sentinel) = &inv.locked;
-    let held = world.sentinels(locked).await?;
+    let held = world.sentinel_jobs(locked).await?;
     if held.len() != 1 || held[0].name_any() != *sentinel {
         bad.push(format!(
             "{locked}: sentinels {:?}, want exactly {sentinel}",
@@ -449,7 +406,7 @@ async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         bad.push(format!("{locked}: status.locked is not true"));
     }
     let (expiring, expires_at) = &inv.expiring;
-    let sentinels = world.sentinels(expiring).await?;
+    let sentinels = world.sentinel_jobs(expiring).await?;
     if sentinels.len() > 1 {
         bad.push(format!("{expiring}: {} sentinels", sentinels.len()));
     }
@@ -477,7 +434,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let plane = plane().await?;
     let scope = plane.isolated("migration").await?;
     let client = plane.management_client().await?;
-    let world = World::new(client.clone(), scope.clone()).await?;
+    let world = World::new(plane, scope.clone()).await?;
     let ns = scope.namespace.clone();
     let exec = scope.execution_namespace.clone();
 
@@ -622,7 +579,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         "the legacy Workloads admitted, the queue Active",
         DEADLINE,
         || async {
-            let queue = world.queue().await?;
+            let queue = world.queue_json().await?;
             let mut admitted = 0;
             for name in [
                 locked.sentinel_name(),
@@ -755,7 +712,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         "the legacy state itself breaks the invariants: {first:?}"
     );
     let watcher = {
-        let world = World::new(client.clone(), scope.clone()).await?;
+        let world = World::new(plane, scope.clone()).await?;
         let invariants = invariants.clone();
         let watch = watch.clone();
         tokio::spawn(async move {
@@ -800,7 +757,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         },
     )
     .await?;
-    let adopted = entries(&world.queue().await?);
+    let adopted = entries(&world.queue_json().await?);
     for c in &clusters {
         let entry: BTreeMap<String, i64> = adopted[&c.name]
             .iter()
@@ -874,14 +831,16 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         let fc = world.clusters.get(&expiring.name).await?;
         let expired = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
             .is_some_and(|c| c.reason == "Expired");
-        if fc.spec.owner.is_some() || !expired || !world.sentinels(&expiring.name).await?.is_empty()
+        if fc.spec.owner.is_some()
+            || !expired
+            || !world.sentinel_jobs(&expiring.name).await?.is_empty()
         {
             waiting.push(format!(
                 "{}: TTL not expired yet (owner {:?})",
                 expiring.name, fc.spec.owner
             ));
         }
-        let queue = world.queue().await?;
+        let queue = world.queue_json().await?;
         let order = covered(&queue);
         let entries = entries(&queue);
         for c in &clusters {
@@ -1054,7 +1013,7 @@ async fn start_all(
 /// resourceVersion of every object Hearth could write: FournosClusters, the ClusterQueue,
 /// the flavors, the sentinels.
 async fn versions(
-    world: &World,
+    world: &World<'_>,
     clusters: &[Legacy],
     gitops: &str,
 ) -> Result<BTreeMap<String, String>> {
@@ -1066,10 +1025,13 @@ async fn versions(
         );
     }
     // Its spec: Kueue itself updates the status (usage) with every admission.
-    let queue = world.queues.get(&world.scope.cluster_queue).await?;
+    let queue = world.queue_json().await?;
     out.insert(
         "ClusterQueue spec (generation)".into(),
-        queue.metadata.generation.unwrap_or_default().to_string(),
+        queue["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or_default()
+            .to_string(),
     );
     for name in clusters.iter().map(|c| c.name.as_str()).chain([gitops]) {
         let flavor = world.flavors.get(name).await?;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload, quantity_to_i64};
+use hearth_api::kueue::{ClusterQueue, quantity_to_i64};
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
 use hearth_api::names::{CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL};
 use hearth_api::{FournosCluster, KubeconfigStatus};
@@ -32,7 +32,8 @@ use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants;
 use hearth_e2e::process::{until, wait};
 use hearth_e2e::resources::apply;
-use hearth_e2e::{ControlPlane, Isolated, NodeSpec, PlaneOptions, TargetFleet};
+use hearth_e2e::world::World;
+use hearth_e2e::{ControlPlane, NodeSpec, PlaneOptions, TargetFleet};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde::Serialize;
@@ -233,35 +234,25 @@ async fn flap(plane: &ControlPlane, secs: u64) -> Result<Flap> {
     })
 }
 
-struct World {
-    plane: ControlPlane,
-    iso: Isolated,
-    client: kube::Client,
-    foreign: String,
+/// Cluster `i` of the chaos scope.
+fn cluster(w: &World<'_>, i: usize) -> String {
+    format!("c{i}-{}", w.scope.id)
 }
 
-impl World {
-    fn cluster(&self, i: usize) -> String {
-        format!("c{i}-{}", self.iso.id)
-    }
-
-    async fn start(&self, c: Controller, instance: &str) -> Result<Running> {
-        Ok(hearth::start(&self.plane, &self.iso, c, instance, CHAOS_ENV).await?)
-    }
+/// Starts (or restarts) controller `c` in the chaos scope.
+async fn start(w: &World<'_>, c: Controller, instance: &str) -> Result<Running> {
+    Ok(hearth::start(w.plane, &w.scope, c, instance, CHAOS_ENV).await?)
 }
 
 /// Everything wrong with the scope right now; empty when every invariant holds.
 async fn violations(
-    w: &World,
+    w: &World<'_>,
+    foreign: &str,
     wanted_locks: &BTreeSet<String>,
     state: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<String>> {
     let mut v = Vec::new();
-    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
-    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.iso.namespace);
-    let flavors: Api<ResourceFlavor> = Api::all(w.client.clone());
-    let queues: Api<ClusterQueue> = Api::all(w.client.clone());
-    let workloads: Api<Workload> = Api::namespaced(w.client.clone(), &w.iso.execution_namespace);
+    let (secrets, clusters, flavors, queues) = (&w.secrets, &w.clusters, &w.flavors, &w.queues);
 
     let secret_clusters: BTreeSet<String> = secrets
         .list(&ListParams::default().labels(KUBECONFIG_SECRET_SELECTOR))
@@ -297,9 +288,9 @@ async fn violations(
         .items
         .into_iter()
         .filter_map(|f| f.metadata.name)
-        .filter(|n| n.ends_with(&w.iso.id))
+        .filter(|n| n.ends_with(&w.scope.id))
         .collect();
-    let cq = queues.get(&w.iso.cluster_queue).await?;
+    let cq = queues.get(&w.scope.cluster_queue).await?;
     let entries: BTreeMap<String, Vec<BTreeMap<String, i64>>> = invariants::entries(&cq)
         .into_iter()
         .map(|(flavor, quotas)| {
@@ -309,20 +300,20 @@ async fn violations(
             )
         })
         .collect();
-    if entries.get(&w.foreign).is_none_or(|e| e.len() != 1) {
-        v.push(format!("foreign entry {} lost or doubled", w.foreign));
+    if entries.get(foreign).is_none_or(|e| e.len() != 1) {
+        v.push(format!("foreign entry {foreign} lost or doubled"));
     }
     for gone in hearth_flavors.difference(&names) {
         v.push(format!("flavor {gone} of a cluster that is gone"));
     }
     for gone in entries
         .keys()
-        .filter(|e| **e != w.foreign && !names.contains(*e))
+        .filter(|e| **e != foreign && !names.contains(*e))
     {
         v.push(format!("queue entry {gone} of a cluster that is gone"));
     }
 
-    let sentinels = invariants::sentinel_counts(&workloads).await?;
+    let sentinels = invariants::sentinel_counts(&w.workloads).await?;
 
     let (mut synced, mut limit, mut locked) = (0, 0, 0);
     for (name, c) in &fcs {
@@ -449,34 +440,29 @@ async fn main() -> Result<()> {
         )
         .await
         .context("adding the foreign entry")?;
-    let w = World {
-        plane,
-        iso,
-        client,
-        foreign,
-    };
+    let w = World::new(&plane, iso).await?;
 
     let mut running: BTreeMap<Controller, Running> = BTreeMap::new();
     for c in Controller::ALL {
-        running.insert(c, w.start(c, "0").await?);
+        running.insert(c, start(&w, c, "0").await?);
     }
 
     // The workload: onboard everything, then lock, unlock and offboard, with pauses, while
     // the killer runs.
     let targets = w.plane.targets();
-    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
-    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.iso.namespace);
-    let locked: Vec<String> = (0..args.locks).map(|i| w.cluster(i)).collect();
+    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.scope.secrets_namespace);
+    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.scope.namespace);
+    let locked: Vec<String> = (0..args.locks).map(|i| cluster(&w, i)).collect();
     let unlocked: BTreeSet<String> = locked.iter().step_by(2).cloned().collect();
     let offboarded: Vec<String> = (args.clusters - args.offboard..args.clusters)
-        .map(|i| w.cluster(i))
+        .map(|i| cluster(&w, i))
         .collect();
     let workload = async {
         for i in 0..args.clusters {
             w.plane
                 .create_kubeconfig_secret(
-                    &w.iso.secrets_namespace,
-                    &w.cluster(i),
+                    &w.scope.secrets_namespace,
+                    &cluster(&w, i),
                     targets[i % targets.len()].node_reader_kubeconfig(),
                 )
                 .await?;
@@ -534,7 +520,7 @@ async fn main() -> Result<()> {
         let mut scratch = BTreeMap::new();
         while killing.load(std::sync::atomic::Ordering::SeqCst) {
             during.samples += 1;
-            match violations(&w, &wanted, &mut scratch).await {
+            match violations(&w, &foreign, &wanted, &mut scratch).await {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => {
                     during.violating += 1;
@@ -553,11 +539,11 @@ async fn main() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(500 + rng.below(4000))).await;
             let c = Controller::ALL[usize::try_from(rng.below(3))?];
             let victim = running.remove(&c).context("controller missing")?;
-            victim.kill(&w.plane).await?;
+            victim.kill(w.plane).await?;
             let at = (k8s_openapi::jiff::Timestamp::now(), c.binary());
             // Down for a random moment, then back (a new process, as after a crash).
             tokio::time::sleep(Duration::from_millis(rng.below(3000))).await;
-            running.insert(c, w.start(c, &format!("r{k}")).await?);
+            running.insert(c, start(&w, c, &format!("r{k}")).await?);
             kills.push(format!("{} SIGKILL {}", at.0, at.1));
             if k == args.kills / 2 && args.restart_apiserver {
                 let at = k8s_openapi::jiff::Timestamp::now();
@@ -585,7 +571,7 @@ async fn main() -> Result<()> {
     let last_state = std::cell::RefCell::new(BTreeMap::new());
     let converged = wait(Duration::from_secs(args.timeout_secs), || async {
         let mut state = BTreeMap::new();
-        let v = violations(&w, &wanted, &mut state).await?;
+        let v = violations(&w, &foreign, &wanted, &mut state).await?;
         *last_state.borrow_mut() = state;
         Ok::<_, anyhow::Error>(if v.is_empty() {
             Ok(())
@@ -602,7 +588,7 @@ async fn main() -> Result<()> {
 
     let flap = if args.flap_secs > 0 {
         eprintln!("flapping a target for {}s…", args.flap_secs);
-        Some(flap(&w.plane, args.flap_secs).await?)
+        Some(flap(w.plane, args.flap_secs).await?)
     } else {
         None
     };
@@ -686,7 +672,8 @@ async fn main() -> Result<()> {
     }
     std::fs::write(out.join("CHAOS.md"), md)?;
     eprintln!("wrote {}", out.join("CHAOS.md").display());
-    w.plane.stop().await?;
+    drop(w);
+    plane.stop().await?;
     if report.converge_secs.is_none() {
         bail!("invariants violated");
     }
