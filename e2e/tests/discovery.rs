@@ -29,8 +29,9 @@ use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
-use hearth_e2e::{BlackHole, ControlPlane, Isolated, Target, TargetFleet};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use hearth_e2e::world::World;
+use hearth_e2e::{BlackHole, ControlPlane, Target, TargetFleet};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -55,12 +56,16 @@ const FAST: &[(&str, &str)] = &[
 
 /// One test's world: its scope on the shared plane, its discovery process, and clients.
 struct Fixture {
-    plane: &'static ControlPlane,
-    iso: Isolated,
+    world: World<'static>,
     discovery: Running,
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    secrets: Api<Secret>,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = World<'static>;
+
+    fn deref(&self) -> &World<'static> {
+        &self.world
+    }
 }
 
 impl Fixture {
@@ -70,13 +75,8 @@ impl Fixture {
         let plane = ControlPlane::shared().await?;
         let iso = plane.isolated(test).await?;
         let discovery = hearth::start(plane, &iso, Controller::Discovery, "0", env).await?;
-        let client = plane.management_client().await?;
         Ok(Fixture {
-            clusters: Api::namespaced(client.clone(), &iso.namespace),
-            secrets: Api::namespaced(client.clone(), &iso.secrets_namespace),
-            client,
-            plane,
-            iso,
+            world: World::new(plane, iso).await?,
             discovery,
         })
     }
@@ -101,7 +101,7 @@ impl Fixture {
             "kind": "Secret",
             "metadata": {
                 "name": name,
-                "namespace": self.iso.secrets_namespace,
+                "namespace": self.scope.secrets_namespace,
                 "labels": labels,
                 "annotations": annotations,
             },
@@ -379,7 +379,7 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
     );
     let mut names = Vec::new();
     for (i, target) in targets.iter().enumerate() {
-        let cluster = f.iso.cluster(target.name());
+        let cluster = f.scope.cluster(target.name());
         let owner = format!("owner-{i}");
         let annotations: Vec<(&str, &str)> = if i == 0 {
             vec![(OWNER_ANNOTATION, owner.as_str())]
@@ -455,7 +455,8 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
                 g.short_name
             );
         }
-        f.wait_event(&f.iso.namespace, cluster, "Onboarded").await?;
+        f.wait_event(&f.scope.namespace, cluster, "Onboarded")
+            .await?;
     }
 
     // Later probes with the same result: timestamps move, nothing else does.
@@ -483,7 +484,7 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
         "a probe with the same result moved a transition time"
     );
     let valid_events = f
-        .events_about(&f.iso.namespace, first)
+        .events_about(&f.scope.namespace, first)
         .await?
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("KubeconfigValid"))
@@ -552,7 +553,7 @@ async fn a_rotated_secret_is_probed_at_once() -> Result<()> {
     )
     .await?;
     let target = f.plane.target("target-a")?;
-    let cluster = f.iso.cluster("rotate");
+    let cluster = f.scope.cluster("rotate");
     let secret = secret_name(&cluster);
     let good = target.node_reader_kubeconfig().to_owned();
     f.put_secret(&secret, &good, true, &[]).await?;
@@ -577,7 +578,7 @@ async fn a_rotated_secret_is_probed_at_once() -> Result<()> {
         "rotation took {:?}",
         started.elapsed()
     );
-    f.wait_event(&f.iso.namespace, &cluster, "KubeconfigInvalid")
+    f.wait_event(&f.scope.namespace, &cluster, "KubeconfigInvalid")
         .await?;
 
     f.put_secret(&secret, &good, true, &[]).await?;
@@ -622,14 +623,14 @@ async fn a_restarted_controller_resumes_the_schedule_and_catches_up() -> Result<
     ];
     let mut f = Fixture::start("restart", ENV).await?;
     let target = f.plane.target("target-a")?;
-    let cluster = f.iso.cluster("steady");
+    let cluster = f.scope.cluster("steady");
     let secret = secret_name(&cluster);
     f.put_secret(&secret, target.node_reader_kubeconfig(), true, &[])
         .await?;
     let before = f.wait_status(&cluster, KubeconfigStatus::Valid).await?;
 
     f.discovery.stop(f.plane).await?;
-    f.discovery = hearth::start(f.plane, &f.iso, Controller::Discovery, "1", ENV).await?;
+    f.discovery = hearth::start(f.plane, &f.scope, Controller::Discovery, "1", ENV).await?;
     // Its first reconcile of the cluster decides (debug log): not due, or probed.
     let span = format!("cluster={cluster}}}");
     let decision = f
@@ -674,7 +675,7 @@ async fn a_restarted_controller_resumes_the_schedule_and_catches_up() -> Result<
         json!("/var/run/secrets/kubernetes.io/serviceaccount/token");
     f.put_secret(&secret, &hostile.to_string(), true, &[])
         .await?;
-    f.discovery = hearth::start(f.plane, &f.iso, Controller::Discovery, "2", ENV).await?;
+    f.discovery = hearth::start(f.plane, &f.scope, Controller::Discovery, "2", ENV).await?;
     let invalid = f.wait_status(&cluster, KubeconfigStatus::Invalid).await?;
     let message = &condition(&invalid, KUBECONFIG_VALID)
         .context("KubeconfigValid")?
@@ -699,8 +700,8 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
     )
     .await?;
     let target = f.plane.target("target-a")?;
-    let sa = format!("revoke-{}", f.iso.id);
-    let cluster = f.iso.cluster("revoke");
+    let sa = format!("revoke-{}", f.scope.id);
+    let cluster = f.scope.cluster("revoke");
     let secret = secret_name(&cluster);
     f.put_secret(&secret, &target.issue_node_reader(&sa).await?, true, &[])
         .await?;
@@ -715,7 +716,7 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
         kc.status == "True" && kc.reason == "CredentialsExpiringSoon",
         "{kc:?}"
     );
-    f.wait_event(&f.iso.namespace, &cluster, "CredentialsExpiringSoon")
+    f.wait_event(&f.scope.namespace, &cluster, "CredentialsExpiringSoon")
         .await?;
 
     target.revoke_node_reader(&sa).await?;
@@ -729,7 +730,7 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
     );
     let kc = condition(&rejected, KUBECONFIG_VALID).context("KubeconfigValid")?;
     ensure!(kc.message.contains("HTTP 401"), "{}", kc.message);
-    f.wait_event(&f.iso.namespace, &cluster, "KubeconfigUnauthorized")
+    f.wait_event(&f.scope.namespace, &cluster, "KubeconfigUnauthorized")
         .await?;
 
     f.put_secret(&secret, &target.issue_node_reader(&sa).await?, true, &[])
@@ -745,7 +746,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
     let f = Fixture::start("forbidden", FAST).await?;
     let target = f.plane.target("target-b")?;
     let admin = target.admin_client().await?;
-    let sa = format!("noperm-{}", f.iso.id);
+    let sa = format!("noperm-{}", f.scope.id);
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
     let mut account = ServiceAccount::default();
     account.metadata.name = Some(sa.clone());
@@ -755,7 +756,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
         Err(e) => return Err(e.into()),
     }
     let token = hearth_e2e::node_reader::token(&admin, &sa).await?;
-    let cluster = f.iso.cluster("forbidden");
+    let cluster = f.scope.cluster("forbidden");
     f.put_secret(
         &secret_name(&cluster),
         &kubeconfig_for(&target, Credentials::Token(token)),
@@ -781,7 +782,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
         message.contains(&sa),
         "the target's explanation names the identity: {message}"
     );
-    f.wait_event(&f.iso.namespace, &cluster, "Forbidden")
+    f.wait_event(&f.scope.namespace, &cluster, "Forbidden")
         .await?;
     Ok(())
 }
@@ -800,7 +801,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         ],
     )
     .await?;
-    let name = f.iso.cluster("outage");
+    let name = f.scope.cluster("outage");
     let fleet = TargetFleet::new(
         name.clone(),
         vec![NodeSpec::nvidia("outage-l4-0", "NVIDIA-L4", 2)],
@@ -822,7 +823,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         total_gpus(&down) == 2,
         "the last count is kept while unreachable"
     );
-    f.wait_event(&f.iso.namespace, &name, "KubeconfigUnreachable")
+    f.wait_event(&f.scope.namespace, &name, "KubeconfigUnreachable")
         .await?;
     let seen = history.snapshot();
     let valid = Some(KubeconfigStatus::Valid);
@@ -860,7 +861,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         })
         .await?;
     ensure!(total_gpus(&back) == 2, "counted again after the outage");
-    f.wait_event(&f.iso.namespace, &name, "KubeconfigValid")
+    f.wait_event(&f.scope.namespace, &name, "KubeconfigValid")
         .await?;
     Ok(())
 }
@@ -882,8 +883,8 @@ async fn a_black_hole_does_not_delay_another_target() -> Result<()> {
     .await?;
     let hole = BlackHole::start()?;
     let target = f.plane.target("target-b")?;
-    let hole_cluster = f.iso.cluster("hole");
-    let healthy = f.iso.cluster("healthy");
+    let hole_cluster = f.scope.cluster("hole");
+    let healthy = f.scope.cluster("healthy");
     let into_hole = kubeconfig_yaml(
         "hole",
         &hole.url(),
@@ -958,7 +959,7 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
         ],
     )
     .await?;
-    let name = f.iso.cluster("grow");
+    let name = f.scope.cluster("grow");
     let fleet = TargetFleet::new(
         name.clone(),
         vec![NodeSpec::nvidia("grow-l4-0", "NVIDIA-L4", 1)],
@@ -1017,7 +1018,8 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
         "{:?}",
         grown.status.as_ref().and_then(|s| s.gpu_summary.as_deref())
     );
-    f.wait_event(&f.iso.namespace, &name, "GPUsChanged").await?;
+    f.wait_event(&f.scope.namespace, &name, "GPUsChanged")
+        .await?;
     Ok(())
 }
 
@@ -1031,8 +1033,8 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
 async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     let f = Fixture::start("offboarding", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let deleted = f.iso.cluster("deleted");
-    let unlabeled = f.iso.cluster("unlabeled");
+    let deleted = f.scope.cluster("deleted");
+    let unlabeled = f.scope.cluster("unlabeled");
     for cluster in [&deleted, &unlabeled] {
         f.put_secret(
             &secret_name(cluster),
@@ -1047,7 +1049,7 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     f.delete_secret(&secret_name(&deleted)).await?;
     f.wait_gone(&deleted).await?;
     let event = f
-        .wait_event(&f.iso.namespace, &deleted, "Offboarded")
+        .wait_event(&f.scope.namespace, &deleted, "Offboarded")
         .await?;
     let note = event.note.unwrap_or_default();
     ensure!(note.contains(&secret_name(&deleted)), "{note}");
@@ -1060,7 +1062,7 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     )
     .await?;
     f.wait_gone(&unlabeled).await?;
-    f.wait_event(&f.iso.namespace, &unlabeled, "Offboarded")
+    f.wait_event(&f.scope.namespace, &unlabeled, "Offboarded")
         .await?;
 
     // Labeled again: onboarded again.
@@ -1081,26 +1083,30 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
 async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> Result<()> {
     let f = Fixture::start("pattern_mismatch", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let mismatched = format!("creds-{}", f.iso.id);
-    let bad_name = format!("kubeconfig-a.b-{}", f.iso.id);
+    let mismatched = format!("creds-{}", f.scope.id);
+    let bad_name = format!("kubeconfig-a.b-{}", f.scope.id);
     f.put_secret(&mismatched, target.node_reader_kubeconfig(), true, &[])
         .await?;
     f.put_secret(&bad_name, target.node_reader_kubeconfig(), true, &[])
         .await?;
 
     let event = f
-        .wait_event(&f.iso.secrets_namespace, &mismatched, "SecretNameMismatch")
+        .wait_event(
+            &f.scope.secrets_namespace,
+            &mismatched,
+            "SecretNameMismatch",
+        )
         .await?;
     ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
     let note = event.note.unwrap_or_default();
     ensure!(note.contains("kubeconfig-{cluster}"), "{note}");
     let event = f
-        .wait_event(&f.iso.secrets_namespace, &bad_name, "InvalidClusterName")
+        .wait_event(&f.scope.secrets_namespace, &bad_name, "InvalidClusterName")
         .await?;
     ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
 
     // The sweep that warned would have created them; a control Secret proves a later one ran.
-    let control = f.iso.cluster("control");
+    let control = f.scope.cluster("control");
     f.put_secret(
         &secret_name(&control),
         target.node_reader_kubeconfig(),
@@ -1123,7 +1129,7 @@ async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> 
     );
     // Warned once per Secret version, not once per sweep.
     let warnings = f
-        .events_about(&f.iso.secrets_namespace, &mismatched)
+        .events_about(&f.scope.secrets_namespace, &mismatched)
         .await?;
     let count: i32 = warnings
         .iter()
@@ -1142,8 +1148,8 @@ async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> 
 async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()> {
     let f = Fixture::start("hand_made", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let hand = f.iso.cluster("hand");
-    let secret = format!("hand-kubeconfig-{}", f.iso.id);
+    let hand = f.scope.cluster("hand");
+    let secret = format!("hand-kubeconfig-{}", f.scope.id);
     let mut cluster = FournosCluster::new(
         &hand,
         FournosClusterSpec {
@@ -1151,7 +1157,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
             ..Default::default()
         },
     );
-    cluster.metadata.namespace = Some(f.iso.namespace.clone());
+    cluster.metadata.namespace = Some(f.scope.namespace.clone());
     f.clusters.create(&PostParams::default(), &cluster).await?;
     let missing = f.wait_status(&hand, KubeconfigStatus::Missing).await?;
     let message = &condition(&missing, KUBECONFIG_VALID)
@@ -1195,7 +1201,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
     .await?;
     f.wait_status(&hand, KubeconfigStatus::Valid).await?;
 
-    let neighbour = f.iso.cluster("auto");
+    let neighbour = f.scope.cluster("auto");
     f.put_secret(
         &secret_name(&neighbour),
         target.node_reader_kubeconfig(),
@@ -1215,7 +1221,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
     );
     // The Secret's name matches no pattern, but a cluster uses it: no warning.
     let warned: Vec<Option<String>> = f
-        .events_about(&f.iso.secrets_namespace, &secret)
+        .events_about(&f.scope.secrets_namespace, &secret)
         .await?
         .into_iter()
         .map(|e| e.reason)
@@ -1279,29 +1285,29 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     let mut needles = Vec::new();
 
     // A token the target accepts, then revokes.
-    let sa = format!("leak-{}", f.iso.id);
-    let revoked = f.iso.cluster("revoked");
+    let sa = format!("leak-{}", f.scope.id);
+    let revoked = f.scope.cluster("revoked");
     let token_kubeconfig = a.issue_node_reader(&sa).await?;
     needles.extend(secret_needles(&token_kubeconfig)?);
     f.put_secret(&secret_name(&revoked), &token_kubeconfig, true, &[])
         .await?;
     // A client certificate and key (the target's admin identity).
-    let cert = f.iso.cluster("cert");
+    let cert = f.scope.cluster("cert");
     let cert_kubeconfig = std::fs::read_to_string(b.admin_kubeconfig())?;
     needles.extend(secret_needles(&cert_kubeconfig)?);
     f.put_secret(&secret_name(&cert), &cert_kubeconfig, true, &[])
         .await?;
     // A token next to an exec plugin: Invalid, and the token must not be quoted.
-    let invalid = f.iso.cluster("invalid");
+    let invalid = f.scope.cluster("invalid");
     let mut hostile: Value = serde_saphyr::from_str(&token_kubeconfig)?;
-    let planted = format!("planted-token-{}-0123456789abcdef", f.iso.id);
+    let planted = format!("planted-token-{}-0123456789abcdef", f.scope.id);
     hostile["users"][0]["user"] = json!({ "token": planted, "exec": { "command": "/bin/true" } });
     needles.push(planted);
     f.put_secret(&secret_name(&invalid), &hostile.to_string(), true, &[])
         .await?;
     // A token that may not list nodes: the target's 403 is quoted in status.
     let admin = a.admin_client().await?;
-    let noperm = format!("leak-noperm-{}", f.iso.id);
+    let noperm = format!("leak-noperm-{}", f.scope.id);
     let mut account = ServiceAccount::default();
     account.metadata.name = Some(noperm.clone());
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
@@ -1312,7 +1318,7 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     }
     let forbidden_token = hearth_e2e::node_reader::token(&admin, &noperm).await?;
     needles.push(forbidden_token.clone());
-    let forbidden = f.iso.cluster("forbidden");
+    let forbidden = f.scope.cluster("forbidden");
     f.put_secret(
         &secret_name(&forbidden),
         &kubeconfig_for(&a, Credentials::Token(forbidden_token)),
@@ -1321,9 +1327,9 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     )
     .await?;
     // A token sent to a server that is not there.
-    let down = f.iso.cluster("down");
+    let down = f.scope.cluster("down");
     let port = hearth_e2e::process::free_port()?;
-    let down_token = format!("down-token-{}-fedcba9876543210", f.iso.id);
+    let down_token = format!("down-token-{}-fedcba9876543210", f.scope.id);
     needles.push(down_token.clone());
     let down_kubeconfig = kubeconfig_yaml(
         "down",
@@ -1368,8 +1374,8 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     let log = f.discovery.log();
     let bodies: Vec<u8> = otlp.requests().into_iter().flat_map(|r| r.body).collect();
     let traces = String::from_utf8_lossy(&bodies).into_owned();
-    let events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.namespace);
-    let secret_events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.secrets_namespace);
+    let events: Api<Event> = Api::namespaced(f.client.clone(), &f.scope.namespace);
+    let secret_events: Api<Event> = Api::namespaced(f.client.clone(), &f.scope.secrets_namespace);
     let mut events_json = serde_json::to_string(&events.list(&ListParams::default()).await?.items)?;
     events_json.push_str(&serde_json::to_string(
         &secret_events.list(&ListParams::default()).await?.items,

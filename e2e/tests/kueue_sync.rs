@@ -19,9 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt;
-use hearth_api::kueue::{
-    ClusterQueue, FlavorQuotas, ResourceFlavor, ResourceGroup, ResourceQuota, Workload,
-};
+use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota, Workload};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types,
 };
@@ -31,6 +29,7 @@ use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, kueue_problems, nonzero};
 use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, Target};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -352,25 +351,6 @@ async fn wait_event(
     .await
 }
 
-struct Apis {
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    queues: Api<ClusterQueue>,
-    flavors: Api<ResourceFlavor>,
-    workloads: Api<Workload>,
-}
-
-async fn apis(plane: &ControlPlane, scope: &Isolated) -> Result<Apis> {
-    let client = plane.management_client().await?;
-    Ok(Apis {
-        clusters: Api::namespaced(client.clone(), &scope.namespace),
-        queues: Api::all(client.clone()),
-        flavors: Api::all(client.clone()),
-        workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-        client,
-    })
-}
-
 // ---------------------------------------------------------------------------------------
 // The tests.
 // ---------------------------------------------------------------------------------------
@@ -382,7 +362,7 @@ async fn apis(plane: &ControlPlane, scope: &Isolated) -> Result<Apis> {
 async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_has() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_admission").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -499,7 +479,7 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
 async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_drain").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let a = scope.cluster("a");
     let gpus = discovered_gpus(&plane.targets()[0]);
     onboard(&k.clusters, &a, &gpus).await?;
@@ -594,7 +574,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
 -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_delete").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -683,7 +663,7 @@ struct DeletionOrder {
 }
 
 impl DeletionOrder {
-    async fn watch(k: &Apis, queue: &str, flavor: &str) -> Result<DeletionOrder> {
+    async fn watch(k: &World<'_>, queue: &str, flavor: &str) -> Result<DeletionOrder> {
         let entry_gone = Arc::new(Mutex::new(None));
         let flavor_deleting = Arc::new(Mutex::new(None));
         let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(2);
@@ -779,7 +759,7 @@ impl DeletionOrder {
 async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_restart() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_restart").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -846,7 +826,7 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
 async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_late_queue").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let a = scope.cluster("a");
     let gpus = discovered_gpus(&plane.targets()[0]);
     // The chart lets kueue-sync update only the ClusterQueue it is configured with: take
@@ -906,7 +886,7 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
 async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_concurrent").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let gitops = format!("gitops-{}", scope.id);
     apply(
         &k.client,
@@ -1190,7 +1170,7 @@ impl Writer {
 async fn steady_state_writes_nothing() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_steady").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     onboard(&k.clusters, &a, &discovered_gpus(&targets[0])).await?;
@@ -1278,7 +1258,7 @@ async fn wait_metric_at_least(ks: &Running, name: &str, value: f64) -> Result<()
 async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_leader").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -1375,7 +1355,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
 async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_limit").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     // Created in name order before kueue-sync starts: age, then name, decides the order.
     let names: Vec<String> = (0..65)
         .map(|i| scope.cluster(&format!("c{i:02}")))
