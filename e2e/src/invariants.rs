@@ -64,15 +64,8 @@ pub fn nonzero(quota: BTreeMap<String, i64>) -> BTreeMap<String, i64> {
     quota.into_iter().filter(|(_, n)| *n != 0).collect()
 }
 
-/// The condition of `type_` (the first, as the API server keeps one per type).
-pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-/// Whether condition `type_` is `True`.
-pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
-    condition(conditions, type_).is_some_and(|c| c.status == "True")
-}
+/// The condition of `type_`, by the one rule of `hearth_api::conditions`.
+pub use hearth_api::conditions::{find as condition, is_true};
 
 /// A FournosCluster's condition of `type_`.
 pub fn cluster_condition<'a>(fc: &'a FournosCluster, type_: &str) -> Option<&'a Condition> {
@@ -86,7 +79,9 @@ pub fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condit
 
 /// Whether the Workload's condition `type_` is `True` (`Admitted`, `QuotaReserved`, …).
 pub fn workload_is(w: &Workload, type_: &str) -> bool {
-    workload_condition(w, type_).is_some_and(|c| c.status == "True")
+    w.status
+        .as_ref()
+        .is_some_and(|s| is_true(&s.conditions, type_))
 }
 
 /// Sentinel Workloads per cluster (by the contract's lock label) in `workloads`' namespace.

@@ -27,13 +27,13 @@ use hearth_api::names::{
 use hearth_api::{FournosCluster, FournosClusterSpec, KubeconfigStatus};
 use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::cluster_condition as condition;
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
 use hearth_e2e::world::World;
 use hearth_e2e::{BlackHole, ControlPlane, Target, TargetFleet};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
@@ -216,13 +216,6 @@ fn regarding(event: &Event) -> Option<&str> {
 
 fn kubeconfig_status(cluster: &FournosCluster) -> Option<KubeconfigStatus> {
     cluster.status.as_ref().and_then(|s| s.kubeconfig_status)
-}
-
-fn condition<'a>(cluster: &'a FournosCluster, type_: &str) -> Option<&'a Condition> {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
 }
 
 fn conditions_text(cluster: &FournosCluster) -> String {
