@@ -6,8 +6,8 @@
 //! hearth-discovery process, built from this workspace, with short intervals. Every wait
 //! polls against a deadline or watches; nothing sleeps to synchronise.
 //!
-//! Run: `cargo test -p hearth-e2e --test discovery` (builds hearth-discovery first;
-//! attaches to `HEARTH_E2E_PLANE_DIR` if set).
+//! Run: `cargo test -p hearth-e2e --test discovery` (the e2e kit builds the controllers
+//! first; attaches to `HEARTH_E2E_PLANE_DIR` if set).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -9,8 +9,8 @@
 //! own, so they do not depend on discovery. Every wait polls with a deadline; nothing
 //! sleeps to synchronise.
 //!
-//! Run: `cargo test -p hearth-e2e --test kueue_sync` (builds hearth-kueue-sync first unless
-//! `HEARTH_E2E_NO_BUILD` is set; needs a plane of its own, not an attached one, since the
+//! Run: `cargo test -p hearth-e2e --test kueue_sync` (the e2e kit builds the controllers
+//! first unless `HEARTH_E2E_NO_BUILD` is set; needs a plane of its own, not an attached one, since the
 //! controllers run under the plane's supervisor).
 
 use std::collections::{BTreeMap, BTreeSet};
