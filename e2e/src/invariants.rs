@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, FlavorQuotas, Workload, quantity_to_i64};
 use hearth_api::names::CLUSTER_LOCK_LABEL;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams};
 
 /// What Kueue (CRD rules and its webhook, which the local plane does not run) would
@@ -82,6 +82,16 @@ pub fn workload_is(w: &Workload, type_: &str) -> bool {
     w.status
         .as_ref()
         .is_some_and(|s| is_true(&s.conditions, type_))
+}
+
+/// When discovery last probed the cluster successfully (`status.hardware.lastDiscovery`).
+pub fn last_discovery(fc: &FournosCluster) -> Option<Time> {
+    fc.status
+        .as_ref()?
+        .hardware
+        .as_ref()?
+        .last_discovery
+        .clone()
 }
 
 /// Sentinel Workloads per cluster (by the contract's lock label) in `workloads`' namespace.

@@ -27,7 +27,7 @@ use hearth_api::names::{
 use hearth_api::{FournosCluster, FournosClusterSpec, KubeconfigStatus};
 use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::invariants::cluster_condition as condition;
+use hearth_e2e::invariants::{cluster_condition as condition, last_discovery};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
 use hearth_e2e::world::World;
@@ -455,12 +455,6 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
     // Later probes with the same result: timestamps move, nothing else does.
     let (first, _) = &names[0];
     let before = f.clusters.get(first).await?;
-    let last_discovery = |c: &FournosCluster| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.hardware.as_ref())
-            .and_then(|h| h.last_discovery.clone())
-    };
     let since = last_discovery(&before);
     let after = f
         .wait_cluster(first, "probed again", |c| {

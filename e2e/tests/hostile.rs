@@ -21,8 +21,9 @@ use hearth_api::names::{
 };
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::Controller;
-use hearth_e2e::invariants::{entry, is_active, kueue_problems};
+use hearth_e2e::invariants::{entry, is_active, kueue_problems, last_discovery};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
+use hearth_e2e::objects::foreign_widget_group;
 use hearth_e2e::process::{eventually, http_get, is_alive};
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
 use hearth_e2e::resources::apply;
@@ -835,12 +836,7 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
         .patch(
             &queue,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "resourceGroups": [{
-                "coveredResources": ["example.com/widget"],
-                "flavors": [{ "name": foreign, "resources": [
-                    { "name": "example.com/widget", "nominalQuota": "7" }
-                ]}],
-            }]}})),
+            &Patch::Merge(foreign_widget_group(&foreign)),
         )
         .await
         .context("adding a foreign group")?;
@@ -1054,12 +1050,7 @@ async fn a_huge_node_list_costs_only_its_own_probe() -> Result<()> {
     }
     // Probes of the hostile targets go on (every 5 s); the healthy one is still probed.
     let before = w.clusters.get(&healthy).await?;
-    let last = |c: &FournosCluster| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.hardware.as_ref())
-            .and_then(|h| h.last_discovery.clone())
-    };
+    let last = last_discovery;
     let seen = last(&before);
     w.wait_cluster(&healthy, "probed again", |c| {
         (last(c) != seen)

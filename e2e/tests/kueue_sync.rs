@@ -27,6 +27,7 @@ use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, KueueStatus};
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
 use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, kueue_problems, nonzero};
+use hearth_e2e::objects;
 use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
@@ -254,32 +255,15 @@ fn hearth_entries_are(
     }
 }
 
-/// A bare Workload asking for `requests` on `cluster` (a nodeSelector on its label), the
-/// way a Fournos job does.
+/// A bare Workload of the scope asking for `requests` on `cluster`.
 fn workload(scope: &Isolated, name: &str, cluster: &str, requests: &[(&str, i64)]) -> Value {
-    let requests: BTreeMap<&str, String> =
-        requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
-    json!({
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": scope.execution_namespace},
-        "spec": {
-            "queueName": scope.local_queue,
-            "podSets": [{
-                "name": "main",
-                "count": 1,
-                "template": {"spec": {
-                    "nodeSelector": {CLUSTER_NODE_LABEL: cluster},
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "job",
-                        "image": "registry.invalid/hearth-e2e/never-runs",
-                        "resources": {"requests": requests, "limits": requests},
-                    }],
-                }},
-            }],
-        },
-    })
+    objects::workload(
+        &scope.execution_namespace,
+        name,
+        &scope.local_queue,
+        cluster,
+        requests,
+    )
 }
 
 fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, String)> {

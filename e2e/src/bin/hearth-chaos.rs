@@ -30,6 +30,7 @@ use hearth_api::names::{CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAG
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants;
+use hearth_e2e::objects::foreign_widget_group;
 use hearth_e2e::process::{until, wait};
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
@@ -431,12 +432,7 @@ async fn main() -> Result<()> {
         .patch(
             &iso.cluster_queue,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "resourceGroups": [{
-                "coveredResources": ["example.com/widget"],
-                "flavors": [{ "name": foreign, "resources": [
-                    { "name": "example.com/widget", "nominalQuota": "7" }
-                ]}],
-            }]}})),
+            &Patch::Merge(foreign_widget_group(&foreign)),
         )
         .await
         .context("adding the foreign entry")?;
