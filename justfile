@@ -15,10 +15,22 @@ build:
 tools:
     e2e/tools/build.sh
 
-# Formatting, clippy with warnings as errors, and the supply-chain check.
-lint: deny
+# Formatting, clippy with warnings as errors, the toolchain pin, and the supply-chain check.
+lint: toolchain deny
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+
+# rust-toolchain.toml's channel and Cargo.toml's rust-version name the same release.
+toolchain:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    channel="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+    msrv="$(sed -n 's/^rust-version *= *"\(.*\)"/\1/p' Cargo.toml)"
+    if [ "${channel%.0}" != "${msrv%.0}" ]; then
+        echo "rust-toolchain.toml pins $channel but Cargo.toml says rust-version = $msrv: make them agree" >&2
+        exit 1
+    fi
+    echo "toolchain: $channel (rust-version $msrv)"
 
 # Supply chain (deny.toml): licenses, banned crates and sources always; RustSec advisories
 # from the machine's copy of the database, which is not on a package registry.

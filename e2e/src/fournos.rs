@@ -18,6 +18,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::invariants::{workload_condition, workload_is};
 use crate::objects::slot_workload;
 use crate::resources::apply;
 
@@ -31,21 +32,6 @@ pub enum PodsReady {
     OwnWorkloads,
     /// Every admitted Workload of the namespace (a fleet where jobs do run).
     AllWorkloads,
-}
-
-fn is_true(w: &Workload, type_: &str) -> bool {
-    condition(w, type_).is_some_and(|c| c.status == "True")
-}
-
-fn condition<'a>(
-    w: &'a Workload,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
 }
 
 /// Runs until dropped (spawn it, abort it at the end of the test).
@@ -81,10 +67,10 @@ pub async fn run(
                 apply(&client, &w).await?;
                 continue;
             };
-            let (phase, message) = if is_true(&workload, "Admitted") {
+            let (phase, message) = if workload_is(&workload, "Admitted") {
                 ("Admitted", String::new())
             } else {
-                let message = condition(&workload, "QuotaReserved")
+                let message = workload_condition(&workload, "QuotaReserved")
                     .map(|c| c.message.clone())
                     .unwrap_or_default();
                 ("Pending", message)
@@ -109,8 +95,8 @@ pub async fn run(
             let job = workload.labels().get(JOB_LABEL).cloned();
             let ours = job.is_some();
             if (ours || pods_ready == PodsReady::AllWorkloads)
-                && is_true(&workload, "Admitted")
-                && !is_true(&workload, "PodsReady")
+                && workload_is(&workload, "Admitted")
+                && !workload_is(&workload, "PodsReady")
             {
                 let patch = json!({
                     "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",

@@ -1,5 +1,10 @@
 //! Hearth's own controllers as processes on a plane, configured for one test's scope.
 //!
+//! The e2e kit's controller under test: [`start`] builds the binaries once per test
+//! process ([`ensure_built`]), starts one in a test's scope and returns once it is ready;
+//! [`Running`] scrapes its `/metrics`, tails its log and waits with that log in the
+//! time-out error ([`Running::until`]). Every e2e test file starts controllers this way.
+//!
 //! A thin layer over [`ControlPlane::start_controller`]: the binaries run as children
 //! of the plane's supervisor (so they die with it), get the test's namespaces and
 //! ClusterQueue through [`Scope::controller_env`](crate::Scope::controller_env), leader
@@ -13,8 +18,12 @@
 //! from the chart fails the test that needs it.
 
 use std::collections::HashSet;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -23,6 +32,7 @@ use kube::api::{Api, PostParams};
 use crate::error::{PlaneError, Result};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 use crate::plane::{ControlPlane, Isolated, hearth_binary};
+use crate::process::{http_get, tail, until};
 use crate::protocol::ControllerState;
 use crate::resources::{apply, parse_yaml_documents};
 use crate::tools::Tools;
@@ -58,6 +68,137 @@ impl Controller {
     }
 }
 
+/// `e` with the last lines of each controller's log appended: what a failed wait shows.
+pub fn with_logs(e: anyhow::Error, controllers: &[Running]) -> anyhow::Error {
+    let logs: Vec<String> = controllers.iter().map(|c| c.log_tail(40)).collect();
+    anyhow::anyhow!("{e:#}\n{}", logs.join("\n"))
+}
+
+/// The sum of every sample of metric `name` (all label sets) in a `/metrics` text.
+pub fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The value of the one sample `sample` (name and labels exactly as exported).
+pub fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Builds the controllers' binaries (and `kubectl-fournos`) once per test process, with
+/// this test binary's profile, so that a test never runs a stale binary; [`start`] calls
+/// it. `HEARTH_E2E_NO_BUILD=1` skips it (binaries built beforehand).
+pub async fn ensure_built() -> Result<()> {
+    static BUILT: tokio::sync::OnceCell<std::result::Result<(), String>> =
+        tokio::sync::OnceCell::const_new();
+    BUILT
+        .get_or_init(|| async {
+            if std::env::var_os("HEARTH_E2E_NO_BUILD").is_some() {
+                return Ok(());
+            }
+            tokio::task::spawn_blocking(build_binaries)
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()))
+        })
+        .await
+        .clone()
+        .map_err(|e| PlaneError::Tools(format!("cannot build Hearth's binaries: {e}")))
+}
+
+/// `cargo build` of the three controllers and the plugin; checks cargo built the very
+/// files [`hearth_binary`] finds.
+fn build_binaries() -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut command = std::process::Command::new(cargo);
+    // Cargo gives this test process the variables it sets for a package's build
+    // (CARGO_PKG_NAME=hearth-e2e, …); build scripts that watch them (ring's do) would
+    // rebuild, and make the next ordinary build rebuild again.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        if [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "CARGO_CFG_",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
+        {
+            command.env_remove(key.as_ref());
+        }
+    }
+    command.arg("build");
+    for c in Controller::ALL {
+        command.args(["-p", c.binary(), "--bin", c.binary()]);
+    }
+    command.args(["-p", PLUGIN, "--bin", PLUGIN]);
+    let release = std::env::current_exe()
+        .map(|exe| exe.components().any(|c| c.as_os_str() == "release"))
+        .unwrap_or(false);
+    if release {
+        command.arg("--release");
+    }
+    let output = command
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(&workspace)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| PlaneError::Tools(format!("running cargo build: {e}")))?;
+    if !output.status.success() {
+        return Err(PlaneError::Tools(format!(
+            "cargo build failed ({})",
+            output.status
+        )));
+    }
+    let built: Vec<(String, PathBuf)> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .filter_map(|m| {
+            let name = m["target"]["name"].as_str()?.to_owned();
+            Some((name, PathBuf::from(m["executable"].as_str()?)))
+        })
+        .collect();
+    for name in Controller::ALL
+        .map(Controller::binary)
+        .into_iter()
+        .chain([PLUGIN])
+    {
+        let (_, exe) = built.iter().find(|(n, _)| n == name).ok_or_else(|| {
+            PlaneError::Tools(format!("cargo did not report the {name} executable"))
+        })?;
+        let used = hearth_binary(name)?;
+        let same = exe
+            .canonicalize()
+            .ok()
+            .is_some_and(|b| Some(b) == used.canonicalize().ok());
+        if !same {
+            return Err(PlaneError::Tools(format!(
+                "built {} but the tests run {}",
+                exe.display(),
+                used.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The `kubectl fournos` plugin's binary.
+pub const PLUGIN: &str = "kubectl-fournos";
+
 /// A running controller: its name on the plane (for stop/kill), admin address and log.
 #[derive(Clone, Debug)]
 pub struct Running {
@@ -68,6 +209,66 @@ pub struct Running {
 impl Running {
     pub fn name(&self) -> &str {
         &self.state.name
+    }
+
+    /// The admin server's address (`/healthz`, `/readyz`, `/metrics`).
+    pub fn admin_addr(&self) -> Result<SocketAddr> {
+        self.state
+            .admin_addr
+            .parse()
+            .map_err(|e| PlaneError::Invalid(format!("admin address of {}: {e}", self.state.name)))
+    }
+
+    /// The text of `/metrics`; an error unless it answers 200.
+    pub async fn metrics(&self) -> Result<String> {
+        match http_get(self.admin_addr()?, "/metrics").await {
+            Ok((200, body)) => Ok(body),
+            Ok((code, body)) => Err(PlaneError::Invalid(format!(
+                "{} /metrics answered {code}: {body}",
+                self.name()
+            ))),
+            Err(e) => Err(PlaneError::Invalid(format!(
+                "{} /metrics: {e}",
+                self.name()
+            ))),
+        }
+    }
+
+    /// The sum of every sample of metric `name` (all label sets) now.
+    pub async fn metric_sum(&self, name: &str) -> Result<f64> {
+        Ok(metric_sum(&self.metrics().await?, name))
+    }
+
+    /// The value of the one sample `sample` (a name with its labels, if any); 0 when
+    /// absent, as Prometheus treats a counter not yet incremented.
+    pub async fn metric(&self, sample: &str) -> Result<f64> {
+        Ok(metric(&self.metrics().await?, sample).unwrap_or(0.0))
+    }
+
+    /// The last `lines` lines of its log, headed by its name, for failure messages.
+    pub fn log_tail(&self, lines: usize) -> String {
+        format!(
+            "--- {} ({}) ---\n{}",
+            self.name(),
+            self.state.log.display(),
+            tail(&self.state.log, lines)
+        )
+    }
+
+    /// [`until`] with the tail of this controller's log in the time-out error.
+    pub async fn until<T, F, Fut>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        probe: F,
+    ) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<std::result::Result<T, String>>>,
+    {
+        until(what, timeout, probe)
+            .await
+            .map_err(|e| with_logs(e, std::slice::from_ref(self)))
     }
 
     /// `http://<admin address>` for `/healthz`, `/readyz`, `/metrics`.
@@ -82,6 +283,21 @@ impl Running {
 
     pub async fn stop(&self, plane: &ControlPlane) -> Result<()> {
         plane.stop_controller(self.name()).await
+    }
+
+    /// [`stop`](Self::stop), then checks it said it stopped and without an error.
+    pub async fn stop_cleanly(&self, plane: &ControlPlane) -> Result<()> {
+        self.stop(plane).await?;
+        let log = self.log();
+        if log.contains("hearth_runtime: stopped") && !log.contains("stopped with an error") {
+            Ok(())
+        } else {
+            Err(PlaneError::Invalid(format!(
+                "{} did not stop cleanly:\n{}",
+                self.name(),
+                self.log_tail(30)
+            )))
+        }
     }
 
     /// SIGKILL, as a crash at an arbitrary instant.
@@ -100,6 +316,7 @@ pub async fn start(
     instance: &str,
     extra: &[(&str, &str)],
 ) -> Result<Running> {
+    ensure_built().await?;
     let program = hearth_binary(controller.binary())?;
     let kubeconfig = service_account_kubeconfig(plane, iso, controller).await?;
     let mut env = iso.controller_env();
@@ -130,21 +347,11 @@ pub async fn start(
     let state = plane.start_controller(&name, &program, env).await?;
     let running = Running { controller, state };
     // The plane returns once the admin server answers; a test wants the caches synced.
-    let addr: std::net::SocketAddr = running
-        .state
-        .admin_addr
-        .parse()
-        .map_err(|e| PlaneError::Invalid(format!("admin address of {name}: {e}")))?;
+    let addr = running.admin_addr()?;
     crate::process::poll(
         &format!("{name} /readyz to answer 200"),
-        std::time::Duration::from_secs(60),
-        || async move {
-            Ok(matches!(
-                crate::process::http_get(addr, "/readyz").await,
-                Ok((200, _))
-            )
-            .then_some(()))
-        },
+        Duration::from_secs(60),
+        || async move { Ok(matches!(http_get(addr, "/readyz").await, Ok((200, _))).then_some(())) },
     )
     .await?;
     Ok(running)

@@ -70,7 +70,18 @@
 //! [`ControlPlane::shared`] reads [`plane::env`]: `HEARTH_E2E_PLANE_DIR` (attach to a running
 //! `hearth-plane up` instead of starting a plane), `HEARTH_E2E_TARGETS`,
 //! `HEARTH_E2E_WAIT_FOR_PODS_READY` (`default`, `off`, `30s`), `HEARTH_E2E_HEARTH_BIN_DIR`;
-//! `HEARTH_E2E_BIN_DIR` skips `build.sh`; `HEARTH_PLANE_BIN` names the supervisor binary.
+//! `HEARTH_E2E_BIN_DIR` skips `build.sh`; `HEARTH_PLANE_BIN` names the supervisor binary;
+//! `HEARTH_E2E_NO_BUILD=1` skips the one `cargo build` of Hearth's binaries that
+//! [`hearth::ensure_built`] does per test process.
+//!
+//! # The e2e kit
+//!
+//! Every test file uses the same pieces: [`hearth`] (the controller under test: built
+//! once, started in a scope, metrics, log tail), [`process::until`] (the one polling loop,
+//! with [`process::holds_for`] for "nothing happens"), [`world::World`] (a scope's APIs and
+//! its controllers), [`invariants`] (shared checks, and the Kueue validity oracle
+//! `hearth_api::kueue_validity` that the unit tests use too) and [`lab`] (a test binary's
+//! own plane; `LockLab` for the lock tests).
 //!
 //! # Kueue webhooks and root
 //!
@@ -93,8 +104,10 @@ pub mod fournos;
 pub mod fournos_real;
 pub mod hearth;
 pub mod hostile_target;
+pub mod invariants;
 pub mod kubeconfig;
 pub mod kueue;
+pub mod lab;
 pub mod node_reader;
 pub mod objects;
 pub mod otlp;
@@ -105,6 +118,7 @@ pub mod protocol;
 pub mod resources;
 pub mod supervisor;
 pub mod tools;
+pub mod world;
 
 pub use blackhole::BlackHole;
 pub use error::{PlaneError, Result};

@@ -40,7 +40,26 @@ pub fn slot_workload(
     cluster: &str,
     slots: i64,
 ) -> Value {
-    let quantity = json!({ CLUSTER_SLOT_RESOURCE: slots.to_string() });
+    workload(
+        namespace,
+        name,
+        local_queue,
+        cluster,
+        &[(CLUSTER_SLOT_RESOURCE, slots)],
+    )
+}
+
+/// A bare Workload (no owner, no pods) that asks `local_queue` for `requests` on
+/// `cluster` (a nodeSelector on its label), the way a Fournos job does.
+pub fn workload(
+    namespace: &str,
+    name: &str,
+    local_queue: &str,
+    cluster: &str,
+    requests: &[(&str, i64)],
+) -> Value {
+    let quantity: std::collections::BTreeMap<&str, String> =
+        requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
     json!({
         "apiVersion": KUEUE_API_VERSION,
         "kind": "Workload",
@@ -62,6 +81,17 @@ pub fn slot_workload(
             }],
         },
     })
+}
+
+/// A ClusterQueue spec patch with one resource group that is not Hearth's: flavor
+/// `flavor` giving 7 `example.com/widget`, as a GitOps tool would add it.
+pub fn foreign_widget_group(flavor: &str) -> Value {
+    json!({ "spec": { "resourceGroups": [{
+        "coveredResources": ["example.com/widget"],
+        "flavors": [{ "name": flavor, "resources": [
+            { "name": "example.com/widget", "nominalQuota": "7" }
+        ]}],
+    }]}})
 }
 
 /// A condition of an object (`status.conditions[type]`).

@@ -274,33 +274,54 @@ pub fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Polls `probe` until it yields a value or `timeout` passes. The interval grows from 50 ms
-/// to 1 s: fast when things are quick, quiet when they are not. Never a fixed sleep.
+/// The e2e kit's one polling loop: calls `probe` until it returns `Ok(Ok(value))` or
+/// `timeout` passes, and then returns `Ok(Err(last state seen))`. An `Err` ends the wait at
+/// once. The interval grows from 50 ms to 500 ms: fast when things are quick, quiet when
+/// they are not. Never a fixed sleep as synchronisation. [`until`], [`eventually`] and
+/// [`poll`] are this loop with their error types.
+pub async fn wait<T, E, F, Fut>(
+    timeout: Duration,
+    mut probe: F,
+) -> std::result::Result<std::result::Result<T, String>, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<std::result::Result<T, String>, E>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        let last = match probe().await? {
+            Ok(value) => return Ok(Ok(value)),
+            Err(state) => state,
+        };
+        if Instant::now() >= deadline {
+            return Ok(Err(last));
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// [`wait`] for the harness: `probe` yields `Some(value)` when done; a time-out is a
+/// [`PlaneError::Timeout`] naming what was awaited.
 pub async fn poll<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
-    let deadline = Instant::now() + timeout;
-    let mut interval = Duration::from_millis(50);
-    loop {
-        if let Some(value) = probe().await? {
-            return Ok(value);
-        }
-        if Instant::now() >= deadline {
-            return Err(PlaneError::Timeout {
-                what: what.to_string(),
-                secs: timeout.as_secs(),
-                log: None,
-            });
-        }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(Duration::from_secs(1));
-    }
+    let waited = wait(timeout, || {
+        let next = probe();
+        async move { Ok::<_, PlaneError>(next.await?.ok_or_else(String::new)) }
+    })
+    .await?;
+    waited.map_err(|_| PlaneError::Timeout {
+        what: what.to_string(),
+        secs: timeout.as_secs(),
+        log: None,
+    })
 }
 
-/// [`poll`] for tests: the probe may fail with any error (it ends the wait at once),
-/// and a time-out says what was awaited.
+/// [`until`] for a probe that has no state worth reporting: `Some(value)` when done.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -313,29 +334,42 @@ where
     .await
 }
 
-/// Polls `probe` until it returns `Ok(Ok(value))`; `Ok(Err(state))` means not yet, and
-/// the last such state is in the time-out error, so a failing test says what it saw. An
-/// `Err` ends the wait at once. The interval grows from 50 ms to 500 ms.
-pub async fn until<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> anyhow::Result<T>
+/// [`wait`] for tests: `Ok(Err(state))` means not yet, and the last such state is in the
+/// time-out error, so a failing test says what it saw.
+pub async fn until<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<std::result::Result<T, String>>>,
 {
-    let deadline = Instant::now() + timeout;
-    let mut interval = Duration::from_millis(50);
-    loop {
-        let last = match probe().await? {
-            Ok(value) => return Ok(value),
-            Err(state) => state,
-        };
-        if Instant::now() >= deadline {
-            anyhow::bail!(
-                "timed out after {}s waiting for {what}; last seen: {last}",
-                timeout.as_secs()
-            );
+    wait(timeout, probe).await?.map_err(|last| {
+        anyhow::anyhow!(
+            "timed out after {}s waiting for {what}; last seen: {last}",
+            timeout.as_secs()
+        )
+    })
+}
+
+/// The opposite wait: `probe` must keep returning `Ok(())` for all of `window`; the first
+/// `Err(why)` fails with it. For "nothing happens" checks (no write, no eviction).
+pub async fn holds_for<F, Fut>(what: &str, window: Duration, mut probe: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<std::result::Result<(), String>>>,
+{
+    let broken = wait(window, || {
+        let next = probe();
+        // Inverted: a broken promise ends the wait as its "value".
+        async move {
+            Ok::<_, anyhow::Error>(match next.await? {
+                Ok(()) => Err(String::new()),
+                Err(why) => Ok(why),
+            })
         }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(Duration::from_millis(500));
+    })
+    .await?;
+    match broken {
+        Ok(why) => anyhow::bail!("{what} did not hold: {why}"),
+        Err(_) => Ok(()),
     }
 }
 

@@ -14,7 +14,7 @@ use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{eventually, http_get};
 
 fn admin(running: &Running) -> SocketAddr {
-    running.state.admin_addr.parse().expect("admin address")
+    running.admin_addr().expect("admin address")
 }
 
 #[test]
@@ -88,12 +88,7 @@ async fn each_binary_serves_health_and_metrics() -> Result<()> {
         wait_ready(addr)
             .await
             .with_context(|| format!("{}:\n{}", controller.binary(), running.log()))?;
-        let (code, metrics) = http_get(addr, "/metrics").await?;
-        ensure!(
-            code == 200,
-            "{}: /metrics answered {code}",
-            controller.binary()
-        );
+        let metrics = running.metrics().await?;
         for family in ["hearth_build_info", "hearth_leader"] {
             ensure!(
                 metrics.contains(family),
@@ -140,11 +135,13 @@ async fn one_replica_leads_and_a_standby_takes_over() -> Result<()> {
     let leaders = |replicas: Vec<Running>| async move {
         let mut gauges = Vec::new();
         for r in &replicas {
-            let (code, metrics) = http_get(admin(r), "/metrics").await?;
-            ensure!(code == 200, "a standby must stay ready and serve metrics");
+            let metrics = r
+                .metrics()
+                .await
+                .context("a standby must stay ready and serve metrics")?;
             gauges.push(leader_gauge(&metrics));
         }
-        Ok(gauges)
+        anyhow::Ok(gauges)
     };
     let first = eventually("exactly one leader", Duration::from_secs(30), || {
         let replicas = replicas.clone();
@@ -165,7 +162,7 @@ async fn one_replica_leads_and_a_standby_takes_over() -> Result<()> {
     eventually("the standby takes over", Duration::from_secs(30), || {
         let standby = standby.clone();
         async move {
-            let (_, metrics) = http_get(admin(&standby), "/metrics").await?;
+            let metrics = standby.metrics().await?;
             Ok((leader_gauge(&metrics) == Some(1)).then_some(()))
         }
     })

@@ -11,12 +11,12 @@ use std::collections::BTreeSet;
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::names::condition_types::KUEUE_SYNCED;
 use hearth_e2e::ControlPlane;
 use hearth_e2e::hearth::{self, Controller, Running, helm_template};
-use hearth_e2e::process::{http_get, until};
+use hearth_e2e::process::until;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -196,11 +196,7 @@ fn metric_names_are_found_in_expressions() {
 async fn scrape(controllers: &[Running]) -> Result<BTreeSet<String>> {
     let mut exported = BTreeSet::new();
     for running in controllers {
-        let addr = running.state.admin_addr.parse()?;
-        match http_get(addr, "/metrics").await? {
-            (200, body) => exported.extend(exported_samples(&body)),
-            (code, body) => bail!("{} /metrics answered {code}: {body}", running.name()),
-        }
+        exported.extend(exported_samples(&running.metrics().await?));
     }
     Ok(exported)
 }

@@ -6,18 +6,16 @@
 //! hearth-discovery process, built from this workspace, with short intervals. Every wait
 //! polls against a deadline or watches; nothing sleeps to synchronise.
 //!
-//! Run: `cargo test -p hearth-e2e --test discovery` (builds hearth-discovery first;
-//! attaches to `HEARTH_E2E_PLANE_DIR` if set).
+//! Run: `cargo test -p hearth-e2e --test discovery` (the e2e kit builds the controllers
+//! first; attaches to `HEARTH_E2E_PLANE_DIR` if set).
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, anyhow, ensure};
+use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures::StreamExt as _;
@@ -29,17 +27,16 @@ use hearth_api::names::{
 use hearth_api::{FournosCluster, FournosClusterSpec, KubeconfigStatus};
 use hearth_e2e::fleet::{GpuVendor, NodeSpec, fleet_for};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::{cluster_condition as condition, last_discovery};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
-use hearth_e2e::process::{http_get, until};
-use hearth_e2e::{BlackHole, ControlPlane, Isolated, Target, TargetFleet};
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use hearth_e2e::world::World;
+use hearth_e2e::{BlackHole, ControlPlane, Target, TargetFleet};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 /// How long any one expected change may take.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -57,81 +54,31 @@ const FAST: &[(&str, &str)] = &[
 // The controller under test, and the test's view of the management cluster.
 // ---------------------------------------------------------------------------------------
 
-/// Builds hearth-discovery once per test process, with the profile of this test binary,
-/// so the tests never run a stale binary; [`hearth::start`] then finds it next to us.
-async fn build_discovery() -> Result<()> {
-    static BUILT: OnceCell<std::result::Result<(), String>> = OnceCell::const_new();
-    BUILT
-        .get_or_init(|| async {
-            tokio::task::spawn_blocking(|| {
-                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-                let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-                let release = std::env::current_exe()
-                    .map(|exe| exe.components().any(|c| c.as_os_str() == "release"))
-                    .unwrap_or(false);
-                let mut command = std::process::Command::new(cargo);
-                command
-                    .args([
-                        "build",
-                        "-p",
-                        "hearth-discovery",
-                        "--bin",
-                        "hearth-discovery",
-                    ])
-                    .current_dir(&workspace)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::inherit());
-                if release {
-                    command.arg("--release");
-                }
-                match command.status() {
-                    Ok(status) if status.success() => Ok(()),
-                    Ok(status) => Err(format!("cargo build -p hearth-discovery: {status}")),
-                    Err(e) => Err(format!("running cargo: {e}")),
-                }
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-        })
-        .await
-        .clone()
-        .map_err(|e| anyhow!("cannot build hearth-discovery: {e}"))
-}
-
 /// One test's world: its scope on the shared plane, its discovery process, and clients.
 struct Fixture {
-    plane: &'static ControlPlane,
-    iso: Isolated,
+    world: World<'static>,
     discovery: Running,
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    secrets: Api<Secret>,
+}
+
+impl std::ops::Deref for Fixture {
+    type Target = World<'static>;
+
+    fn deref(&self) -> &World<'static> {
+        &self.world
+    }
 }
 
 impl Fixture {
     /// Creates the test's scope and starts discovery in it with `env` on top of the
     /// harness defaults.
     async fn start(test: &str, env: &[(&str, &str)]) -> Result<Fixture> {
-        build_discovery().await?;
         let plane = ControlPlane::shared().await?;
         let iso = plane.isolated(test).await?;
         let discovery = hearth::start(plane, &iso, Controller::Discovery, "0", env).await?;
-        let client = plane.management_client().await?;
         Ok(Fixture {
-            clusters: Api::namespaced(client.clone(), &iso.namespace),
-            secrets: Api::namespaced(client.clone(), &iso.secrets_namespace),
-            client,
-            plane,
-            iso,
+            world: World::new(plane, iso).await?,
             discovery,
         })
-    }
-
-    fn log_tail(&self) -> String {
-        let log = self.discovery.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
     /// Creates or replaces Secret `name` with `kubeconfig`, labeled as a kubeconfig Secret
@@ -154,7 +101,7 @@ impl Fixture {
             "kind": "Secret",
             "metadata": {
                 "name": name,
-                "namespace": self.iso.secrets_namespace,
+                "namespace": self.scope.secrets_namespace,
                 "labels": labels,
                 "annotations": annotations,
             },
@@ -249,22 +196,17 @@ impl Fixture {
             .collect())
     }
 
-    /// [`until`] with the tail of discovery's log in the time-out error.
+    /// [`Running::until`] on discovery: its log's tail is in the time-out error.
     async fn eventually<T, F, Fut>(&self, what: &str, timeout: Duration, probe: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<std::result::Result<T, String>>>,
     {
-        until(what, timeout, probe)
-            .await
-            .map_err(|e| anyhow!("{e}\n--- discovery log (tail) ---\n{}", self.log_tail()))
+        self.discovery.until(what, timeout, probe).await
     }
 
     async fn metrics(&self) -> Result<String> {
-        let addr: SocketAddr = self.discovery.state.admin_addr.parse()?;
-        let (code, body) = http_get(addr, "/metrics").await?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(body)
+        Ok(self.discovery.metrics().await?)
     }
 }
 
@@ -274,13 +216,6 @@ fn regarding(event: &Event) -> Option<&str> {
 
 fn kubeconfig_status(cluster: &FournosCluster) -> Option<KubeconfigStatus> {
     cluster.status.as_ref().and_then(|s| s.kubeconfig_status)
-}
-
-fn condition<'a>(cluster: &'a FournosCluster, type_: &str) -> Option<&'a Condition> {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
 }
 
 fn conditions_text(cluster: &FournosCluster) -> String {
@@ -437,7 +372,7 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
     );
     let mut names = Vec::new();
     for (i, target) in targets.iter().enumerate() {
-        let cluster = f.iso.cluster(target.name());
+        let cluster = f.scope.cluster(target.name());
         let owner = format!("owner-{i}");
         let annotations: Vec<(&str, &str)> = if i == 0 {
             vec![(OWNER_ANNOTATION, owner.as_str())]
@@ -513,18 +448,13 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
                 g.short_name
             );
         }
-        f.wait_event(&f.iso.namespace, cluster, "Onboarded").await?;
+        f.wait_event(&f.scope.namespace, cluster, "Onboarded")
+            .await?;
     }
 
     // Later probes with the same result: timestamps move, nothing else does.
     let (first, _) = &names[0];
     let before = f.clusters.get(first).await?;
-    let last_discovery = |c: &FournosCluster| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.hardware.as_ref())
-            .and_then(|h| h.last_discovery.clone())
-    };
     let since = last_discovery(&before);
     let after = f
         .wait_cluster(first, "probed again", |c| {
@@ -541,7 +471,7 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
         "a probe with the same result moved a transition time"
     );
     let valid_events = f
-        .events_about(&f.iso.namespace, first)
+        .events_about(&f.scope.namespace, first)
         .await?
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("KubeconfigValid"))
@@ -610,7 +540,7 @@ async fn a_rotated_secret_is_probed_at_once() -> Result<()> {
     )
     .await?;
     let target = f.plane.target("target-a")?;
-    let cluster = f.iso.cluster("rotate");
+    let cluster = f.scope.cluster("rotate");
     let secret = secret_name(&cluster);
     let good = target.node_reader_kubeconfig().to_owned();
     f.put_secret(&secret, &good, true, &[]).await?;
@@ -635,7 +565,7 @@ async fn a_rotated_secret_is_probed_at_once() -> Result<()> {
         "rotation took {:?}",
         started.elapsed()
     );
-    f.wait_event(&f.iso.namespace, &cluster, "KubeconfigInvalid")
+    f.wait_event(&f.scope.namespace, &cluster, "KubeconfigInvalid")
         .await?;
 
     f.put_secret(&secret, &good, true, &[]).await?;
@@ -680,14 +610,14 @@ async fn a_restarted_controller_resumes_the_schedule_and_catches_up() -> Result<
     ];
     let mut f = Fixture::start("restart", ENV).await?;
     let target = f.plane.target("target-a")?;
-    let cluster = f.iso.cluster("steady");
+    let cluster = f.scope.cluster("steady");
     let secret = secret_name(&cluster);
     f.put_secret(&secret, target.node_reader_kubeconfig(), true, &[])
         .await?;
     let before = f.wait_status(&cluster, KubeconfigStatus::Valid).await?;
 
     f.discovery.stop(f.plane).await?;
-    f.discovery = hearth::start(f.plane, &f.iso, Controller::Discovery, "1", ENV).await?;
+    f.discovery = hearth::start(f.plane, &f.scope, Controller::Discovery, "1", ENV).await?;
     // Its first reconcile of the cluster decides (debug log): not due, or probed.
     let span = format!("cluster={cluster}}}");
     let decision = f
@@ -732,7 +662,7 @@ async fn a_restarted_controller_resumes_the_schedule_and_catches_up() -> Result<
         json!("/var/run/secrets/kubernetes.io/serviceaccount/token");
     f.put_secret(&secret, &hostile.to_string(), true, &[])
         .await?;
-    f.discovery = hearth::start(f.plane, &f.iso, Controller::Discovery, "2", ENV).await?;
+    f.discovery = hearth::start(f.plane, &f.scope, Controller::Discovery, "2", ENV).await?;
     let invalid = f.wait_status(&cluster, KubeconfigStatus::Invalid).await?;
     let message = &condition(&invalid, KUBECONFIG_VALID)
         .context("KubeconfigValid")?
@@ -757,8 +687,8 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
     )
     .await?;
     let target = f.plane.target("target-a")?;
-    let sa = format!("revoke-{}", f.iso.id);
-    let cluster = f.iso.cluster("revoke");
+    let sa = format!("revoke-{}", f.scope.id);
+    let cluster = f.scope.cluster("revoke");
     let secret = secret_name(&cluster);
     f.put_secret(&secret, &target.issue_node_reader(&sa).await?, true, &[])
         .await?;
@@ -773,7 +703,7 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
         kc.status == "True" && kc.reason == "CredentialsExpiringSoon",
         "{kc:?}"
     );
-    f.wait_event(&f.iso.namespace, &cluster, "CredentialsExpiringSoon")
+    f.wait_event(&f.scope.namespace, &cluster, "CredentialsExpiringSoon")
         .await?;
 
     target.revoke_node_reader(&sa).await?;
@@ -787,7 +717,7 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
     );
     let kc = condition(&rejected, KUBECONFIG_VALID).context("KubeconfigValid")?;
     ensure!(kc.message.contains("HTTP 401"), "{}", kc.message);
-    f.wait_event(&f.iso.namespace, &cluster, "KubeconfigUnauthorized")
+    f.wait_event(&f.scope.namespace, &cluster, "KubeconfigUnauthorized")
         .await?;
 
     f.put_secret(&secret, &target.issue_node_reader(&sa).await?, true, &[])
@@ -803,7 +733,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
     let f = Fixture::start("forbidden", FAST).await?;
     let target = f.plane.target("target-b")?;
     let admin = target.admin_client().await?;
-    let sa = format!("noperm-{}", f.iso.id);
+    let sa = format!("noperm-{}", f.scope.id);
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
     let mut account = ServiceAccount::default();
     account.metadata.name = Some(sa.clone());
@@ -813,7 +743,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
         Err(e) => return Err(e.into()),
     }
     let token = hearth_e2e::node_reader::token(&admin, &sa).await?;
-    let cluster = f.iso.cluster("forbidden");
+    let cluster = f.scope.cluster("forbidden");
     f.put_secret(
         &secret_name(&cluster),
         &kubeconfig_for(&target, Credentials::Token(token)),
@@ -839,7 +769,7 @@ async fn an_identity_that_may_not_list_nodes_is_forbidden() -> Result<()> {
         message.contains(&sa),
         "the target's explanation names the identity: {message}"
     );
-    f.wait_event(&f.iso.namespace, &cluster, "Forbidden")
+    f.wait_event(&f.scope.namespace, &cluster, "Forbidden")
         .await?;
     Ok(())
 }
@@ -858,7 +788,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         ],
     )
     .await?;
-    let name = f.iso.cluster("outage");
+    let name = f.scope.cluster("outage");
     let fleet = TargetFleet::new(
         name.clone(),
         vec![NodeSpec::nvidia("outage-l4-0", "NVIDIA-L4", 2)],
@@ -880,7 +810,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         total_gpus(&down) == 2,
         "the last count is kept while unreachable"
     );
-    f.wait_event(&f.iso.namespace, &name, "KubeconfigUnreachable")
+    f.wait_event(&f.scope.namespace, &name, "KubeconfigUnreachable")
         .await?;
     let seen = history.snapshot();
     let valid = Some(KubeconfigStatus::Valid);
@@ -918,7 +848,7 @@ async fn a_stopped_target_turns_unreachable_after_the_threshold_and_recovers() -
         })
         .await?;
     ensure!(total_gpus(&back) == 2, "counted again after the outage");
-    f.wait_event(&f.iso.namespace, &name, "KubeconfigValid")
+    f.wait_event(&f.scope.namespace, &name, "KubeconfigValid")
         .await?;
     Ok(())
 }
@@ -940,8 +870,8 @@ async fn a_black_hole_does_not_delay_another_target() -> Result<()> {
     .await?;
     let hole = BlackHole::start()?;
     let target = f.plane.target("target-b")?;
-    let hole_cluster = f.iso.cluster("hole");
-    let healthy = f.iso.cluster("healthy");
+    let hole_cluster = f.scope.cluster("hole");
+    let healthy = f.scope.cluster("healthy");
     let into_hole = kubeconfig_yaml(
         "hole",
         &hole.url(),
@@ -1016,7 +946,7 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
         ],
     )
     .await?;
-    let name = f.iso.cluster("grow");
+    let name = f.scope.cluster("grow");
     let fleet = TargetFleet::new(
         name.clone(),
         vec![NodeSpec::nvidia("grow-l4-0", "NVIDIA-L4", 1)],
@@ -1075,7 +1005,8 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
         "{:?}",
         grown.status.as_ref().and_then(|s| s.gpu_summary.as_deref())
     );
-    f.wait_event(&f.iso.namespace, &name, "GPUsChanged").await?;
+    f.wait_event(&f.scope.namespace, &name, "GPUsChanged")
+        .await?;
     Ok(())
 }
 
@@ -1089,8 +1020,8 @@ async fn a_node_added_to_a_target_shows_up_within_one_interval() -> Result<()> {
 async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     let f = Fixture::start("offboarding", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let deleted = f.iso.cluster("deleted");
-    let unlabeled = f.iso.cluster("unlabeled");
+    let deleted = f.scope.cluster("deleted");
+    let unlabeled = f.scope.cluster("unlabeled");
     for cluster in [&deleted, &unlabeled] {
         f.put_secret(
             &secret_name(cluster),
@@ -1105,7 +1036,7 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     f.delete_secret(&secret_name(&deleted)).await?;
     f.wait_gone(&deleted).await?;
     let event = f
-        .wait_event(&f.iso.namespace, &deleted, "Offboarded")
+        .wait_event(&f.scope.namespace, &deleted, "Offboarded")
         .await?;
     let note = event.note.unwrap_or_default();
     ensure!(note.contains(&secret_name(&deleted)), "{note}");
@@ -1118,7 +1049,7 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
     )
     .await?;
     f.wait_gone(&unlabeled).await?;
-    f.wait_event(&f.iso.namespace, &unlabeled, "Offboarded")
+    f.wait_event(&f.scope.namespace, &unlabeled, "Offboarded")
         .await?;
 
     // Labeled again: onboarded again.
@@ -1139,26 +1070,30 @@ async fn offboarding_by_secret_deletion_or_unlabeling() -> Result<()> {
 async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> Result<()> {
     let f = Fixture::start("pattern_mismatch", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let mismatched = format!("creds-{}", f.iso.id);
-    let bad_name = format!("kubeconfig-a.b-{}", f.iso.id);
+    let mismatched = format!("creds-{}", f.scope.id);
+    let bad_name = format!("kubeconfig-a.b-{}", f.scope.id);
     f.put_secret(&mismatched, target.node_reader_kubeconfig(), true, &[])
         .await?;
     f.put_secret(&bad_name, target.node_reader_kubeconfig(), true, &[])
         .await?;
 
     let event = f
-        .wait_event(&f.iso.secrets_namespace, &mismatched, "SecretNameMismatch")
+        .wait_event(
+            &f.scope.secrets_namespace,
+            &mismatched,
+            "SecretNameMismatch",
+        )
         .await?;
     ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
     let note = event.note.unwrap_or_default();
     ensure!(note.contains("kubeconfig-{cluster}"), "{note}");
     let event = f
-        .wait_event(&f.iso.secrets_namespace, &bad_name, "InvalidClusterName")
+        .wait_event(&f.scope.secrets_namespace, &bad_name, "InvalidClusterName")
         .await?;
     ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
 
     // The sweep that warned would have created them; a control Secret proves a later one ran.
-    let control = f.iso.cluster("control");
+    let control = f.scope.cluster("control");
     f.put_secret(
         &secret_name(&control),
         target.node_reader_kubeconfig(),
@@ -1181,7 +1116,7 @@ async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> 
     );
     // Warned once per Secret version, not once per sweep.
     let warnings = f
-        .events_about(&f.iso.secrets_namespace, &mismatched)
+        .events_about(&f.scope.secrets_namespace, &mismatched)
         .await?;
     let count: i32 = warnings
         .iter()
@@ -1200,8 +1135,8 @@ async fn a_secret_not_matching_the_pattern_gets_a_warning_and_nothing_else() -> 
 async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()> {
     let f = Fixture::start("hand_made", FAST).await?;
     let target = f.plane.target("target-a")?;
-    let hand = f.iso.cluster("hand");
-    let secret = format!("hand-kubeconfig-{}", f.iso.id);
+    let hand = f.scope.cluster("hand");
+    let secret = format!("hand-kubeconfig-{}", f.scope.id);
     let mut cluster = FournosCluster::new(
         &hand,
         FournosClusterSpec {
@@ -1209,7 +1144,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
             ..Default::default()
         },
     );
-    cluster.metadata.namespace = Some(f.iso.namespace.clone());
+    cluster.metadata.namespace = Some(f.scope.namespace.clone());
     f.clusters.create(&PostParams::default(), &cluster).await?;
     let missing = f.wait_status(&hand, KubeconfigStatus::Missing).await?;
     let message = &condition(&missing, KUBECONFIG_VALID)
@@ -1253,7 +1188,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
     .await?;
     f.wait_status(&hand, KubeconfigStatus::Valid).await?;
 
-    let neighbour = f.iso.cluster("auto");
+    let neighbour = f.scope.cluster("auto");
     f.put_secret(
         &secret_name(&neighbour),
         target.node_reader_kubeconfig(),
@@ -1273,7 +1208,7 @@ async fn a_hand_made_cluster_is_never_deleted_and_reports_missing() -> Result<()
     );
     // The Secret's name matches no pattern, but a cluster uses it: no warning.
     let warned: Vec<Option<String>> = f
-        .events_about(&f.iso.secrets_namespace, &secret)
+        .events_about(&f.scope.secrets_namespace, &secret)
         .await?
         .into_iter()
         .map(|e| e.reason)
@@ -1337,29 +1272,29 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     let mut needles = Vec::new();
 
     // A token the target accepts, then revokes.
-    let sa = format!("leak-{}", f.iso.id);
-    let revoked = f.iso.cluster("revoked");
+    let sa = format!("leak-{}", f.scope.id);
+    let revoked = f.scope.cluster("revoked");
     let token_kubeconfig = a.issue_node_reader(&sa).await?;
     needles.extend(secret_needles(&token_kubeconfig)?);
     f.put_secret(&secret_name(&revoked), &token_kubeconfig, true, &[])
         .await?;
     // A client certificate and key (the target's admin identity).
-    let cert = f.iso.cluster("cert");
+    let cert = f.scope.cluster("cert");
     let cert_kubeconfig = std::fs::read_to_string(b.admin_kubeconfig())?;
     needles.extend(secret_needles(&cert_kubeconfig)?);
     f.put_secret(&secret_name(&cert), &cert_kubeconfig, true, &[])
         .await?;
     // A token next to an exec plugin: Invalid, and the token must not be quoted.
-    let invalid = f.iso.cluster("invalid");
+    let invalid = f.scope.cluster("invalid");
     let mut hostile: Value = serde_saphyr::from_str(&token_kubeconfig)?;
-    let planted = format!("planted-token-{}-0123456789abcdef", f.iso.id);
+    let planted = format!("planted-token-{}-0123456789abcdef", f.scope.id);
     hostile["users"][0]["user"] = json!({ "token": planted, "exec": { "command": "/bin/true" } });
     needles.push(planted);
     f.put_secret(&secret_name(&invalid), &hostile.to_string(), true, &[])
         .await?;
     // A token that may not list nodes: the target's 403 is quoted in status.
     let admin = a.admin_client().await?;
-    let noperm = format!("leak-noperm-{}", f.iso.id);
+    let noperm = format!("leak-noperm-{}", f.scope.id);
     let mut account = ServiceAccount::default();
     account.metadata.name = Some(noperm.clone());
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "kube-system");
@@ -1370,7 +1305,7 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     }
     let forbidden_token = hearth_e2e::node_reader::token(&admin, &noperm).await?;
     needles.push(forbidden_token.clone());
-    let forbidden = f.iso.cluster("forbidden");
+    let forbidden = f.scope.cluster("forbidden");
     f.put_secret(
         &secret_name(&forbidden),
         &kubeconfig_for(&a, Credentials::Token(forbidden_token)),
@@ -1379,9 +1314,9 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     )
     .await?;
     // A token sent to a server that is not there.
-    let down = f.iso.cluster("down");
+    let down = f.scope.cluster("down");
     let port = hearth_e2e::process::free_port()?;
-    let down_token = format!("down-token-{}-fedcba9876543210", f.iso.id);
+    let down_token = format!("down-token-{}-fedcba9876543210", f.scope.id);
     needles.push(down_token.clone());
     let down_kubeconfig = kubeconfig_yaml(
         "down",
@@ -1426,8 +1361,8 @@ async fn no_token_or_key_leaks_into_logs_traces_events_or_status() -> Result<()>
     let log = f.discovery.log();
     let bodies: Vec<u8> = otlp.requests().into_iter().flat_map(|r| r.body).collect();
     let traces = String::from_utf8_lossy(&bodies).into_owned();
-    let events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.namespace);
-    let secret_events: Api<Event> = Api::namespaced(f.client.clone(), &f.iso.secrets_namespace);
+    let events: Api<Event> = Api::namespaced(f.client.clone(), &f.scope.namespace);
+    let secret_events: Api<Event> = Api::namespaced(f.client.clone(), &f.scope.secrets_namespace);
     let mut events_json = serde_json::to_string(&events.list(&ListParams::default()).await?.items)?;
     events_json.push_str(&serde_json::to_string(
         &secret_events.list(&ListParams::default()).await?.items,

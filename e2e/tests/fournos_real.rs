@@ -16,44 +16,34 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
-use hearth_e2e::fixtures::{publish_kueue_status, queued_cluster};
+use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE};
 use hearth_e2e::fournos_real::{self, Fournos, World};
 use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::objects::slot_workload;
-use hearth_e2e::process::{http_get, until};
+use hearth_e2e::invariants::{workload_condition, workload_is};
+use hearth_e2e::lab::{
+    DEADLINE, LockLab, SLOTS, WAIT_FOR_PODS_READY_SECS, is_held, lock_plane, lock_state, locked,
+    reason_is,
+};
+use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
-use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use hearth_e2e::{ControlPlane, PlaneOptions};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-
-/// Kueue's WaitForPodsReady timeout on this binary's plane.
-const WAIT_FOR_PODS_READY_SECS: u64 = 20;
-/// Deadline of every wait that is not about a known duration.
-const DEADLINE: Duration = Duration::from_secs(90);
-/// How long lock-manager may keep saying `locked=true` after a job got into the cluster
-/// (the time its watches take to bring it what Kueue did).
-const REACTION: Duration = Duration::from_secs(5);
-/// What Fournos requests for a lock, and what kueue-sync publishes by default.
-const SLOTS: i64 = 100;
 
 // ---------------------------------------------------------------------------------------
 // Shared: the plane, Fournos's venv and CRDs
 // ---------------------------------------------------------------------------------------
 
 struct Shared {
-    plane: ControlPlane,
+    plane: &'static ControlPlane,
     source: PathBuf,
     venv: PathBuf,
 }
@@ -82,14 +72,7 @@ async fn shared() -> Result<Option<&'static Shared>> {
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
-            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
-            let plane = ControlPlane::start(PlaneOptions {
-                wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
-                hearth_bin_dir: None,
-                ..options
-            })
-            .await
-            .map_err(|e| e.to_string())?;
+            let plane = lock_plane().await.map_err(|e| format!("{e:#}"))?;
             let client = plane.management_client().await.map_err(|e| e.to_string())?;
             fournos_real::install_crds(&client, &source)
                 .await
@@ -111,45 +94,6 @@ async fn shared() -> Result<Option<&'static Shared>> {
 // Reading state
 // ---------------------------------------------------------------------------------------
 
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condition> {
-    condition(w.status.as_ref()?.conditions.as_slice(), type_)
-}
-
-fn workload_is(w: &Workload, type_: &str) -> bool {
-    workload_condition(w, type_).is_some_and(|c| c.status == "True")
-}
-
-fn locked(fc: &FournosCluster) -> Option<&Condition> {
-    condition(fc.status.as_ref()?.conditions.as_slice(), LOCKED)
-}
-
-fn says_locked(fc: &FournosCluster) -> bool {
-    fc.status.as_ref().and_then(|s| s.locked) == Some(true)
-}
-
-fn lock_state(fc: &FournosCluster) -> String {
-    let s = fc.status.clone().unwrap_or_default();
-    format!(
-        "owner={:?} locked={:?} job={:?} Locked={:?}",
-        fc.spec.owner,
-        s.locked,
-        s.lock_job_name,
-        locked(fc).map(|c| format!("{}/{}: {}", c.status, c.reason, c.message))
-    )
-}
-
-fn is_held(fc: &FournosCluster) -> bool {
-    says_locked(fc) && locked(fc).is_some_and(|c| c.status == "True" && c.reason == "Held")
-}
-
-fn reason_is(reason: &'static str) -> impl Fn(&FournosCluster) -> bool {
-    move |fc| !says_locked(fc) && locked(fc).is_some_and(|c| c.reason == reason)
-}
-
 fn phase(job: &FournosJob) -> Option<&str> {
     job.status.as_ref()?.phase.as_deref()
 }
@@ -167,19 +111,22 @@ fn job_message(job: &FournosJob) -> String {
 // A test's world
 // ---------------------------------------------------------------------------------------
 
+/// The shared [`LockLab`] (probing: every look at a `locked=true` cluster tries a job),
+/// with Fournos and the world it needs running in its scope.
 struct Lab {
+    lab: LockLab,
     shared: &'static Shared,
-    scope: Isolated,
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    workloads: Api<Workload>,
-    jobs: Api<FournosJob>,
-    events: Api<Event>,
-    queued: std::sync::Mutex<Vec<String>>,
-    probes: AtomicUsize,
     fournos: tokio::sync::Mutex<Fournos>,
     world: tokio::task::JoinHandle<Result<()>>,
     lock_manager: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = LockLab;
+
+    fn deref(&self) -> &LockLab {
+        &self.lab
+    }
 }
 
 impl Drop for Lab {
@@ -194,12 +141,11 @@ impl Lab {
         let Some(shared) = shared().await? else {
             return Ok(None);
         };
-        let scope = shared.plane.isolated(test).await?;
-        let client = shared.plane.management_client().await?;
-        fournos_real::install_pipelines(&client, &shared.source, &scope.execution_namespace)
-            .await?;
-        let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
-        let fournos = Fournos::start(&shared.plane, &shared.source, &shared.venv, &scope)
+        let lab = LockLab::new(shared.plane, test).await?.probing();
+        let (client, scope) = (&lab.client, &lab.scope);
+        fournos_real::install_pipelines(client, &shared.source, &scope.execution_namespace).await?;
+        let world = tokio::spawn(World::new(client, &scope.execution_namespace).run());
+        let fournos = Fournos::start(shared.plane, &shared.source, &shared.venv, scope)
             .await
             .context("starting Fournos")?;
         eprintln!(
@@ -207,15 +153,8 @@ impl Lab {
             fournos.log_path().display()
         );
         Ok(Some(Lab {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
-            events: Api::namespaced(client.clone(), &scope.namespace),
+            lab,
             shared,
-            scope,
-            client,
-            queued: Default::default(),
-            probes: AtomicUsize::new(0),
             fournos: tokio::sync::Mutex::new(fournos),
             world,
             lock_manager: Default::default(),
@@ -225,7 +164,7 @@ impl Lab {
     /// hearth-lock-manager with `fournosjob` sentinels, as the chart's ServiceAccount.
     async fn start_lock_manager(&self) -> Result<()> {
         let running = hearth::start(
-            &self.shared.plane,
+            self.shared.plane,
             &self.scope,
             Controller::LockManager,
             "0",
@@ -244,25 +183,13 @@ impl Lab {
     async fn metric(&self, name: &str) -> Result<f64> {
         let guard = self.lock_manager.lock().await;
         let running = guard.as_ref().context("lock-manager not started")?;
-        let addr: std::net::SocketAddr = running.state.admin_addr.parse()?;
-        let (code, text) = http_get(addr, "/metrics").await?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0))
+        Ok(running.metric(name).await?)
     }
 
     /// A FournosCluster with its flavor, queue entry and `status.kueue` as kueue-sync
     /// makes them, and the kubeconfig Secret Fournos copies for a job that runs there.
     async fn cluster(&self, name: &str) -> Result<String> {
-        let entries: Vec<(String, i64)> = {
-            let mut queued = self.queued.lock().expect("poisoned");
-            queued.push(name.to_owned());
-            queued.iter().map(|c| (c.clone(), SLOTS)).collect()
-        };
-        let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
-        queued_cluster(&self.client, &self.scope, name, &entries).await?;
+        self.queue_cluster(name).await?;
         self.publish_slots(name, SLOTS).await?;
         apply(
             &self.client,
@@ -276,110 +203,30 @@ impl Lab {
         Ok(name.to_owned())
     }
 
-    /// `status.kueue` as kueue-sync publishes it, with `slots` as the cluster's slots.
-    async fn publish_slots(&self, name: &str, slots: i64) -> Result<()> {
-        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, slots).await?)
-    }
-
     async fn set_owner(&self, name: &str, owner: Option<&str>, ttl: Option<&str>) -> Result<()> {
         let mut spec = json!({ "owner": owner });
         if let Some(ttl) = ttl {
             spec["ttl"] = ttl.into();
         }
-        self.clusters
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": spec })),
-            )
-            .await
-            .with_context(|| format!("setting the owner of {name}"))?;
-        Ok(())
+        self.set_spec(name, spec).await
     }
 
-    /// Waits for `done`, probing at each look that a `locked=true` is true.
+    /// [`LockLab::wait_cluster`] (which probes) with Fournos's log on failure.
     async fn wait_cluster(
         &self,
         name: &str,
         what: &str,
         done: impl Fn(&FournosCluster) -> bool,
     ) -> Result<FournosCluster> {
-        let fc = until(&format!("{name}: {what}"), DEADLINE, || async {
-            let fc = self.clusters.get(name).await?;
-            Ok(if done(&fc) {
-                Ok(fc)
-            } else {
-                Err(lock_state(&fc))
-            })
-        })
-        .await
-        .map_err(|e| self.with_log(e))?;
-        self.probe(name).await?;
-        Ok(fc)
+        self.lab
+            .wait_cluster(name, what, done)
+            .await
+            .map_err(|e| self.with_log(e))
     }
 
     fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
         let log = self.fournos.try_lock().map(|f| f.log()).unwrap_or_default();
         e.context(format!("Fournos's log ends with:\n{log}"))
-    }
-
-    /// If the cluster says `locked=true`, a one-slot job for it must not be admitted.
-    async fn probe(&self, cluster: &str) -> Result<()> {
-        let before = self.clusters.get(cluster).await?;
-        if !says_locked(&before) {
-            return Ok(());
-        }
-        self.try_job(cluster).await.map(drop)
-    }
-
-    /// Submits a one-slot job for `cluster` and deletes it once Kueue has decided; fails
-    /// if it was admitted while the cluster said `locked=true`. Whether it was admitted.
-    async fn try_job(&self, cluster: &str) -> Result<bool> {
-        let name = format!("probe-{}", self.probes.fetch_add(1, Ordering::Relaxed));
-        apply(
-            &self.client,
-            &slot_workload(
-                &self.scope.execution_namespace,
-                &name,
-                &self.scope.local_queue,
-                cluster,
-                1,
-            ),
-        )
-        .await?;
-        let decided = until(&format!("Kueue deciding on {name}"), DEADLINE, || async {
-            let w = self.workloads.get(&name).await?;
-            Ok(match workload_condition(&w, "QuotaReserved") {
-                Some(_) => Ok(w),
-                None => Err("no QuotaReserved yet".to_owned()),
-            })
-        })
-        .await?;
-        self.workloads
-            .delete(&name, &DeleteParams::default())
-            .await?;
-        let admitted = workload_is(&decided, "QuotaReserved");
-        if admitted {
-            // lock-manager learns what Kueue did through its watches: it may trail Kueue
-            // by that much, never more.
-            until(
-                &format!("{cluster} to stop saying locked=true once a job got in"),
-                REACTION,
-                || async {
-                    let fc = self.clusters.get(cluster).await?;
-                    Ok(if says_locked(&fc) {
-                        Err(lock_state(&fc))
-                    } else {
-                        Ok(())
-                    })
-                },
-            )
-            .await
-            .with_context(|| {
-                format!("{cluster}: a one-slot job was admitted while it said locked=true")
-            })?;
-        }
-        Ok(admitted)
     }
 
     /// The cluster's lock FournosJob (by the contract's label), once there is exactly one
@@ -390,16 +237,11 @@ impl Lab {
         what: &str,
         done: impl Fn(&FournosJob) -> bool,
     ) -> Result<FournosJob> {
-        let selector = format!("{CLUSTER_LOCK_LABEL}={cluster}");
         until(
             &format!("sentinel of {cluster}: {what}"),
             DEADLINE,
             || async {
-                let mut jobs = self
-                    .jobs
-                    .list(&ListParams::default().labels(&selector))
-                    .await?
-                    .items;
+                let mut jobs = self.sentinels::<FournosJob>(cluster).await?;
                 Ok(match jobs.len() {
                     1 if done(&jobs[0]) => Ok(jobs.remove(0)),
                     1 => Err(format!("{:?} {:?}", phase(&jobs[0]), job_message(&jobs[0]))),
@@ -485,27 +327,6 @@ impl Lab {
         })
         .await
         .map_err(|e| self.with_log(e))
-    }
-
-    async fn wait_event(&self, cluster: &str, reason: &str) -> Result<Event> {
-        until(
-            &format!("Event {reason} on {cluster}"),
-            DEADLINE,
-            || async {
-                let found = self
-                    .events
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .find(|e| {
-                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
-                            && e.reason.as_deref() == Some(reason)
-                    });
-                Ok(found.ok_or_else(|| "none".to_owned()))
-            },
-        )
-        .await
     }
 
     /// Lock `cluster` for `owner` and wait until it is held; the sentinel and its Workload.
@@ -703,7 +524,7 @@ async fn restarts_keep_the_lock() -> Result<()> {
 
     {
         let guard = lab.lock_manager.lock().await;
-        guard.as_ref().unwrap().kill(&lab.shared.plane).await?;
+        guard.as_ref().unwrap().kill(lab.shared.plane).await?;
     }
     lab.start_lock_manager().await?;
     lab.wait_cluster(&cluster, "held after lock-manager restarted", is_held)

@@ -16,17 +16,18 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, quantity_to_i64};
 use hearth_api::names::{
     CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, condition_types,
 };
 use hearth_api::{FournosCluster, KubeconfigStatus};
-use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::hearth::Controller;
+use hearth_e2e::invariants::{entry, is_active, kueue_problems, last_discovery};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
+use hearth_e2e::objects::foreign_widget_group;
 use hearth_e2e::process::{eventually, http_get, is_alive};
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
 use hearth_e2e::resources::apply;
-use hearth_e2e::{Answer, ControlPlane, HostileTarget, Isolated, TargetFleet};
+use hearth_e2e::{Answer, ControlPlane, HostileTarget, TargetFleet};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::events::v1::Event;
@@ -106,33 +107,29 @@ fn generated_double_base64_garbage() -> Vec<u8> {
         .into_bytes()
 }
 
-/// One test's world on the shared plane.
-struct World {
-    plane: &'static ControlPlane,
-    iso: Isolated,
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    secrets: Api<Secret>,
-    queues: Api<ClusterQueue>,
-    flavors: Api<ResourceFlavor>,
-    controllers: Vec<Running>,
+/// One test's [`hearth_e2e::world::World`] on the shared plane, and what only the
+/// hostile tests do with it.
+struct World(hearth_e2e::world::World<'static>);
+
+impl std::ops::Deref for World {
+    type Target = hearth_e2e::world::World<'static>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for World {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl World {
     async fn new(test: &str) -> Result<World> {
         let plane = ControlPlane::shared().await?;
-        let iso = plane.isolated(test).await?;
-        let client = plane.management_client().await?;
-        Ok(World {
-            clusters: Api::namespaced(client.clone(), &iso.namespace),
-            secrets: Api::namespaced(client.clone(), &iso.secrets_namespace),
-            queues: Api::all(client.clone()),
-            flavors: Api::all(client.clone()),
-            client,
-            plane,
-            iso,
-            controllers: Vec::new(),
-        })
+        let scope = plane.isolated(test).await?;
+        Ok(World(hearth_e2e::world::World::new(plane, scope).await?))
     }
 
     async fn start(&mut self, controllers: &[Controller]) -> Result<()> {
@@ -147,8 +144,7 @@ impl World {
     ) -> Result<()> {
         let env: Vec<(&str, &str)> = FAST.iter().chain(extra).copied().collect();
         for &c in controllers {
-            let running = hearth::start(self.plane, &self.iso, c, "0", &env).await?;
-            self.controllers.push(running);
+            self.0.start(c, "0", &env).await?;
         }
         Ok(())
     }
@@ -158,7 +154,7 @@ impl World {
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.to_owned()),
-                namespace: Some(self.iso.secrets_namespace.clone()),
+                namespace: Some(self.scope.secrets_namespace.clone()),
                 labels: Some(BTreeMap::from([(
                     KUBECONFIG_SECRET_LABEL.to_owned(),
                     "true".to_owned(),
@@ -203,20 +199,7 @@ impl World {
     }
 
     fn describe(&self, name: &str) -> String {
-        let logs: Vec<String> = self
-            .controllers
-            .iter()
-            .map(|c| {
-                let log = c.log();
-                let lines: Vec<&str> = log.lines().collect();
-                format!(
-                    "--- {} ---\n{}",
-                    c.name(),
-                    lines[lines.len().saturating_sub(15)..].join("\n")
-                )
-            })
-            .collect();
-        format!("while waiting on {name}\n{}", logs.join("\n"))
+        format!("while waiting on {name}\n{}", self.logs(15))
     }
 
     /// Waits for `kubeconfigStatus == status` with a `KubeconfigValid` condition that
@@ -246,7 +229,7 @@ impl World {
     async fn assert_healthy(&self, cluster: &str) -> Result<()> {
         self.wait_kubeconfig(cluster, KubeconfigStatus::Valid)
             .await?;
-        let queue = self.iso.cluster_queue.clone();
+        let queue = self.scope.cluster_queue.clone();
         eventually(
             &format!("{cluster}'s quota in {queue}"),
             DEADLINE,
@@ -258,7 +241,7 @@ impl World {
                 let ok = quota
                     .as_ref()
                     .is_some_and(|q| q.get(CLUSTER_SLOT_RESOURCE) == Some(&100) && q.len() > 1)
-                    && queue_problems(&cq).is_empty()
+                    && kueue_problems(&cq).is_empty()
                     && is_active(&cq);
                 Ok(ok.then_some(()))
             },
@@ -340,7 +323,7 @@ impl World {
                 c.name(),
                 process.pid
             );
-            let addr = c.state.admin_addr.parse()?;
+            let addr = c.admin_addr()?;
             let (code, _) = http_get(addr, "/healthz").await?;
             ensure!(code == 200, "{} /healthz answered {code}", c.name());
             let log = c.log();
@@ -365,7 +348,7 @@ impl World {
             .iter()
             .map(|c| (format!("log of {}", c.name()), c.log()))
             .collect();
-        for ns in [&self.iso.namespace, &self.iso.secrets_namespace] {
+        for ns in [&self.scope.namespace, &self.scope.secrets_namespace] {
             let events: Api<Event> = Api::namespaced(self.client.clone(), ns);
             for e in events.list(&ListParams::default()).await?.items {
                 places.push((
@@ -383,7 +366,7 @@ impl World {
                 serde_json::to_string(&c.status)?,
             ));
         }
-        if let Some(cq) = self.queues.get_opt(&self.iso.cluster_queue).await? {
+        if let Some(cq) = self.queues.get_opt(&self.scope.cluster_queue).await? {
             places.push(("the ClusterQueue".into(), serde_json::to_string(&cq)?));
         }
         for (place, text) in &places {
@@ -411,71 +394,12 @@ fn condition(
         .cloned()
 }
 
-fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
-    cq.spec
-        .resource_groups
-        .iter()
-        .flat_map(|g| &g.flavors)
-        .find(|f| f.name == flavor)
-        .map(|f| {
-            f.resources
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
-                    )
-                })
-                .collect()
-        })
-}
-
-/// What Kueue's webhook (not running here) and CRD rules would refuse in the queue.
-fn queue_problems(cq: &ClusterQueue) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut flavors = std::collections::BTreeSet::new();
-    for (i, group) in cq.spec.resource_groups.iter().enumerate() {
-        if group.flavors.is_empty() || group.flavors.len() > 64 {
-            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
-        }
-        if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
-            problems.push(format!(
-                "group {i}: {} covered",
-                group.covered_resources.len()
-            ));
-        }
-        for f in &group.flavors {
-            if !flavors.insert(f.name.clone()) {
-                problems.push(format!("flavor {} listed twice", f.name));
-            }
-            let names: Vec<&String> = f.resources.iter().map(|q| &q.name).collect();
-            if names != group.covered_resources.iter().collect::<Vec<_>>() {
-                problems.push(format!("group {i}: flavor {} lists {names:?}", f.name));
-            }
-            for q in &f.resources {
-                if quantity_to_i64(&q.nominal_quota).is_none_or(|n| n < 0) {
-                    problems.push(format!("{}: {} = {:?}", f.name, q.name, q.nominal_quota));
-                }
-            }
-        }
-    }
-    problems
-}
-
-fn is_active(cq: &ClusterQueue) -> bool {
-    cq.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Active" && c.status == "True")
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Result<()> {
     let mut w = World::new("hostile_secrets").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
-    let healthy = w.iso.cluster("healthy");
+    let healthy = w.scope.cluster("healthy");
     w.onboard_healthy(&healthy).await?;
     w.assert_healthy(&healthy).await?;
 
@@ -585,12 +509,12 @@ async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Res
         ("empty", "kubeconfig", Vec::new(), invalid, ""),
     ];
     for (base, key, data, _, _) in &cases {
-        let cluster = w.iso.cluster(base);
+        let cluster = w.scope.cluster(base);
         w.put_secret(&format!("kubeconfig-{cluster}"), key, data.clone())
             .await?;
     }
     // Labeled, but not named like a kubeconfig Secret: a Warning Event and nothing else.
-    let stray = format!("not-a-kubeconfig-{}", w.iso.id);
+    let stray = format!("not-a-kubeconfig-{}", w.scope.id);
     w.put_secret(
         &stray,
         "kubeconfig",
@@ -600,7 +524,7 @@ async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Res
 
     let mut report = Vec::new();
     for (base, _, _, status, words) in &cases {
-        let cluster = w.iso.cluster(base);
+        let cluster = w.scope.cluster(base);
         let message = w.wait_kubeconfig(&cluster, *status).await?;
         ensure!(
             message.contains(words),
@@ -610,7 +534,7 @@ async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Res
     }
     println!("{}", report.join("\n"));
 
-    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
+    let events: Api<Event> = Api::namespaced(w.client.clone(), &w.scope.secrets_namespace);
     eventually("a Warning Event on the stray Secret", DEADLINE, || async {
         Ok(events
             .list(&ListParams::default())
@@ -694,7 +618,7 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
     let mut w = World::new("hostile_nodes").await?;
     let target = w
         .plane
-        .add_target(TargetFleet::new(format!("junk-{}", w.iso.id), vec![]))
+        .add_target(TargetFleet::new(format!("junk-{}", w.scope.id), vec![]))
         .await?;
     let nodes: Api<Node> = Api::all(target.admin_client().await?);
     let long_model = "X".repeat(63);
@@ -796,9 +720,9 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
 
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
-    let healthy = w.iso.cluster("healthy");
+    let healthy = w.scope.cluster("healthy");
     w.onboard_healthy(&healthy).await?;
-    let junk = w.iso.cluster("junk");
+    let junk = w.scope.cluster("junk");
     w.put_secret(
         &format!("kubeconfig-{junk}"),
         "kubeconfig",
@@ -856,7 +780,7 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
 
     // The junk cluster's quota reaches a queue Kueue accepts, and the healthy cluster
     // next to it keeps its own.
-    let queue = w.iso.cluster_queue.clone();
+    let queue = w.scope.cluster_queue.clone();
     eventually(
         "the junk cluster's entry in a valid queue",
         DEADLINE,
@@ -865,7 +789,7 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
                 return Ok(None);
             };
             Ok(
-                (entry(&cq, &junk).is_some() && queue_problems(&cq).is_empty() && is_active(&cq))
+                (entry(&cq, &junk).is_some() && kueue_problems(&cq).is_empty() && is_active(&cq))
                     .then_some(()),
             )
         },
@@ -891,12 +815,12 @@ fn is_valid_name_part(s: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> {
     let mut w = World::new("hostile_specs").await?;
-    let queue = w.iso.cluster_queue.clone();
+    let queue = w.scope.cluster_queue.clone();
 
     // A foreign flavor and group in the queue before Hearth starts, and a foreign flavor
     // squatting on the name of a cluster that is onboarded later.
-    let foreign = format!("foreign-{}", w.iso.id);
-    let squatted = w.iso.cluster("squatted");
+    let foreign = format!("foreign-{}", w.scope.id);
+    let squatted = w.scope.cluster("squatted");
     for name in [&foreign, &squatted] {
         apply(
             &w.client,
@@ -912,12 +836,7 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
         .patch(
             &queue,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "resourceGroups": [{
-                "coveredResources": ["example.com/widget"],
-                "flavors": [{ "name": foreign, "resources": [
-                    { "name": "example.com/widget", "nominalQuota": "7" }
-                ]}],
-            }]}})),
+            &Patch::Merge(foreign_widget_group(&foreign)),
         )
         .await
         .context("adding a foreign group")?;
@@ -928,7 +847,7 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
         Controller::LockManager,
     ])
     .await?;
-    let healthy = w.iso.cluster("healthy");
+    let healthy = w.scope.cluster("healthy");
     w.onboard_healthy(&healthy).await?;
     w.assert_healthy(&healthy).await?;
 
@@ -957,7 +876,7 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
         spec[field] = value.clone();
         let fc = json!({
             "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-            "metadata": { "name": w.iso.cluster("badspec"), "namespace": w.iso.namespace },
+            "metadata": { "name": w.scope.cluster("badspec"), "namespace": w.scope.namespace },
             "spec": spec,
         });
         let shown: String = value.to_string().chars().take(40).collect();
@@ -1002,7 +921,7 @@ async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> 
     // the apiserver's reason, not as `WaitingForFlavor`.
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(w.client.clone());
     namespaces
-        .delete(&w.iso.execution_namespace, &Default::default())
+        .delete(&w.scope.execution_namespace, &Default::default())
         .await
         .context("deleting the execution namespace")?;
     w.clusters
@@ -1088,7 +1007,7 @@ async fn a_huge_node_list_costs_only_its_own_probe() -> Result<()> {
     let mut w = World::new("hostile_pages").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
-    let healthy = w.iso.cluster("healthy");
+    let healthy = w.scope.cluster("healthy");
     w.onboard_healthy(&healthy).await?;
     w.assert_healthy(&healthy).await?;
 
@@ -1120,23 +1039,18 @@ async fn a_huge_node_list_costs_only_its_own_probe() -> Result<()> {
         ),
     ];
     for (base, target, _) in &cases {
-        w.onboard_hostile(&w.iso.cluster(base), target).await?;
+        w.onboard_hostile(&w.scope.cluster(base), target).await?;
     }
     for (base, target, words) in &cases {
         let message = w
-            .wait_discovery_failed(&w.iso.cluster(base), "DiscoveryFailed", words)
+            .wait_discovery_failed(&w.scope.cluster(base), "DiscoveryFailed", words)
             .await?;
         println!("{base}: {message}");
         ensure!(target.requests() > 0, "{base} was never asked");
     }
     // Probes of the hostile targets go on (every 5 s); the healthy one is still probed.
     let before = w.clusters.get(&healthy).await?;
-    let last = |c: &FournosCluster| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.hardware.as_ref())
-            .and_then(|h| h.last_discovery.clone())
-    };
+    let last = last_discovery;
     let seen = last(&before);
     w.wait_cluster(&healthy, "probed again", |c| {
         (last(c) != seen)
@@ -1184,7 +1098,7 @@ async fn measure_discovery_memory_against_a_hostile_target() -> Result<()> {
         }
     })
     .await?;
-    w.onboard_hostile(&w.iso.cluster(&which), &target).await?;
+    w.onboard_hostile(&w.scope.cluster(&which), &target).await?;
     // Node lists asked for; `/version` is the other request of each probe.
     let asked = eventually("3 probes of the hostile target", DEADLINE, || async {
         Ok((target.requests() >= 6 || !is_alive(pid)).then(|| target.requests()))
@@ -1283,36 +1197,43 @@ async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
     let mut targets = Vec::new();
     for (base, respond) in cases {
         let target = HostileTarget::start(respond).await?;
-        w.onboard_hostile(&w.iso.cluster(base), &target).await?;
+        w.onboard_hostile(&w.scope.cluster(base), &target).await?;
         targets.push((base, target));
     }
 
     let mut report = Vec::new();
     let message = w
-        .wait_kubeconfig(&w.iso.cluster("textversion"), KubeconfigStatus::Unreachable)
+        .wait_kubeconfig(
+            &w.scope.cluster("textversion"),
+            KubeconfigStatus::Unreachable,
+        )
         .await?;
     ensure!(message.contains("not a Kubernetes version"), "{message}");
     report.push(message);
     let c = w
-        .wait_cluster(&w.iso.cluster("jsonversion"), "Valid with a version", |c| {
-            let s = c.status.as_ref().ok_or("no status")?;
-            (s.kubeconfig_status == Some(KubeconfigStatus::Valid)
-                && condition(c, condition_types::GPU_DISCOVERED)
-                    .is_some_and(|g| g.status == "True"))
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", s.kubeconfig_status))
-        })
+        .wait_cluster(
+            &w.scope.cluster("jsonversion"),
+            "Valid with a version",
+            |c| {
+                let s = c.status.as_ref().ok_or("no status")?;
+                (s.kubeconfig_status == Some(KubeconfigStatus::Valid)
+                    && condition(c, condition_types::GPU_DISCOVERED)
+                        .is_some_and(|g| g.status == "True"))
+                .then_some(())
+                .ok_or_else(|| format!("{:?}", s.kubeconfig_status))
+            },
+        )
         .await?;
     report.push(serde_json::to_string(&c.status)?);
     report.push(
         w.wait_kubeconfig(
-            &w.iso.cluster("unauthorized"),
+            &w.scope.cluster("unauthorized"),
             KubeconfigStatus::Unauthorized,
         )
         .await?,
     );
     let message = w
-        .wait_kubeconfig(&w.iso.cluster("notfound"), KubeconfigStatus::Unreachable)
+        .wait_kubeconfig(&w.scope.cluster("notfound"), KubeconfigStatus::Unreachable)
         .await?;
     ensure!(
         message.contains("HTTP 404 (not found)") && message.contains("[REDACTED]"),
@@ -1320,12 +1241,12 @@ async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
     );
     report.push(message);
     let message = w
-        .wait_discovery_failed(&w.iso.cluster("forbidden"), "Forbidden", "[REDACTED]")
+        .wait_discovery_failed(&w.scope.cluster("forbidden"), "Forbidden", "[REDACTED]")
         .await?;
     report.push(message);
     let message = w
         .wait_discovery_failed(
-            &w.iso.cluster("servererror"),
+            &w.scope.cluster("servererror"),
             "DiscoveryFailed",
             "HTTP 500 (server error) on page 1",
         )
@@ -1333,7 +1254,7 @@ async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
     ensure!(message.contains("[REDACTED]"), "{message}");
     report.push(message);
     let c = w
-        .wait_cluster(&w.iso.cluster("label"), "GPUs counted", |c| {
+        .wait_cluster(&w.scope.cluster("label"), "GPUs counted", |c| {
             c.status
                 .as_ref()
                 .and_then(|s| s.hardware.as_ref())
@@ -1407,17 +1328,17 @@ async fn a_target_with_dozens_of_gpu_models_cannot_fill_the_queue() -> Result<()
         }
     })
     .await?;
-    let models = w.iso.cluster("models");
+    let models = w.scope.cluster("models");
     w.onboard_hostile(&models, &target).await?;
     let message = w
         .wait_discovery_failed(&models, "DiscoveryFailed", "more than 8 GPU models")
         .await?;
     println!("{models}: {message}");
 
-    let healthy = w.iso.cluster("healthy");
+    let healthy = w.scope.cluster("healthy");
     w.onboard_healthy(&healthy).await?;
     w.assert_healthy(&healthy).await?;
-    let cq = w.queues.get(&w.iso.cluster_queue).await?;
+    let cq = w.queues.get(&w.scope.cluster_queue).await?;
     let covered: Vec<&String> = cq
         .spec
         .resource_groups
@@ -1444,14 +1365,14 @@ async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
     let mut w = World::new("hostile_borrow").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
-    let victim = w.iso.cluster("victim");
+    let victim = w.scope.cluster("victim");
     w.onboard_healthy(&victim).await?;
     w.assert_healthy(&victim).await?;
 
-    let thief = w.iso.cluster("thief");
+    let thief = w.scope.cluster("thief");
     let fc = json!({
         "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-        "metadata": { "name": thief, "namespace": w.iso.namespace },
+        "metadata": { "name": thief, "namespace": w.scope.namespace },
         "spec": { "kubeconfigSecret": format!("kubeconfig-{victim}") },
     });
     w.clusters
@@ -1473,7 +1394,7 @@ async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
             .ok_or_else(|| "no KueueSynced".into())
     })
     .await?;
-    let cq = w.queues.get(&w.iso.cluster_queue).await?;
+    let cq = w.queues.get(&w.scope.cluster_queue).await?;
     let stolen = entry(&cq, &thief).unwrap_or_default();
     ensure!(
         stolen.values().all(|q| *q == 0),

@@ -9,40 +9,34 @@
 //! own, so they do not depend on discovery. Every wait polls with a deadline; nothing
 //! sleeps to synchronise.
 //!
-//! Run: `cargo test -p hearth-e2e --test kueue_sync` (builds hearth-kueue-sync first unless
-//! `HEARTH_E2E_NO_BUILD` is set; needs a plane of its own, not an attached one, since the
+//! Run: `cargo test -p hearth-e2e --test kueue_sync` (the e2e kit builds the controllers
+//! first unless `HEARTH_E2E_NO_BUILD` is set; needs a plane of its own, not an attached one, since the
 //! controllers run under the plane's supervisor).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt;
-use hearth_api::kueue::{
-    ClusterQueue, FlavorQuotas, ResourceFlavor, ResourceGroup, ResourceQuota, Workload,
-    quantity_to_i64,
-};
+use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota, Workload};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types,
 };
 use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, KueueStatus};
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
-use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::plane::hearth_binary;
-use hearth_e2e::process::{http_get, tail, until};
+use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
+use hearth_e2e::invariants::{entry, is_active, kueue_problems, nonzero};
+use hearth_e2e::objects;
+use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, Target};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 
 /// How long any one expected change may take.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -54,173 +48,6 @@ const DISCOVERY: &str = "e2e-discovery";
 // ---------------------------------------------------------------------------------------
 // The controller under test, as a process.
 // ---------------------------------------------------------------------------------------
-
-/// A running hearth-kueue-sync, started through the plane's supervisor as the chart's
-/// ServiceAccount (so the chart's RBAC is what it gets; see `hearth_e2e::hearth`).
-struct KueueSync {
-    running: Running,
-    admin: SocketAddr,
-    log: PathBuf,
-}
-
-/// Builds hearth-kueue-sync once per test process, so that the binary the plane runs
-/// (found next to the test executable) is never stale. `HEARTH_E2E_NO_BUILD=1` skips it.
-async fn ensure_built() -> Result<()> {
-    static BUILT: OnceCell<std::result::Result<(), String>> = OnceCell::const_new();
-    BUILT
-        .get_or_init(|| async {
-            if std::env::var_os("HEARTH_E2E_NO_BUILD").is_some() {
-                return Ok(());
-            }
-            tokio::task::spawn_blocking(build_kueue_sync)
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r.map(drop).map_err(|e| format!("{e:#}")))
-        })
-        .await
-        .clone()
-        .map_err(|e| anyhow::anyhow!("cannot build hearth-kueue-sync: {e}"))
-}
-
-fn build_kueue_sync() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut command = std::process::Command::new(cargo);
-    // Cargo gives this test process the variables it sets for a package's build
-    // (CARGO_PKG_NAME=hearth-e2e, …); build scripts that watch them (ring's do) would
-    // rebuild, and make the next ordinary build rebuild again.
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if [
-            "CARGO_PKG_",
-            "CARGO_MANIFEST_",
-            "CARGO_CRATE_",
-            "CARGO_BIN_",
-            "CARGO_CFG_",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "CARGO_RUSTC_CURRENT_DIR",
-            "OUT_DIR",
-        ]
-        .iter()
-        .any(|prefix| key.starts_with(prefix))
-        {
-            command.env_remove(key.as_ref());
-        }
-    }
-    let output = command
-        .args([
-            "build",
-            "-p",
-            "hearth-kueue-sync",
-            "--bin",
-            "hearth-kueue-sync",
-            "--message-format=json-render-diagnostics",
-        ])
-        .current_dir(&workspace)
-        .stderr(Stdio::inherit())
-        .output()
-        .context("running cargo build")?;
-    ensure!(output.status.success(), "cargo build failed");
-    let built = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|m| {
-            m["reason"] == "compiler-artifact" && m["target"]["name"] == "hearth-kueue-sync"
-        })
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .context("cargo did not report the hearth-kueue-sync executable")?;
-    let used = hearth_binary(Controller::KueueSync.binary())?;
-    ensure!(
-        built.canonicalize()? == used.canonicalize()?,
-        "built {} but the plane runs {}",
-        built.display(),
-        used.display()
-    );
-    Ok(built)
-}
-
-impl KueueSync {
-    /// Starts kueue-sync in `scope` (`env` on top of the harness's) and waits until it is
-    /// ready: its caches synced.
-    async fn start(
-        plane: &ControlPlane,
-        scope: &Isolated,
-        instance: &str,
-        env: &[(&str, &str)],
-    ) -> Result<KueueSync> {
-        ensure_built().await?;
-        let running = hearth::start(plane, scope, Controller::KueueSync, instance, env).await?;
-        let ks = KueueSync {
-            admin: running.state.admin_addr.parse()?,
-            log: running.state.log.clone(),
-            running,
-        };
-        let what = format!("kueue-sync {instance} ready");
-        eventually(&what, Some(&ks.log), || async {
-            Ok(match http_get(ks.admin, "/readyz").await {
-                Ok((200, _)) => Ok(()),
-                Ok((code, body)) => Err(format!("/readyz {code}: {body}")),
-                Err(e) => Err(e.to_string()),
-            })
-        })
-        .await?;
-        Ok(ks)
-    }
-
-    /// Stops it as Kubernetes would (SIGTERM) and checks it stopped cleanly.
-    async fn stop(self, plane: &ControlPlane) -> Result<()> {
-        self.running.stop(plane).await?;
-        let log = self.running.log();
-        ensure!(
-            log.contains("hearth_runtime: stopped") && !log.contains("stopped with an error"),
-            "kueue-sync did not stop cleanly:\n{}",
-            tail(&self.log, 30)
-        );
-        Ok(())
-    }
-
-    /// Kills it without warning (a crash).
-    async fn kill(self, plane: &ControlPlane) -> Result<()> {
-        self.running.kill(plane).await?;
-        Ok(())
-    }
-
-    async fn metrics(&self) -> Result<String> {
-        let (code, body) = http_get(self.admin, "/metrics").await?;
-        ensure!(code == 200, "/metrics answered {code}");
-        Ok(body)
-    }
-
-    /// The sum of every sample of metric `name` (all label sets).
-    async fn metric_sum(&self, name: &str) -> Result<f64> {
-        Ok(metric_sum(&self.metrics().await?, name))
-    }
-}
-
-fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// [`until`] with [`DEADLINE`] and the tail of the controller's log in the time-out error.
-async fn eventually<T, F, Fut>(what: &str, log: Option<&PathBuf>, probe: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<std::result::Result<T, String>>>,
-{
-    until(what, DEADLINE, probe).await.map_err(|e| {
-        let log = log
-            .map(|l| format!("\n--- {} (tail):\n{}", l.display(), tail(l, 40)))
-            .unwrap_or_default();
-        anyhow::anyhow!("{e}{log}")
-    })
-}
 
 // ---------------------------------------------------------------------------------------
 // FournosClusters, as a person and hearth-discovery make them.
@@ -340,11 +167,11 @@ async fn wait_reason(
     clusters: &Api<FournosCluster>,
     name: &str,
     reason: &str,
-    log: &PathBuf,
+    log: &Running,
 ) -> Result<FournosCluster> {
-    eventually(
+    log.until(
         &format!("{name} KueueSynced={reason}"),
-        Some(log),
+        DEADLINE,
         || async {
             let cluster = clusters.get(name).await?;
             Ok(match synced(&cluster) {
@@ -368,84 +195,15 @@ fn slot_group(cq: &ClusterQueue) -> Option<&ResourceGroup> {
     })
 }
 
-/// The quota of flavor entry `flavor` in any group, as integers.
-fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
-    cq.spec
-        .resource_groups
-        .iter()
-        .flat_map(|g| &g.flavors)
-        .find(|f| f.name == flavor)
-        .map(|f| {
-            f.resources
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
-                    )
-                })
-                .collect()
-        })
-}
-
-/// `entry` without its zeros: what the flavor actually offers.
-fn nonzero(quota: BTreeMap<String, i64>) -> BTreeMap<String, i64> {
-    quota.into_iter().filter(|(_, n)| *n != 0).collect()
-}
-
-/// What Kueue's webhook (not running here) and CRD rules would refuse in the queue.
-fn kueue_problems(cq: &ClusterQueue) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut flavors = BTreeSet::new();
-    let mut resources = BTreeSet::new();
-    for (i, group) in cq.spec.resource_groups.iter().enumerate() {
-        if group.flavors.is_empty() || group.flavors.len() > 64 {
-            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
-        }
-        if group.covered_resources.is_empty() || group.covered_resources.len() > 64 {
-            problems.push(format!(
-                "group {i}: {} covered",
-                group.covered_resources.len()
-            ));
-        }
-        for r in &group.covered_resources {
-            if !resources.insert(r.clone()) {
-                problems.push(format!("{r} covered twice"));
-            }
-        }
-        for f in &group.flavors {
-            if !flavors.insert(f.name.clone()) {
-                problems.push(format!("flavor {} listed twice", f.name));
-            }
-            let names: Vec<&String> = f.resources.iter().map(|q| &q.name).collect();
-            if names != group.covered_resources.iter().collect::<Vec<_>>() {
-                problems.push(format!(
-                    "group {i}: flavor {} lists {names:?}, covered {:?}",
-                    f.name, group.covered_resources
-                ));
-            }
-        }
-    }
-    problems
-}
-
-fn is_active(cq: &ClusterQueue) -> bool {
-    cq.status.as_ref().is_some_and(|s| {
-        s.conditions
-            .iter()
-            .any(|c| c.type_ == "Active" && c.status == "True")
-    })
-}
-
 /// Waits until the ClusterQueue satisfies `check` (`Err(why)` while it does not).
 async fn wait_queue(
     queues: &Api<ClusterQueue>,
     name: &str,
     what: &str,
-    log: &PathBuf,
+    log: &Running,
     check: impl Fn(&ClusterQueue) -> std::result::Result<(), String>,
 ) -> Result<ClusterQueue> {
-    eventually(what, Some(log), || async {
+    log.until(what, DEADLINE, || async {
         Ok(match queues.get_opt(name).await? {
             None => Err(format!("ClusterQueue {name} does not exist")),
             Some(cq) => check(&cq).map(|()| cq),
@@ -497,32 +255,15 @@ fn hearth_entries_are(
     }
 }
 
-/// A bare Workload asking for `requests` on `cluster` (a nodeSelector on its label), the
-/// way a Fournos job does.
+/// A bare Workload of the scope asking for `requests` on `cluster`.
 fn workload(scope: &Isolated, name: &str, cluster: &str, requests: &[(&str, i64)]) -> Value {
-    let requests: BTreeMap<&str, String> =
-        requests.iter().map(|(r, n)| (*r, n.to_string())).collect();
-    json!({
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": scope.execution_namespace},
-        "spec": {
-            "queueName": scope.local_queue,
-            "podSets": [{
-                "name": "main",
-                "count": 1,
-                "template": {"spec": {
-                    "nodeSelector": {CLUSTER_NODE_LABEL: cluster},
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "job",
-                        "image": "registry.invalid/hearth-e2e/never-runs",
-                        "resources": {"requests": requests, "limits": requests},
-                    }],
-                }},
-            }],
-        },
-    })
+    objects::workload(
+        &scope.execution_namespace,
+        name,
+        &scope.local_queue,
+        cluster,
+        requests,
+    )
 }
 
 fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, String)> {
@@ -536,7 +277,7 @@ fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, Stri
 
 /// Waits until Workload `name` is admitted; returns resource → flavor it got.
 async fn wait_admitted(workloads: &Api<Workload>, name: &str) -> Result<BTreeMap<String, String>> {
-    eventually(&format!("Workload {name} admitted"), None, || async {
+    until(&format!("Workload {name} admitted"), DEADLINE, || async {
         let w = workloads.get(name).await?;
         Ok(match workload_condition(&w, "Admitted") {
             Some((s, _, _)) if s == "True" => Ok(w
@@ -554,7 +295,7 @@ async fn wait_admitted(workloads: &Api<Workload>, name: &str) -> Result<BTreeMap
 /// Waits until Kueue has evaluated Workload `name` and keeps it pending with a message
 /// containing every one of `needles`; returns the message.
 async fn wait_pending(workloads: &Api<Workload>, name: &str, needles: &[&str]) -> Result<String> {
-    let message = eventually(&format!("Workload {name} pending"), None, || async {
+    let message = until(&format!("Workload {name} pending"), DEADLINE, || async {
         let w = workloads.get(name).await?;
         Ok(match workload_condition(&w, "QuotaReserved") {
             Some((s, _, m)) if s == "False" && needles.iter().all(|n| m.contains(n)) => Ok(m),
@@ -579,34 +320,19 @@ async fn wait_event(
     reason: &str,
 ) -> Result<Event> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    eventually(&format!("Event {reason} on {cluster}"), None, || async {
-        let list = events.list(&ListParams::default()).await?;
-        let found = list.items.into_iter().find(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
-        });
-        Ok(found.ok_or_else(|| "not yet".to_owned()))
-    })
+    until(
+        &format!("Event {reason} on {cluster}"),
+        DEADLINE,
+        || async {
+            let list = events.list(&ListParams::default()).await?;
+            let found = list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+            });
+            Ok(found.ok_or_else(|| "not yet".to_owned()))
+        },
+    )
     .await
-}
-
-struct Apis {
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    queues: Api<ClusterQueue>,
-    flavors: Api<ResourceFlavor>,
-    workloads: Api<Workload>,
-}
-
-async fn apis(plane: &ControlPlane, scope: &Isolated) -> Result<Apis> {
-    let client = plane.management_client().await?;
-    Ok(Apis {
-        clusters: Api::namespaced(client.clone(), &scope.namespace),
-        queues: Api::all(client.clone()),
-        flavors: Api::all(client.clone()),
-        workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-        client,
-    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -620,13 +346,13 @@ async fn apis(plane: &ControlPlane, scope: &Isolated) -> Result<Apis> {
 async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_has() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_admission").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
     onboard(&k.clusters, &a, &gpus_a).await?;
     onboard(&k.clusters, &b, &gpus_b).await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
 
     let expected = BTreeMap::from([
         (a.clone(), quota_of(&gpus_a)),
@@ -641,7 +367,7 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         &k.queues,
         &scope.cluster_queue,
         "both clusters published",
-        &ks.log,
+        &ks,
         hearth_entries_are(&expected, &[]),
     )
     .await?;
@@ -666,7 +392,7 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
                 .get("app.kubernetes.io/managed-by"),
             Some(&"hearth".to_owned())
         );
-        let cluster = wait_reason(&k.clusters, name, "Synced", &ks.log).await?;
+        let cluster = wait_reason(&k.clusters, name, "Synced", &ks).await?;
         let (status, _, message) = synced(&cluster).unwrap();
         assert_eq!(status, "True");
         assert!(message.contains(&scope.cluster_queue), "{message}");
@@ -682,17 +408,11 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         let event = wait_event(&k.client, &scope.namespace, name, "QuotaPublished").await?;
         assert_eq!(event.type_.as_deref(), Some("Normal"));
     }
-    let cq = wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "queue Active",
-        &ks.log,
-        |cq| {
-            is_active(cq)
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", cq.status))
-        },
-    )
+    let cq = wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
     .await?;
     drop(cq);
 
@@ -734,7 +454,7 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
     .await?;
     eprintln!("Kueue on too-many: {message}");
 
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// A cluster whose kubeconfig stops working keeps its flavor and entry at zero quota: the
@@ -743,12 +463,12 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
 async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_drain").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let a = scope.cluster("a");
     let gpus = discovered_gpus(&plane.targets()[0]);
     onboard(&k.clusters, &a, &gpus).await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
-    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
     let a100 = gpu_resource("a100");
     apply(
         &k.client,
@@ -763,7 +483,7 @@ async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Resul
     wait_admitted(&k.workloads, "before").await?;
 
     discover(&k.clusters, &a, "Unauthorized", &gpus).await?;
-    let cluster = wait_reason(&k.clusters, &a, "Drained", &ks.log).await?;
+    let cluster = wait_reason(&k.clusters, &a, "Drained", &ks).await?;
     let (status, _, message) = synced(&cluster).unwrap();
     assert_eq!(status, "False");
     assert!(
@@ -778,7 +498,7 @@ async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Resul
         &k.queues,
         &scope.cluster_queue,
         "a's entry at zero",
-        &ks.log,
+        &ks,
         |cq| match entry(cq, &a) {
             Some(q) if q.values().all(|n| *n == 0) && is_active(cq) => Ok(()),
             other => Err(format!("{other:?}, active {}", is_active(cq))),
@@ -824,10 +544,10 @@ async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Resul
     );
 
     discover(&k.clusters, &a, "Valid", &gpus).await?;
-    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
     let flavors = wait_admitted(&k.workloads, "while-drained").await?;
     assert_eq!(flavors.get(&a100), Some(&a));
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// Deleting a FournosCluster takes its entry out of the ClusterQueue first and deletes its
@@ -838,7 +558,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
 -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_delete").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -859,7 +579,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
         }),
     )
     .await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
     let both = BTreeMap::from([
         (a.clone(), quota_of(&gpus_a)),
         (b.clone(), quota_of(&gpus_b)),
@@ -868,7 +588,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
         &k.queues,
         &scope.cluster_queue,
         "both published",
-        &ks.log,
+        &ks,
         hearth_entries_are(&both, &[]),
     )
     .await?;
@@ -885,18 +605,18 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
         &k.queues,
         &scope.cluster_queue,
         "a's entry removed",
-        &ks.log,
+        &ks,
         hearth_entries_are(&only_b, &[]),
     )
     .await?;
-    eventually("a's flavor deleted", Some(&ks.log), || async {
+    ks.until("a's flavor deleted", DEADLINE, || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
             Some(f) => Err(format!("still there: {:?}", f.metadata)),
         })
     })
     .await?;
-    let (entry_gone, flavor_deleting) = order.result(&ks.log).await?;
+    let (entry_gone, flavor_deleting) = order.result(&ks).await?;
     assert!(
         k.flavors.get_opt(&staging).await?.is_some(),
         "another Hearth's flavor was swept"
@@ -908,19 +628,13 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     );
     let covered = &slot_group(&cq).unwrap().covered_resources;
     assert!(!covered.contains(&gpu_resource("a100")), "{covered:?}");
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "queue Active",
-        &ks.log,
-        |cq| {
-            is_active(cq)
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", cq.status))
-        },
-    )
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
     .await?;
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// The resourceVersions at which the ClusterQueue first lists no entry for a flavor and
@@ -933,7 +647,7 @@ struct DeletionOrder {
 }
 
 impl DeletionOrder {
-    async fn watch(k: &Apis, queue: &str, flavor: &str) -> Result<DeletionOrder> {
+    async fn watch(k: &World<'_>, queue: &str, flavor: &str) -> Result<DeletionOrder> {
         let entry_gone = Arc::new(Mutex::new(None));
         let flavor_deleting = Arc::new(Mutex::new(None));
         let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(2);
@@ -1001,20 +715,21 @@ impl DeletionOrder {
         })
     }
 
-    async fn result(self, log: &PathBuf) -> Result<(u64, u64)> {
-        let result = eventually(
-            "both deletion steps seen by the watches",
-            Some(log),
-            || async {
-                let entry = *self.entry_gone.lock().unwrap();
-                let flavor = *self.flavor_deleting.lock().unwrap();
-                Ok(match (entry, flavor) {
-                    (Some(e), Some(f)) => Ok((e, f)),
-                    other => Err(format!("{other:?}")),
-                })
-            },
-        )
-        .await;
+    async fn result(self, log: &Running) -> Result<(u64, u64)> {
+        let result = log
+            .until(
+                "both deletion steps seen by the watches",
+                DEADLINE,
+                || async {
+                    let entry = *self.entry_gone.lock().unwrap();
+                    let flavor = *self.flavor_deleting.lock().unwrap();
+                    Ok(match (entry, flavor) {
+                        (Some(e), Some(f)) => Ok((e, f)),
+                        other => Err(format!("{other:?}")),
+                    })
+                },
+            )
+            .await;
         for task in &self.tasks {
             task.abort();
         }
@@ -1028,13 +743,13 @@ impl DeletionOrder {
 async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_restart() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_restart").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
     onboard(&k.clusters, &a, &gpus_a).await?;
     onboard(&k.clusters, &b, &gpus_b).await?;
-    let ks = KueueSync::start(plane, &scope, "first", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "first", &[]).await?;
     let both = BTreeMap::from([
         (a.clone(), quota_of(&gpus_a)),
         (b.clone(), quota_of(&gpus_b)),
@@ -1043,14 +758,14 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
         &k.queues,
         &scope.cluster_queue,
         "both published",
-        &ks.log,
+        &ks,
         hearth_entries_are(&both, &[]),
     )
     .await?;
-    ks.stop(plane).await?;
+    ks.stop_cleanly(plane).await?;
 
     k.clusters.delete(&a, &DeleteParams::default()).await?;
-    eventually("FournosCluster a gone", None, || async {
+    until("FournosCluster a gone", DEADLINE, || async {
         Ok(match k.clusters.get_opt(&a).await? {
             None => Ok(()),
             Some(_) => Err("still there".to_owned()),
@@ -1062,37 +777,31 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
     assert!(entry(&cq, &a).is_some());
     assert!(k.flavors.get_opt(&a).await?.is_some());
 
-    let ks = KueueSync::start(plane, &scope, "second", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "second", &[]).await?;
     let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
     wait_queue(
         &k.queues,
         &scope.cluster_queue,
         "a's entry removed",
-        &ks.log,
+        &ks,
         hearth_entries_are(&only_b, &[]),
     )
     .await?;
-    eventually("a's flavor deleted", Some(&ks.log), || async {
+    ks.until("a's flavor deleted", DEADLINE, || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
             Some(f) => Err(format!("still there: {:?}", f.metadata.deletion_timestamp)),
         })
     })
     .await?;
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "queue Active",
-        &ks.log,
-        |cq| {
-            is_active(cq)
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", cq.status))
-        },
-    )
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
     .await?;
-    wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
-    ks.stop(plane).await
+    wait_reason(&k.clusters, &b, "Synced", &ks).await?;
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// kueue-sync never creates the ClusterQueue; clusters say it is missing, and everything
@@ -1101,14 +810,14 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
 async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_late_queue").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let a = scope.cluster("a");
     let gpus = discovered_gpus(&plane.targets()[0]);
     // The chart lets kueue-sync update only the ClusterQueue it is configured with: take
     // the scope's away (Kueue lets it go at once: nothing uses it) and bring it back later.
     let late = scope.cluster_queue.clone();
     k.queues.delete(&late, &DeleteParams::default()).await?;
-    eventually("the scope's ClusterQueue deleted", None, || async {
+    until("the scope's ClusterQueue deleted", DEADLINE, || async {
         Ok(match k.queues.get_opt(&late).await? {
             None => Ok(()),
             Some(cq) => Err(format!("still there: {:?}", cq.metadata.finalizers)),
@@ -1116,9 +825,9 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
     })
     .await?;
     onboard(&k.clusters, &a, &gpus).await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
 
-    let cluster = wait_reason(&k.clusters, &a, "ClusterQueueNotFound", &ks.log).await?;
+    let cluster = wait_reason(&k.clusters, &a, "ClusterQueueNotFound", &ks).await?;
     let (status, _, message) = synced(&cluster).unwrap();
     assert_eq!(status, "False");
     assert!(message.contains(&late), "{message}");
@@ -1138,18 +847,18 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
         &k.queues,
         &late,
         "a published in the new queue",
-        &ks.log,
+        &ks,
         hearth_entries_are(&expected, &[]),
     )
     .await?;
-    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
-    wait_queue(&k.queues, &late, "queue Active", &ks.log, |cq| {
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    wait_queue(&k.queues, &late, "queue Active", &ks, |cq| {
         is_active(cq)
             .then_some(())
             .ok_or_else(|| format!("{:?}", cq.status))
     })
     .await?;
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// A GitOps-like writer updates the same ClusterQueue in a loop (its own flavor entry in
@@ -1161,7 +870,7 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
 async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_concurrent").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let gitops = format!("gitops-{}", scope.id);
     apply(
         &k.client,
@@ -1178,8 +887,8 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
     let mut fleet: BTreeMap<String, (Vec<GpuInfo>, &str)> = BTreeMap::new();
     fleet.insert(names[0].clone(), (vec![gpu("a100", 8)], "Valid"));
     onboard(&k.clusters, &names[0], &fleet[&names[0]].0).await?;
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
-    wait_reason(&k.clusters, &names[0], "Synced", &ks.log).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    wait_reason(&k.clusters, &names[0], "Synced", &ks).await?;
 
     let mut writer = Writer::new(
         k.queues.clone(),
@@ -1223,9 +932,9 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
             Some((gpus, status)) => {
                 if !fleet.contains_key(name) {
                     // A deleted cluster of the same name may still be on its way out.
-                    eventually(
+                    until(
                         &format!("{name} gone before re-creating it"),
-                        None,
+                        DEADLINE,
                         || async {
                             Ok(match k.clusters.get_opt(name).await? {
                                 None => Ok(()),
@@ -1258,7 +967,7 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         &k.queues,
         &scope.cluster_queue,
         "Hearth's entries match the final fleet",
-        &ks.log,
+        &ks,
         hearth_entries_are(&expected, &[&gitops]),
     )
     .await?;
@@ -1269,10 +978,10 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         } else {
             "Drained"
         };
-        wait_reason(&k.clusters, name, reason, &ks.log).await?;
+        wait_reason(&k.clusters, name, reason, &ks).await?;
     }
     for name in names.iter().filter(|n| !fleet.contains_key(*n)) {
-        eventually(&format!("flavor {name} deleted"), Some(&ks.log), || async {
+        ks.until(&format!("flavor {name} deleted"), DEADLINE, || async {
             Ok(match k.flavors.get_opt(name).await? {
                 None => Ok(()),
                 Some(_) => Err("still there".to_owned()),
@@ -1284,17 +993,11 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         k.flavors.get_opt(&gitops).await?.is_some(),
         "a foreign flavor is never deleted"
     );
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "queue Active",
-        &ks.log,
-        |cq| {
-            is_active(cq)
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", cq.status))
-        },
-    )
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
     .await?;
     let metrics = ks.metrics().await?;
     eprintln!(
@@ -1304,7 +1007,7 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_writes_total"),
         metric_sum(&metrics, "hearth_kueue_sync_cluster_queue_conflicts_total"),
     );
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
 /// The concurrent writer: what it last wrote, and the read-modify-write that checks it.
@@ -1451,20 +1154,21 @@ impl Writer {
 async fn steady_state_writes_nothing() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_steady").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     onboard(&k.clusters, &a, &discovered_gpus(&targets[0])).await?;
     onboard(&k.clusters, &b, &discovered_gpus(&targets[1])).await?;
-    let ks = KueueSync::start(
+    let ks = hearth::start(
         plane,
         &scope,
+        Controller::KueueSync,
         "main",
         &[("HEARTH_RECONCILE_INTERVAL_SEC", "1")],
     )
     .await?;
-    wait_reason(&k.clusters, &a, "Synced", &ks.log).await?;
-    wait_reason(&k.clusters, &b, "Synced", &ks.log).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    wait_reason(&k.clusters, &b, "Synced", &ks).await?;
 
     const WRITES: [&str; 3] = [
         "hearth_kueue_sync_cluster_queue_writes_total",
@@ -1517,11 +1221,11 @@ async fn steady_state_writes_nothing() -> Result<()> {
         metric_sum(&metrics, "hearth_kueue_sync_reconcile_errors_total"),
         0.0
     );
-    ks.stop(plane).await
+    Ok(ks.stop_cleanly(plane).await?)
 }
 
-async fn wait_metric_at_least(ks: &KueueSync, name: &str, value: f64) -> Result<()> {
-    eventually(&format!("{name} ≥ {value}"), Some(&ks.log), || async {
+async fn wait_metric_at_least(ks: &Running, name: &str, value: f64) -> Result<()> {
+    ks.until(&format!("{name} ≥ {value}"), DEADLINE, || async {
         let now = ks.metric_sum(name).await?;
         Ok(if now >= value {
             Ok(())
@@ -1538,7 +1242,7 @@ async fn wait_metric_at_least(ks: &KueueSync, name: &str, value: f64) -> Result<
 async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_leader").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     let targets = plane.targets();
     let (a, b) = (scope.cluster("a"), scope.cluster("b"));
     let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
@@ -1553,25 +1257,35 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
         env.push(("HEARTH_POD_NAME", id));
         env
     };
-    let one = KueueSync::start(plane, &scope, "one", &with_id("replica-one")).await?;
-    let two = KueueSync::start(plane, &scope, "two", &with_id("replica-two")).await?;
+    let one = hearth::start(
+        plane,
+        &scope,
+        Controller::KueueSync,
+        "one",
+        &with_id("replica-one"),
+    )
+    .await?;
+    let two = hearth::start(
+        plane,
+        &scope,
+        Controller::KueueSync,
+        "two",
+        &with_id("replica-two"),
+    )
+    .await?;
     let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a))]);
     wait_queue(
         &k.queues,
         &scope.cluster_queue,
         "a published",
-        &one.log,
+        &one,
         hearth_entries_are(&expected, &[]),
     )
     .await?;
 
-    let leader_of = |ks: &KueueSync| {
-        let admin = ks.admin;
-        async move {
-            let (_, body) = http_get(admin, "/metrics").await?;
-            anyhow::Ok(metric_sum(&body, "hearth_leader") == 1.0)
-        }
-    };
+    async fn leader_of(ks: &Running) -> Result<bool> {
+        Ok(ks.metric_sum("hearth_leader").await? == 1.0)
+    }
     let (leader, standby) = if leader_of(&one).await? {
         (one, two)
     } else {
@@ -1608,14 +1322,14 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
         &k.queues,
         &scope.cluster_queue,
         "b published by the new leader",
-        &standby.log,
+        &standby,
         hearth_entries_are(&both, &[]),
     )
     .await?;
-    wait_reason(&k.clusters, &b, "Synced", &standby.log).await?;
+    wait_reason(&k.clusters, &b, "Synced", &standby).await?;
     ensure!(leader_of(&standby).await?, "the standby leads now");
     ensure!(standby_writes(&standby.metrics().await?) > 0.0);
-    standby.stop(plane).await
+    Ok(standby.stop_cleanly(plane).await?)
 }
 
 /// Kueue allows 64 flavors in a resource group: with 65 clusters the newest waits
@@ -1625,7 +1339,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
 async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> Result<()> {
     let plane = ControlPlane::shared().await?;
     let scope = plane.isolated("ks_limit").await?;
-    let k = apis(plane, &scope).await?;
+    let k = World::new(plane, scope.clone()).await?;
     // Created in name order before kueue-sync starts: age, then name, decides the order.
     let names: Vec<String> = (0..65)
         .map(|i| scope.cluster(&format!("c{i:02}")))
@@ -1634,7 +1348,7 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
     for name in &names {
         onboard(&k.clusters, name, &gpus).await?;
     }
-    let ks = KueueSync::start(plane, &scope, "main", &[]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
     let (newest, oldest) = (&names[64], &names[0]);
     let expected: BTreeMap<String, BTreeMap<String, i64>> = names[..64]
         .iter()
@@ -1644,11 +1358,11 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         &k.queues,
         &scope.cluster_queue,
         "64 clusters published",
-        &ks.log,
+        &ks,
         hearth_entries_are(&expected, &[]),
     )
     .await?;
-    let cluster = wait_reason(&k.clusters, newest, "LimitReached", &ks.log).await?;
+    let cluster = wait_reason(&k.clusters, newest, "LimitReached", &ks).await?;
     let (_, _, message) = synced(&cluster).unwrap();
     assert!(message.contains("64"), "{message}");
     wait_event(&k.client, &scope.namespace, newest, "LimitReached").await?;
@@ -1656,17 +1370,11 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         k.flavors.get_opt(newest).await?.is_some(),
         "its flavor waits too"
     );
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "queue Active",
-        &ks.log,
-        |cq| {
-            is_active(cq)
-                .then_some(())
-                .ok_or_else(|| format!("{:?}", cq.status))
-        },
-    )
+    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
     .await?;
     // No write storm: the entries of 64 new clusters went in together (a conflict with
     // Kueue's own status updates may add a retry).
@@ -1687,10 +1395,10 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         &k.queues,
         &scope.cluster_queue,
         "the newest cluster takes the oldest's place",
-        &ks.log,
+        &ks,
         hearth_entries_are(&expected, &[]),
     )
     .await?;
-    wait_reason(&k.clusters, newest, "Synced", &ks.log).await?;
-    ks.stop(plane).await
+    wait_reason(&k.clusters, newest, "Synced", &ks).await?;
+    Ok(ks.stop_cleanly(plane).await?)
 }

@@ -15,62 +15,31 @@
 //! (under kueue-sync's field manager), so it depends on no other controller. Everything is
 //! awaited by polling with a deadline, never by sleeping.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
-use hearth_api::FournosCluster;
+use anyhow::{Context as _, Result, ensure};
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{PriorityClassRef, Workload};
-use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
-use hearth_e2e::fixtures::{
-    LOCK_PRIORITY, LOCK_PRIORITY_CLASS, publish_kueue_status, queued_cluster,
-};
+use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE};
+use hearth_e2e::ControlPlane;
+use hearth_e2e::Isolated;
+use hearth_e2e::fixtures::{LOCK_PRIORITY, LOCK_PRIORITY_CLASS};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::{workload_condition, workload_is};
+use hearth_e2e::lab::{
+    DEADLINE, LockLab, SLOTS, WAIT_FOR_PODS_READY_SECS, is_held, lock_plane, lock_state, locked,
+};
 use hearth_e2e::objects::slot_workload;
-use hearth_e2e::process::{http_get, until as eventually};
+use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
-use hearth_e2e::{ControlPlane, Isolated, PlaneOptions, WaitForPodsReady};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
-
-/// Kueue's WaitForPodsReady timeout on this test binary's plane.
-const WAIT_FOR_PODS_READY_SECS: u64 = 20;
-/// Deadline of every wait that is not about a known duration.
-const DEADLINE: Duration = Duration::from_secs(90);
-/// What kueue-sync would publish for a cluster.
-const SLOTS: i64 = 100;
 
 // ---------------------------------------------------------------------------------------
 // The plane and the lock-manager process
 // ---------------------------------------------------------------------------------------
-
-static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
-
-async fn plane() -> Result<&'static ControlPlane> {
-    let plane = PLANE
-        .get_or_init(|| async {
-            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
-            let options = PlaneOptions {
-                wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
-                // Hearth's controllers are started by each test, in its own scope.
-                hearth_bin_dir: None,
-                ..options
-            };
-            ControlPlane::start(options)
-                .await
-                .map_err(|e| e.to_string())
-        })
-        .await;
-    plane
-        .as_ref()
-        .map_err(|e| anyhow!("the plane failed to start: {e}"))
-}
 
 /// A hearth-lock-manager process working in a test's scope, started by the plane's
 /// supervisor as the chart's ServiceAccount (a rule missing from the chart fails here).
@@ -124,20 +93,12 @@ impl LockManager {
     }
 
     async fn metrics(&self) -> Result<String> {
-        let addr: SocketAddr = self.running.state.admin_addr.parse()?;
-        match http_get(addr, "/metrics").await? {
-            (200, body) => Ok(body),
-            (code, body) => bail!("/metrics answered {code}: {body}"),
-        }
+        Ok(self.running.metrics().await?)
     }
 
     /// The value of the sample `name` (with its labels, if any) in `/metrics`.
     async fn metric(&self, name: &str) -> Result<f64> {
-        let text = self.metrics().await?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-            .unwrap_or(0.0))
+        Ok(self.running.metric(name).await?)
     }
 }
 
@@ -156,40 +117,6 @@ async fn start_lock_manager(
 // Polling
 // ---------------------------------------------------------------------------------------
 
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condition> {
-    condition(w.status.as_ref()?.conditions.as_slice(), type_)
-}
-
-fn workload_is(w: &Workload, type_: &str) -> bool {
-    workload_condition(w, type_).is_some_and(|c| c.status == "True")
-}
-
-fn locked(fc: &FournosCluster) -> Option<&Condition> {
-    condition(fc.status.as_ref()?.conditions.as_slice(), LOCKED)
-}
-
-/// Short description of a cluster's lock status for failure messages.
-fn lock_state(fc: &FournosCluster) -> String {
-    let s = fc.status.clone().unwrap_or_default();
-    format!(
-        "owner={:?} locked={:?} job={:?} lockOwner={:?} Locked={:?}",
-        fc.spec.owner,
-        s.locked,
-        s.lock_job_name,
-        s.lock_owner,
-        locked(fc).map(|c| format!("{}/{}: {}", c.status, c.reason, c.message))
-    )
-}
-
-fn is_held(fc: &FournosCluster) -> bool {
-    fc.status.as_ref().and_then(|s| s.locked) == Some(true)
-        && locked(fc).is_some_and(|c| c.status == "True" && c.reason == "Held")
-}
-
 fn quota_message(cluster: &str) -> String {
     format!("insufficient unused quota for {CLUSTER_SLOT_RESOURCE} in flavor {cluster}")
 }
@@ -198,44 +125,27 @@ fn quota_message(cluster: &str) -> String {
 // A test's world: its scope, its clusters, helpers over the API
 // ---------------------------------------------------------------------------------------
 
-struct Lab {
-    plane: &'static ControlPlane,
-    scope: Isolated,
-    client: kube::Client,
-    clusters: Api<FournosCluster>,
-    workloads: Api<Workload>,
-    events: Api<Event>,
-    /// Clusters whose flavor is in the scope's ClusterQueue.
-    queued: std::sync::Mutex<Vec<String>>,
+/// The shared [`LockLab`] and what only these tests do with it.
+struct Lab(LockLab);
+
+impl std::ops::Deref for Lab {
+    type Target = LockLab;
+
+    fn deref(&self) -> &LockLab {
+        &self.0
+    }
 }
 
 impl Lab {
     async fn new(test: &str) -> Result<Lab> {
-        let plane = plane().await?;
-        let scope = plane.isolated(test).await?;
-        let client = plane.management_client().await?;
-        Ok(Lab {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            events: Api::namespaced(client.clone(), &scope.namespace),
-            plane,
-            scope,
-            client,
-            queued: Default::default(),
-        })
+        Ok(Lab(LockLab::new(lock_plane().await?, test).await?))
     }
 
     /// A FournosCluster with its flavor and queue entry, as kueue-sync would make them;
     /// `status.kueue` too when `synced`.
     async fn cluster(&self, base: &str, synced: bool) -> Result<String> {
         let name = self.scope.cluster(base);
-        let entries: Vec<(String, i64)> = {
-            let mut queued = self.queued.lock().expect("poisoned");
-            queued.push(name.clone());
-            queued.iter().map(|c| (c.clone(), SLOTS)).collect()
-        };
-        let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
-        queued_cluster(&self.client, &self.scope, &name, &entries).await?;
+        self.queue_cluster(&name).await?;
         if synced {
             self.publish_kueue_status(&name).await?;
         }
@@ -244,53 +154,7 @@ impl Lab {
 
     /// `status.kueue` under kueue-sync's field manager, as kueue-sync would write it.
     async fn publish_kueue_status(&self, name: &str) -> Result<()> {
-        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, SLOTS).await?)
-    }
-
-    /// What a person does: `kubectl patch fc <name> --type merge -p '{"spec":{…}}'`.
-    async fn set_spec(&self, name: &str, spec: Value) -> Result<()> {
-        self.clusters
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": spec })),
-            )
-            .await
-            .with_context(|| format!("patching spec of {name}"))?;
-        Ok(())
-    }
-
-    async fn wait_cluster(
-        &self,
-        name: &str,
-        what: &str,
-        done: impl Fn(&FournosCluster) -> bool,
-    ) -> Result<FournosCluster> {
-        eventually(&format!("{name}: {what}"), DEADLINE, || async {
-            let fc = self.clusters.get(name).await?;
-            Ok(if done(&fc) {
-                Ok(fc)
-            } else {
-                Err(lock_state(&fc))
-            })
-        })
-        .await
-    }
-
-    /// Sentinels of `cluster` (by the contract's label), of either kind.
-    async fn sentinels<K>(&self, cluster: &str) -> Result<Vec<K>>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-    {
-        let api: Api<K> = Api::namespaced(self.client.clone(), &self.scope.execution_namespace);
-        let selector = format!("{CLUSTER_LOCK_LABEL}={cluster}");
-        Ok(api
-            .list(&ListParams::default().labels(&selector))
-            .await?
-            .items)
+        self.publish_slots(name, SLOTS).await
     }
 
     /// The one sentinel Workload of `cluster`, once it satisfies `done`.
@@ -300,7 +164,7 @@ impl Lab {
         what: &str,
         done: impl Fn(&Workload) -> bool,
     ) -> Result<Workload> {
-        eventually(
+        until(
             &format!("sentinel of {cluster}: {what}"),
             DEADLINE,
             || async {
@@ -316,7 +180,7 @@ impl Lab {
     }
 
     async fn wait_no_sentinel(&self, cluster: &str) -> Result<()> {
-        eventually(&format!("no sentinel of {cluster}"), DEADLINE, || async {
+        until(&format!("no sentinel of {cluster}"), DEADLINE, || async {
             let found = self.sentinels::<Workload>(cluster).await?;
             let found_jobs = self.sentinels::<FournosJob>(cluster).await?;
             Ok(if found.is_empty() && found_jobs.is_empty() {
@@ -327,37 +191,6 @@ impl Lab {
                     found.len(),
                     found_jobs.len()
                 ))
-            })
-        })
-        .await
-    }
-
-    /// A job's bare Workload asking for `slots` of `cluster`'s slots.
-    async fn job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
-        let w = slot_workload(
-            &self.scope.execution_namespace,
-            name,
-            &self.scope.local_queue,
-            cluster,
-            slots,
-        );
-        apply(&self.client, &w).await?;
-        Ok(())
-    }
-
-    async fn wait_workload(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        done: impl Fn(&Workload) -> bool,
-    ) -> Result<Workload> {
-        eventually(&format!("Workload {name}: {what}"), timeout, || async {
-            let w = self.workloads.get(name).await?;
-            Ok(if done(&w) {
-                Ok(w)
-            } else {
-                Err(format!("{:?}", w.status.as_ref().map(|s| &s.conditions)))
             })
         })
         .await
@@ -403,36 +236,6 @@ impl Lab {
             .await?;
         ensure!(!workload_is(&w, "Admitted"), "admitted while locked: {w:?}");
         Ok(w)
-    }
-
-    async fn events_of(&self, cluster: &str, reason: &str) -> Result<Vec<Event>> {
-        Ok(self
-            .events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect())
-    }
-
-    async fn wait_event(&self, cluster: &str, reason: &str) -> Result<Event> {
-        eventually(
-            &format!("Event {reason} on {cluster}"),
-            DEADLINE,
-            || async {
-                let mut found = self.events_of(cluster, reason).await?;
-                Ok(if found.is_empty() {
-                    Err("none".into())
-                } else {
-                    Ok(found.remove(0))
-                })
-            },
-        )
-        .await
     }
 }
 
@@ -594,7 +397,7 @@ async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
         fc.status.as_ref().unwrap().lock_job_name.as_deref(),
         Some(format!("cluster-lock-{cluster}").as_str())
     );
-    eventually("locks_waiting gauge", DEADLINE, || async {
+    until("locks_waiting gauge", DEADLINE, || async {
         let waiting = lm.metric("hearth_lock_manager_locks_waiting").await?;
         Ok(if waiting == 1.0 {
             Ok(())
@@ -615,7 +418,7 @@ async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
         started.elapsed()
     );
     lab.wait_event(&cluster, "LockHeld").await?;
-    eventually("locks_held gauge", DEADLINE, || async {
+    until("locks_held gauge", DEADLINE, || async {
         let held = lm.metric("hearth_lock_manager_locks_held").await?;
         Ok(if held == 1.0 {
             Ok(())
@@ -653,7 +456,7 @@ async fn ttl_expires_on_time() -> Result<()> {
     // Wait for the expiry: until a minute after ownerSetAt, plus a margin.
     let until_expiry =
         Duration::try_from(expires.duration_since(Timestamp::now())).unwrap_or_default();
-    let fc = eventually(
+    let fc = until(
         &format!("{cluster}: spec.owner cleared at {expires}"),
         until_expiry + Duration::from_secs(30),
         || async {
@@ -742,7 +545,7 @@ async fn restart_loses_and_duplicates_nothing() -> Result<()> {
 
     // The sweep finds the orphan once both caches are in and the Lease is ours.
     lab.wait_no_sentinel(&doomed).await?;
-    eventually(
+    until(
         "both clusters reconciled after the restart",
         DEADLINE,
         || async {
@@ -1028,7 +831,7 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     ));
 
     lab.set_spec(&cluster, json!({ "owner": "judy" })).await?;
-    let job = eventually("the FournosJob sentinel", DEADLINE, || async {
+    let job = until("the FournosJob sentinel", DEADLINE, || async {
         let mut jobs = lab.sentinels::<FournosJob>(&cluster).await?;
         Ok(if jobs.len() == 1 {
             Ok(jobs.remove(0))

@@ -24,24 +24,25 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
-use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::Workload;
+use hearth_api::kueue::ClusterQueue;
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL,
     CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
 };
-use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use hearth_e2e::fixtures::KUEUE_API_VERSION;
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::{condition, is_active, workload_is};
+use hearth_e2e::lab::own_plane;
 use hearth_e2e::objects::slot_workload;
-use hearth_e2e::process::eventually;
+use hearth_e2e::process::{eventually, holds_for};
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -107,24 +108,13 @@ fn legacy_crd_path() -> Result<PathBuf> {
 }
 
 async fn plane() -> Result<&'static ControlPlane> {
-    let plane = PLANE
-        .get_or_init(|| async {
-            let crd = legacy_crd_path().map_err(|e| e.to_string())?;
-            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
-            let options = PlaneOptions {
-                fournos_cluster_crd: Some(crd),
-                // The controllers are started by the test, in its own scope.
-                hearth_bin_dir: None,
-                ..options
-            };
-            ControlPlane::start(options)
-                .await
-                .map_err(|e| e.to_string())
+    own_plane(&PLANE, |options| {
+        Ok(PlaneOptions {
+            fournos_cluster_crd: Some(legacy_crd_path()?),
+            ..options
         })
-        .await;
-    plane
-        .as_ref()
-        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -283,54 +273,8 @@ fn legacy_flavor(cluster: &str) -> Value {
 // Reading the world
 // ---------------------------------------------------------------------------------------
 
-struct World {
-    scope: Isolated,
-    clusters: Api<FournosCluster>,
-    jobs: Api<FournosJob>,
-    workloads: Api<Workload>,
-    queues: Api<DynamicObject>,
-    flavors: Api<DynamicObject>,
-}
-
-impl World {
-    async fn new(client: kube::Client, scope: Isolated) -> Result<World> {
-        let (queues, _) = dynamic_api(&client, &cluster_queue(&scope.cluster_queue)).await?;
-        let (flavors, _) = dynamic_api(&client, &legacy_flavor("x")).await?;
-        Ok(World {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            queues,
-            flavors,
-            scope,
-        })
-    }
-
-    async fn queue(&self) -> Result<Value> {
-        Ok(serde_json::to_value(
-            self.queues.get(&self.scope.cluster_queue).await?,
-        )?)
-    }
-
-    /// Live (not Terminating) sentinels labeled for `cluster`.
-    async fn sentinels(&self, cluster: &str) -> Result<Vec<FournosJob>> {
-        let lp = ListParams::default().labels(&format!("{CLUSTER_LOCK_LABEL}={cluster}"));
-        Ok(self
-            .jobs
-            .list(&lp)
-            .await?
-            .items
-            .into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .collect())
-    }
-}
-
 fn queue_active(queue: &Value) -> bool {
-    queue["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Active" && c["status"] == "True")
-    })
+    serde_json::from_value::<ClusterQueue>(queue.clone()).is_ok_and(|cq| is_active(&cq))
 }
 
 /// The slot group's entries: flavor → resources in the order written, as integers.
@@ -372,17 +316,6 @@ fn covered(queue: &Value) -> Vec<String> {
         .collect()
 }
 
-fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-fn workload_is(w: &Workload, type_: &str) -> bool {
-    w.status
-        .as_ref()
-        .and_then(|s| condition(&s.conditions, type_))
-        .is_some_and(|c| c.status == "True")
-}
-
 fn discovered(fc: &FournosCluster) -> bool {
     fc.status
         .as_ref()
@@ -415,11 +348,11 @@ struct Invariants {
     workload: String,
 }
 
-async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
+async fn sample(world: &World<'_>, inv: &Invariants) -> Result<Vec<String>> {
     let mut bad = Vec::new();
     // The queue first, then the clusters: a quota lowered in the queue must then show as
     // discovered on the cluster (discovery writes before kueue-sync reacts).
-    let queue = world.queue().await?;
+    let queue = world.queue_json().await?;
     if !queue_active(&queue) {
         bad.push(format!(
             "ClusterQueue not Active: {}",
@@ -453,7 +386,7 @@ async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         }
     }
     let (locked, sentinel) = &inv.locked;
-    let held = world.sentinels(locked).await?;
+    let held = world.sentinel_jobs(locked).await?;
     if held.len() != 1 || held[0].name_any() != *sentinel {
         bad.push(format!(
             "{locked}: sentinels {:?}, want exactly {sentinel}",
@@ -473,7 +406,7 @@ async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         bad.push(format!("{locked}: status.locked is not true"));
     }
     let (expiring, expires_at) = &inv.expiring;
-    let sentinels = world.sentinels(expiring).await?;
+    let sentinels = world.sentinel_jobs(expiring).await?;
     if sentinels.len() > 1 {
         bad.push(format!("{expiring}: {} sentinels", sentinels.len()));
     }
@@ -501,7 +434,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let plane = plane().await?;
     let scope = plane.isolated("migration").await?;
     let client = plane.management_client().await?;
-    let world = World::new(client.clone(), scope.clone()).await?;
+    let world = World::new(plane, scope.clone()).await?;
     let ns = scope.namespace.clone();
     let exec = scope.execution_namespace.clone();
 
@@ -646,7 +579,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         "the legacy Workloads admitted, the queue Active",
         DEADLINE,
         || async {
-            let queue = world.queue().await?;
+            let queue = world.queue_json().await?;
             let mut admitted = 0;
             for name in [
                 locked.sentinel_name(),
@@ -779,7 +712,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         "the legacy state itself breaks the invariants: {first:?}"
     );
     let watcher = {
-        let world = World::new(client.clone(), scope.clone()).await?;
+        let world = World::new(plane, scope.clone()).await?;
         let invariants = invariants.clone();
         let watch = watch.clone();
         tokio::spawn(async move {
@@ -824,7 +757,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         },
     )
     .await?;
-    let adopted = entries(&world.queue().await?);
+    let adopted = entries(&world.queue_json().await?);
     for c in &clusters {
         let entry: BTreeMap<String, i64> = adopted[&c.name]
             .iter()
@@ -898,14 +831,16 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         let fc = world.clusters.get(&expiring.name).await?;
         let expired = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
             .is_some_and(|c| c.reason == "Expired");
-        if fc.spec.owner.is_some() || !expired || !world.sentinels(&expiring.name).await?.is_empty()
+        if fc.spec.owner.is_some()
+            || !expired
+            || !world.sentinel_jobs(&expiring.name).await?.is_empty()
         {
             waiting.push(format!(
                 "{}: TTL not expired yet (owner {:?})",
                 expiring.name, fc.spec.owner
             ));
         }
-        let queue = world.queue().await?;
+        let queue = world.queue_json().await?;
         let order = covered(&queue);
         let entries = entries(&queue);
         for c in &clusters {
@@ -1001,10 +936,14 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let before = versions(&world, &clusters, &gitops).await?;
     running = start_all(plane, &scope, &env).await?;
     // Every controller resyncs every 2 s here: five intervals without a write.
-    let window = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < window {
-        let now = versions(&world, &clusters, &gitops).await?;
-        if now != before {
+    holds_for(
+        "no write by the second run",
+        Duration::from_secs(10),
+        || async {
+            let now = versions(&world, &clusters, &gitops).await?;
+            if now == before {
+                return Ok(Ok(()));
+            }
             let changed: Vec<_> = now
                 .iter()
                 .filter(|(k, v)| before.get(*k) != Some(v))
@@ -1020,10 +959,13 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
                     ));
                 }
             }
-            bail!("the second run wrote: {changed:?}\n{}", who.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+            Ok(Err(format!(
+                "the second run wrote: {changed:?}\n{}",
+                who.join("\n")
+            )))
+        },
+    )
+    .await?;
     for r in &running {
         r.stop(plane).await?;
     }
@@ -1071,7 +1013,7 @@ async fn start_all(
 /// resourceVersion of every object Hearth could write: FournosClusters, the ClusterQueue,
 /// the flavors, the sentinels.
 async fn versions(
-    world: &World,
+    world: &World<'_>,
     clusters: &[Legacy],
     gitops: &str,
 ) -> Result<BTreeMap<String, String>> {
@@ -1083,10 +1025,13 @@ async fn versions(
         );
     }
     // Its spec: Kueue itself updates the status (usage) with every admission.
-    let queue = world.queues.get(&world.scope.cluster_queue).await?;
+    let queue = world.queue_json().await?;
     out.insert(
         "ClusterQueue spec (generation)".into(),
-        queue.metadata.generation.unwrap_or_default().to_string(),
+        queue["metadata"]["generation"]
+            .as_i64()
+            .unwrap_or_default()
+            .to_string(),
     );
     for name in clusters.iter().map(|c| c.name.as_str()).chain([gitops]) {
         let flavor = world.flavors.get(name).await?;

@@ -72,7 +72,8 @@ struct Plugin {
 
 impl Plugin {
     async fn run(&self, args: &[&str]) -> Result<Run> {
-        let out = tokio::process::Command::new(hearth_binary("kubectl-fournos")?)
+        hearth::ensure_built().await?;
+        let out = tokio::process::Command::new(hearth_binary(hearth::PLUGIN)?)
             .args(args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)

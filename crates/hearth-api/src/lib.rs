@@ -8,6 +8,7 @@ pub mod crd;
 pub mod duration;
 pub mod fournosjob;
 pub mod kueue;
+pub mod kueue_validity;
 pub mod names;
 pub mod reasons;
 pub mod slices;

@@ -5,20 +5,16 @@
 use std::collections::BTreeMap;
 
 use hearth_api::conditions::set_condition;
-use hearth_api::kueue::{
-    ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceQuota, quantity_to_i64,
-};
+use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, quantity_to_i64};
 use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
 use hearth_api::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use crate::plan::{
-    MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE, MAX_RESOURCE_GROUPS,
     ObservedCluster, ObservedFlavor, Plan, PlanInput, PlanSettings, RESOURCE_IN_USE_FINALIZER,
     desired_flavor, plan,
 };
@@ -187,70 +183,10 @@ pub(crate) fn slot_group_quotas(spec: &ClusterQueueSpec) -> Vec<(String, Vec<(St
         .collect()
 }
 
-/// What Kueue (CRD rules and webhook) would reject in `spec`.
+/// What Kueue (CRD rules and webhook) would reject in `spec`: the one oracle, shared
+/// with the e2e tests.
 pub(crate) fn kueue_problems(spec: &ClusterQueueSpec) -> Vec<String> {
-    let mut problems = Vec::new();
-    let groups = &spec.resource_groups;
-    if groups.len() > MAX_RESOURCE_GROUPS {
-        problems.push(format!("{} resource groups", groups.len()));
-    }
-    let total: usize = groups.iter().map(|g| g.flavors.len()).sum();
-    if total > MAX_FLAVORS_PER_QUEUE {
-        problems.push(format!("{total} flavors in the queue"));
-    }
-    let mut seen_resources = BTreeMap::new();
-    let mut seen_flavors = BTreeMap::new();
-    for (i, group) in groups.iter().enumerate() {
-        let covered = &group.covered_resources;
-        if covered.is_empty() || covered.len() > MAX_COVERED_RESOURCES {
-            problems.push(format!("group {i}: {} covered resources", covered.len()));
-        }
-        if group.flavors.is_empty() || group.flavors.len() > MAX_FLAVORS_PER_GROUP {
-            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
-        }
-        for r in covered {
-            if !crate::plan::is_resource_name(r) {
-                problems.push(format!("group {i}: invalid resource name {r}"));
-            }
-            if let Some(j) = seen_resources.insert(r.clone(), i) {
-                problems.push(format!("resource {r} in groups {j} and {i}"));
-            }
-        }
-        for flavor in &group.flavors {
-            if let Some(j) = seen_flavors.insert(flavor.name.clone(), i) {
-                problems.push(format!("flavor {} in groups {j} and {i}", flavor.name));
-            }
-            let names: Vec<&String> = flavor.resources.iter().map(|q| &q.name).collect();
-            if names != covered.iter().collect::<Vec<_>>() {
-                problems.push(format!(
-                    "group {i}: flavor {} lists {names:?}, covered {covered:?}",
-                    flavor.name
-                ));
-            }
-            for q in &flavor.resources {
-                problems.extend(quota_problems(&flavor.name, q));
-            }
-        }
-    }
-    problems
-}
-
-fn quota_problems(flavor: &str, q: &ResourceQuota) -> Vec<String> {
-    let mut problems = Vec::new();
-    let nominal = quantity_to_i64(&q.nominal_quota);
-    if nominal.is_none_or(|n| n < 0) {
-        problems.push(format!(
-            "{flavor}/{}: nominalQuota {:?}",
-            q.name, q.nominal_quota
-        ));
-    }
-    if let (Some(lend), Some(nominal)) = (q.other.get("lendingLimit"), nominal) {
-        let lend: Quantity = serde_json::from_value(lend.clone()).unwrap();
-        if quantity_to_i64(&lend).is_some_and(|l| l > nominal) {
-            problems.push(format!("{flavor}/{}: lendingLimit above nominal", q.name));
-        }
-    }
-    problems
+    hearth_api::kueue_validity::problems(spec)
 }
 
 /// The observed world, and what the apply step and Kueue do to it.

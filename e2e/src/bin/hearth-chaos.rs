@@ -24,15 +24,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload, quantity_to_i64};
+use hearth_api::kueue::{ClusterQueue, quantity_to_i64};
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
-use hearth_api::names::{
-    CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL,
-};
+use hearth_api::names::{CLUSTER_SLOT_RESOURCE, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL};
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants;
+use hearth_e2e::objects::foreign_widget_group;
+use hearth_e2e::process::{until, wait};
 use hearth_e2e::resources::apply;
-use hearth_e2e::{ControlPlane, Isolated, NodeSpec, PlaneOptions, TargetFleet};
+use hearth_e2e::world::World;
+use hearth_e2e::{ControlPlane, NodeSpec, PlaneOptions, TargetFleet};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde::Serialize;
@@ -187,16 +189,20 @@ async fn flap(plane: &ControlPlane, secs: u64) -> Result<Flap> {
             (flapping.clone(), stable.clone(), iso.cluster_queue.clone());
         async move {
             let t0 = Instant::now();
-            loop {
-                let cq = queues.get(&queue).await?;
-                if with_quota(&cq, &flapping) && with_quota(&cq, &stable) {
-                    return Ok::<_, anyhow::Error>((t0.elapsed().as_secs_f64(), cq));
-                }
-                if t0.elapsed() > timeout {
-                    bail!("the flap scope never had both clusters' quota");
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
+            let cq = until(
+                "the flap scope to have both clusters' quota",
+                timeout,
+                || async {
+                    let cq = queues.get(&queue).await?;
+                    Ok(if with_quota(&cq, &flapping) && with_quota(&cq, &stable) {
+                        Ok(cq)
+                    } else {
+                        Err(format!("{:?}", invariants::entries(&cq).keys()))
+                    })
+                },
+            )
+            .await?;
+            Ok::<_, anyhow::Error>((t0.elapsed().as_secs_f64(), cq))
         }
     };
     let (_, cq) = wait_both(Duration::from_secs(120)).await?;
@@ -229,35 +235,25 @@ async fn flap(plane: &ControlPlane, secs: u64) -> Result<Flap> {
     })
 }
 
-struct World {
-    plane: ControlPlane,
-    iso: Isolated,
-    client: kube::Client,
-    foreign: String,
+/// Cluster `i` of the chaos scope.
+fn cluster(w: &World<'_>, i: usize) -> String {
+    format!("c{i}-{}", w.scope.id)
 }
 
-impl World {
-    fn cluster(&self, i: usize) -> String {
-        format!("c{i}-{}", self.iso.id)
-    }
-
-    async fn start(&self, c: Controller, instance: &str) -> Result<Running> {
-        Ok(hearth::start(&self.plane, &self.iso, c, instance, CHAOS_ENV).await?)
-    }
+/// Starts (or restarts) controller `c` in the chaos scope.
+async fn start(w: &World<'_>, c: Controller, instance: &str) -> Result<Running> {
+    Ok(hearth::start(w.plane, &w.scope, c, instance, CHAOS_ENV).await?)
 }
 
 /// Everything wrong with the scope right now; empty when every invariant holds.
 async fn violations(
-    w: &World,
+    w: &World<'_>,
+    foreign: &str,
     wanted_locks: &BTreeSet<String>,
     state: &mut BTreeMap<String, usize>,
 ) -> Result<Vec<String>> {
     let mut v = Vec::new();
-    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
-    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.iso.namespace);
-    let flavors: Api<ResourceFlavor> = Api::all(w.client.clone());
-    let queues: Api<ClusterQueue> = Api::all(w.client.clone());
-    let workloads: Api<Workload> = Api::namespaced(w.client.clone(), &w.iso.execution_namespace);
+    let (secrets, clusters, flavors, queues) = (&w.secrets, &w.clusters, &w.flavors, &w.queues);
 
     let secret_clusters: BTreeSet<String> = secrets
         .list(&ListParams::default().labels(KUBECONFIG_SECRET_SELECTOR))
@@ -293,47 +289,32 @@ async fn violations(
         .items
         .into_iter()
         .filter_map(|f| f.metadata.name)
-        .filter(|n| n.ends_with(&w.iso.id))
+        .filter(|n| n.ends_with(&w.scope.id))
         .collect();
-    let cq = queues.get(&w.iso.cluster_queue).await?;
-    let mut entries: BTreeMap<String, Vec<BTreeMap<String, i64>>> = BTreeMap::new();
-    for f in cq.spec.resource_groups.iter().flat_map(|g| &g.flavors) {
-        entries.entry(f.name.clone()).or_default().push(
-            f.resources
-                .iter()
-                .map(|q| {
-                    (
-                        q.name.clone(),
-                        quantity_to_i64(&q.nominal_quota).unwrap_or(-1),
-                    )
-                })
-                .filter(|(_, n)| *n != 0)
-                .collect(),
-        );
-    }
-    if entries.get(&w.foreign).is_none_or(|e| e.len() != 1) {
-        v.push(format!("foreign entry {} lost or doubled", w.foreign));
+    let cq = queues.get(&w.scope.cluster_queue).await?;
+    let entries: BTreeMap<String, Vec<BTreeMap<String, i64>>> = invariants::entries(&cq)
+        .into_iter()
+        .map(|(flavor, quotas)| {
+            (
+                flavor,
+                quotas.into_iter().map(invariants::nonzero).collect(),
+            )
+        })
+        .collect();
+    if entries.get(foreign).is_none_or(|e| e.len() != 1) {
+        v.push(format!("foreign entry {foreign} lost or doubled"));
     }
     for gone in hearth_flavors.difference(&names) {
         v.push(format!("flavor {gone} of a cluster that is gone"));
     }
     for gone in entries
         .keys()
-        .filter(|e| **e != w.foreign && !names.contains(*e))
+        .filter(|e| **e != foreign && !names.contains(*e))
     {
         v.push(format!("queue entry {gone} of a cluster that is gone"));
     }
 
-    let sentinels: BTreeMap<String, usize> = workloads
-        .list(&ListParams::default().labels(CLUSTER_LOCK_LABEL))
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|wl| wl.metadata.labels?.get(CLUSTER_LOCK_LABEL).cloned())
-        .fold(BTreeMap::new(), |mut m, c| {
-            *m.entry(c).or_insert(0) += 1;
-            m
-        });
+    let sentinels = invariants::sentinel_counts(&w.workloads).await?;
 
     let (mut synced, mut limit, mut locked) = (0, 0, 0);
     for (name, c) in &fcs {
@@ -451,56 +432,50 @@ async fn main() -> Result<()> {
         .patch(
             &iso.cluster_queue,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "resourceGroups": [{
-                "coveredResources": ["example.com/widget"],
-                "flavors": [{ "name": foreign, "resources": [
-                    { "name": "example.com/widget", "nominalQuota": "7" }
-                ]}],
-            }]}})),
+            &Patch::Merge(foreign_widget_group(&foreign)),
         )
         .await
         .context("adding the foreign entry")?;
-    let w = World {
-        plane,
-        iso,
-        client,
-        foreign,
-    };
+    let w = World::new(&plane, iso).await?;
 
     let mut running: BTreeMap<Controller, Running> = BTreeMap::new();
     for c in Controller::ALL {
-        running.insert(c, w.start(c, "0").await?);
+        running.insert(c, start(&w, c, "0").await?);
     }
 
     // The workload: onboard everything, then lock, unlock and offboard, with pauses, while
     // the killer runs.
     let targets = w.plane.targets();
-    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.iso.secrets_namespace);
-    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.iso.namespace);
-    let locked: Vec<String> = (0..args.locks).map(|i| w.cluster(i)).collect();
+    let secrets: Api<Secret> = Api::namespaced(w.client.clone(), &w.scope.secrets_namespace);
+    let clusters: Api<FournosCluster> = Api::namespaced(w.client.clone(), &w.scope.namespace);
+    let locked: Vec<String> = (0..args.locks).map(|i| cluster(&w, i)).collect();
     let unlocked: BTreeSet<String> = locked.iter().step_by(2).cloned().collect();
     let offboarded: Vec<String> = (args.clusters - args.offboard..args.clusters)
-        .map(|i| w.cluster(i))
+        .map(|i| cluster(&w, i))
         .collect();
     let workload = async {
         for i in 0..args.clusters {
             w.plane
                 .create_kubeconfig_secret(
-                    &w.iso.secrets_namespace,
-                    &w.cluster(i),
+                    &w.scope.secrets_namespace,
+                    &cluster(&w, i),
                     targets[i % targets.len()].node_reader_kubeconfig(),
                 )
                 .await?;
         }
         // Owners go on as soon as the FournosClusters exist.
         for name in &locked {
-            let deadline = Instant::now() + Duration::from_secs(120);
-            while clusters.get_opt(name).await?.is_none() {
-                if Instant::now() > deadline {
-                    bail!("{name} never created");
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            until(
+                &format!("{name} created"),
+                Duration::from_secs(120),
+                || async {
+                    Ok(match clusters.get_opt(name).await? {
+                        Some(_) => Ok(()),
+                        None => Err("not yet".to_owned()),
+                    })
+                },
+            )
+            .await?;
             clusters
                 .patch(
                     name,
@@ -541,7 +516,7 @@ async fn main() -> Result<()> {
         let mut scratch = BTreeMap::new();
         while killing.load(std::sync::atomic::Ordering::SeqCst) {
             during.samples += 1;
-            match violations(&w, &wanted, &mut scratch).await {
+            match violations(&w, &foreign, &wanted, &mut scratch).await {
                 Ok(v) if v.is_empty() => {}
                 Ok(v) => {
                     during.violating += 1;
@@ -560,11 +535,11 @@ async fn main() -> Result<()> {
             tokio::time::sleep(Duration::from_millis(500 + rng.below(4000))).await;
             let c = Controller::ALL[usize::try_from(rng.below(3))?];
             let victim = running.remove(&c).context("controller missing")?;
-            victim.kill(&w.plane).await?;
+            victim.kill(w.plane).await?;
             let at = (k8s_openapi::jiff::Timestamp::now(), c.binary());
             // Down for a random moment, then back (a new process, as after a crash).
             tokio::time::sleep(Duration::from_millis(rng.below(3000))).await;
-            running.insert(c, w.start(c, &format!("r{k}")).await?);
+            running.insert(c, start(&w, c, &format!("r{k}")).await?);
             kills.push(format!("{} SIGKILL {}", at.0, at.1));
             if k == args.kills / 2 && args.restart_apiserver {
                 let at = k8s_openapi::jiff::Timestamp::now();
@@ -589,22 +564,27 @@ async fn main() -> Result<()> {
         kills.len()
     );
     let t0 = Instant::now();
-    let deadline = t0 + Duration::from_secs(args.timeout_secs);
-    let mut state = BTreeMap::new();
-    let (converge_secs, violations_at_timeout) = loop {
-        let v = violations(&w, &wanted, &mut state).await?;
-        if v.is_empty() {
-            break (Some(t0.elapsed().as_secs_f64()), Vec::new());
-        }
-        if Instant::now() > deadline {
-            break (None, v);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let last_state = std::cell::RefCell::new(BTreeMap::new());
+    let converged = wait(Duration::from_secs(args.timeout_secs), || async {
+        let mut state = BTreeMap::new();
+        let v = violations(&w, &foreign, &wanted, &mut state).await?;
+        *last_state.borrow_mut() = state;
+        Ok::<_, anyhow::Error>(if v.is_empty() {
+            Ok(())
+        } else {
+            Err(v.join("\n"))
+        })
+    })
+    .await?;
+    let state = last_state.into_inner();
+    let (converge_secs, violations_at_timeout) = match converged {
+        Ok(()) => (Some(t0.elapsed().as_secs_f64()), Vec::new()),
+        Err(last) => (None, last.lines().map(str::to_owned).collect()),
     };
 
     let flap = if args.flap_secs > 0 {
         eprintln!("flapping a target for {}s…", args.flap_secs);
-        Some(flap(&w.plane, args.flap_secs).await?)
+        Some(flap(w.plane, args.flap_secs).await?)
     } else {
         None
     };
@@ -688,7 +668,8 @@ async fn main() -> Result<()> {
     }
     std::fs::write(out.join("CHAOS.md"), md)?;
     eprintln!("wrote {}", out.join("CHAOS.md").display());
-    w.plane.stop().await?;
+    drop(w);
+    plane.stop().await?;
     if report.converge_secs.is_none() {
         bail!("invariants violated");
     }

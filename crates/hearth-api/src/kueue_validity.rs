@@ -1,0 +1,204 @@
+//! What makes a ClusterQueue invalid for Kueue: its CRD rules and its admission webhook,
+//! written down once as a test oracle.
+//!
+//! The local e2e plane runs Kueue without its webhook, and unit tests run no Kueue at
+//! all, so both check Hearth's queues against [`problems`]. The limits are restated here
+//! from Kueue's API rather than taken from kueue-sync's plan on purpose: an oracle that
+//! shares its numbers with the code under test cannot catch a wrong number.
+
+use std::collections::BTreeMap;
+
+use crate::kueue::{ClusterQueueSpec, ResourceQuota, quantity_to_i64};
+
+/// Kueue: at most this many resource groups in a ClusterQueue.
+pub const MAX_RESOURCE_GROUPS: usize = 16;
+/// Kueue: at most this many flavors in one resource group.
+pub const MAX_FLAVORS_PER_GROUP: usize = 64;
+/// Kueue: at most this many flavors across a ClusterQueue's resource groups.
+pub const MAX_FLAVORS_PER_QUEUE: usize = 256;
+/// Kueue: at most this many covered resources in one resource group.
+pub const MAX_COVERED_RESOURCES: usize = 64;
+
+/// Everything Kueue (CRD rules and webhook) would reject in `spec`, one line each;
+/// empty when Kueue accepts it.
+pub fn problems(spec: &ClusterQueueSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    let groups = &spec.resource_groups;
+    if groups.len() > MAX_RESOURCE_GROUPS {
+        problems.push(format!("{} resource groups", groups.len()));
+    }
+    let total: usize = groups.iter().map(|g| g.flavors.len()).sum();
+    if total > MAX_FLAVORS_PER_QUEUE {
+        problems.push(format!("{total} flavors in the queue"));
+    }
+    let mut seen_resources = BTreeMap::new();
+    let mut seen_flavors = BTreeMap::new();
+    for (i, group) in groups.iter().enumerate() {
+        let covered = &group.covered_resources;
+        if covered.is_empty() || covered.len() > MAX_COVERED_RESOURCES {
+            problems.push(format!("group {i}: {} covered resources", covered.len()));
+        }
+        if group.flavors.is_empty() || group.flavors.len() > MAX_FLAVORS_PER_GROUP {
+            problems.push(format!("group {i}: {} flavors", group.flavors.len()));
+        }
+        for r in covered {
+            if !is_qualified_name(r) {
+                problems.push(format!("group {i}: invalid resource name {r}"));
+            }
+            if let Some(j) = seen_resources.insert(r.clone(), i) {
+                problems.push(format!("resource {r} in groups {j} and {i}"));
+            }
+        }
+        for flavor in &group.flavors {
+            if let Some(j) = seen_flavors.insert(flavor.name.clone(), i) {
+                problems.push(format!("flavor {} in groups {j} and {i}", flavor.name));
+            }
+            let names: Vec<&String> = flavor.resources.iter().map(|q| &q.name).collect();
+            if names != covered.iter().collect::<Vec<_>>() {
+                problems.push(format!(
+                    "group {i}: flavor {} lists {names:?}, covered {covered:?}",
+                    flavor.name
+                ));
+            }
+            for q in &flavor.resources {
+                problems.extend(quota_problems(&flavor.name, q));
+            }
+        }
+    }
+    problems
+}
+
+fn quota_problems(flavor: &str, q: &ResourceQuota) -> Vec<String> {
+    let mut problems = Vec::new();
+    let nominal = quantity_to_i64(&q.nominal_quota);
+    if nominal.is_none_or(|n| n < 0) {
+        problems.push(format!(
+            "{flavor}/{}: nominalQuota {:?}",
+            q.name, q.nominal_quota
+        ));
+    }
+    let lending = q
+        .other
+        .get("lendingLimit")
+        .map(|l| serde_json::from_value(l.clone()).map(|l| quantity_to_i64(&l)));
+    match (lending, nominal) {
+        (Some(Ok(Some(lend))), Some(nominal)) if lend > nominal => {
+            problems.push(format!("{flavor}/{}: lendingLimit above nominal", q.name));
+        }
+        (Some(Err(_)), _) => {
+            problems.push(format!("{flavor}/{}: lendingLimit not a quantity", q.name));
+        }
+        _ => {}
+    }
+    problems
+}
+
+/// Kubernetes's qualified name, as Kueue checks `coveredResources`: an optional
+/// DNS-subdomain prefix and `/`, then 1–63 alphanumerics with `-`, `_`, `.` inside.
+fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        p.len() <= 253
+            && p.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b.len() <= 63
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            })
+    });
+    let n = name.as_bytes();
+    prefix_ok
+        && !n.is_empty()
+        && n.len() <= 63
+        && n[0].is_ascii_alphanumeric()
+        && n[n.len() - 1].is_ascii_alphanumeric()
+        && n.iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kueue::{FlavorQuotas, ResourceGroup};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn quota(name: &str, n: &str) -> ResourceQuota {
+        ResourceQuota {
+            name: name.into(),
+            nominal_quota: Quantity(n.into()),
+            other: Default::default(),
+        }
+    }
+
+    fn queue(covered: &[&str], flavors: &[(&str, &[(&str, &str)])]) -> ClusterQueueSpec {
+        ClusterQueueSpec {
+            resource_groups: vec![ResourceGroup {
+                covered_resources: covered.iter().map(|r| (*r).to_owned()).collect(),
+                flavors: flavors
+                    .iter()
+                    .map(|(name, quotas)| FlavorQuotas {
+                        name: (*name).into(),
+                        resources: quotas.iter().map(|(r, n)| quota(r, n)).collect(),
+                        other: Default::default(),
+                    })
+                    .collect(),
+                other: Default::default(),
+            }],
+            other: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_well_formed_queue_has_no_problems() {
+        let spec = queue(
+            &["fournos/cluster-slot", "fournos/gpu-a100"],
+            &[(
+                "c1",
+                &[("fournos/cluster-slot", "100"), ("fournos/gpu-a100", "8")],
+            )],
+        );
+        assert_eq!(problems(&spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn each_rule_is_reported() {
+        let order = queue(
+            &["a", "b"],
+            &[
+                ("c1", &[("b", "1"), ("a", "1")]),
+                ("c1", &[("a", "1"), ("b", "1")]),
+            ],
+        );
+        let found = problems(&order);
+        assert!(found.iter().any(|p| p.contains("lists")), "{found:?}");
+        assert!(
+            found.iter().any(|p| p.contains("flavor c1 in groups")),
+            "{found:?}"
+        );
+
+        let negative = queue(&["a"], &[("c1", &[("a", "-1")])]);
+        assert!(problems(&negative)[0].contains("nominalQuota"));
+
+        let bad_name = queue(&["Not A Name"], &[("c1", &[("Not A Name", "1")])]);
+        assert!(problems(&bad_name)[0].contains("invalid resource name"));
+
+        let empty = queue(&[], &[]);
+        assert_eq!(problems(&empty).len(), 2, "{:?}", problems(&empty));
+    }
+
+    #[test]
+    fn qualified_names() {
+        for ok in ["cpu", "fournos/cluster-slot", "nvidia.com/gpu", "a_b.c"] {
+            assert!(is_qualified_name(ok), "{ok}");
+        }
+        for bad in ["", "/x", "a/", "-a", "a-", "Foo.Bar/x", &"x".repeat(64)] {
+            assert!(!is_qualified_name(bad), "{bad}");
+        }
+    }
+}

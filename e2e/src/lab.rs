@@ -1,0 +1,335 @@
+//! A test binary's own plane, and [`LockLab`]: one lock test's scope on it with the
+//! helpers every lock test needs (clusters queued as kueue-sync makes them, the owner set
+//! as a person does, waits on clusters, sentinels, Workloads and Events).
+//!
+//! Shared by the lock-manager tests with bare Workload sentinels and by the tests next to
+//! the real Fournos; with [`LockLab::probing`] every look at a cluster that says
+//! `locked=true` also tries to get a one-slot job admitted there, which must fail.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow};
+use hearth_api::FournosCluster;
+use hearth_api::kueue::Workload;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, condition_types::LOCKED};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::Resource;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::fixtures::{publish_kueue_status, queued_cluster};
+use crate::invariants::{cluster_condition, workload_condition, workload_is};
+use crate::objects::slot_workload;
+use crate::process::until;
+use crate::resources::apply;
+use crate::world::World;
+use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
+
+/// Deadline of every lab wait that is not about a known duration.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+/// `fournos/cluster-slot` per cluster: what kueue-sync publishes by default and what a
+/// lock requests.
+pub const SLOTS: i64 = 100;
+/// Kueue's WaitForPodsReady timeout on a lock test binary's plane: short, so that a
+/// sentinel nobody reports ready would be evicted while a test watches.
+pub const WAIT_FOR_PODS_READY_SECS: u64 = 20;
+/// How long lock-manager may keep saying `locked=true` after a job got into the cluster
+/// (the time its watches take to bring it what Kueue did).
+pub const REACTION: Duration = Duration::from_secs(5);
+
+/// The plane of this test binary alone, started once with `adjust` applied to the
+/// environment's options (Hearth's controllers are started by each test, in its scope).
+pub async fn own_plane(
+    cell: &'static OnceCell<std::result::Result<ControlPlane, String>>,
+    adjust: impl FnOnce(PlaneOptions) -> Result<PlaneOptions>,
+) -> Result<&'static ControlPlane> {
+    let plane = cell
+        .get_or_init(|| async {
+            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
+            let options = adjust(PlaneOptions {
+                hearth_bin_dir: None,
+                ..options
+            })
+            .map_err(|e| format!("{e:#}"))?;
+            ControlPlane::start(options)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    plane
+        .as_ref()
+        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+}
+
+/// The plane of a lock test binary: Kueue with WaitForPodsReady on, timeout
+/// [`WAIT_FOR_PODS_READY_SECS`].
+pub async fn lock_plane() -> Result<&'static ControlPlane> {
+    static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+    own_plane(&PLANE, |options| {
+        Ok(PlaneOptions {
+            wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
+            ..options
+        })
+    })
+    .await
+}
+
+/// A cluster's `Locked` condition.
+pub fn locked(fc: &FournosCluster) -> Option<&Condition> {
+    cluster_condition(fc, LOCKED)
+}
+
+/// Whether the cluster says `status.locked=true`.
+pub fn says_locked(fc: &FournosCluster) -> bool {
+    fc.status.as_ref().and_then(|s| s.locked) == Some(true)
+}
+
+/// `locked=true` and `Locked=True/Held`.
+pub fn is_held(fc: &FournosCluster) -> bool {
+    says_locked(fc) && locked(fc).is_some_and(|c| c.status == "True" && c.reason == "Held")
+}
+
+/// Not locked, with `Locked` of `reason`.
+pub fn reason_is(reason: &'static str) -> impl Fn(&FournosCluster) -> bool {
+    move |fc| !says_locked(fc) && locked(fc).is_some_and(|c| c.reason == reason)
+}
+
+/// Short description of a cluster's lock status for failure messages.
+pub fn lock_state(fc: &FournosCluster) -> String {
+    let s = fc.status.clone().unwrap_or_default();
+    format!(
+        "owner={:?} locked={:?} job={:?} lockOwner={:?} Locked={:?}",
+        fc.spec.owner,
+        s.locked,
+        s.lock_job_name,
+        s.lock_owner,
+        locked(fc).map(|c| format!("{}/{}: {}", c.status, c.reason, c.message))
+    )
+}
+
+/// One lock test's scope and clients: a [`World`] (its fields through `Deref`) with the
+/// scope's Events and the clusters queued so far.
+pub struct LockLab {
+    world: World<'static>,
+    pub events: Api<Event>,
+    /// Clusters whose flavor is in the scope's ClusterQueue.
+    queued: Mutex<Vec<String>>,
+    /// Whether each [`wait_cluster`](Self::wait_cluster) also [`probe`](Self::probe)s.
+    probing: bool,
+    probes: AtomicUsize,
+}
+
+impl std::ops::Deref for LockLab {
+    type Target = World<'static>;
+
+    fn deref(&self) -> &World<'static> {
+        &self.world
+    }
+}
+
+impl LockLab {
+    /// A new scope on `plane` for `test`.
+    pub async fn new(plane: &'static ControlPlane, test: &str) -> Result<LockLab> {
+        let scope = plane.isolated(test).await?;
+        let world = World::new(plane, scope).await?;
+        Ok(LockLab {
+            events: Api::namespaced(world.client.clone(), &world.scope.namespace),
+            world,
+            queued: Default::default(),
+            probing: false,
+            probes: AtomicUsize::new(0),
+        })
+    }
+
+    /// From now on, every [`wait_cluster`](Self::wait_cluster) ends with a
+    /// [`probe`](Self::probe): the promise that `locked=true` keeps jobs out, checked at
+    /// every step a test takes.
+    pub fn probing(mut self) -> LockLab {
+        self.probing = true;
+        self
+    }
+
+    /// FournosCluster `name` with its flavor and queue entry as kueue-sync makes them.
+    pub async fn queue_cluster(&self, name: &str) -> Result<()> {
+        let entries: Vec<(String, i64)> = {
+            let mut queued = self.queued.lock().expect("poisoned");
+            queued.push(name.to_owned());
+            queued.iter().map(|c| (c.clone(), SLOTS)).collect()
+        };
+        let entries: Vec<(&str, i64)> = entries.iter().map(|(c, s)| (c.as_str(), *s)).collect();
+        Ok(queued_cluster(&self.client, &self.scope, name, &entries).await?)
+    }
+
+    /// `status.kueue` under kueue-sync's field manager, with `slots` as the cluster's.
+    pub async fn publish_slots(&self, name: &str, slots: i64) -> Result<()> {
+        Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, slots).await?)
+    }
+
+    /// What a person does: `kubectl patch fc <name> --type merge -p '{"spec":{…}}'`.
+    pub async fn set_spec(&self, name: &str, spec: Value) -> Result<()> {
+        self.clusters
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .with_context(|| format!("patching spec of {name}"))?;
+        Ok(())
+    }
+
+    /// Polls until `done` accepts cluster `name`, then probes if [`probing`](Self::probing).
+    pub async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosCluster) -> bool,
+    ) -> Result<FournosCluster> {
+        let fc = until(&format!("{name}: {what}"), DEADLINE, || async {
+            let fc = self.clusters.get(name).await?;
+            Ok(if done(&fc) {
+                Ok(fc)
+            } else {
+                Err(lock_state(&fc))
+            })
+        })
+        .await?;
+        if self.probing {
+            self.probe(name).await?;
+        }
+        Ok(fc)
+    }
+
+    /// If the cluster says `locked=true`, a one-slot job for it must not be admitted.
+    pub async fn probe(&self, cluster: &str) -> Result<()> {
+        let before = self.clusters.get(cluster).await?;
+        if !says_locked(&before) {
+            return Ok(());
+        }
+        self.try_job(cluster).await.map(drop)
+    }
+
+    /// Submits a one-slot job for `cluster` and deletes it once Kueue has decided; fails
+    /// if it was admitted while the cluster said `locked=true`. Whether it was admitted.
+    pub async fn try_job(&self, cluster: &str) -> Result<bool> {
+        let name = format!("probe-{}", self.probes.fetch_add(1, Ordering::Relaxed));
+        self.job(&name, cluster, 1).await?;
+        let decided = until(&format!("Kueue deciding on {name}"), DEADLINE, || async {
+            let w = self.workloads.get(&name).await?;
+            Ok(match workload_condition(&w, "QuotaReserved") {
+                Some(_) => Ok(w),
+                None => Err("no QuotaReserved yet".to_owned()),
+            })
+        })
+        .await?;
+        self.workloads
+            .delete(&name, &DeleteParams::default())
+            .await?;
+        let admitted = workload_is(&decided, "QuotaReserved");
+        if admitted {
+            // lock-manager learns what Kueue did through its watches: it may trail Kueue
+            // by that much, never more.
+            until(
+                &format!("{cluster} to stop saying locked=true once a job got in"),
+                REACTION,
+                || async {
+                    let fc = self.clusters.get(cluster).await?;
+                    Ok(if says_locked(&fc) {
+                        Err(lock_state(&fc))
+                    } else {
+                        Ok(())
+                    })
+                },
+            )
+            .await
+            .with_context(|| {
+                format!("{cluster}: a one-slot job was admitted while it said locked=true")
+            })?;
+        }
+        Ok(admitted)
+    }
+
+    /// A job's bare Workload asking for `slots` of `cluster`'s slots.
+    pub async fn job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
+        let w = slot_workload(
+            &self.scope.execution_namespace,
+            name,
+            &self.scope.local_queue,
+            cluster,
+            slots,
+        );
+        apply(&self.client, &w).await?;
+        Ok(())
+    }
+
+    /// Polls until Workload `name` satisfies `done`.
+    pub async fn wait_workload(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Workload) -> bool,
+    ) -> Result<Workload> {
+        until(&format!("Workload {name}: {what}"), timeout, || async {
+            let w = self.workloads.get(name).await?;
+            Ok(if done(&w) {
+                Ok(w)
+            } else {
+                Err(format!("{:?}", w.status.as_ref().map(|s| &s.conditions)))
+            })
+        })
+        .await
+    }
+
+    /// Sentinels of `cluster` (by the contract's label), of either kind.
+    pub async fn sentinels<K>(&self, cluster: &str) -> Result<Vec<K>>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.scope.execution_namespace);
+        let selector = format!("{CLUSTER_LOCK_LABEL}={cluster}");
+        Ok(api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items)
+    }
+
+    /// Events with `reason` about cluster `cluster`.
+    pub async fn events_of(&self, cluster: &str, reason: &str) -> Result<Vec<Event>> {
+        Ok(self
+            .events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .collect())
+    }
+
+    /// The first Event with `reason` about `cluster`, once there is one.
+    pub async fn wait_event(&self, cluster: &str, reason: &str) -> Result<Event> {
+        until(
+            &format!("Event {reason} on {cluster}"),
+            DEADLINE,
+            || async {
+                let mut found = self.events_of(cluster, reason).await?;
+                Ok(if found.is_empty() {
+                    Err("none".into())
+                } else {
+                    Ok(found.remove(0))
+                })
+            },
+        )
+        .await
+    }
+}
