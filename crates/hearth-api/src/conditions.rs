@@ -3,8 +3,13 @@
 //! controller touches only its own types.
 //!
 //! One rule for duplicates everywhere (older controllers left lists with a type more
-//! than once): the **last** condition of a type is the current one. [`find`],
-//! [`set_condition`] and the runtime's repair of such lists all follow it.
+//! than once): the **last** condition of a type is the current one. [`find`] and
+//! [`is_true`] implement it, and everything else reads through them: [`set_condition`],
+//! the status slices ([`crate::slices`]), each controller's plan (discovery's, kueue-sync's,
+//! lock-manager's, also for Kueue Workload conditions), `kubectl fournos`; the runtime's
+//! repair of such lists (`hearth_runtime::status::dedup_conditions`) keeps the last too.
+//!
+//! Reasons of each type: [`crate::reasons`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 

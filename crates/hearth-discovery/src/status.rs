@@ -301,6 +301,42 @@ fn as_desired(type_: &'static str, c: &Condition) -> DesiredCondition {
     DesiredCondition::new(type_, status, c.reason.clone(), c.message.clone())
 }
 
+/// `KubeconfigValid=True`: `Valid`, or a warning reason when the credentials expire soon
+/// (or say they have expired, yet work).
+fn valid_reason_and_message(
+    input: &PlanInput<'_>,
+    credentials: Option<Expiry>,
+) -> (&'static str, String) {
+    let secret = input.secret;
+    let version = match input.outcome {
+        ProbeOutcome::Reached {
+            server_version: Some(v),
+            ..
+        } => format!(" (Kubernetes {})", bounded(v)),
+        _ => String::new(),
+    };
+    let warning = credentials.and_then(|e| {
+        let message = expiry_warning(e, input.now, input.expiry_window)?;
+        let reason = match expiry_state(e.at, input.now, input.expiry_window) {
+            ExpiryState::Expired => reasons::CREDENTIALS_EXPIRED,
+            _ => reasons::CREDENTIALS_EXPIRING_SOON,
+        };
+        Some((reason, message))
+    });
+    match warning {
+        Some((reason, warning)) => (
+            reason,
+            format!(
+                "the target accepts the credentials in Secret {secret}{version}, but {warning}"
+            ),
+        ),
+        None => (
+            reasons::VALID,
+            format!("the target accepts the credentials in Secret {secret}{version}"),
+        ),
+    }
+}
+
 fn kubeconfig_condition(
     input: &PlanInput<'_>,
     status: KubeconfigStatus,
@@ -308,36 +344,9 @@ fn kubeconfig_condition(
 ) -> DesiredCondition {
     let secret = input.secret;
     let (ok, reason, message) = match (status, input.outcome) {
-        (KubeconfigStatus::Valid, outcome) => {
-            let version = match outcome {
-                ProbeOutcome::Reached {
-                    server_version: Some(v),
-                    ..
-                } => format!(" (Kubernetes {})", bounded(v)),
-                _ => String::new(),
-            };
-            let warning = credentials.and_then(|e| {
-                let message = expiry_warning(e, input.now, input.expiry_window)?;
-                let reason = match expiry_state(e.at, input.now, input.expiry_window) {
-                    ExpiryState::Expired => reasons::CREDENTIALS_EXPIRED,
-                    _ => reasons::CREDENTIALS_EXPIRING_SOON,
-                };
-                Some((reason, message))
-            });
-            match warning {
-                Some((reason, warning)) => (
-                    true,
-                    reason,
-                    format!(
-                        "the target accepts the credentials in Secret {secret}{version}, but {warning}"
-                    ),
-                ),
-                None => (
-                    true,
-                    reasons::VALID,
-                    format!("the target accepts the credentials in Secret {secret}{version}"),
-                ),
-            }
+        (KubeconfigStatus::Valid, _) => {
+            let (reason, message) = valid_reason_and_message(input, credentials);
+            (true, reason, message)
         }
         (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
             false,
