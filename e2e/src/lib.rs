@@ -92,6 +92,7 @@ pub mod fleet;
 pub mod fournos;
 pub mod fournos_real;
 pub mod hearth;
+pub mod hearth_py;
 pub mod hostile_target;
 pub mod kubeconfig;
 pub mod kueue;
@@ -104,6 +105,7 @@ pub mod process;
 pub mod protocol;
 pub mod resources;
 pub mod supervisor;
+pub mod takeover;
 pub mod tools;
 
 pub use blackhole::BlackHole;

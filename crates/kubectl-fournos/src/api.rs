@@ -8,17 +8,19 @@ use futures::TryStreamExt as _;
 use hearth_api::FournosCluster;
 use hearth_api::kueue::Workload;
 use hearth_api::kueue::workload_conditions::{ADMITTED, QUOTA_RESERVED};
-use hearth_api::names::CLUSTER_LOCK_LABEL;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config};
 
+use crate::CONFLICT_RETRIES;
 use crate::cli::Global;
 use crate::error::{Failure, Op, describe};
 use crate::explain::{self, EventLine, Evidence, Progress, Target};
+use crate::scrub::{self, Report, Scrubbed};
 
 const FOURNOS_CLUSTERS: &str = "fournosclusters.fournos.dev";
 const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
@@ -129,6 +131,80 @@ impl Session {
             Err(kube::Error::Api(status)) if status.is_conflict() => Ok(None),
             Err(e) => Err(api_error(&self.op("patch", Some(name)), e)),
         }
+    }
+
+    /// Lists the labeled kubeconfig Secrets of `namespace` and removes (or, with
+    /// `dry_run`, only finds) their kopf annotations. Metadata only: the plugin never
+    /// reads a Secret's data.
+    pub async fn scrub_secrets(&self, namespace: &str, dry_run: bool) -> Result<Report> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let op = |verb| Op {
+            verb,
+            resource: "secrets",
+            namespace: Some(namespace),
+            name: None,
+        };
+        let listed = secrets
+            .list_metadata(&ListParams::default().labels(KUBECONFIG_SECRET_SELECTOR))
+            .await
+            .map_err(|e| api_error(&op("list"), e))?
+            .items;
+        let mut report = Report {
+            namespace: namespace.to_owned(),
+            dry_run,
+            scanned: listed.len(),
+            secrets: Vec::new(),
+        };
+        for mut meta in listed {
+            let name = meta.metadata.name.clone().unwrap_or_default();
+            for attempt in 0..CONFLICT_RETRIES {
+                let found = scrub::leftovers(
+                    meta.metadata
+                        .annotations
+                        .as_ref()
+                        .unwrap_or(&Default::default()),
+                );
+                if found.is_empty() {
+                    break;
+                }
+                if !dry_run {
+                    let patch = scrub::removal_patch(
+                        meta.metadata
+                            .resource_version
+                            .as_deref()
+                            .unwrap_or_default(),
+                        &found,
+                    );
+                    match secrets
+                        .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(status))
+                            if status.is_conflict() && attempt + 1 < CONFLICT_RETRIES =>
+                        {
+                            meta = secrets
+                                .get_metadata(&name)
+                                .await
+                                .map_err(|e| api_error(&op("get"), e))?;
+                            continue;
+                        }
+                        Err(e) => {
+                            return Err(api_error(&op("patch"), e).context(format!(
+                                "removing kopf annotations from Secret {name}; removed so far:\n{}",
+                                report.render()
+                            )));
+                        }
+                    }
+                }
+                report.secrets.push(Scrubbed {
+                    name: name.clone(),
+                    annotations: found,
+                });
+                break;
+            }
+        }
+        Ok(report)
     }
 
     /// Who the apiserver says the user is (SelfSubjectReview): the identity RBAC and the
