@@ -75,6 +75,11 @@ down:
 scrub-secrets *flags:
     cargo run -q -p kubectl-fournos -- migrate scrub-secrets {{flags}}
 
+# Migration from the Python Hearth: report and remove kopf's finalizer and annotations on
+# the FournosClusters (the finalizer would keep a deleted cluster Terminating for good).
+scrub-clusters *flags:
+    cargo run -q -p kubectl-fournos -- migrate scrub-clusters {{flags}}
+
 # Installs nightly and cargo-fuzz if missing. Crashes land in fuzz/artifacts/<target>/;
 # the corpus grows in fuzz/corpus/<target>/ (see fuzz/README.md).
 # Fuzz kubeconfig validation, GPU short names and node GPU counting, `seconds` per target.

@@ -17,8 +17,8 @@
 //! into admitted Workloads, and a job is admitted on the third. That is the legacy state.
 //!
 //! Then, as the README's migration guide says: the Python Hearth is stopped, `kubectl
-//! fournos migrate scrub-secrets` reports and removes what kopf left on the Secrets (a dry
-//! run first), Hearth's CRD is applied, and Hearth's controllers take over: kueue-sync
+//! fournos migrate scrub-secrets` and `scrub-clusters` report and remove what kopf left on
+//! the Secrets and FournosClusters (a dry run first), Hearth's CRD is applied, and Hearth's controllers take over: kueue-sync
 //! and lock-manager first, discovery once they have. The same invariants as the hand-built
 //! `migration.rs` are sampled all along ([`hearth_e2e::takeover`]), the same repaired state
 //! is awaited, and a second run must write nothing.
@@ -37,7 +37,8 @@
 //!   migration.rs wrote whole seconds with `Z`.
 //! - **A kopf finalizer** `kopf.zalando.org/KopfFinalizerMarker` on every FournosCluster
 //!   (kopf adds it for the timer). migration.rs had none. With the Python Hearth gone,
-//!   deleting such a FournosCluster stays `Terminating` until it is removed (README).
+//!   a deleted FournosCluster would stay `Terminating`: `kubectl fournos migrate
+//!   scrub-clusters` removes it, and the test deletes a cluster at the end.
 //! - **Spec**: `gpuDiscoveryInterval: 5m` (its CRD's default) is stored; `spec.hardware`
 //!   has `vendor` in lower case (`nvidia`, `amd`; migration.rs: `NVIDIA`, `AMD`), the real
 //!   `nodeCount` (2 for the two A100 nodes; assumed 1), no `lastError` key once discovery
@@ -94,6 +95,8 @@ use tokio::sync::OnceCell;
 const DEADLINE: Duration = Duration::from_secs(180);
 /// kopf's annotation with its copy of the last handled object.
 const LAST_HANDLED: &str = "kopf.zalando.org/last-handled-configuration";
+/// The finalizer kopf puts on objects with timers (the FournosClusters).
+const KOPF_FINALIZER: &str = "kopf.zalando.org/KopfFinalizerMarker";
 /// The TTL of the lock that expires during the takeover.
 const TTL: &str = "2m";
 
@@ -218,12 +221,24 @@ async fn copies(
     Ok(found)
 }
 
-/// Runs `kubectl fournos migrate scrub-secrets` as the plane's administrator.
-async fn scrub(plane: &ControlPlane, scope: &Isolated, dry_run: bool) -> Result<String> {
+/// Runs `kubectl fournos migrate <step> [--dry-run]` in `scope` as the plane's
+/// administrator.
+async fn migrate(
+    plane: &ControlPlane,
+    scope: &Isolated,
+    step: &str,
+    dry_run: bool,
+) -> Result<String> {
     let mut command = tokio::process::Command::new(hearth_binary("kubectl-fournos")?);
+    command.args(["migrate", step]);
+    if step == "scrub-secrets" {
+        command
+            .arg("--secrets-namespace")
+            .arg(&scope.secrets_namespace);
+    }
     command
-        .args(["migrate", "scrub-secrets", "--secrets-namespace"])
-        .arg(&scope.secrets_namespace)
+        .arg("--namespace")
+        .arg(&scope.namespace)
         .arg("--kubeconfig")
         .arg(plane.management_kubeconfig());
     if dry_run {
@@ -233,12 +248,12 @@ async fn scrub(plane: &ControlPlane, scope: &Isolated, dry_run: bool) -> Result<
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     ensure!(
         out.status.success(),
-        "scrub-secrets failed ({}): {stdout}{}",
+        "{step} failed ({}): {stdout}{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     println!(
-        "$ kubectl fournos migrate scrub-secrets{}\n{stdout}",
+        "$ kubectl fournos migrate {step}{}\n{stdout}",
         if dry_run { " --dry-run" } else { "" }
     );
     Ok(stdout)
@@ -520,7 +535,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
         .iter()
         .map(|c| format!("kubeconfig-{}", c.name))
         .collect();
-    let report = scrub(plane, &scope, true).await?;
+    let report = migrate(plane, &scope, "scrub-secrets", true).await?;
     for name in &names {
         ensure!(
             report.contains(&format!("{name}: would remove"))
@@ -535,7 +550,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
         "the dry run changed the Secrets"
     );
     let data_before = secret_data(&secrets).await?;
-    let report = scrub(plane, &scope, false).await?;
+    let report = migrate(plane, &scope, "scrub-secrets", false).await?;
     for name in &names {
         ensure!(
             report.contains(&format!("{name}: removed {LAST_HANDLED}")),
@@ -553,8 +568,39 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     );
     let data_after = secret_data(&secrets).await?;
     ensure!(data_after == data_before, "the scrub changed Secret data");
-    let again = scrub(plane, &scope, false).await?;
+    let again = migrate(plane, &scope, "scrub-secrets", false).await?;
     ensure!(again.contains("nothing to remove"), "{again}");
+
+    // And kopf's finalizer and annotations on the FournosClusters.
+    let report = migrate(plane, &scope, "scrub-clusters", true).await?;
+    for c in &clusters {
+        ensure!(
+            report.contains(&format!(
+                "{}: would remove {LAST_HANDLED}, finalizer {KOPF_FINALIZER}",
+                c.name
+            )),
+            "the dry run does not report {}: {report}",
+            c.name
+        );
+        let fc = world.clusters.get(&c.name).await?;
+        ensure!(
+            fc.finalizers() == [KOPF_FINALIZER],
+            "the dry run changed {}",
+            c.name
+        );
+    }
+    migrate(plane, &scope, "scrub-clusters", false).await?;
+    for c in &clusters {
+        let fc = world.clusters.get(&c.name).await?;
+        let kopf = |k: &String| k.starts_with("kopf.zalando.org/");
+        ensure!(
+            !fc.finalizers().iter().any(kopf) && !fc.annotations().keys().any(kopf),
+            "{}: kopf's leftovers remain: {:?} {:?}",
+            c.name,
+            fc.finalizers(),
+            fc.annotations().keys().collect::<Vec<_>>()
+        );
+    }
 
     // ---- step 3: Hearth's CRD (README: `kubectl apply -f manifests/crd.yaml`) ----
     let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crd.yaml");
@@ -600,6 +646,26 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
         &env,
         &flavors,
         Duration::from_secs(10),
+    )
+    .await?;
+
+    // Without kopf's finalizer a legacy cluster can be deleted (with it, it would stay
+    // Terminating for good). Discovery may onboard it again from its Secret: a new object.
+    let gone = world.clusters.get(&expiring.name).await?.uid();
+    world
+        .clusters
+        .delete(&expiring.name, &kube::api::DeleteParams::default())
+        .await?;
+    until(
+        &format!("{} to be deleted", expiring.name),
+        DEADLINE,
+        || async {
+            let now = world.clusters.get_opt(&expiring.name).await?;
+            Ok(match now {
+                Some(fc) if fc.uid() == gone => Err(format!("finalizers {:?}", fc.finalizers())),
+                _ => Ok(()),
+            })
+        },
     )
     .await?;
     fournos.stop().await;

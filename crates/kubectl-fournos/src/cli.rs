@@ -123,6 +123,14 @@ pub enum MigrateStep {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Report and remove what kopf left on the FournosClusters of the namespace: its
+    /// finalizer (which nothing removes once the Python Hearth is gone, so deleting such a
+    /// cluster hangs) and its annotations. Run it after the Python Hearth is stopped.
+    ScrubClusters {
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -44,14 +44,14 @@ pub async fn run(cli: Cli) -> Result<()> {
     let session = Session::connect(&cli.global).await?;
     match cli.command {
         Command::Completion { .. } => unreachable!("handled above"),
-        Command::Migrate {
-            step:
+        Command::Migrate { step } => {
+            let report = match step {
                 MigrateStep::ScrubSecrets {
                     secrets_namespace,
                     dry_run,
-                },
-        } => {
-            let report = session.scrub_secrets(&secrets_namespace, dry_run).await?;
+                } => session.scrub_secrets(&secrets_namespace, dry_run).await?,
+                MigrateStep::ScrubClusters { dry_run } => session.scrub_clusters(dry_run).await?,
+            };
             emit(output, &report, &report.render())
         }
         Command::Status { cluster } => {
