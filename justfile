@@ -81,6 +81,17 @@ up *flags: tools
 down:
     target/debug/hearth-plane down --state-dir .hearth/plane
 
+# Migration from the Python Hearth: report and remove the kopf annotations it left on the
+# kubeconfig Secrets (one holds a copy of the Secret's data). Stop the Python Hearth first.
+# `just scrub-secrets --dry-run` only reports; other flags as `kubectl fournos` takes them.
+scrub-secrets *flags:
+    cargo run -q -p kubectl-fournos -- migrate scrub-secrets {{flags}}
+
+# Migration from the Python Hearth: report and remove kopf's finalizer and annotations on
+# the FournosClusters (the finalizer would keep a deleted cluster Terminating for good).
+scrub-clusters *flags:
+    cargo run -q -p kubectl-fournos -- migrate scrub-clusters {{flags}}
+
 # Installs nightly and cargo-fuzz if missing. Crashes land in fuzz/artifacts/<target>/;
 # the corpus grows in fuzz/corpus/<target>/ (see fuzz/README.md).
 # Fuzz kubeconfig validation, GPU short names and node GPU counting, `seconds` per target.

@@ -34,9 +34,9 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 
-use crate::error::{Context as _, PlaneError, Result};
-use crate::peers::Peer;
-use crate::process::{self, Managed, Spawn};
+use crate::error::{Context as _, Result};
+use crate::peers::{KopfProcess, Peer};
+use crate::process::{self, Spawn};
 use crate::resources::{apply, create_crds, read_yaml_documents, wait_established};
 use crate::{ControlPlane, Scope};
 
@@ -104,10 +104,20 @@ pub async fn install_pipelines(
 
 /// A running Fournos operator working in one scope's execution namespace.
 #[derive(Debug)]
-pub struct Fournos {
-    spec: Spawn,
-    managed: Managed,
-    liveness: u16,
+pub struct Fournos(KopfProcess);
+
+impl std::ops::Deref for Fournos {
+    type Target = KopfProcess;
+
+    fn deref(&self) -> &KopfProcess {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Fournos {
+    fn deref_mut(&mut self) -> &mut KopfProcess {
+        &mut self.0
+    }
 }
 
 impl Fournos {
@@ -141,7 +151,7 @@ impl Fournos {
         )
         .arg("-m")
         .arg("fournos")
-        .arg(format!("--liveness=http://127.0.0.1:{liveness}/healthz"))
+        .arg(KopfProcess::liveness_arg(liveness))
         .env("KUBECONFIG", kubeconfig.to_string_lossy())
         .env("FOURNOS_WORKLOAD_NAMESPACE", &scope.execution_namespace)
         .env("FOURNOS_SECRETS_NAMESPACE", &scope.secrets_namespace)
@@ -153,57 +163,7 @@ impl Fournos {
                 .to_string_lossy(),
         )
         .env("PYTHONUNBUFFERED", "1");
-        let managed = process::spawn(spec.clone())?;
-        let mut fournos = Fournos {
-            spec,
-            managed,
-            liveness,
-        };
-        fournos.wait_live().await?;
-        Ok(fournos)
-    }
-
-    async fn wait_live(&mut self) -> Result<()> {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.liveness));
-        let log = self.spec.log.clone();
-        let managed = &mut self.managed;
-        process::poll("Fournos liveness", Duration::from_secs(90), || {
-            let running = managed.check_running();
-            async move {
-                running?;
-                Ok(matches!(process::http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
-            }
-        })
-        .await
-        .map_err(|e| match e {
-            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
-                what,
-                secs,
-                log: Some(log),
-            },
-            other => other,
-        })
-    }
-
-    /// The last lines of its log, for failure messages.
-    pub fn log(&self) -> String {
-        process::tail(&self.spec.log, 40)
-    }
-
-    pub fn log_path(&self) -> &Path {
-        &self.spec.log
-    }
-
-    /// Stops it: SIGTERM (kopf's graceful shutdown), SIGKILL after 10 s.
-    pub async fn stop(&mut self) {
-        self.managed.stop(Duration::from_secs(10)).await;
-    }
-
-    /// Starts it again with the same settings.
-    pub async fn restart(&mut self) -> Result<()> {
-        self.managed.stop(Duration::from_secs(10)).await;
-        self.managed = process::spawn(self.spec.clone())?;
-        self.wait_live().await
+        Ok(Fournos(KopfProcess::start(spec, liveness).await?))
     }
 }
 

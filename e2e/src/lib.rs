@@ -103,6 +103,7 @@ pub mod fleet;
 pub mod fournos;
 pub mod fournos_real;
 pub mod hearth;
+pub mod hearth_py;
 pub mod hostile_target;
 pub mod invariants;
 pub mod kubeconfig;
@@ -117,6 +118,7 @@ pub mod process;
 pub mod protocol;
 pub mod resources;
 pub mod supervisor;
+pub mod takeover;
 pub mod tools;
 pub mod world;
 

@@ -5,8 +5,10 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{Context as _, PlaneError, Result};
+use crate::process::{self, Managed, Spawn};
 
 /// Where the peer systems are (a folder holding `fournos/` and `hearth-py/`).
 pub const PEERS_DIR_ENV: &str = "HEARTH_PEERS_DIR";
@@ -105,6 +107,78 @@ impl Peer {
         } else {
             Err(PlaneError::Invalid(format!("no venv at {}", dir.display())))
         }
+    }
+}
+
+/// A running peer (a kopf operator) and its kopf liveness endpoint, which says it is up.
+#[derive(Debug)]
+pub struct KopfProcess {
+    spec: Spawn,
+    managed: Managed,
+    liveness: u16,
+}
+
+impl KopfProcess {
+    /// Spawns `spec` (which must serve kopf's liveness on `127.0.0.1:liveness`) and waits
+    /// until it answers.
+    pub async fn start(spec: Spawn, liveness: u16) -> Result<KopfProcess> {
+        let managed = process::spawn(spec.clone())?;
+        let mut running = KopfProcess {
+            spec,
+            managed,
+            liveness,
+        };
+        running.wait_live().await?;
+        Ok(running)
+    }
+
+    /// `--liveness=` for a kopf command line on `port`.
+    pub fn liveness_arg(port: u16) -> String {
+        format!("--liveness=http://127.0.0.1:{port}/healthz")
+    }
+
+    async fn wait_live(&mut self) -> Result<()> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.liveness));
+        let log = self.spec.log.clone();
+        let what = format!("{} liveness", self.spec.name);
+        let managed = &mut self.managed;
+        process::poll(&what, Duration::from_secs(90), || {
+            let running = managed.check_running();
+            async move {
+                running?;
+                Ok(matches!(process::http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
+                what,
+                secs,
+                log: Some(log),
+            },
+            other => other,
+        })
+    }
+
+    /// The last lines of its log, for failure messages.
+    pub fn log(&self) -> String {
+        process::tail(&self.spec.log, 40)
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.spec.log
+    }
+
+    /// Stops it: SIGTERM (kopf's graceful shutdown), SIGKILL after 10 s.
+    pub async fn stop(&mut self) {
+        self.managed.stop(Duration::from_secs(10)).await;
+    }
+
+    /// Starts it again with the same settings.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.managed.stop(Duration::from_secs(10)).await;
+        self.managed = process::spawn(self.spec.clone())?;
+        self.wait_live().await
     }
 }
 

@@ -23,36 +23,30 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, ensure};
-use hearth_api::FournosCluster;
-use hearth_api::kueue::ClusterQueue;
+use anyhow::{Context as _, Result, anyhow, ensure};
 use hearth_api::names::{
-    AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL,
-    CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
+    AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED},
 };
 use hearth_e2e::fixtures::KUEUE_API_VERSION;
-use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::invariants::{condition, is_active, workload_is};
-use hearth_e2e::lab::own_plane;
 use hearth_e2e::objects::slot_workload;
-use hearth_e2e::process::{eventually, holds_for};
+use hearth_e2e::process::eventually;
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
-use hearth_e2e::world::World;
-use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
+use hearth_e2e::takeover::{
+    Flavors, GPU, Invariants, SLOTS, Watcher, World, converge, foreign_flavor, queue_active,
+    second_run_writes_nothing, take_over, workload_is,
+};
+use hearth_e2e::{ControlPlane, PlaneOptions};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 /// Deadline of every wait that is not about a known duration.
 const DEADLINE: Duration = Duration::from_secs(180);
-const SLOTS: i64 = 100;
-const GPU: &str = "fournos/gpu-";
 /// The Python controller's field manager for its status writes.
 const KOPF: &str = "kopf";
 
@@ -108,13 +102,24 @@ fn legacy_crd_path() -> Result<PathBuf> {
 }
 
 async fn plane() -> Result<&'static ControlPlane> {
-    own_plane(&PLANE, |options| {
-        Ok(PlaneOptions {
-            fournos_cluster_crd: Some(legacy_crd_path()?),
-            ..options
+    let plane = PLANE
+        .get_or_init(|| async {
+            let crd = legacy_crd_path().map_err(|e| e.to_string())?;
+            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
+            let options = PlaneOptions {
+                fournos_cluster_crd: Some(crd),
+                // The controllers are started by the test, in its own scope.
+                hearth_bin_dir: None,
+                ..options
+            };
+            ControlPlane::start(options)
+                .await
+                .map_err(|e| e.to_string())
         })
-    })
-    .await
+        .await;
+    plane
+        .as_ref()
+        .map_err(|e| anyhow!("the plane failed to start: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -270,162 +275,6 @@ fn legacy_flavor(cluster: &str) -> Value {
 }
 
 // ---------------------------------------------------------------------------------------
-// Reading the world
-// ---------------------------------------------------------------------------------------
-
-fn queue_active(queue: &Value) -> bool {
-    serde_json::from_value::<ClusterQueue>(queue.clone()).is_ok_and(|cq| is_active(&cq))
-}
-
-/// The slot group's entries: flavor → resources in the order written, as integers.
-fn entries(queue: &Value) -> BTreeMap<String, Vec<(String, i64)>> {
-    let mut out = BTreeMap::new();
-    for group in queue["spec"]["resourceGroups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        for flavor in group["flavors"].as_array().into_iter().flatten() {
-            let resources = flavor["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| {
-                    let q = match &r["nominalQuota"] {
-                        Value::String(s) => s.parse().unwrap_or(-1),
-                        v => v.as_i64().unwrap_or(-1),
-                    };
-                    (r["name"].as_str().unwrap_or_default().to_owned(), q)
-                })
-                .collect();
-            out.insert(
-                flavor["name"].as_str().unwrap_or_default().to_owned(),
-                resources,
-            );
-        }
-    }
-    out
-}
-
-fn covered(queue: &Value) -> Vec<String> {
-    queue["spec"]["resourceGroups"][0]["coveredResources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.as_str().map(str::to_owned))
-        .collect()
-}
-
-fn discovered(fc: &FournosCluster) -> bool {
-    fc.status
-        .as_ref()
-        .and_then(|s| s.hardware.as_ref())
-        .is_some_and(|h| h.last_discovery.is_some())
-}
-
-// ---------------------------------------------------------------------------------------
-// Fournos, reduced
-// ---------------------------------------------------------------------------------------
-
-// ---------------------------------------------------------------------------------------
-// The watcher: what must hold at every instant of the takeover
-// ---------------------------------------------------------------------------------------
-
-#[derive(Default)]
-struct Watch {
-    samples: usize,
-    violations: Vec<String>,
-}
-
-struct Invariants {
-    /// Quota per cluster before the takeover; holds until discovery reports.
-    baseline: BTreeMap<String, BTreeMap<String, i64>>,
-    /// The cluster locked without a TTL and its legacy sentinel.
-    locked: (String, String),
-    /// The cluster whose TTL expires during the takeover, and when.
-    expiring: (String, Timestamp),
-    /// The Workload admitted before the takeover.
-    workload: String,
-}
-
-async fn sample(world: &World<'_>, inv: &Invariants) -> Result<Vec<String>> {
-    let mut bad = Vec::new();
-    // The queue first, then the clusters: a quota lowered in the queue must then show as
-    // discovered on the cluster (discovery writes before kueue-sync reacts).
-    let queue = world.queue_json().await?;
-    if !queue_active(&queue) {
-        bad.push(format!(
-            "ClusterQueue not Active: {}",
-            queue["status"]["conditions"]
-        ));
-    }
-    let entries = entries(&queue);
-    let clusters = world.clusters.list(&ListParams::default()).await?.items;
-    for fc in &clusters {
-        let name = fc.name_any();
-        let Some(base) = inv.baseline.get(&name) else {
-            continue;
-        };
-        if discovered(fc) {
-            continue;
-        }
-        let Some(entry) = entries.get(&name) else {
-            bad.push(format!("{name}: queue entry gone before discovery"));
-            continue;
-        };
-        for (resource, min) in base {
-            let now = entry
-                .iter()
-                .find(|(r, _)| r == resource)
-                .map_or(0, |(_, q)| *q);
-            if now < *min {
-                bad.push(format!(
-                    "{name}: {resource} = {now} < {min} before discovery"
-                ));
-            }
-        }
-    }
-    let (locked, sentinel) = &inv.locked;
-    let held = world.sentinel_jobs(locked).await?;
-    if held.len() != 1 || held[0].name_any() != *sentinel {
-        bad.push(format!(
-            "{locked}: sentinels {:?}, want exactly {sentinel}",
-            held.iter().map(|j| j.name_any()).collect::<Vec<_>>()
-        ));
-    }
-    match world.workloads.get_opt(sentinel).await? {
-        Some(w) if workload_is(&w, "Admitted") && !workload_is(&w, "Evicted") => {}
-        other => bad.push(format!(
-            "{locked}: the sentinel's Workload is not admitted: {:?}",
-            other.and_then(|w| w.status).map(|s| s.conditions)
-        )),
-    }
-    if let Some(fc) = clusters.iter().find(|c| c.name_any() == *locked)
-        && fc.status.as_ref().and_then(|s| s.locked) != Some(true)
-    {
-        bad.push(format!("{locked}: status.locked is not true"));
-    }
-    let (expiring, expires_at) = &inv.expiring;
-    let sentinels = world.sentinel_jobs(expiring).await?;
-    if sentinels.len() > 1 {
-        bad.push(format!("{expiring}: {} sentinels", sentinels.len()));
-    }
-    // One second of slack for clock granularity (status times are whole seconds).
-    if Timestamp::now() + SignedDuration::from_secs(1) < *expires_at && sentinels.is_empty() {
-        bad.push(format!("{expiring}: sentinel gone before its TTL ran out"));
-    }
-    match world.workloads.get_opt(&inv.workload).await? {
-        Some(w) if workload_is(&w, "Admitted") && !workload_is(&w, "Evicted") => {}
-        other => bad.push(format!(
-            "{}: not admitted any more: {:?}",
-            inv.workload,
-            other.and_then(|w| w.status).map(|s| s.conditions)
-        )),
-    }
-    Ok(bad)
-}
-
-// ---------------------------------------------------------------------------------------
 // The test
 // ---------------------------------------------------------------------------------------
 
@@ -434,7 +283,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let plane = plane().await?;
     let scope = plane.isolated("migration").await?;
     let client = plane.management_client().await?;
-    let world = World::new(plane, scope.clone()).await?;
+    let world = World::new(client.clone(), scope.clone()).await?;
     let ns = scope.namespace.clone();
     let exec = scope.execution_namespace.clone();
 
@@ -509,15 +358,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     // Flavors (unlabeled) and the queue: a foreign flavor, the legacy entries, one of them
     // with its resources out of coveredResources order.
     let gitops = format!("gitops-{}", scope.id);
-    apply(
-        &client,
-        &json!({
-            "apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor",
-            "metadata": { "name": gitops, "labels": { "team": "platform" } },
-            "spec": { "nodeLabels": { "pool": "gitops" } },
-        }),
-    )
-    .await?;
+    foreign_flavor(&client, &gitops).await?;
     for c in &clusters {
         apply(&client, &legacy_flavor(&c.name)).await?;
     }
@@ -548,12 +389,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         ],
     }]}});
     world
-        .queues
-        .patch(
-            &scope.cluster_queue,
-            &PatchParams::default(),
-            &Patch::Merge(&queue_patch),
-        )
+        .patch_queue(&queue_patch)
         .await
         .context("writing the legacy ClusterQueue")?;
 
@@ -579,7 +415,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         "the legacy Workloads admitted, the queue Active",
         DEADLINE,
         || async {
-            let queue = world.queue_json().await?;
+            let queue = world.queue().await?;
             let mut admitted = 0;
             for name in [
                 locked.sentinel_name(),
@@ -688,231 +524,38 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         .map(|c| (c.name.clone(), c.quotas()))
         .collect();
     let expires_at = expiring.owner_set_at.expect("set") + SignedDuration::from_secs(120);
-    let invariants = Arc::new(Invariants {
-        baseline,
+    let invariants = Invariants {
+        baseline: baseline.clone(),
         locked: (locked.name.clone(), locked.sentinel_name()),
         expiring: (expiring.name.clone(), expires_at),
         workload: job.to_owned(),
-    });
-    let legacy_uids: BTreeMap<String, String> = {
-        let mut uids = BTreeMap::new();
-        for c in &clusters {
-            uids.insert(
-                c.name.clone(),
-                world.flavors.get(&c.name).await?.uid().unwrap_or_default(),
-            );
-        }
-        uids
     };
-    let gitops_before = world.flavors.get(&gitops).await?;
-    let watch = Arc::new(Mutex::new(Watch::default()));
-    let first = sample(&world, &invariants).await?;
-    ensure!(
-        first.is_empty(),
-        "the legacy state itself breaks the invariants: {first:?}"
-    );
-    let watcher = {
-        let world = World::new(plane, scope.clone()).await?;
-        let invariants = invariants.clone();
-        let watch = watch.clone();
-        tokio::spawn(async move {
-            loop {
-                let result = sample(&world, &invariants).await;
-                {
-                    let mut w = watch.lock().expect("poisoned");
-                    w.samples += 1;
-                    match result {
-                        Ok(bad) => w.violations.extend(bad),
-                        Err(e) => w.violations.push(format!("sampling failed: {e:#}")),
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        })
-    };
+    let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+    let flavors = Flavors::record(&world, &names, &gitops).await?;
+    let watcher =
+        Watcher::start(World::new(client.clone(), scope.clone()).await?, invariants).await?;
 
     // ---- Hearth takes over ----
     // kueue-sync and lock-manager first, discovery once they have taken over: the window
     // in which the legacy quota and the legacy kubeconfig status are all there is.
     let env = [("HEARTH_SENTINEL", "fournosjob")];
-    let mut running = Vec::new();
-    for controller in [Controller::KueueSync, Controller::LockManager] {
-        running.push(start(plane, &scope, controller, &env).await?);
-    }
-    eventually(
-        "kueue-sync to adopt the legacy flavors",
-        DEADLINE,
-        || async {
-            for c in &clusters {
-                let flavor = world.flavors.get(&c.name).await?;
-                let fc = world.clusters.get(&c.name).await?;
-                let synced = fc.status.as_ref().is_some_and(|s| {
-                    condition(&s.conditions, KUEUE_SYNCED).is_some_and(|c| c.status == "True")
-                });
-                if flavor.labels().get(MANAGED_BY_LABEL).is_none() || !synced {
-                    return Ok(None);
-                }
-            }
-            Ok(Some(()))
-        },
-    )
-    .await?;
-    let adopted = entries(&world.queue_json().await?);
-    for c in &clusters {
-        let entry: BTreeMap<String, i64> = adopted[&c.name]
-            .iter()
-            .filter(|(_, q)| *q != 0)
-            .cloned()
-            .collect();
-        ensure!(
-            entry == c.quotas(),
-            "{}: before discovery, the published quota is the legacy one: {entry:?}",
-            c.name
-        );
-    }
-    running.push(start(plane, &scope, Controller::Discovery, &env).await?);
+    let running = take_over(plane, &world, &baseline, &env, DEADLINE).await?;
 
     // Converged: conditions repaired, hardware discovered, flavors adopted, lock kept,
     // TTL honoured, quota the real count.
-    let converged = eventually("the takeover to converge", DEADLINE, || async {
-        let mut waiting = Vec::new();
-        for c in &clusters {
-            let fc = world.clusters.get(&c.name).await?;
-            let status = fc.status.clone().unwrap_or_default();
-            let mut types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
-            let n = types.len();
-            types.sort();
-            types.dedup();
-            if types.len() != n {
-                waiting.push(format!("{}: duplicate conditions {types:?}", c.name));
-            }
-            for t in [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED] {
-                if !condition(&status.conditions, t)
-                    .is_some_and(|c| c.status == "True" && c.observed_generation.is_some())
-                {
-                    waiting.push(format!("{}: {t} not True from Hearth", c.name));
-                }
-            }
-            if !discovered(&fc) {
-                waiting.push(format!("{}: not discovered", c.name));
-            }
-            // Every controller has caught up with the spec (an expired lock clears
-            // spec.owner, which moves the generation).
-            let stale: Vec<&str> = status
-                .conditions
-                .iter()
-                .filter(|c| c.observed_generation != fc.metadata.generation)
-                .map(|c| c.type_.as_str())
-                .collect();
-            if !stale.is_empty() {
-                waiting.push(format!("{}: stale observedGeneration on {stale:?}", c.name));
-            }
-            let flavor = world.flavors.get(&c.name).await?;
-            let labels = flavor.labels();
-            if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_VALUE)
-                || labels.get(CLUSTER_NAMESPACE_LABEL) != Some(&ns)
-            {
-                waiting.push(format!("{}: flavor not labeled: {labels:?}", c.name));
-            }
-        }
-        let fc = world.clusters.get(&locked.name).await?;
-        let held = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
-            .is_some_and(|c| c.reason == "Held");
-        if !held
-            || fc.status.as_ref().and_then(|s| s.lock_job_name.as_deref())
-                != Some(&locked.sentinel_name())
-        {
-            waiting.push(format!(
-                "{}: not Held by {}",
-                locked.name,
-                locked.sentinel_name()
-            ));
-        }
-        let fc = world.clusters.get(&expiring.name).await?;
-        let expired = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
-            .is_some_and(|c| c.reason == "Expired");
-        if fc.spec.owner.is_some()
-            || !expired
-            || !world.sentinel_jobs(&expiring.name).await?.is_empty()
-        {
-            waiting.push(format!(
-                "{}: TTL not expired yet (owner {:?})",
-                expiring.name, fc.spec.owner
-            ));
-        }
-        let queue = world.queue_json().await?;
-        let order = covered(&queue);
-        let entries = entries(&queue);
-        for c in &clusters {
-            let fc = world.clusters.get(&c.name).await?;
-            let mut want = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), SLOTS)]);
-            for g in fc
-                .status
-                .and_then(|s| s.hardware)
-                .map(|h| h.gpus)
-                .unwrap_or_default()
-            {
-                *want.entry(format!("{GPU}{}", g.short_name)).or_default() += g.count;
-            }
-            let entry = entries.get(&c.name).cloned().unwrap_or_default();
-            let names: Vec<String> = entry.iter().map(|(r, _)| r.clone()).collect();
-            let got: BTreeMap<String, i64> = entry.into_iter().filter(|(_, q)| *q != 0).collect();
-            if got != want || names != order {
-                waiting.push(format!(
-                    "{}: entry {got:?} in order {names:?}, want {want:?} in {order:?}",
-                    c.name
-                ));
-            }
-        }
-        if waiting.is_empty() {
-            Ok(Some(queue))
-        } else {
-            println!("converging: {waiting:?}");
-            Ok(None)
-        }
-    })
-    .await;
-    watcher.abort();
-    let watched = std::mem::take(&mut *watch.lock().expect("poisoned"));
-    let queue = converged?;
-    println!(
-        "the watcher took {} samples during the takeover",
-        watched.samples
-    );
-    ensure!(
-        watched.violations.is_empty(),
-        "during the takeover: {:#?}",
-        watched.violations
-    );
-    ensure!(
-        watched.samples >= 10,
-        "too few samples: {}",
-        watched.samples
-    );
+    let sentinel = locked.sentinel_name();
+    let queue = converge(
+        &world,
+        watcher,
+        &names,
+        (&locked.name, &sentinel),
+        &expiring.name,
+        DEADLINE,
+    )
+    .await?;
 
     // Flavors adopted in place (same objects), the foreign one untouched.
-    for c in &clusters {
-        let uid = world.flavors.get(&c.name).await?.uid().unwrap_or_default();
-        ensure!(
-            uid == legacy_uids[&c.name],
-            "{}: the flavor was recreated",
-            c.name
-        );
-    }
-    let gitops_after = world.flavors.get(&gitops).await?;
-    ensure!(
-        gitops_after.resource_version() == gitops_before.resource_version(),
-        "the foreign flavor was written"
-    );
-    let gitops_entry: BTreeMap<String, i64> = entries(&queue)[&gitops]
-        .iter()
-        .filter(|(_, q)| *q != 0)
-        .cloned()
-        .collect();
-    ensure!(
-        gitops_entry == gitops_quotas,
-        "the foreign entry changed: {gitops_entry:?}"
-    );
+    flavors.check(&world, &queue).await?;
     // Hardware moved to status; spec.hardware is left as it was (Hearth never writes spec).
     let fc = world.clusters.get(&expiring.name).await?;
     let hardware = fc
@@ -930,121 +573,16 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     );
 
     // ---- a second run over its own state writes nothing ----
-    for r in &running {
-        r.stop(plane).await?;
-    }
-    let before = versions(&world, &clusters, &gitops).await?;
-    running = start_all(plane, &scope, &env).await?;
     // Every controller resyncs every 2 s here: five intervals without a write.
-    holds_for(
-        "no write by the second run",
+    second_run_writes_nothing(
+        plane,
+        &world,
+        running,
+        &env,
+        &flavors,
         Duration::from_secs(10),
-        || async {
-            let now = versions(&world, &clusters, &gitops).await?;
-            if now == before {
-                return Ok(Ok(()));
-            }
-            let changed: Vec<_> = now
-                .iter()
-                .filter(|(k, v)| before.get(*k) != Some(v))
-                .collect();
-            let mut who = Vec::new();
-            for (key, _) in &changed {
-                if let Some(name) = key.strip_prefix("FournosCluster/") {
-                    let fc = world.clusters.get(name).await?;
-                    who.push(format!(
-                        "{name}: managedFields {} status {}",
-                        serde_json::to_string(&fc.metadata.managed_fields)?,
-                        serde_json::to_string(&fc.status)?
-                    ));
-                }
-            }
-            Ok(Err(format!(
-                "the second run wrote: {changed:?}\n{}",
-                who.join("\n")
-            )))
-        },
     )
     .await?;
-    for r in &running {
-        r.stop(plane).await?;
-    }
     fournos.abort();
     Ok(())
-}
-
-async fn start(
-    plane: &ControlPlane,
-    scope: &Isolated,
-    controller: Controller,
-    env: &[(&str, &str)],
-) -> Result<Running> {
-    hearth::start(plane, scope, controller, "0", env)
-        .await
-        .with_context(|| {
-            format!(
-                "starting {} (cargo build --workspace --bins first)",
-                controller.binary()
-            )
-        })
-}
-
-async fn start_all(
-    plane: &ControlPlane,
-    scope: &Isolated,
-    env: &[(&str, &str)],
-) -> Result<Vec<Running>> {
-    let mut running = Vec::new();
-    for controller in Controller::ALL {
-        running.push(
-            hearth::start(plane, scope, controller, "0", env)
-                .await
-                .with_context(|| {
-                    format!(
-                        "starting {} (cargo build --workspace --bins first)",
-                        controller.binary()
-                    )
-                })?,
-        );
-    }
-    Ok(running)
-}
-
-/// resourceVersion of every object Hearth could write: FournosClusters, the ClusterQueue,
-/// the flavors, the sentinels.
-async fn versions(
-    world: &World<'_>,
-    clusters: &[Legacy],
-    gitops: &str,
-) -> Result<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    for fc in world.clusters.list(&ListParams::default()).await?.items {
-        out.insert(
-            format!("FournosCluster/{}", fc.name_any()),
-            fc.resource_version().unwrap_or_default(),
-        );
-    }
-    // Its spec: Kueue itself updates the status (usage) with every admission.
-    let queue = world.queue_json().await?;
-    out.insert(
-        "ClusterQueue spec (generation)".into(),
-        queue["metadata"]["generation"]
-            .as_i64()
-            .unwrap_or_default()
-            .to_string(),
-    );
-    for name in clusters.iter().map(|c| c.name.as_str()).chain([gitops]) {
-        let flavor = world.flavors.get(name).await?;
-        out.insert(
-            format!("ResourceFlavor/{name}"),
-            flavor.resource_version().unwrap_or_default(),
-        );
-    }
-    for job in world.jobs.list(&ListParams::default()).await?.items {
-        out.insert(
-            format!("FournosJob/{}", job.name_any()),
-            job.resource_version().unwrap_or_default(),
-        );
-    }
-    Ok(out)
 }

@@ -8,17 +8,19 @@ use futures::TryStreamExt as _;
 use hearth_api::FournosCluster;
 use hearth_api::kueue::Workload;
 use hearth_api::kueue::workload_conditions::{ADMITTED, QUOTA_RESERVED};
-use hearth_api::names::CLUSTER_LOCK_LABEL;
+use hearth_api::names::{CLUSTER_LOCK_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use kube::{Client, Config};
 
+use crate::CONFLICT_RETRIES;
 use crate::cli::Global;
 use crate::error::{Failure, Op, describe};
 use crate::explain::{self, EventLine, Evidence, Progress, Target};
+use crate::scrub::{self, Kind, Report};
 
 const FOURNOS_CLUSTERS: &str = "fournosclusters.fournos.dev";
 const WORKLOADS: &str = "workloads.kueue.x-k8s.io";
@@ -129,6 +131,31 @@ impl Session {
             Err(kube::Error::Api(status)) if status.is_conflict() => Ok(None),
             Err(e) => Err(api_error(&self.op("patch", Some(name)), e)),
         }
+    }
+
+    /// Removes (or, with `dry_run`, only finds) kopf's annotations on the labeled
+    /// kubeconfig Secrets of `namespace`. Metadata only: it never reads a Secret's data.
+    pub async fn scrub_secrets(&self, namespace: &str, dry_run: bool) -> Result<Report> {
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let scope = Scrub {
+            kind: Kind::KubeconfigSecrets,
+            resource: "secrets",
+            namespace,
+            selector: Some(KUBECONFIG_SECRET_SELECTOR),
+        };
+        scrub_all(&secrets, &scope, dry_run).await
+    }
+
+    /// Removes (or, with `dry_run`, only finds) kopf's annotations and finalizers on the
+    /// FournosClusters of the namespace.
+    pub async fn scrub_clusters(&self, dry_run: bool) -> Result<Report> {
+        let scope = Scrub {
+            kind: Kind::FournosClusters,
+            resource: FOURNOS_CLUSTERS,
+            namespace: &self.namespace,
+            selector: None,
+        };
+        scrub_all(&self.clusters(), &scope, dry_run).await
     }
 
     /// Who the apiserver says the user is (SelfSubjectReview): the identity RBAC and the
@@ -354,6 +381,93 @@ fn context_user(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String
         .as_ref()?
         .user
         .clone()
+}
+
+/// Which objects a scrub looks at.
+struct Scrub<'a> {
+    kind: Kind,
+    resource: &'a str,
+    namespace: &'a str,
+    selector: Option<&'a str>,
+}
+
+impl<'a> Scrub<'a> {
+    fn op(&self, verb: &'a str, name: Option<&'a str>) -> Op<'a> {
+        Op {
+            verb,
+            resource: self.resource,
+            namespace: Some(self.namespace),
+            name,
+        }
+    }
+}
+
+/// Lists the objects' metadata, plans each ([`scrub::plan`]) and, unless `dry_run`,
+/// patches each guarded by the version read; on a conflict reads it again and re-plans.
+async fn scrub_all<K>(api: &Api<K>, scope: &Scrub<'_>, dry_run: bool) -> Result<Report>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = ListParams::default();
+    if let Some(selector) = scope.selector {
+        params = params.labels(selector);
+    }
+    let listed = api
+        .list_metadata(&params)
+        .await
+        .map_err(|e| api_error(&scope.op("list", None), e))?
+        .items;
+    let mut report = Report {
+        kind: scope.kind,
+        namespace: scope.namespace.to_owned(),
+        dry_run,
+        scanned: listed.len(),
+        objects: Vec::new(),
+    };
+    for mut object in listed {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        for attempt in 0..CONFLICT_RETRIES {
+            let meta = &object.metadata;
+            let finalizers = meta.finalizers.clone().unwrap_or_default();
+            let Some(found) = scrub::plan(
+                &name,
+                meta.annotations.as_ref().unwrap_or(&Default::default()),
+                &finalizers,
+            ) else {
+                break;
+            };
+            if !dry_run {
+                let version = meta.resource_version.as_deref().unwrap_or_default();
+                let patch = scrub::removal_patch(version, &found, &finalizers);
+                match api
+                    .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status))
+                        if status.is_conflict() && attempt + 1 < CONFLICT_RETRIES =>
+                    {
+                        object = api
+                            .get_metadata(&name)
+                            .await
+                            .map_err(|e| api_error(&scope.op("get", Some(&name)), e))?;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(api_error(&scope.op("patch", Some(&name)), e).context(
+                            format!(
+                                "removing kopf's leftovers from {name}; done so far:\n{}",
+                                report.render()
+                            ),
+                        ));
+                    }
+                }
+            }
+            report.objects.push(found);
+            break;
+        }
+    }
+    Ok(report)
 }
 
 /// An API error as a [`crate::error::Failure`] when the user can act on it.

@@ -97,10 +97,39 @@ pub enum Command {
         #[arg(long, default_value = "10m")]
         timeout: String,
     },
+    /// Steps of the migration from the Python (kopf) Hearth (see the README's migration guide).
+    Migrate {
+        #[command(subcommand)]
+        step: MigrateStep,
+    },
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MigrateStep {
+    /// Report and remove the kopf annotations the Python Hearth left on kubeconfig Secrets
+    /// (`kopf.zalando.org/last-handled-configuration` holds a copy of the Secret's data,
+    /// token included). Run it after the Python Hearth is stopped. Prints Secret names and
+    /// annotation keys, never their values.
+    ScrubSecrets {
+        /// Namespace of the kubeconfig Secrets.
+        #[arg(long, env = "HEARTH_SECRETS_NAMESPACE", default_value = defaults::SECRETS_NAMESPACE)]
+        secrets_namespace: String,
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Report and remove what kopf left on the FournosClusters of the namespace: its
+    /// finalizer (which nothing removes once the Python Hearth is gone, so deleting such a
+    /// cluster hangs) and its annotations. Run it after the Python Hearth is stopped.
+    ScrubClusters {
+        /// Only report what would be removed.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -151,6 +180,29 @@ mod tests {
             .unwrap();
         assert_eq!(cli.global.namespace, "fleet");
         assert_eq!(cli.global.output, Output::Json);
+    }
+
+    #[test]
+    fn scrub_secrets_takes_a_dry_run_and_a_namespace() {
+        let cli = Cli::try_parse_from([
+            "kubectl-fournos",
+            "migrate",
+            "scrub-secrets",
+            "--dry-run",
+            "--secrets-namespace",
+            "s",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Migrate {
+                step:
+                    MigrateStep::ScrubSecrets {
+                        secrets_namespace,
+                        dry_run,
+                    },
+            } => assert!(dry_run && secrets_namespace == "s"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

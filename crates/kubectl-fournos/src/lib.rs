@@ -1,5 +1,5 @@
 //! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
-//! wait) for people, through their own kubeconfig and RBAC. It only reads FournosClusters,
+//! wait) for people, and the migration steps from the Python Hearth (`migrate`), through their own kubeconfig and RBAC. It only reads FournosClusters,
 //! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
 //! [`api`] does the I/O.
@@ -9,6 +9,7 @@ pub mod cli;
 pub mod error;
 pub mod explain;
 pub mod lock;
+pub mod scrub;
 pub mod view;
 
 use std::io::Write as _;
@@ -19,14 +20,14 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::api::Session;
-use crate::cli::{Cli, Command, Output};
+use crate::cli::{Cli, Command, MigrateStep, Output};
 use crate::error::Failure;
 use crate::explain::{Explanation, Progress, Target};
 use crate::lock::Plan;
 
 /// Reads and patches are retried this often when someone else changed the cluster
 /// between our read and our write (409 Conflict), each time re-deciding from the new state.
-const CONFLICT_RETRIES: usize = 3;
+pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.global.output;
@@ -43,6 +44,16 @@ pub async fn run(cli: Cli) -> Result<()> {
     let session = Session::connect(&cli.global).await?;
     match cli.command {
         Command::Completion { .. } => unreachable!("handled above"),
+        Command::Migrate { step } => {
+            let report = match step {
+                MigrateStep::ScrubSecrets {
+                    secrets_namespace,
+                    dry_run,
+                } => session.scrub_secrets(&secrets_namespace, dry_run).await?,
+                MigrateStep::ScrubClusters { dry_run } => session.scrub_clusters(dry_run).await?,
+            };
+            emit(output, &report, &report.render())
+        }
         Command::Status { cluster } => {
             let clusters = match cluster {
                 Some(name) => vec![session.get(&name).await?],
