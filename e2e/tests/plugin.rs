@@ -272,7 +272,18 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
             r["lock"]["state"] == "waiting" && r["lock"]["waitingReason"] == "WaitingForAdmission"
         })
         .await?;
-    let why = admin.run(&["why", &b]).await?.ok()?.stdout;
+    // WaitingForAdmission is said as soon as the sentinel exists; Kueue's own answer (why
+    // it does not admit it) lands on the sentinel's Workload when Kueue next schedules.
+    // `why` quotes that answer, so wait for it to be there.
+    let why = until("`why` quotes Kueue's answer", DEADLINE, || async {
+        let why = admin.run(&["why", &b]).await?.ok()?.stdout;
+        Ok(if why.contains("insufficient unused quota") {
+            Ok(why)
+        } else {
+            Err(why)
+        })
+    })
+    .await?;
     // Shown with --nocapture: what the README quotes.
     println!(
         "$ kubectl fournos status\n{}",
