@@ -1,5 +1,5 @@
-//! One global reconcile: observe (the caches) → [`plan`] → apply → report, with the
-//! apply order the plan requires:
+//! One global reconcile: snapshot (the caches) → [`plan`] → apply (with its writeback),
+//! in the order the plan requires:
 //!
 //! 1. create and repair ResourceFlavors (an entry may only name an existing flavor);
 //! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
@@ -28,9 +28,9 @@ use tokio::sync::watch;
 use crate::apply::{FlavorAction, Writer};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
-use crate::observe::{QueueObject, Snapshot, Stores};
 use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan};
-use crate::report::{INVALID_OBJECT, event_for};
+use crate::snapshot::{QueueObject, Snapshot, Stores};
+use crate::writeback::{INVALID_OBJECT, event_for};
 
 /// How the ClusterQueue step of one attempt ended.
 enum QueueWrite {
@@ -54,7 +54,7 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// Status writes in flight at once.
 const STATUS_CONCURRENCY: usize = 8;
 
-/// The three watch caches (their stores are [`Stores`], what observe reads).
+/// The three watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
     pub clusters: Cache<FournosCluster>,
     pub queues: Cache<ClusterQueue>,
@@ -376,7 +376,7 @@ impl Context {
                 self.writer
                     .publish(
                         &regarding,
-                        &crate::report::EventSpec {
+                        &crate::writeback::EventSpec {
                             warning: true,
                             reason: INVALID_OBJECT,
                             action: "ReadCluster",
