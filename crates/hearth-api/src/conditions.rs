@@ -259,6 +259,23 @@ mod tests {
     }
 
     #[test]
+    fn dedup_keeps_what_find_returns() {
+        let cond = |t: &'static str, reason: &str| {
+            next_condition(
+                None,
+                &DesiredCondition::new(t, true, reason, ""),
+                None,
+                &at(0),
+            )
+        };
+        let list = vec![cond("A", "R1"), cond("B", "R1"), cond("A", "R2")];
+        let deduped = dedup_by_type(&list, |c| Some(c.type_.as_str())).expect("A repeats");
+        assert_eq!(deduped, vec![cond("B", "R1"), cond("A", "R2")]);
+        assert_eq!(find(&deduped, "A"), find(&list, "A"));
+        assert_eq!(dedup_by_type(&deduped, |c| Some(c.type_.as_str())), None);
+    }
+
+    #[test]
     fn with_duplicates_the_last_one_is_current_for_every_reader() {
         let dup = |status: &str, reason: &str| Condition {
             type_: "Locked".into(),
