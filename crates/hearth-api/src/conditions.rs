@@ -7,7 +7,8 @@
 //! [`is_true`] implement it, and everything else reads through them: [`set_condition`],
 //! the status slices ([`crate::slices`]), each controller's plan (discovery's, kueue-sync's,
 //! lock-manager's, also for Kueue Workload conditions), `kubectl fournos`; the runtime's
-//! repair of such lists (`hearth_runtime::status::dedup_conditions`) keeps the last too.
+//! repair of such lists (`hearth_runtime::status::dedup_conditions`) goes through
+//! [`dedup_by_type`], which keeps the one [`find`] returns.
 //!
 //! Reasons of each type: [`crate::reasons`].
 
@@ -68,6 +69,33 @@ impl DesiredCondition {
 /// The condition of type `type_`, if present (with duplicates, the last one).
 pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().rev().find(|c| c.type_ == type_)
+}
+
+/// One entry per type, each the one [`find`] would return (the last of its type), in the
+/// order of those entries; `None` when no type repeats. Generic over the entry so that
+/// the same rule repairs typed lists and lists read as JSON from any object: `type_of`
+/// names an entry's type, and an entry without one is dropped (a list keyed by type
+/// cannot hold it).
+pub fn dedup_by_type<T: Clone>(
+    items: &[T],
+    type_of: impl Fn(&T) -> Option<&str>,
+) -> Option<Vec<T>> {
+    let mut seen = std::collections::BTreeSet::new();
+    let repeats = items
+        .iter()
+        .any(|item| type_of(item).is_none_or(|t| !seen.insert(t)));
+    if !repeats {
+        return None;
+    }
+    let current = |i: usize, t: &str| !items[i + 1..].iter().any(|later| type_of(later) == Some(t));
+    Some(
+        items
+            .iter()
+            .enumerate()
+            .filter(|(i, item)| type_of(item).is_some_and(|t| current(*i, t)))
+            .map(|(_, item)| item.clone())
+            .collect(),
+    )
 }
 
 /// Whether the condition of type `type_` is present with status `True`.
@@ -228,6 +256,23 @@ mod tests {
         assert_eq!(find(&conds, "Locked"), Some(&locked));
         assert!(!is_true(&conds, "KubeconfigValid"));
         assert!(is_true(&conds, "Locked"));
+    }
+
+    #[test]
+    fn dedup_keeps_what_find_returns() {
+        let cond = |t: &'static str, reason: &str| {
+            next_condition(
+                None,
+                &DesiredCondition::new(t, true, reason, ""),
+                None,
+                &at(0),
+            )
+        };
+        let list = vec![cond("A", "R1"), cond("B", "R1"), cond("A", "R2")];
+        let deduped = dedup_by_type(&list, |c| Some(c.type_.as_str())).expect("A repeats");
+        assert_eq!(deduped, vec![cond("B", "R1"), cond("A", "R2")]);
+        assert_eq!(find(&deduped, "A"), find(&list, "A"));
+        assert_eq!(dedup_by_type(&deduped, |c| Some(c.type_.as_str())), None);
     }
 
     #[test]

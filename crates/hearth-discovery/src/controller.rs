@@ -38,6 +38,7 @@ use kube::{Resource as _, ResourceExt as _};
 use tracing::info_span;
 
 use crate::config::DiscoveryConfig;
+use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::{Cached, Memory, Written};
 use crate::metrics::Metrics;
@@ -45,7 +46,9 @@ use crate::onboarding::SecretPattern;
 use crate::probe::{ProbeSettings, probe};
 use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
-use crate::status::{EventType, PlanInput, ProbeOutcome, StatusDiff, diff_status, plan_status};
+use crate::status::{
+    EventType, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status, plan_status,
+};
 
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
@@ -292,24 +295,7 @@ async fn reconcile_object(object: &ClusterObject, ctx: &Context) -> Result<Actio
 
 async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
     let settings = &ctx.settings;
-    let secret_name = &cluster.spec.kubeconfig_secret;
-    let cached = ctx.secret(secret_name);
-    let secret = match cached.as_deref().map(|s| &s.0) {
-        None => None,
-        Some(Ok(secret)) => Some(secret),
-        Some(Err(_)) => {
-            // Never print the decode error: it may quote the Secret's data.
-            tracing::warn!(secret = %ctx.secret_ref(secret_name), "the Secret does not decode; treating it as holding no kubeconfig");
-            None
-        }
-    };
-    let current = fingerprint(secret_name, secret);
-    let kubeconfig = match (cached.is_some(), secret) {
-        (true, None) => SecretKubeconfig::KeyMissing,
-        (_, secret) => {
-            SecretKubeconfig::read_for(secret, secret_name, &cluster.name_any(), &settings.pattern)
-        }
-    };
+    let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
     let interval = probe_interval(
         cluster.spec.gpu_discovery_interval.as_deref(),
         settings.default_interval,
@@ -337,19 +323,8 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
         ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
     };
 
-    let started = std::time::Instant::now();
-    let (outcome, credentials) = match kubeconfig {
-        SecretKubeconfig::SecretMissing => (ProbeOutcome::SecretMissing, None),
-        SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
-        SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
-        SecretKubeconfig::Usable { kubeconfig, expiry } => {
-            (probe(&kubeconfig, settings.probe).await, expiry)
-        }
-    };
-    let elapsed = started.elapsed();
-    ctx.metrics.probed(outcome.result_label(), elapsed);
-
-    let secret_ref = ctx.secret_ref(secret_name);
+    let (outcome, credentials, elapsed) = run_probe(kubeconfig, ctx).await;
+    let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
     let plan = plan_status(&PlanInput {
         outcome: &outcome,
         previous: previous.as_ref(),
@@ -387,30 +362,10 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
         }
     };
     if diff == StatusDiff::Changed {
-        tracing::info!(
-            result = outcome.result_label(),
-            kubeconfig_status = plan.status.kubeconfig_status.map_or("", |s| s.as_str()),
-            gpus = plan.status.gpu_summary.as_deref().unwrap_or_default(),
-            consecutive_failures = plan
-                .status
-                .hardware
-                .as_ref()
-                .map(|h| h.consecutive_failures),
-            "status changed"
-        );
+        log_status_change(&outcome, &plan.status);
     }
     ctx.remember(cluster, current, written);
-
-    let reference = cluster.object_ref(&());
-    for event in &plan.events {
-        let event = Event {
-            warning: event.type_ == EventType::Warning,
-            reason: event.reason,
-            action: "Probe",
-            note: event.message.clone(),
-        };
-        ctx.events.publish(&reference, &event).await;
-    }
+    publish_events(cluster, ctx, &plan.events).await;
 
     let next = until_due(
         plan.status.next_probe_at.as_ref().map(|t| t.0),
@@ -419,6 +374,75 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
     Ok(Action::requeue(
         next.min(settings.resync).max(Duration::from_millis(100)),
     ))
+}
+
+/// The cluster's kubeconfig as the Secret cache shows it, with the fingerprint that tells
+/// a rotation apart.
+fn read_kubeconfig(cluster: &FournosCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
+    let secret_name = &cluster.spec.kubeconfig_secret;
+    let cached = ctx.secret(secret_name);
+    let secret = match cached.as_deref().map(|s| &s.0) {
+        None => None,
+        Some(Ok(secret)) => Some(secret),
+        Some(Err(_)) => {
+            // Never print the decode error: it may quote the Secret's data.
+            tracing::warn!(secret = %ctx.secret_ref(secret_name), "the Secret does not decode; treating it as holding no kubeconfig");
+            None
+        }
+    };
+    let current = fingerprint(secret_name, secret);
+    let kubeconfig = match (cached.is_some(), secret) {
+        (true, None) => SecretKubeconfig::KeyMissing,
+        (_, secret) => SecretKubeconfig::read_for(
+            secret,
+            secret_name,
+            &cluster.name_any(),
+            &ctx.settings.pattern,
+        ),
+    };
+    (current, kubeconfig)
+}
+
+/// Probes a usable kubeconfig; a missing or refused one is the outcome without a call.
+async fn run_probe(
+    kubeconfig: SecretKubeconfig,
+    ctx: &Context,
+) -> (ProbeOutcome, Option<Expiry>, Duration) {
+    let started = std::time::Instant::now();
+    let (outcome, credentials) = match kubeconfig {
+        SecretKubeconfig::SecretMissing => (ProbeOutcome::SecretMissing, None),
+        SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
+        SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
+        SecretKubeconfig::Usable { kubeconfig, expiry } => {
+            (probe(&kubeconfig, ctx.settings.probe).await, expiry)
+        }
+    };
+    let elapsed = started.elapsed();
+    ctx.metrics.probed(outcome.result_label(), elapsed);
+    (outcome, credentials, elapsed)
+}
+
+fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
+    tracing::info!(
+        result = outcome.result_label(),
+        kubeconfig_status = status.kubeconfig_status.map_or("", |s| s.as_str()),
+        gpus = status.gpu_summary.as_deref().unwrap_or_default(),
+        consecutive_failures = status.hardware.as_ref().map(|h| h.consecutive_failures),
+        "status changed"
+    );
+}
+
+async fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
+    let reference = cluster.object_ref(&());
+    for event in events {
+        let event = Event {
+            warning: event.type_ == EventType::Warning,
+            reason: event.reason,
+            action: "Probe",
+            note: event.message.clone(),
+        };
+        ctx.events.publish(&reference, &event).await;
+    }
 }
 
 /// Applies discovery's status fields; `None` when the cluster is gone.

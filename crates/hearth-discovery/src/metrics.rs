@@ -156,13 +156,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use hearth_api::{GpuInfo, Hardware};
-    use prometheus_client::encoding::text::encode;
-
-    fn text(registry: &Registry) -> String {
-        let mut out = String::new();
-        encode(&mut out, registry).unwrap();
-        out
-    }
+    use hearth_runtime::encode_registry;
 
     fn with_gpus(model: &str, count: i64) -> FournosClusterStatus {
         FournosClusterStatus {
@@ -188,7 +182,7 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         let a = with_gpus("NVIDIA-L40S", 2);
         metrics.clusters([("a", Some(&a)), ("b", None)]);
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         assert!(
             out.contains(
                 r#"hearth_discovery_gpus{cluster="a",vendor="NVIDIA",model="NVIDIA-L40S",short_name="l40s"} 2"#
@@ -209,7 +203,7 @@ mod tests {
         );
 
         metrics.clusters([("b", None)]);
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         assert!(!out.contains(r#"cluster="a""#), "{out}");
         assert!(
             out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Valid"} 0"#),
@@ -223,7 +217,7 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         metrics.probed("Discovered", Duration::from_millis(20));
         metrics.probed("Unreachable", Duration::from_secs(10));
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         assert!(
             out.contains(r#"hearth_discovery_probes_total{result="Discovered"} 1"#),
             "{out}"

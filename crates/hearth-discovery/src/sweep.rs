@@ -25,8 +25,8 @@ use kube::{Resource as _, ResourceExt as _};
 use crate::controller::{ClusterObject, Context, SecretObject};
 use crate::error::Error;
 use crate::onboarding::{
-    NewCluster, ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, owner_from,
-    plan_onboarding,
+    NewCluster, ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, SecretWarning,
+    owner_from, plan_onboarding,
 };
 
 /// What the sweep remembers so that it does not repeat itself: each warning is
@@ -67,44 +67,12 @@ pub(crate) async fn run(ctx: Arc<Context>) {
 async fn sweep_once(ctx: &Context, reported: &mut Reported) {
     let secrets = ctx.secrets.state();
     let clusters = ctx.clusters.state();
-
-    ctx.metrics.clusters(
-        clusters
-            .iter()
-            .filter_map(|c| c.0.as_ref().ok())
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .map(|c| {
-                (
-                    c.metadata.name.as_deref().unwrap_or_default(),
-                    c.status.as_ref(),
-                )
-            }),
-    );
-    let invalid_clusters: Vec<&Arc<ClusterObject>> =
-        clusters.iter().filter(|c| c.0.is_err()).collect();
-    let invalid_secrets = secrets.iter().filter(|s| s.0.is_err()).count();
-    ctx.metrics
-        .controller
-        .invalid_objects("FournosCluster", invalid_clusters.len());
-    ctx.metrics
-        .controller
-        .invalid_objects("Secret", invalid_secrets);
-    let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
-    ctx.forget_except(&live);
-    reported.offboarded.retain(|uid| live.contains(uid));
-    let versions: HashSet<(String, String)> = secrets
-        .iter()
-        .map(|s| uid_version(s.as_ref()))
-        .chain(clusters.iter().map(|c| uid_version(c.as_ref())))
-        .collect();
-    reported
-        .warned
-        .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
+    record_and_forget(ctx, &secrets, &clusters, reported);
 
     if !ctx.rt.is_leader() {
         return;
     }
-    for invalid in invalid_clusters {
+    for invalid in clusters.iter().filter(|c| c.0.is_err()) {
         report_invalid_cluster(ctx, invalid, reported).await;
     }
 
@@ -123,17 +91,72 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
         &ctx.settings.namespace,
     );
 
+    // Leadership can be lost mid-sweep: each step stops as soon as it is.
+    if !onboard_all(ctx, create).await || !offboard_all(ctx, delete, reported).await {
+        return;
+    }
+    publish_warnings(ctx, warnings, reported).await;
+}
+
+/// Reports the gauges every replica exports, and forgets what was reported about objects
+/// (or versions) that are gone, so memory follows the caches.
+fn record_and_forget(
+    ctx: &Context,
+    secrets: &[Arc<SecretObject>],
+    clusters: &[Arc<ClusterObject>],
+    reported: &mut Reported,
+) {
+    ctx.metrics.clusters(
+        clusters
+            .iter()
+            .filter_map(|c| c.0.as_ref().ok())
+            .filter(|c| c.metadata.deletion_timestamp.is_none())
+            .map(|c| {
+                (
+                    c.metadata.name.as_deref().unwrap_or_default(),
+                    c.status.as_ref(),
+                )
+            }),
+    );
+    let invalid_clusters = clusters.iter().filter(|c| c.0.is_err()).count();
+    let invalid_secrets = secrets.iter().filter(|s| s.0.is_err()).count();
+    ctx.metrics
+        .controller
+        .invalid_objects("FournosCluster", invalid_clusters);
+    ctx.metrics
+        .controller
+        .invalid_objects("Secret", invalid_secrets);
+    let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
+    ctx.forget_except(&live);
+    reported.offboarded.retain(|uid| live.contains(uid));
+    let versions: HashSet<(String, String)> = secrets
+        .iter()
+        .map(|s| uid_version(s.as_ref()))
+        .chain(clusters.iter().map(|c| uid_version(c.as_ref())))
+        .collect();
+    reported
+        .warned
+        .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
+}
+
+/// Creates the planned clusters; false when leadership was lost on the way.
+async fn onboard_all(ctx: &Context, create: Vec<NewCluster>) -> bool {
     for new in create {
         if !ctx.rt.is_leader() {
-            return;
+            return false;
         }
         if let Err(error) = onboard(ctx, &new).await {
             tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
         }
     }
+    true
+}
+
+/// Deletes the planned clusters, each once; false when leadership was lost on the way.
+async fn offboard_all(ctx: &Context, delete: Vec<Offboard>, reported: &mut Reported) -> bool {
     for gone in delete {
         if !ctx.rt.is_leader() {
-            return;
+            return false;
         }
         let Some(uid) = gone.uid.clone() else {
             continue;
@@ -150,6 +173,11 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
             }
         }
     }
+    true
+}
+
+/// Publishes each Secret warning once per object version.
+async fn publish_warnings(ctx: &Context, warnings: Vec<SecretWarning>, reported: &mut Reported) {
     for warning in warnings {
         let key = (
             warning.uid.clone().unwrap_or_default(),

@@ -21,7 +21,7 @@ use kube::core::DeserializeGuard;
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::plan::ClusterSync;
-use crate::report::{EventSpec, status_patch};
+use crate::writeback::{EventSpec, status_patch};
 
 /// What kueue-sync writes with, in its own namespace.
 #[derive(Clone)]

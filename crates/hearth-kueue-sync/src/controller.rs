@@ -3,7 +3,7 @@
 //!
 //! - Watches: FournosClusters in Hearth's namespace, the one ClusterQueue (field
 //!   selector on its name) and all ResourceFlavors (foreign ones matter to the plan).
-//!   Objects that do not decode stay in the caches as errors (see [`crate::observe`]).
+//!   Objects that do not decode stay in the caches as errors (see [`crate::snapshot`]).
 //! - Triggers ([`Triggers`]): any cache change, gaining the Lease, and the resync
 //!   interval. A trigger starts a reconcile after [`DEBOUNCE`], so a burst of changes
 //!   (many clusters at once) becomes one reconcile and one ClusterQueue write. Changes
@@ -25,8 +25,8 @@ use crate::apply::Writer;
 use crate::config::KueueSyncConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
-use crate::observe::Stores;
 use crate::reconcile::{Caches, Context};
+use crate::snapshot::Stores;
 
 /// How long a trigger waits for more changes before the reconcile starts.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);

@@ -159,13 +159,7 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::testing::{World, cluster};
-    use prometheus_client::encoding::text::encode;
-
-    fn text(registry: &Registry) -> String {
-        let mut out = String::new();
-        encode(&mut out, registry).unwrap();
-        out
-    }
+    use hearth_runtime::encode_registry;
 
     #[test]
     fn published_quota_follows_the_clusters() {
@@ -177,7 +171,7 @@ mod tests {
         ]);
         world.converge();
         metrics.published(&world.plan());
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         assert!(
             out.contains(
                 "hearth_kueue_sync_quota_published{cluster=\"a\",resource=\"fournos/gpu-a100\"} 8"
@@ -196,7 +190,7 @@ mod tests {
         world.remove_cluster("a");
         world.converge();
         metrics.published(&world.plan());
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         assert!(!out.contains("cluster=\"a\""), "{out}");
         assert!(
             out.contains(
@@ -229,7 +223,7 @@ mod tests {
             })
             .await;
         assert!(failed.is_err());
-        let out = text(&registry);
+        let out = encode_registry(&registry).unwrap();
         for line in [
             "hearth_kueue_sync_cluster_queue_writes_total{outcome=\"ok\"} 1",
             "hearth_kueue_sync_cluster_queue_writes_total{outcome=\"conflict\"} 1",

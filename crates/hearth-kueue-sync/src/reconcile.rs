@@ -1,5 +1,5 @@
-//! One global reconcile: observe (the caches) → [`plan`] → apply → report, with the
-//! apply order the plan requires:
+//! One global reconcile: snapshot (the caches) → [`plan`] → apply (with its writeback),
+//! in the order the plan requires:
 //!
 //! 1. create and repair ResourceFlavors (an entry may only name an existing flavor);
 //! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
@@ -28,9 +28,22 @@ use tokio::sync::watch;
 use crate::apply::{FlavorAction, Writer};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
-use crate::observe::{QueueObject, Snapshot, Stores};
-use crate::plan::{PlanSettings, cluster_queue_changes_summary, plan};
-use crate::report::{INVALID_OBJECT, event_for};
+use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan};
+use crate::snapshot::{QueueObject, Snapshot, Stores};
+use crate::writeback::{INVALID_OBJECT, event_for};
+
+/// How the ClusterQueue step of one attempt ended.
+enum QueueWrite {
+    /// The plan leaves the ClusterQueue as it is (or there is none).
+    Unchanged,
+    /// Updated; the new resourceVersion.
+    Written(String),
+    /// Another writer won, or it was deleted: plan again from this ClusterQueue.
+    Replan(Option<Option<Arc<QueueObject>>>),
+    Failed(Error),
+    /// Leadership was lost before the write.
+    NotLeader,
+}
 
 /// ClusterQueue updates per reconcile before giving up (and retrying with backoff).
 pub(crate) const MAX_ATTEMPTS: usize = 5;
@@ -41,7 +54,7 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// Status writes in flight at once.
 const STATUS_CONCURRENCY: usize = 8;
 
-/// The three watch caches (their stores are [`Stores`], what observe reads).
+/// The three watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
     pub clusters: Cache<FournosCluster>,
     pub queues: Cache<ClusterQueue>,
@@ -94,91 +107,24 @@ impl Context {
             }
             tracing::debug!(?plan, attempt, "plan");
 
-            let mut errors = Vec::new();
-            let mut written = Vec::new();
-            let flavors = plan
-                .flavors_to_create
-                .iter()
-                .map(|f| (f, FlavorAction::Create))
-                .chain(
-                    plan.flavors_to_repair
-                        .iter()
-                        .map(|f| (f, FlavorAction::Repair)),
-                )
-                .chain(
-                    plan.flavors_to_adopt
-                        .iter()
-                        .map(|f| (f, FlavorAction::Adopt)),
-                );
-            for (flavor, action) in flavors {
-                match self.writer.apply_flavor(flavor, action).await {
-                    Ok(applied) => written
-                        .extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv))),
-                    Err(error) => errors.push(error),
+            let (mut written, mut errors) = self.apply_flavors(&plan).await;
+            let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
+                QueueWrite::Unchanged => true,
+                QueueWrite::Written(rv) => {
+                    written.push(Written::Queue(rv));
+                    true
                 }
-            }
-
-            let mut queue_written = true;
-            if let (Some(spec), Some(observed)) = (&plan.cluster_queue, &snapshot.queue) {
-                if !self.is_leader() {
-                    return Ok(written.len());
+                QueueWrite::Failed(error) => {
+                    errors.push(error);
+                    false
                 }
-                let sent = snapshot
-                    .queue_resource_version()
-                    .unwrap_or_default()
-                    .to_owned();
-                match self.writer.update_cluster_queue(observed, spec).await {
-                    Ok(updated) => {
-                        self.writer.metrics.cluster_queue_write(Outcome::Ok);
-                        let rv = updated.metadata.resource_version.unwrap_or_default();
-                        tracing::info!(
-                            cluster_queue = %self.settings.cluster_queue,
-                            resource_version = %rv,
-                            changes = %cluster_queue_changes_summary(Some(&observed.spec), spec),
-                            "updated ClusterQueue"
-                        );
-                        written.push(Written::Queue(rv));
-                    }
-                    Err(error) if is_conflict(&error) => {
-                        self.writer.metrics.cluster_queue_write(Outcome::Conflict);
-                        tracing::info!(
-                            cluster_queue = %self.settings.cluster_queue,
-                            resource_version = %sent,
-                            attempt,
-                            "ClusterQueue changed by another writer; re-planning from its new version"
-                        );
-                        fresh_queue = self.fresh_queue(&sent).await?;
-                        continue;
-                    }
-                    Err(error) if is_not_found(&error) => {
-                        self.writer.metrics.cluster_queue_write(Outcome::Error);
-                        tracing::info!(cluster_queue = %self.settings.cluster_queue, "ClusterQueue deleted meanwhile; re-planning");
-                        fresh_queue = Some(None);
-                        continue;
-                    }
-                    Err(source) => {
-                        self.writer.metrics.cluster_queue_write(Outcome::Error);
-                        queue_written = false;
-                        errors.push(Error::UpdateClusterQueue {
-                            name: self.settings.cluster_queue.clone(),
-                            source,
-                        });
-                    }
+                QueueWrite::Replan(fresh) => {
+                    fresh_queue = fresh;
+                    continue;
                 }
-            }
-
-            let mut deletes = 0;
-            for name in &plan.flavors_to_delete {
-                let (uid, rv) = snapshot
-                    .flavor_versions
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_default();
-                match self.writer.delete_flavor(name, uid, rv).await {
-                    Ok(()) => deletes += 1,
-                    Err(error) => errors.push(error),
-                }
-            }
+                QueueWrite::NotLeader => return Ok(written.len()),
+            };
+            let deletes = self.delete_flavors(&snapshot, &plan, &mut errors).await;
 
             // The statuses describe the world after the ClusterQueue write.
             if queue_written {
@@ -196,6 +142,111 @@ impl Context {
             name: self.settings.cluster_queue.clone(),
             attempts: MAX_ATTEMPTS,
         })
+    }
+
+    /// Creates, repairs and adopts the planned flavors: what was written, and the errors.
+    async fn apply_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
+        let mut errors = Vec::new();
+        let mut written = Vec::new();
+        let flavors = plan
+            .flavors_to_create
+            .iter()
+            .map(|f| (f, FlavorAction::Create))
+            .chain(
+                plan.flavors_to_repair
+                    .iter()
+                    .map(|f| (f, FlavorAction::Repair)),
+            )
+            .chain(
+                plan.flavors_to_adopt
+                    .iter()
+                    .map(|f| (f, FlavorAction::Adopt)),
+            );
+        for (flavor, action) in flavors {
+            match self.writer.apply_flavor(flavor, action).await {
+                Ok(applied) => {
+                    written.extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)))
+                }
+                Err(error) => errors.push(error),
+            }
+        }
+        (written, errors)
+    }
+
+    /// Updates the ClusterQueue when the plan changes it, guarded by the observed version.
+    async fn write_queue(
+        &self,
+        snapshot: &Snapshot,
+        plan: &Plan,
+        attempt: usize,
+    ) -> Result<QueueWrite, Error> {
+        let (Some(spec), Some(observed)) = (&plan.cluster_queue, &snapshot.queue) else {
+            return Ok(QueueWrite::Unchanged);
+        };
+        if !self.is_leader() {
+            return Ok(QueueWrite::NotLeader);
+        }
+        let sent = snapshot
+            .queue_resource_version()
+            .unwrap_or_default()
+            .to_owned();
+        match self.writer.update_cluster_queue(observed, spec).await {
+            Ok(updated) => {
+                self.writer.metrics.cluster_queue_write(Outcome::Ok);
+                let rv = updated.metadata.resource_version.unwrap_or_default();
+                tracing::info!(
+                    cluster_queue = %self.settings.cluster_queue,
+                    resource_version = %rv,
+                    changes = %cluster_queue_changes_summary(Some(&observed.spec), spec),
+                    "updated ClusterQueue"
+                );
+                Ok(QueueWrite::Written(rv))
+            }
+            Err(error) if is_conflict(&error) => {
+                self.writer.metrics.cluster_queue_write(Outcome::Conflict);
+                tracing::info!(
+                    cluster_queue = %self.settings.cluster_queue,
+                    resource_version = %sent,
+                    attempt,
+                    "ClusterQueue changed by another writer; re-planning from its new version"
+                );
+                Ok(QueueWrite::Replan(self.fresh_queue(&sent).await?))
+            }
+            Err(error) if is_not_found(&error) => {
+                self.writer.metrics.cluster_queue_write(Outcome::Error);
+                tracing::info!(cluster_queue = %self.settings.cluster_queue, "ClusterQueue deleted meanwhile; re-planning");
+                Ok(QueueWrite::Replan(Some(None)))
+            }
+            Err(source) => {
+                self.writer.metrics.cluster_queue_write(Outcome::Error);
+                Ok(QueueWrite::Failed(Error::UpdateClusterQueue {
+                    name: self.settings.cluster_queue.clone(),
+                    source,
+                }))
+            }
+        }
+    }
+
+    /// Deletes the orphaned flavors the plan lists; returns how many went.
+    async fn delete_flavors(
+        &self,
+        snapshot: &Snapshot,
+        plan: &Plan,
+        errors: &mut Vec<Error>,
+    ) -> usize {
+        let mut deletes = 0;
+        for name in &plan.flavors_to_delete {
+            let (uid, rv) = snapshot
+                .flavor_versions
+                .get(name)
+                .cloned()
+                .unwrap_or_default();
+            match self.writer.delete_flavor(name, uid, rv).await {
+                Ok(()) => deletes += 1,
+                Err(error) => errors.push(error),
+            }
+        }
+        deletes
     }
 
     /// The ClusterQueue to re-plan from after a conflict on version `sent`: the cache's,
@@ -225,7 +276,7 @@ impl Context {
     async fn write_statuses(
         &self,
         snapshot: &Snapshot,
-        plan: &crate::plan::Plan,
+        plan: &Plan,
     ) -> (Vec<Written>, Option<Error>) {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let results: Vec<_> = futures::stream::iter(
@@ -325,7 +376,7 @@ impl Context {
                 self.writer
                     .publish(
                         &regarding,
-                        &crate::report::EventSpec {
+                        &crate::writeback::EventSpec {
                             warning: true,
                             reason: INVALID_OBJECT,
                             action: "ReadCluster",

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::{CLUSTER_LOCK_LABEL, LOCK_SENTINEL_PREFIX, lock_sentinel_name};
+use hearth_api::names::{CLUSTER_LOCK_LABEL, lock_sentinel_name};
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
@@ -59,6 +59,17 @@ pub async fn run(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
     }
 }
 
+fn log_settings(config: &LockManagerConfig) {
+    tracing::info!(
+        sentinel = ?config.sentinel,
+        execution_namespace = %config.execution_namespace,
+        local_queue = %config.local_queue_name,
+        priority_class = ?config.sentinel_priority_class,
+        concurrency = config.lock_concurrency.get(),
+        "lock-manager starting"
+    );
+}
+
 async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result<(), Error> {
     let client = rt.client();
     let namespace = rt.namespace().to_owned();
@@ -99,14 +110,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     let sweep =
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
-    tracing::info!(
-        sentinel = ?config.sentinel,
-        execution_namespace = %config.execution_namespace,
-        local_queue = %config.local_queue_name,
-        priority_class = ?config.sentinel_priority_class,
-        concurrency = config.lock_concurrency.get(),
-        "lock-manager starting"
-    );
+    log_settings(&config);
     let mapper_namespace = namespace.clone();
     let workload_namespace = namespace.clone();
     let mut controller = Controller::for_stream(cluster_objects, clusters.store()).watches_stream(
@@ -119,10 +123,8 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         controller =
             controller.watches_stream(workload_objects, move |w: DeserializeGuard<Workload>| {
                 let w = w.0.ok()?;
-                let job = w.labels().get(JOB_NAME_LABEL)?;
-                let cluster = fournos_lock::workload_cluster(&w)?;
-                (job.starts_with(LOCK_SENTINEL_PREFIX))
-                    .then(|| ObjectRef::new(cluster).within(&workload_namespace))
+                fournos_lock::lock_workload_cluster(&w)
+                    .map(|cluster| ObjectRef::new(cluster).within(&workload_namespace))
             });
     }
     controller

@@ -27,7 +27,9 @@ use std::time::Duration;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{Workload, quantity_to_i64, workload_conditions};
-use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types::LOCKED};
+use hearth_api::names::{
+    CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, LOCK_SENTINEL_PREFIX, condition_types::LOCKED,
+};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use serde_json::Value;
@@ -463,6 +465,16 @@ pub fn workload_cluster(w: &Workload) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// The cluster a lock's Workload (Fournos's Workload of a job named like a sentinel) is
+/// pinned to; `None` for every other Workload, whose changes are not a lock's.
+pub fn lock_workload_cluster(w: &Workload) -> Option<&str> {
+    let job = w.labels().get(JOB_NAME_LABEL)?;
+    if !job.starts_with(LOCK_SENTINEL_PREFIX) {
+        return None;
+    }
+    workload_cluster(w)
+}
+
 /// What [`amend`] needs of a Workload Fournos made.
 pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
     let job = w.labels().get(JOB_NAME_LABEL)?.clone();
@@ -896,6 +908,12 @@ mod tests {
         assert_eq!(v.slots, Some(100));
         assert!(v.admitted && v.holds_quota && !v.evicted);
         assert_eq!(workload_cluster(&w), Some("a"));
+        assert_eq!(lock_workload_cluster(&w), Some("a"));
+        let mut not_a_lock = w.clone();
+        not_a_lock
+            .labels_mut()
+            .insert(JOB_NAME_LABEL.into(), "training-run".into());
+        assert_eq!(lock_workload_cluster(&not_a_lock), None);
         assert!(
             belongs(&v, &[JOB], &[]) && belongs(&v, &[], &["u1"]) && !belongs(&v, &["x"], &["u2"])
         );

@@ -51,7 +51,7 @@ pub use crate::{
     args::{CommonArgs, LogFormat, LogLevel},
     client::{ClientConfigError, kube_config},
     lease::{LeaseError, LeaseSettings},
-    metrics::{Metrics, OPENMETRICS_CONTENT_TYPE},
+    metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, encode_registry},
     readiness::{Readiness, ReadinessGate},
     shutdown::{SignalError, on_signal},
     telemetry::{OtlpConfig, Telemetry, TelemetryConfig, TelemetryError},

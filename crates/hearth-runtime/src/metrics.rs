@@ -26,6 +26,14 @@ use prometheus_client::{
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The OpenMetrics text exposition of `registry`: what `/metrics` serves, and what the
+/// controllers' metric tests read.
+pub fn encode_registry(registry: &Registry) -> Result<String, std::fmt::Error> {
+    let mut text = String::new();
+    encode(&mut text, registry)?;
+    Ok(text)
+}
+
 /// Shared metrics registry. Cheap to clone; clones share the registry.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -68,9 +76,7 @@ impl Metrics {
 
     /// The OpenMetrics text exposition of every registered metric.
     pub fn encode(&self) -> Result<String, std::fmt::Error> {
-        let mut text = String::new();
-        encode(&mut text, &self.registry())?;
-        Ok(text)
+        encode_registry(&self.registry())
     }
 
     pub(crate) fn set_leader(&self, leader: bool) {

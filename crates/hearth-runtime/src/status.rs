@@ -123,33 +123,11 @@ pub fn conditions_repair<K: Resource + Serialize>(obj: &K) -> Option<Value> {
     }))
 }
 
-/// `conditions` with one entry per `type` (the last one of each type, in the order of
-/// those last entries); `None` if no type repeats. Entries without a string `type` are
-/// dropped from the repaired list (a map list cannot hold them either).
+/// `conditions` with one entry per `type` by the one rule of
+/// [`hearth_api::conditions::dedup_by_type`] (the last of each type wins); `None` if no
+/// type repeats. Entries without a string `type` are dropped from the repaired list.
 pub fn dedup_conditions(conditions: &[Value]) -> Option<Vec<Value>> {
-    let type_of = |c: &Value| c.get("type").and_then(Value::as_str).map(str::to_owned);
-    let mut seen = std::collections::BTreeSet::new();
-    let mut repeats = false;
-    for c in conditions {
-        match type_of(c) {
-            Some(t) => repeats |= !seen.insert(t),
-            None => repeats = true,
-        }
-    }
-    if !repeats {
-        return None;
-    }
-    let mut kept: Vec<Value> = Vec::new();
-    for (i, c) in conditions.iter().enumerate() {
-        let Some(t) = type_of(c) else { continue };
-        let later = conditions[i + 1..]
-            .iter()
-            .any(|d| type_of(d).as_deref() == Some(t.as_str()));
-        if !later {
-            kept.push(c.clone());
-        }
-    }
-    Some(kept)
+    hearth_api::conditions::dedup_by_type(conditions, |c| c.get("type").and_then(Value::as_str))
 }
 
 #[cfg(test)]

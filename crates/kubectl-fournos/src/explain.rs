@@ -2,9 +2,9 @@
 //! its recent Events and the Kueue Workloads of its lock; and how far `wait` is. Pure:
 //! the I/O layer gathers the [`Evidence`].
 
-use hearth_api::FournosCluster;
 use hearth_api::conditions::find;
 use hearth_api::names::condition_types::{KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use hearth_api::{FournosCluster, FournosClusterStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -49,12 +49,23 @@ pub struct Explanation {
 pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> String {
     let name = fc.metadata.name.clone().unwrap_or_default();
     let status = fc.status.clone().unwrap_or_default();
-    let conditions = &status.conditions;
-    let mut sentences = Vec::new();
+    let mut sentences = vec![
+        kubeconfig_sentence(&name, &status),
+        quota_sentence(&status),
+        lock_sentence(fc, &name, &status, evidence, now),
+    ];
+    sentences.extend(evidence_sentences(evidence, now));
+    sentences
+        .iter()
+        .map(|s| s.trim())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
-    // Kubeconfig and GPUs.
-    let valid = find(conditions, KUBECONFIG_VALID);
-    sentences.push(match status.kubeconfig_status {
+/// Kubeconfig and GPUs.
+fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
+    let valid = find(&status.conditions, KUBECONFIG_VALID);
+    match status.kubeconfig_status {
         None => format!(
             "{name} has not been probed yet (no kubeconfigStatus): hearth-discovery writes it \
              after its first probe; if that takes more than a minute, check that \
@@ -76,10 +87,12 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
             "{name}'s kubeconfig is {s}{} Kueue gets zero quota for it until it is Valid again.",
             valid.map_or_else(|| ".".to_owned(), |c| format!(": {}", quote(&c.message)))
         ),
-    });
+    }
+}
 
-    // Quota.
-    sentences.push(match find(conditions, KUEUE_SYNCED) {
+/// Quota.
+fn quota_sentence(status: &FournosClusterStatus) -> String {
+    match find(&status.conditions, KUEUE_SYNCED) {
         None => "hearth-kueue-sync has not reported on it (no KueueSynced condition), so it has \
                  no quota yet: check that hearth-kueue-sync runs."
             .to_owned(),
@@ -102,12 +115,20 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
             c.reason,
             quote(&c.message)
         ),
-    });
+    }
+}
 
-    // Lock.
+/// Lock.
+fn lock_sentence(
+    fc: &FournosCluster,
+    name: &str,
+    status: &FournosClusterStatus,
+    evidence: &Evidence,
+    now: Timestamp,
+) -> String {
     let row = view::row(fc);
-    let locked = find(conditions, LOCKED);
-    sentences.push(match (row.lock.state, row.lock.owner.as_deref()) {
+    let locked = find(&status.conditions, LOCKED);
+    match (row.lock.state, row.lock.owner.as_deref()) {
         (LockState::Free, _) => match locked.filter(|c| c.reason == "Expired") {
             Some(c) => format!("Nobody holds a lock on it; {}", quote(&c.message)),
             None => "Nobody holds a lock on it.".to_owned(),
@@ -131,33 +152,46 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
                     "{owner} asked for the lock but hearth-lock-manager has not acted on it \
                      yet: check that hearth-lock-manager runs."
                 ),
-                Some(c) => {
-                    let mut s = format!(
-                        "{owner}'s lock is not held yet ({}): {}",
-                        c.reason,
-                        quote(&c.message)
-                    );
-                    if let Some((workload, Some(reserved))) = &evidence.sentinel
-                        && reserved.status != "True"
-                        && !c.message.contains(&reserved.message)
-                    {
-                        s.push_str(&format!(
-                            " Kueue says of the sentinel Workload {workload}: {}",
-                            quote(&reserved.message)
-                        ));
-                    }
-                    if !evidence.admitted_on_cluster.is_empty() {
-                        s.push_str(&format!(
-                            " Admitted on {name} now: {}.",
-                            list(&evidence.admitted_on_cluster)
-                        ));
-                    }
-                    s
-                }
+                Some(c) => pending_lock_sentence(name, owner, c, evidence),
             }
         }
-    });
+    }
+}
 
+/// A lock asked for and acted on but not held: why, with Kueue's own words when they add
+/// to the condition's.
+fn pending_lock_sentence(
+    name: &str,
+    owner: &str,
+    locked: &Condition,
+    evidence: &Evidence,
+) -> String {
+    let mut s = format!(
+        "{owner}'s lock is not held yet ({}): {}",
+        locked.reason,
+        quote(&locked.message)
+    );
+    if let Some((workload, Some(reserved))) = &evidence.sentinel
+        && reserved.status != "True"
+        && !locked.message.contains(&reserved.message)
+    {
+        s.push_str(&format!(
+            " Kueue says of the sentinel Workload {workload}: {}",
+            quote(&reserved.message)
+        ));
+    }
+    if !evidence.admitted_on_cluster.is_empty() {
+        s.push_str(&format!(
+            " Admitted on {name} now: {}.",
+            list(&evidence.admitted_on_cluster)
+        ));
+    }
+    s
+}
+
+/// The latest warning Event, and what could not be read.
+fn evidence_sentences(evidence: &Evidence, now: Timestamp) -> Vec<String> {
+    let mut sentences = Vec::new();
     if let Some(event) = evidence.warnings.first() {
         let when = event
             .at
@@ -176,10 +210,6 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
         ));
     }
     sentences
-        .iter()
-        .map(|s| s.trim())
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// A message as quoted in the paragraph: bounded, ending in a full stop.

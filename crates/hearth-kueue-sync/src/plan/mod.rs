@@ -123,7 +123,7 @@ pub use cluster_status::SyncReason;
 pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::cluster_queue_changes_summary;
 
-use queue::{Candidate, QueueInput};
+use queue::{Candidate, QueueInput, QueuePlan};
 
 /// Kueue: at most this many flavors in one resource group.
 pub const MAX_FLAVORS_PER_GROUP: usize = 64;
@@ -270,16 +270,30 @@ pub(crate) enum FlavorState {
 
 /// The plan. See the module documentation for the rules.
 pub fn plan(input: &PlanInput) -> Plan {
-    let settings = &input.settings;
     let flavors: BTreeMap<&str, &ObservedFlavor> =
         input.flavors.iter().map(|f| (f.name.as_str(), f)).collect();
     let live = live_clusters_oldest_first(&input.clusters);
     let live_names: BTreeSet<&str> = live.iter().map(|c| c.name.as_str()).collect();
     let mut plan = Plan::default();
 
-    // Flavors of live clusters.
-    let mut states: BTreeMap<&str, FlavorState> = BTreeMap::new();
-    for cluster in &live {
+    let states = plan_live_flavors(&live, &flavors, &live_names, &input.settings, &mut plan);
+    let queue = plan_queue(input, &live, &states, &flavors, &live_names, &mut plan);
+    plan_orphaned_flavors(input, &live_names, &mut plan);
+    plan_cluster_statuses(input, &live, &states, queue.as_ref(), &mut plan);
+    plan
+}
+
+/// The flavor of each live cluster: created, adopted or repaired as needed, and how far
+/// it is.
+fn plan_live_flavors<'a>(
+    live: &[&'a ObservedCluster],
+    flavors: &BTreeMap<&str, &ObservedFlavor>,
+    live_names: &BTreeSet<&str>,
+    settings: &PlanSettings,
+    plan: &mut Plan,
+) -> BTreeMap<&'a str, FlavorState> {
+    let mut states = BTreeMap::new();
+    for cluster in live {
         let state = match flavors.get(cluster.name.as_str()) {
             _ if !is_label_value(&cluster.name) => FlavorState::InvalidName,
             None => {
@@ -287,10 +301,10 @@ pub fn plan(input: &PlanInput) -> Plan {
                     .push(desired_flavor(&cluster.name, &settings.namespace));
                 FlavorState::Creating
             }
-            Some(f) if !f.is_hearths(&live_names) => FlavorState::NotManaged,
+            Some(f) if !f.is_hearths(live_names) => FlavorState::NotManaged,
             Some(f) if f.deleting => FlavorState::Deleting,
             Some(f) => {
-                if f.is_adopted(&live_names) {
+                if f.is_adopted(live_names) {
                     plan.flavors_to_adopt
                         .push(desired_flavor(&cluster.name, &settings.namespace));
                 } else if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
@@ -300,35 +314,47 @@ pub fn plan(input: &PlanInput) -> Plan {
                 FlavorState::Ready
             }
         };
-        states.insert(&cluster.name, state);
+        states.insert(cluster.name.as_str(), state);
     }
+    states
+}
 
-    // The ClusterQueue.
+/// The ClusterQueue over the clusters whose flavor is ready; the new spec goes in the
+/// plan only when it differs from the current one.
+fn plan_queue(
+    input: &PlanInput,
+    live: &[&ObservedCluster],
+    states: &BTreeMap<&str, FlavorState>,
+    flavors: &BTreeMap<&str, &ObservedFlavor>,
+    live_names: &BTreeSet<&str>,
+    plan: &mut Plan,
+) -> Option<QueuePlan> {
+    let settings = &input.settings;
     let candidates: Vec<Candidate> = live
         .iter()
         .filter(|c| states[c.name.as_str()] == FlavorState::Ready)
         .map(|c| Candidate::new(c, settings))
         .collect();
-    let queue = input.cluster_queue.as_ref().map(|current| {
-        queue::plan_cluster_queue(&QueueInput {
-            current,
-            candidates: &candidates,
-            is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths(&live_names)),
-            settings,
-        })
+    let current = input.cluster_queue.as_ref()?;
+    let queue = queue::plan_cluster_queue(&QueueInput {
+        current,
+        candidates: &candidates,
+        is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths(live_names)),
+        settings,
     });
-    if let (Some(current), Some(queue)) = (&input.cluster_queue, &queue)
-        && !queue::equivalent_specs(current, &queue.spec)
-    {
+    if !queue::equivalent_specs(current, &queue.spec) {
         plan.cluster_queue = Some(queue.spec.clone());
     }
+    Some(queue)
+}
 
-    // Orphaned Hearth flavors.
+/// Hearth's flavors whose cluster is gone: deleted, or held back with a note saying why.
+fn plan_orphaned_flavors(input: &PlanInput, live_names: &BTreeSet<&str>, plan: &mut Plan) {
     let slot_group = input
         .cluster_queue
         .as_ref()
         .and_then(queue::slot_group_index);
-    for flavor in input.flavors.iter().filter(|f| f.is_hearths(&live_names)) {
+    for flavor in input.flavors.iter().filter(|f| f.is_hearths(live_names)) {
         let name = flavor.name.as_str();
         if live_names.contains(name) {
             continue;
@@ -355,16 +381,24 @@ pub fn plan(input: &PlanInput) -> Plan {
                 .push(FlavorNote::HeldByKueue(flavor.name.clone()));
         }
     }
+}
 
-    // What each live cluster's status says.
-    for cluster in &live {
-        let entry = queue.as_ref().and_then(|q| q.entries.get(&cluster.name));
+/// What each live cluster's status says, and whether that differs from what it says now.
+fn plan_cluster_statuses(
+    input: &PlanInput,
+    live: &[&ObservedCluster],
+    states: &BTreeMap<&str, FlavorState>,
+    queue: Option<&QueuePlan>,
+    plan: &mut Plan,
+) {
+    for cluster in live {
+        let entry = queue.and_then(|q| q.entries.get(&cluster.name));
         let (kueue, condition) = cluster_status::cluster_report(
             cluster,
             states[cluster.name.as_str()],
             input.cluster_queue.is_some(),
             entry,
-            settings,
+            &input.settings,
         );
         let status_changed = cluster_status::status_differs(cluster, kueue.as_ref(), &condition);
         plan.clusters.insert(
@@ -376,7 +410,6 @@ pub fn plan(input: &PlanInput) -> Plan {
             },
         );
     }
-    plan
 }
 
 /// The ResourceFlavor Hearth wants for `cluster`, a FournosCluster in `namespace`.

@@ -1,4 +1,4 @@
-//! Observe: the plan's input, read from the watch caches only (no API call).
+//! The snapshot: the plan's input, read from the watch caches only (no API call).
 //!
 //! Objects that do not decode are kept in the caches as [`DeserializeGuard`] errors so
 //! that one bad object never stops a watch. Here they become:

@@ -1,4 +1,4 @@
-//! Report: what a cluster's status write says, and which Event tells a person about a
+//! Writeback: what a cluster's status write says, and which Event tells a person about a
 //! change. Pure; the apply step sends them.
 
 use hearth_api::conditions::next_condition;
