@@ -386,6 +386,37 @@ pub async fn converge(
     Ok(queue)
 }
 
+/// The whole takeover, watched: samples `invariants` all along ([`Watcher`]), takes over
+/// ([`take_over`]), waits until the clusters of `invariants.baseline` have converged
+/// ([`converge`]) and checks `flavors`. Returns the controllers it started.
+pub async fn watched_takeover(
+    world: &World<'static>,
+    invariants: Invariants,
+    flavors: &Flavors,
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Result<Vec<Running>> {
+    let clusters: Vec<String> = invariants.baseline.keys().cloned().collect();
+    let baseline = invariants.baseline.clone();
+    let (locked, sentinel) = invariants.locked.clone();
+    let expiring = invariants.expiring.0.clone();
+    // The watcher samples from its own task, so through its own World.
+    let watched = World::new(world.plane, world.scope.clone()).await?;
+    let watcher = Watcher::start(watched, invariants).await?;
+    let running = take_over(world, &baseline, env, deadline).await?;
+    let queue = converge(
+        world,
+        watcher,
+        &clusters,
+        (&locked, &sentinel),
+        &expiring,
+        deadline,
+    )
+    .await?;
+    flavors.check(world, &queue).await?;
+    Ok(running)
+}
+
 /// Starts `controllers` in `world`'s scope, in order (the controllers this returns, not
 /// [`World::controllers`]: the takeover stops and restarts them).
 pub async fn start(

@@ -37,8 +37,7 @@ use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::eventually;
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
 use hearth_e2e::takeover::{
-    Flavors, GPU, Invariants, SLOTS, Watcher, converge, foreign_flavor, second_run_writes_nothing,
-    take_over,
+    Flavors, GPU, Invariants, SLOTS, foreign_flavor, second_run_writes_nothing, watched_takeover,
 };
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, PlaneOptions};
@@ -527,36 +526,23 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         .collect();
     let expires_at = expiring.owner_set_at.expect("set") + SignedDuration::from_secs(120);
     let invariants = Invariants {
-        baseline: baseline.clone(),
+        baseline,
         locked: (locked.name.clone(), locked.sentinel_name()),
         expiring: (expiring.name.clone(), expires_at),
         workload: job.to_owned(),
     };
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let flavors = Flavors::record(&world, &names, &gitops).await?;
-    let watcher = Watcher::start(World::new(plane, scope.clone()).await?, invariants).await?;
 
     // ---- Hearth takes over ----
     // kueue-sync and lock-manager first, discovery once they have taken over: the window
-    // in which the legacy quota and the legacy kubeconfig status are all there is.
+    // in which the legacy quota and the legacy kubeconfig status are all there is. Then
+    // converged: conditions repaired, hardware discovered, flavors adopted in place (same
+    // objects) and the foreign one untouched, lock kept, TTL honoured, quota the real
+    // count.
     let env = [("HEARTH_SENTINEL", "fournosjob")];
-    let running = take_over(&world, &baseline, &env, DEADLINE).await?;
+    let running = watched_takeover(&world, invariants, &flavors, &env, DEADLINE).await?;
 
-    // Converged: conditions repaired, hardware discovered, flavors adopted, lock kept,
-    // TTL honoured, quota the real count.
-    let sentinel = locked.sentinel_name();
-    let queue = converge(
-        &world,
-        watcher,
-        &names,
-        (&locked.name, &sentinel),
-        &expiring.name,
-        DEADLINE,
-    )
-    .await?;
-
-    // Flavors adopted in place (same objects), the foreign one untouched.
-    flavors.check(&world, &queue).await?;
     // Hardware moved to status; spec.hardware is left as it was (Hearth never writes spec).
     let fc = world.clusters.get(&expiring.name).await?;
     let hardware = fc

@@ -81,8 +81,7 @@ use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::until;
 use hearth_e2e::resources::{apply, create_crds, read_yaml_documents, wait_established};
 use hearth_e2e::takeover::{
-    Flavors, GPU, Invariants, Watcher, converge, foreign_flavor, second_run_writes_nothing,
-    take_over,
+    Flavors, GPU, Invariants, foreign_flavor, second_run_writes_nothing, watched_takeover,
 };
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
@@ -611,28 +610,14 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
 
     // ---- step 4: Hearth takes over, watched all along ----
     let invariants = Invariants {
-        baseline: baseline.clone(),
+        baseline,
         locked: (locked.name.clone(), sentinel(locked)),
         expiring: (expiring.name.clone(), expires_at),
         workload: job.to_owned(),
     };
-    let watcher = Watcher::start(World::new(plane, scope.clone()).await?, invariants).await?;
-    let env = [("HEARTH_SENTINEL", "fournosjob")];
-    let running = take_over(&world, &baseline, &env, DEADLINE).await?;
-
-    let locked_sentinel = sentinel(locked);
-    let queue = converge(
-        &world,
-        watcher,
-        &names_only,
-        (&locked.name, &locked_sentinel),
-        &expiring.name,
-        DEADLINE,
-    )
-    .await?;
-
     // Flavors adopted in place, the foreign one untouched, no Secret data anywhere.
-    flavors.check(&world, &queue).await?;
+    let env = [("HEARTH_SENTINEL", "fournosjob")];
+    let running = watched_takeover(&world, invariants, &flavors, &env, DEADLINE).await?;
     let leaked = copies(&client, &scope, &needles).await?;
     ensure!(
         leaked.is_empty(),
