@@ -39,14 +39,35 @@ pub fn quota(flavor: &FlavorQuotas) -> BTreeMap<String, i64> {
         .collect()
 }
 
-/// The quota of flavor entry `flavor` in any of the queue's groups.
-pub fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
+/// Flavor entry `flavor` in any of the queue's groups (the first, when doubled).
+pub fn flavor_entry<'a>(cq: &'a ClusterQueue, flavor: &str) -> Option<&'a FlavorQuotas> {
     cq.spec
         .resource_groups
         .iter()
         .flat_map(|g| &g.flavors)
         .find(|f| f.name == flavor)
-        .map(quota)
+}
+
+/// The quota of flavor entry `flavor` in any of the queue's groups.
+pub fn entry(cq: &ClusterQueue, flavor: &str) -> Option<BTreeMap<String, i64>> {
+    flavor_entry(cq, flavor).map(quota)
+}
+
+/// The resources of flavor entry `flavor` in the order written (Kueue wants
+/// `coveredResources` order).
+pub fn resource_order(cq: &ClusterQueue, flavor: &str) -> Vec<String> {
+    flavor_entry(cq, flavor)
+        .map(|f| f.resources.iter().map(|r| r.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+/// The first resource group's `coveredResources`: the slot group Hearth keeps.
+pub fn covered(cq: &ClusterQueue) -> Vec<String> {
+    cq.spec
+        .resource_groups
+        .first()
+        .map(|g| g.covered_resources.clone())
+        .unwrap_or_default()
 }
 
 /// Every flavor entry of the queue, flavor → its quotas in every group that lists it (more
@@ -134,6 +155,8 @@ mod tests {
             nonzero(entry(&cq, "f").unwrap()),
             BTreeMap::from([("a".to_owned(), 2)])
         );
+        assert_eq!(resource_order(&cq, "f"), ["a", "b"]);
+        assert_eq!(covered(&cq), ["a", "b"]);
         assert!(!kueue_problems(&cq).is_empty(), "flavor f in two groups");
         assert!(!is_active(&cq));
     }

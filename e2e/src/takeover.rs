@@ -4,163 +4,36 @@
 //! lost, no quota lowered before discovery reports, no admitted Workload evicted, the
 //! ClusterQueue never inactive), [`not_converged`] says what is still missing from the
 //! repaired state, and [`versions`] proves a second run over Hearth's own state writes
-//! nothing.
+//! nothing. It reads the management cluster through [`World`] and the checks of
+//! [`crate::invariants`], like every other e2e test.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use hearth_api::FournosCluster;
-use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::Workload;
+use hearth_api::kueue::ClusterQueue;
 use hearth_api::names::{
-    CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject, ListParams};
-use serde_json::{Value, json};
+use kube::api::ListParams;
+use serde_json::json;
 
-use crate::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use crate::fixtures::KUEUE_API_VERSION;
 use crate::hearth::{self, Controller, Running};
-use crate::resources::dynamic_api;
-use crate::{ControlPlane, Isolated};
+use crate::invariants::{
+    cluster_condition, covered, entry, is_active, last_discovery, nonzero, resource_order,
+    workload_is,
+};
+use crate::world::World;
 
 /// `fournos/cluster-slot` per cluster, in the Python Hearth's queue entries and Hearth's.
 pub const SLOTS: i64 = 100;
 /// Prefix of the GPU resources in the queue.
 pub const GPU: &str = "fournos/gpu-";
-
-/// The objects of one scope a takeover touches.
-pub struct World {
-    pub scope: Isolated,
-    pub clusters: Api<FournosCluster>,
-    pub jobs: Api<FournosJob>,
-    pub workloads: Api<Workload>,
-    pub queues: Api<DynamicObject>,
-    pub flavors: Api<DynamicObject>,
-}
-
-impl World {
-    pub async fn new(client: kube::Client, scope: Isolated) -> Result<World> {
-        let (queues, _) = dynamic_api(&client, &cluster_queue(&scope.cluster_queue)).await?;
-        let flavor = json!({ "apiVersion": KUEUE_API_VERSION, "kind": "ResourceFlavor", "metadata": { "name": "x" } });
-        let (flavors, _) = dynamic_api(&client, &flavor).await?;
-        Ok(World {
-            clusters: Api::namespaced(client.clone(), &scope.namespace),
-            jobs: Api::namespaced(client.clone(), &scope.execution_namespace),
-            workloads: Api::namespaced(client.clone(), &scope.execution_namespace),
-            queues,
-            flavors,
-            scope,
-        })
-    }
-
-    pub async fn queue(&self) -> Result<Value> {
-        Ok(serde_json::to_value(
-            self.queues.get(&self.scope.cluster_queue).await?,
-        )?)
-    }
-
-    /// A merge patch to the scope's ClusterQueue (as a GitOps tool or a person writes it).
-    pub async fn patch_queue(&self, patch: &Value) -> Result<()> {
-        self.queues
-            .patch(
-                &self.scope.cluster_queue,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(patch),
-            )
-            .await?;
-        Ok(())
-    }
-
-    /// Live (not Terminating) sentinels labeled for `cluster`.
-    pub async fn sentinels(&self, cluster: &str) -> Result<Vec<FournosJob>> {
-        let lp = ListParams::default().labels(&format!("{CLUSTER_LOCK_LABEL}={cluster}"));
-        Ok(self
-            .jobs
-            .list(&lp)
-            .await?
-            .items
-            .into_iter()
-            .filter(|j| j.metadata.deletion_timestamp.is_none())
-            .collect())
-    }
-}
-
-pub fn queue_active(queue: &Value) -> bool {
-    queue["status"]["conditions"].as_array().is_some_and(|cs| {
-        cs.iter()
-            .any(|c| c["type"] == "Active" && c["status"] == "True")
-    })
-}
-
-/// The slot group's entries: flavor → resources in the order written, as integers.
-pub fn entries(queue: &Value) -> BTreeMap<String, Vec<(String, i64)>> {
-    let mut out = BTreeMap::new();
-    for group in queue["spec"]["resourceGroups"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        for flavor in group["flavors"].as_array().into_iter().flatten() {
-            let resources = flavor["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| {
-                    let q = match &r["nominalQuota"] {
-                        Value::String(s) => s.parse().unwrap_or(-1),
-                        v => v.as_i64().unwrap_or(-1),
-                    };
-                    (r["name"].as_str().unwrap_or_default().to_owned(), q)
-                })
-                .collect();
-            out.insert(
-                flavor["name"].as_str().unwrap_or_default().to_owned(),
-                resources,
-            );
-        }
-    }
-    out
-}
-
-/// One entry's non-zero quotas.
-pub fn nonzero(entry: &[(String, i64)]) -> BTreeMap<String, i64> {
-    entry.iter().filter(|(_, q)| *q != 0).cloned().collect()
-}
-
-pub fn covered(queue: &Value) -> Vec<String> {
-    queue["spec"]["resourceGroups"][0]["coveredResources"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.as_str().map(str::to_owned))
-        .collect()
-}
-
-pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
-    conditions.iter().find(|c| c.type_ == type_)
-}
-
-pub fn workload_is(w: &Workload, type_: &str) -> bool {
-    w.status
-        .as_ref()
-        .and_then(|s| condition(&s.conditions, type_))
-        .is_some_and(|c| c.status == "True")
-}
-
-/// Hearth's discovery has reported (`status.hardware.lastDiscovery`).
-pub fn discovered(fc: &FournosCluster) -> bool {
-    fc.status
-        .as_ref()
-        .and_then(|s| s.hardware.as_ref())
-        .is_some_and(|h| h.last_discovery.is_some())
-}
 
 // ---------------------------------------------------------------------------------------
 // What must hold at every instant of the takeover
@@ -178,36 +51,32 @@ pub struct Invariants {
 }
 
 /// The violations of `inv` now.
-pub async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
+pub async fn sample(world: &World<'_>, inv: &Invariants) -> Result<Vec<String>> {
     let mut bad = Vec::new();
     // The queue first, then the clusters: a quota lowered in the queue must then show as
     // discovered on the cluster (discovery writes before kueue-sync reacts).
     let queue = world.queue().await?;
-    if !queue_active(&queue) {
+    if !is_active(&queue) {
         bad.push(format!(
-            "ClusterQueue not Active: {}",
-            queue["status"]["conditions"]
+            "ClusterQueue not Active: {:?}",
+            queue.status.as_ref().map(|s| &s.conditions)
         ));
     }
-    let entries = entries(&queue);
     let clusters = world.clusters.list(&ListParams::default()).await?.items;
     for fc in &clusters {
         let name = fc.name_any();
         let Some(base) = inv.baseline.get(&name) else {
             continue;
         };
-        if discovered(fc) {
+        if last_discovery(fc).is_some() {
             continue;
         }
-        let Some(entry) = entries.get(&name) else {
+        let Some(entry) = entry(&queue, &name) else {
             bad.push(format!("{name}: queue entry gone before discovery"));
             continue;
         };
         for (resource, min) in base {
-            let now = entry
-                .iter()
-                .find(|(r, _)| r == resource)
-                .map_or(0, |(_, q)| *q);
+            let now = entry.get(resource).copied().unwrap_or(0);
             if now < *min {
                 bad.push(format!(
                     "{name}: {resource} = {now} < {min} before discovery"
@@ -216,7 +85,7 @@ pub async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         }
     }
     let (locked, sentinel) = &inv.locked;
-    let held = world.sentinels(locked).await?;
+    let held = world.sentinel_jobs(locked).await?;
     if held.len() != 1 || held[0].name_any() != *sentinel {
         bad.push(format!(
             "{locked}: sentinels {:?}, want exactly {sentinel}",
@@ -236,7 +105,7 @@ pub async fn sample(world: &World, inv: &Invariants) -> Result<Vec<String>> {
         bad.push(format!("{locked}: status.locked is not true"));
     }
     let (expiring, expires_at) = &inv.expiring;
-    let sentinels = world.sentinels(expiring).await?;
+    let sentinels = world.sentinel_jobs(expiring).await?;
     if sentinels.len() > 1 {
         bad.push(format!("{expiring}: {} sentinels", sentinels.len()));
     }
@@ -270,7 +139,7 @@ pub struct Watcher {
 impl Watcher {
     /// Checks the invariants hold now (else the legacy state itself breaks them), then
     /// starts sampling them.
-    pub async fn start(world: World, invariants: Invariants) -> Result<Watcher> {
+    pub async fn start(world: World<'static>, invariants: Invariants) -> Result<Watcher> {
         let first = sample(&world, &invariants).await?;
         ensure!(
             first.is_empty(),
@@ -330,7 +199,7 @@ impl Watcher {
 /// lock on `locked` held by its legacy sentinel, the TTL of `expiring` honoured, each
 /// queue entry the discovered count in `coveredResources` order.
 pub async fn not_converged(
-    world: &World,
+    world: &World<'_>,
     clusters: &[String],
     locked: (&str, &str),
     expiring: &str,
@@ -348,13 +217,13 @@ pub async fn not_converged(
             waiting.push(format!("{name}: duplicate conditions {types:?}"));
         }
         for t in [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED] {
-            if !condition(&status.conditions, t)
+            if !cluster_condition(&fc, t)
                 .is_some_and(|c| c.status == "True" && c.observed_generation.is_some())
             {
                 waiting.push(format!("{name}: {t} not True from Hearth"));
             }
         }
-        if !discovered(&fc) {
+        if last_discovery(&fc).is_none() {
             waiting.push(format!("{name}: not discovered"));
         }
         // Every controller has caught up with the spec (an expired lock clears
@@ -378,15 +247,13 @@ pub async fn not_converged(
     }
     let (locked, sentinel) = locked;
     let fc = world.clusters.get(locked).await?;
-    let held = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
-        .is_some_and(|c| c.reason == "Held");
+    let held = cluster_condition(&fc, LOCKED).is_some_and(|c| c.reason == "Held");
     if !held || fc.status.as_ref().and_then(|s| s.lock_job_name.as_deref()) != Some(sentinel) {
         waiting.push(format!("{locked}: not Held by {sentinel}"));
     }
     let fc = world.clusters.get(expiring).await?;
-    let expired = condition(&fc.status.clone().unwrap_or_default().conditions, LOCKED)
-        .is_some_and(|c| c.reason == "Expired");
-    if fc.spec.owner.is_some() || !expired || !world.sentinels(expiring).await?.is_empty() {
+    let expired = cluster_condition(&fc, LOCKED).is_some_and(|c| c.reason == "Expired");
+    if fc.spec.owner.is_some() || !expired || !world.sentinel_jobs(expiring).await?.is_empty() {
         waiting.push(format!(
             "{expiring}: TTL not expired yet (owner {:?})",
             fc.spec.owner
@@ -394,7 +261,6 @@ pub async fn not_converged(
     }
     let queue = world.queue().await?;
     let order = covered(&queue);
-    let entries = entries(&queue);
     for name in clusters {
         let fc = world.clusters.get(name).await?;
         let mut want = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), SLOTS)]);
@@ -406,9 +272,8 @@ pub async fn not_converged(
         {
             *want.entry(format!("{GPU}{}", g.short_name)).or_default() += g.count;
         }
-        let entry = entries.get(name).cloned().unwrap_or_default();
-        let names: Vec<String> = entry.iter().map(|(r, _)| r.clone()).collect();
-        let got = nonzero(&entry);
+        let names = resource_order(&queue, name);
+        let got = nonzero(entry(&queue, name).unwrap_or_default());
         if got != want || names != order {
             waiting.push(format!(
                 "{name}: entry {got:?} in order {names:?}, want {want:?} in {order:?}"
@@ -420,7 +285,7 @@ pub async fn not_converged(
 
 /// resourceVersion of every object Hearth could write: FournosClusters, the ClusterQueue's
 /// spec, the `flavors`, the sentinels.
-pub async fn versions(world: &World, flavors: &[&str]) -> Result<BTreeMap<String, String>> {
+pub async fn versions(world: &World<'_>, flavors: &[&str]) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for fc in world.clusters.list(&ListParams::default()).await?.items {
         out.insert(
@@ -429,7 +294,7 @@ pub async fn versions(world: &World, flavors: &[&str]) -> Result<BTreeMap<String
         );
     }
     // Its spec: Kueue itself updates the status (usage) with every admission.
-    let queue = world.queues.get(&world.scope.cluster_queue).await?;
+    let queue = world.queue().await?;
     out.insert(
         "ClusterQueue spec (generation)".into(),
         queue.metadata.generation.unwrap_or_default().to_string(),
@@ -455,15 +320,13 @@ pub async fn versions(world: &World, flavors: &[&str]) -> Result<BTreeMap<String
 /// still publishes exactly the legacy quota, discovery. That is the window in which the
 /// legacy quota and the legacy kubeconfig status are all there is.
 pub async fn take_over(
-    plane: &ControlPlane,
-    world: &World,
+    world: &World<'_>,
     baseline: &BTreeMap<String, BTreeMap<String, i64>>,
     env: &[(&str, &str)],
     deadline: Duration,
 ) -> Result<Vec<Running>> {
     let mut running = start(
-        plane,
-        &world.scope,
+        world,
         &[Controller::KueueSync, Controller::LockManager],
         env,
     )
@@ -475,9 +338,8 @@ pub async fn take_over(
             for name in baseline.keys() {
                 let flavor = world.flavors.get(name).await?;
                 let fc = world.clusters.get(name).await?;
-                let synced = fc.status.as_ref().is_some_and(|s| {
-                    condition(&s.conditions, KUEUE_SYNCED).is_some_and(|c| c.status == "True")
-                });
+                let synced =
+                    cluster_condition(&fc, KUEUE_SYNCED).is_some_and(|c| c.status == "True");
                 if flavor.labels().get(MANAGED_BY_LABEL).is_none() || !synced {
                     return Ok(None);
                 }
@@ -486,28 +348,28 @@ pub async fn take_over(
         },
     )
     .await?;
-    let adopted = entries(&world.queue().await?);
+    let adopted = world.queue().await?;
     for (name, legacy) in baseline {
-        let entry = nonzero(adopted.get(name).map_or(&[][..], Vec::as_slice));
+        let entry = nonzero(entry(&adopted, name).unwrap_or_default());
         ensure!(
             entry == *legacy,
             "{name}: before discovery, the published quota is the legacy one: {entry:?}"
         );
     }
-    running.extend(start(plane, &world.scope, &[Controller::Discovery], env).await?);
+    running.extend(start(world, &[Controller::Discovery], env).await?);
     Ok(running)
 }
 
 /// Waits until [`not_converged`] is empty, then stops `watcher` (its violations fail the
 /// takeover too) and returns the ClusterQueue.
 pub async fn converge(
-    world: &World,
+    world: &World<'_>,
     watcher: Watcher,
     clusters: &[String],
     locked: (&str, &str),
     expiring: &str,
     deadline: Duration,
-) -> Result<Value> {
+) -> Result<ClusterQueue> {
     let converged = crate::process::eventually("the takeover to converge", deadline, || async {
         let waiting = not_converged(world, clusters, locked, expiring).await?;
         if waiting.is_empty() {
@@ -524,17 +386,48 @@ pub async fn converge(
     Ok(queue)
 }
 
-/// Starts `controllers` in `scope`, in order.
+/// The whole takeover, watched: samples `invariants` all along ([`Watcher`]), takes over
+/// ([`take_over`]), waits until the clusters of `invariants.baseline` have converged
+/// ([`converge`]) and checks `flavors`. Returns the controllers it started.
+pub async fn watched_takeover(
+    world: &World<'static>,
+    invariants: Invariants,
+    flavors: &Flavors,
+    env: &[(&str, &str)],
+    deadline: Duration,
+) -> Result<Vec<Running>> {
+    let clusters: Vec<String> = invariants.baseline.keys().cloned().collect();
+    let baseline = invariants.baseline.clone();
+    let (locked, sentinel) = invariants.locked.clone();
+    let expiring = invariants.expiring.0.clone();
+    // The watcher samples from its own task, so through its own World.
+    let watched = World::new(world.plane, world.scope.clone()).await?;
+    let watcher = Watcher::start(watched, invariants).await?;
+    let running = take_over(world, &baseline, env, deadline).await?;
+    let queue = converge(
+        world,
+        watcher,
+        &clusters,
+        (&locked, &sentinel),
+        &expiring,
+        deadline,
+    )
+    .await?;
+    flavors.check(world, &queue).await?;
+    Ok(running)
+}
+
+/// Starts `controllers` in `world`'s scope, in order (the controllers this returns, not
+/// [`World::controllers`]: the takeover stops and restarts them).
 pub async fn start(
-    plane: &ControlPlane,
-    scope: &Isolated,
+    world: &World<'_>,
     controllers: &[Controller],
     env: &[(&str, &str)],
 ) -> Result<Vec<Running>> {
     let mut running = Vec::new();
     for &controller in controllers {
         running.push(
-            hearth::start(plane, scope, controller, "0", env)
+            hearth::start(world.plane, &world.scope, controller, "0", env)
                 .await
                 .with_context(|| {
                     format!(
@@ -569,7 +462,7 @@ pub struct Flavors {
 }
 
 impl Flavors {
-    pub async fn record(world: &World, legacy: &[String], foreign: &str) -> Result<Flavors> {
+    pub async fn record(world: &World<'_>, legacy: &[String], foreign: &str) -> Result<Flavors> {
         let mut uids = BTreeMap::new();
         for name in legacy {
             uids.insert(name.clone(), world.flavors.get(name).await?.uid());
@@ -579,7 +472,7 @@ impl Flavors {
             legacy: uids,
             foreign: foreign.to_owned(),
             foreign_version: world.flavors.get(foreign).await?.resource_version(),
-            foreign_entry: nonzero(entries(&queue).get(foreign).context("the foreign entry")?),
+            foreign_entry: nonzero(entry(&queue, foreign).context("the foreign entry")?),
         })
     }
 
@@ -592,7 +485,7 @@ impl Flavors {
             .collect()
     }
 
-    pub async fn check(&self, world: &World, queue: &Value) -> Result<()> {
+    pub async fn check(&self, world: &World<'_>, queue: &ClusterQueue) -> Result<()> {
         for (name, uid) in &self.legacy {
             ensure!(
                 world.flavors.get(name).await?.uid() == *uid,
@@ -603,11 +496,7 @@ impl Flavors {
             world.flavors.get(&self.foreign).await?.resource_version() == self.foreign_version,
             "the foreign flavor was written"
         );
-        let entry = nonzero(
-            entries(queue)
-                .get(&self.foreign)
-                .map_or(&[][..], Vec::as_slice),
-        );
+        let entry = nonzero(entry(queue, &self.foreign).unwrap_or_default());
         ensure!(
             entry == self.foreign_entry,
             "the foreign entry changed: {entry:?}"
@@ -620,8 +509,7 @@ impl Flavors {
 /// `versions` for `window`: any change fails, naming what moved and, for FournosClusters,
 /// who wrote it. Stops them at the end.
 pub async fn second_run_writes_nothing(
-    plane: &ControlPlane,
-    world: &World,
+    world: &World<'_>,
     running: Vec<Running>,
     env: &[(&str, &str)],
     flavors: &Flavors,
@@ -629,10 +517,10 @@ pub async fn second_run_writes_nothing(
 ) -> Result<()> {
     let flavors = &flavors.names();
     for r in &running {
-        r.stop(plane).await?;
+        r.stop(world.plane).await?;
     }
     let before = versions(world, flavors).await?;
-    let running = start(plane, &world.scope, &Controller::ALL, env).await?;
+    let running = start(world, &Controller::ALL, env).await?;
     let end = std::time::Instant::now() + window;
     while std::time::Instant::now() < end {
         let now = versions(world, flavors).await?;
@@ -658,7 +546,7 @@ pub async fn second_run_writes_nothing(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     for r in &running {
-        r.stop(plane).await?;
+        r.stop(world.plane).await?;
     }
     Ok(())
 }

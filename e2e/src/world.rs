@@ -7,7 +7,7 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_api::names::CLUSTER_LOCK_LABEL;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 
 use crate::error::{Context as _, Result};
 use crate::fixtures::cluster_queue;
@@ -68,6 +68,25 @@ impl<'p> World<'p> {
     pub fn logs(&self, lines: usize) -> String {
         let logs: Vec<String> = self.controllers.iter().map(|c| c.log_tail(lines)).collect();
         logs.join("\n")
+    }
+
+    /// The scope's ClusterQueue.
+    pub async fn queue(&self) -> Result<ClusterQueue> {
+        let name = &self.scope.cluster_queue;
+        self.queues
+            .get(name)
+            .await
+            .context(|| format!("reading ClusterQueue {name}"))
+    }
+
+    /// A merge patch to the scope's ClusterQueue, as a GitOps tool or a person writes it.
+    pub async fn patch_queue(&self, patch: &serde_json::Value) -> Result<()> {
+        let name = &self.scope.cluster_queue;
+        self.queues
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .context(|| format!("patching ClusterQueue {name}"))?;
+        Ok(())
     }
 
     /// The scope's ClusterQueue as the apiserver stores it (quantities as written, which

@@ -32,13 +32,14 @@ use hearth_api::names::{
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED},
 };
 use hearth_e2e::fixtures::KUEUE_API_VERSION;
+use hearth_e2e::invariants::{is_active, workload_is};
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::eventually;
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
 use hearth_e2e::takeover::{
-    Flavors, GPU, Invariants, SLOTS, Watcher, World, converge, foreign_flavor, queue_active,
-    second_run_writes_nothing, take_over, workload_is,
+    Flavors, GPU, Invariants, SLOTS, foreign_flavor, second_run_writes_nothing, watched_takeover,
 };
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, PlaneOptions};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -283,7 +284,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     let plane = plane().await?;
     let scope = plane.isolated("migration").await?;
     let client = plane.management_client().await?;
-    let world = World::new(client.clone(), scope.clone()).await?;
+    let world = World::new(plane, scope.clone()).await?;
     let ns = scope.namespace.clone();
     let exec = scope.execution_namespace.clone();
 
@@ -428,7 +429,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
                     admitted += 1;
                 }
             }
-            Ok((queue_active(&queue) && admitted == 3).then_some(()))
+            Ok((is_active(&queue) && admitted == 3).then_some(()))
         },
     )
     .await?;
@@ -525,37 +526,23 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         .collect();
     let expires_at = expiring.owner_set_at.expect("set") + SignedDuration::from_secs(120);
     let invariants = Invariants {
-        baseline: baseline.clone(),
+        baseline,
         locked: (locked.name.clone(), locked.sentinel_name()),
         expiring: (expiring.name.clone(), expires_at),
         workload: job.to_owned(),
     };
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
     let flavors = Flavors::record(&world, &names, &gitops).await?;
-    let watcher =
-        Watcher::start(World::new(client.clone(), scope.clone()).await?, invariants).await?;
 
     // ---- Hearth takes over ----
     // kueue-sync and lock-manager first, discovery once they have taken over: the window
-    // in which the legacy quota and the legacy kubeconfig status are all there is.
+    // in which the legacy quota and the legacy kubeconfig status are all there is. Then
+    // converged: conditions repaired, hardware discovered, flavors adopted in place (same
+    // objects) and the foreign one untouched, lock kept, TTL honoured, quota the real
+    // count.
     let env = [("HEARTH_SENTINEL", "fournosjob")];
-    let running = take_over(plane, &world, &baseline, &env, DEADLINE).await?;
+    let running = watched_takeover(&world, invariants, &flavors, &env, DEADLINE).await?;
 
-    // Converged: conditions repaired, hardware discovered, flavors adopted, lock kept,
-    // TTL honoured, quota the real count.
-    let sentinel = locked.sentinel_name();
-    let queue = converge(
-        &world,
-        watcher,
-        &names,
-        (&locked.name, &sentinel),
-        &expiring.name,
-        DEADLINE,
-    )
-    .await?;
-
-    // Flavors adopted in place (same objects), the foreign one untouched.
-    flavors.check(&world, &queue).await?;
     // Hardware moved to status; spec.hardware is left as it was (Hearth never writes spec).
     let fc = world.clusters.get(&expiring.name).await?;
     let hardware = fc
@@ -574,15 +561,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
 
     // ---- a second run over its own state writes nothing ----
     // Every controller resyncs every 2 s here: five intervals without a write.
-    second_run_writes_nothing(
-        plane,
-        &world,
-        running,
-        &env,
-        &flavors,
-        Duration::from_secs(10),
-    )
-    .await?;
+    second_run_writes_nothing(&world, running, &env, &flavors, Duration::from_secs(10)).await?;
     fournos.abort();
     Ok(())
 }

@@ -75,14 +75,15 @@ use hearth_api::FournosCluster;
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use hearth_e2e::fournos_real::{self, Fournos};
 use hearth_e2e::hearth_py::{self, HearthPy};
+use hearth_e2e::invariants::{entry, is_active, nonzero, workload_is};
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::until;
 use hearth_e2e::resources::{apply, create_crds, read_yaml_documents, wait_established};
 use hearth_e2e::takeover::{
-    Flavors, GPU, Invariants, Watcher, World, converge, entries, foreign_flavor, nonzero,
-    queue_active, second_run_writes_nothing, take_over, workload_is,
+    Flavors, GPU, Invariants, foreign_flavor, second_run_writes_nothing, watched_takeover,
 };
+use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use k8s_openapi::jiff::Timestamp;
@@ -299,7 +300,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     let plane = &shared.plane;
     let scope = plane.isolated("takeover-py").await?;
     let client = plane.management_client().await?;
-    let world = World::new(client.clone(), scope.clone()).await?;
+    let world = World::new(plane, scope.clone()).await?;
     let exec = scope.execution_namespace.clone();
 
     // ---- what the Python Hearth needs: a resource group in the ClusterQueue ----
@@ -372,7 +373,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
             DEADLINE,
             || async {
                 let queue = world.queue().await?;
-                let entry = entries(&queue).get(&c.name).cloned().unwrap_or_default();
+                let entry = entry(&queue, &c.name).unwrap_or_default();
                 let gpus = entry.iter().any(|(r, q)| r.starts_with(GPU) && *q > 0);
                 Ok(if gpus {
                     Ok(())
@@ -447,7 +448,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
             "legacy ResourceFlavor {}: labels {:?} spec {}",
             c.name,
             flavor.labels(),
-            flavor.data["spec"]
+            serde_json::to_string(&flavor.spec)?
         );
     }
     for c in &clusters {
@@ -464,8 +465,8 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     let queue = world.queue().await?;
     println!(
         "legacy ClusterQueue spec: {}\nactive: {}",
-        queue["spec"]["resourceGroups"],
-        queue_active(&queue)
+        serde_json::to_string(&queue.spec.resource_groups)?,
+        is_active(&queue)
     );
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &scope.secrets_namespace);
     let legacy_keys = kopf_keys(&secrets).await?;
@@ -511,11 +512,11 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     );
 
     // Baselines, before anything changes.
-    let entries_now = entries(&queue);
-    let baseline: BTreeMap<String, BTreeMap<String, i64>> = clusters
-        .iter()
-        .map(|c| (c.name.clone(), nonzero(&entries_now[&c.name])))
-        .collect();
+    let mut baseline: BTreeMap<String, BTreeMap<String, i64>> = BTreeMap::new();
+    for c in &clusters {
+        let legacy = entry(&queue, &c.name).with_context(|| format!("{}: no entry", c.name))?;
+        baseline.insert(c.name.clone(), nonzero(legacy));
+    }
     let expires_at: Timestamp = world
         .clusters
         .get(&expiring.name)
@@ -609,29 +610,14 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
 
     // ---- step 4: Hearth takes over, watched all along ----
     let invariants = Invariants {
-        baseline: baseline.clone(),
+        baseline,
         locked: (locked.name.clone(), sentinel(locked)),
         expiring: (expiring.name.clone(), expires_at),
         workload: job.to_owned(),
     };
-    let watcher =
-        Watcher::start(World::new(client.clone(), scope.clone()).await?, invariants).await?;
-    let env = [("HEARTH_SENTINEL", "fournosjob")];
-    let running = take_over(plane, &world, &baseline, &env, DEADLINE).await?;
-
-    let locked_sentinel = sentinel(locked);
-    let queue = converge(
-        &world,
-        watcher,
-        &names_only,
-        (&locked.name, &locked_sentinel),
-        &expiring.name,
-        DEADLINE,
-    )
-    .await?;
-
     // Flavors adopted in place, the foreign one untouched, no Secret data anywhere.
-    flavors.check(&world, &queue).await?;
+    let env = [("HEARTH_SENTINEL", "fournosjob")];
+    let running = watched_takeover(&world, invariants, &flavors, &env, DEADLINE).await?;
     let leaked = copies(&client, &scope, &needles).await?;
     ensure!(
         leaked.is_empty(),
@@ -639,15 +625,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     );
 
     // ---- a second run over its own state writes nothing ----
-    second_run_writes_nothing(
-        plane,
-        &world,
-        running,
-        &env,
-        &flavors,
-        Duration::from_secs(10),
-    )
-    .await?;
+    second_run_writes_nothing(&world, running, &env, &flavors, Duration::from_secs(10)).await?;
 
     // Without kopf's finalizer a legacy cluster can be deleted (with it, it would stay
     // Terminating for good). Discovery may onboard it again from its Secret: a new object.

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::kueue::{ClusterQueueSpec, ResourceQuota, quantity_to_i64};
+use crate::names::{is_dns_label, is_label_name};
 
 /// Kueue: at most this many resource groups in a ClusterQueue.
 pub const MAX_RESOURCE_GROUPS: usize = 16;
@@ -94,32 +95,14 @@ fn quota_problems(flavor: &str, q: &ResourceQuota) -> Vec<String> {
 }
 
 /// Kubernetes's qualified name, as Kueue checks `coveredResources`: an optional
-/// DNS-subdomain prefix and `/`, then 1–63 alphanumerics with `-`, `_`, `.` inside.
+/// DNS-subdomain prefix (at most 253 characters of dot-separated DNS labels) and `/`,
+/// then a label name.
 fn is_qualified_name(s: &str) -> bool {
     let (prefix, name) = match s.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
         None => (None, s),
     };
-    let prefix_ok = prefix.is_none_or(|p| {
-        p.len() <= 253
-            && p.split('.').all(|part| {
-                let b = part.as_bytes();
-                !b.is_empty()
-                    && b.len() <= 63
-                    && b[0].is_ascii_alphanumeric()
-                    && b[b.len() - 1].is_ascii_alphanumeric()
-                    && b.iter()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            })
-    });
-    let n = name.as_bytes();
-    prefix_ok
-        && !n.is_empty()
-        && n.len() <= 63
-        && n[0].is_ascii_alphanumeric()
-        && n[n.len() - 1].is_ascii_alphanumeric()
-        && n.iter()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    prefix.is_none_or(|p| p.len() <= 253 && p.split('.').all(is_dns_label)) && is_label_name(name)
 }
 
 #[cfg(test)]
@@ -197,7 +180,16 @@ mod tests {
         for ok in ["cpu", "fournos/cluster-slot", "nvidia.com/gpu", "a_b.c"] {
             assert!(is_qualified_name(ok), "{ok}");
         }
-        for bad in ["", "/x", "a/", "-a", "a-", "Foo.Bar/x", &"x".repeat(64)] {
+        for bad in [
+            "",
+            "/x",
+            "a/",
+            "-a",
+            "a-",
+            "Foo.Bar/x",
+            "a..b/x",
+            &"x".repeat(64),
+        ] {
             assert!(!is_qualified_name(bad), "{bad}");
         }
     }
