@@ -243,6 +243,7 @@ where
 {
     watcher::watcher(api, config)
         .default_backoff()
+        .modify(hearth_runtime::slim::strip_managed_fields)
         .reflect(writer)
         .filter_map(move |event| {
             let metrics = metrics.clone();

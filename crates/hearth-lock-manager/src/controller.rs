@@ -117,6 +117,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(hearth_runtime::slim::strip_managed_fields)
     .reflect(cluster_writer)
     .inspect(move |event| {
         mark_synced(&clusters_synced_tx, event);
@@ -132,6 +133,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         watcher::Config::default().labels(CLUSTER_LOCK_LABEL),
     )
     .default_backoff()
+    .modify(hearth_runtime::slim::strip_managed_fields)
     .reflect(sentinel_writer)
     .inspect(move |event| {
         mark_synced(&sentinels_synced_tx, event);
@@ -150,6 +152,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         watcher::Config::default().labels(JOB_NAME_LABEL),
     )
     .default_backoff()
+    .modify(hearth_runtime::slim::strip_managed_fields)
     .reflect(workload_writer)
     .inspect(move |event| {
         mark_synced(&workloads_synced_tx, event);

@@ -35,6 +35,7 @@ mod metrics;
 mod otlp_client;
 mod readiness;
 mod shutdown;
+pub mod slim;
 pub mod status;
 pub mod telemetry;
 
