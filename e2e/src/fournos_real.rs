@@ -34,7 +34,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 
-use crate::error::{Context as _, PlaneError, Result};
+use crate::error::{Context as _, Result};
 use crate::peers::Peer;
 use crate::process::{self, Managed, Spawn};
 use crate::resources::{apply, create_crds, read_yaml_documents, wait_established};
@@ -164,25 +164,9 @@ impl Fournos {
     }
 
     async fn wait_live(&mut self) -> Result<()> {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.liveness));
-        let log = self.spec.log.clone();
-        let managed = &mut self.managed;
-        process::poll("Fournos liveness", Duration::from_secs(90), || {
-            let running = managed.check_running();
-            async move {
-                running?;
-                Ok(matches!(process::http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
-            }
-        })
-        .await
-        .map_err(|e| match e {
-            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
-                what,
-                secs,
-                log: Some(log),
-            },
-            other => other,
-        })
+        self.managed
+            .wait_healthz("Fournos liveness", self.liveness, Duration::from_secs(90))
+            .await
     }
 
     /// The last lines of its log, for failure messages.
