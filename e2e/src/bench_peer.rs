@@ -6,7 +6,7 @@
 //!
 //! Its image runs `python -m hearth`, which is `kopf.run(namespaces=[HEARTH_NAMESPACE,
 //! HEARTH_SECRETS_NAMESPACE])` with the liveness endpoint pinned to `0.0.0.0:8080`. The
-//! bench runs the same thing through kopf's CLI (`kopf run -m hearth.operator -n … -n …`)
+//! bench runs the same thing through kopf's CLI (`python -m kopf run -m hearth.operator -n … -n …`)
 //! only to put that endpoint on a free loopback port: another test may run one too.
 //!
 //! It appends flavors to `resourceGroups[0]` of the ClusterQueue and does nothing on a
@@ -56,9 +56,12 @@ impl PyHearth {
         let liveness = process::free_port()?;
         let mut spec = Spawn::new(
             format!("hearth-py-{}", iso.id),
-            venv.join("bin/kopf"),
+            // Not bin/kopf: its shebang names the folder the venv was built in.
+            venv.join("bin/python"),
             plane.logs_dir().join(format!("hearth-py-{}.log", iso.id)),
         )
+        .arg("-m")
+        .arg("kopf")
         .arg("run")
         .arg("-m")
         .arg("hearth.operator")
