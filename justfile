@@ -89,7 +89,7 @@ fuzz seconds="60":
 # the scale ceiling. A full run (idle 600 s, scale 1000) takes about 15 minutes on 2 cores.
 # Benchmarks on the local control plane, side by side with the Python Hearth when
 # ../shared/peers/hearth-py is there (HEARTH_PEERS_DIR); writes bench-results/<date>/SUMMARY.md.
-# Defaults take about 12 minutes after the build (two 300 s idle windows); any
+# Defaults take about 14 minutes after the build (two 300 s idle windows); any
 # hearth-bench flag may follow, e.g. `just bench --py-sizes 1,10,100 --idle-secs 600`.
 bench *flags: tools
     cargo build --release --workspace --bins
