@@ -110,11 +110,14 @@ fuzz seconds="60":
 # Release builds, production intervals: onboarding and lock latency, memory/CPU at 1/10/100
 # and `scale` FournosClusters, idle API load from the management apiserver's audit log,
 # the scale ceiling. A full run (idle 600 s, scale 1000) takes about 15 minutes on 2 cores.
-# Benchmarks on the local control plane; writes bench-results/<date>/SUMMARY.md.
-bench idle_secs="600" scale="1000": tools
+# Benchmarks on the local control plane, side by side with the Python Hearth when
+# ../shared/peers/hearth-py is there (HEARTH_PEERS_DIR); writes bench-results/<date>/SUMMARY.md.
+# Defaults take about 14 minutes after the build (two 300 s idle windows); any
+# hearth-bench flag may follow, e.g. `just bench --py-sizes 1,10,100 --idle-secs 600`.
+bench *flags: tools
     cargo build --release --workspace --bins
     HEARTH_E2E_MANAGEMENT_AUDIT=1 HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
-        target/release/hearth-bench --idle-secs {{idle_secs}} --scale {{scale}}
+        target/release/hearth-bench {{flags}}
 
 # 100 clusters are onboarded, 30 locked/unlocked and 20 offboarded; then the invariants
 # are checked from the live API (bench-results/<date>/CHAOS.md). Takes a few minutes.

@@ -89,12 +89,35 @@ pub fn usage(pid: u32, ticks_per_second: u64) -> std::io::Result<Usage> {
     })
 }
 
-/// Requests of one user, split into reads and writes, and by `verb resource`.
+/// Requests of one user, split into reads, writes and Lease traffic (leader election,
+/// any verb), and by `verb resource`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ApiLoad {
     pub reads: u64,
     pub writes: u64,
+    pub leases: u64,
     pub by_request: BTreeMap<String, u64>,
+}
+
+/// What one request costs, for the idle-load table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Read,
+    Write,
+    /// Any request on `leases`: the price of leader election, reported apart.
+    Lease,
+}
+
+/// `get`, `list` and `watch` are reads, every other verb a write; anything on `leases`
+/// is Lease traffic whatever its verb.
+pub fn classify(verb: &str, resource: Option<&str>) -> RequestKind {
+    if resource == Some("leases") {
+        RequestKind::Lease
+    } else if matches!(verb, "get" | "list" | "watch") {
+        RequestKind::Read
+    } else {
+        RequestKind::Write
+    }
 }
 
 #[derive(Deserialize)]
@@ -119,8 +142,7 @@ struct AuditObjectRef {
 
 /// Tallies audit log lines (JSON, one event per line) by username, for `users` only. A
 /// request counts once: a watch when it starts (`ResponseStarted`; it may never
-/// complete), anything else when it completes. `get`, `list` and `watch` are reads;
-/// every other verb is a write.
+/// complete), anything else when it completes; kinds as [`classify`] says.
 pub fn tally_audit<'a>(
     lines: impl IntoIterator<Item = &'a str>,
     users: &[String],
@@ -144,10 +166,14 @@ pub fn tally_audit<'a>(
         let Some(load) = out.get_mut(&event.user.username) else {
             continue;
         };
-        if matches!(event.verb.as_str(), "get" | "list" | "watch") {
-            load.reads += 1;
-        } else {
-            load.writes += 1;
+        let resource = event
+            .object_ref
+            .as_ref()
+            .and_then(|o| o.resource.as_deref());
+        match classify(&event.verb, resource) {
+            RequestKind::Read => load.reads += 1,
+            RequestKind::Write => load.writes += 1,
+            RequestKind::Lease => load.leases += 1,
         }
         let resource = event
             .object_ref
@@ -163,6 +189,62 @@ pub fn tally_audit<'a>(
             .or_default() += 1;
     }
     out
+}
+
+/// Whether flavor `flavor` of a ClusterQueue (as JSON: a peer may write quotas as
+/// numbers) has a nonzero `fournos/gpu-*` quota.
+pub fn flavor_has_gpu_quota(cluster_queue: &serde_json::Value, flavor: &str) -> bool {
+    groups(cluster_queue)
+        .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == flavor)
+        .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+        .any(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("fournos/gpu-"))
+                && quota(&r["nominalQuota"]).is_some_and(|q| q > 0)
+        })
+}
+
+/// Flavors Kueue's validation refuses: their resources are not exactly the group's
+/// `coveredResources`, in order (one such flavor makes the whole ClusterQueue invalid).
+pub fn invalid_flavors(cluster_queue: &serde_json::Value) -> usize {
+    groups(cluster_queue)
+        .map(|g| {
+            let covered = g["coveredResources"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            g["flavors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|f| {
+                    let names: Vec<&serde_json::Value> = f["resources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|r| &r["name"])
+                        .collect();
+                    names != covered.iter().collect::<Vec<_>>()
+                })
+                .count()
+        })
+        .sum()
+}
+
+fn groups(cluster_queue: &serde_json::Value) -> impl Iterator<Item = &serde_json::Value> {
+    cluster_queue["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+}
+
+/// An integer quota written as a number or as a plain integer string.
+fn quota(value: &serde_json::Value) -> Option<i64> {
+    value
+        .as_i64()
+        .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
 }
 
 #[cfg(test)]
@@ -192,6 +274,44 @@ mod tests {
     }
 
     #[test]
+    fn cluster_queue_checks_read_numbers_and_strings() {
+        let cq = serde_json::json!({"spec": {"resourceGroups": [{
+            "coveredResources": ["fournos/cluster-slot", "fournos/gpu-h100"],
+            "flavors": [
+                {"name": "a", "resources": [
+                    {"name": "fournos/cluster-slot", "nominalQuota": 100},
+                    {"name": "fournos/gpu-h100", "nominalQuota": 8}]},
+                {"name": "b", "resources": [
+                    {"name": "fournos/cluster-slot", "nominalQuota": "100"},
+                    {"name": "fournos/gpu-h100", "nominalQuota": "0"}]},
+                {"name": "c", "resources": [
+                    {"name": "fournos/cluster-slot", "nominalQuota": 100}]},
+                {"name": "d", "resources": [
+                    {"name": "fournos/gpu-h100", "nominalQuota": "4"},
+                    {"name": "fournos/cluster-slot", "nominalQuota": 100}]},
+            ],
+        }]}});
+        assert!(flavor_has_gpu_quota(&cq, "a"));
+        assert!(!flavor_has_gpu_quota(&cq, "b"));
+        assert!(!flavor_has_gpu_quota(&cq, "c"));
+        assert!(flavor_has_gpu_quota(&cq, "d"));
+        assert!(!flavor_has_gpu_quota(&cq, "missing"));
+        // c misses a covered resource, d has them out of order.
+        assert_eq!(invalid_flavors(&cq), 2);
+        assert_eq!(invalid_flavors(&serde_json::json!({})), 0);
+    }
+
+    #[test]
+    fn lease_traffic_is_its_own_kind() {
+        assert_eq!(classify("get", Some("leases")), RequestKind::Lease);
+        assert_eq!(classify("update", Some("leases")), RequestKind::Lease);
+        assert_eq!(classify("watch", Some("secrets")), RequestKind::Read);
+        assert_eq!(classify("list", None), RequestKind::Read);
+        assert_eq!(classify("patch", Some("clusterqueues")), RequestKind::Write);
+        assert_eq!(classify("create", Some("events")), RequestKind::Write);
+    }
+
+    #[test]
     fn audit_tally() {
         let user = "system:serviceaccount:hearth-x:hearth-discovery".to_owned();
         let line = |stage: &str, verb: &str, resource: &str, sub: Option<&str>| {
@@ -218,6 +338,8 @@ mod tests {
                 "fournosclusters",
                 Some("status"),
             ),
+            line("ResponseComplete", "get", "leases", None),
+            line("ResponseComplete", "patch", "leases", None),
             "not json".to_owned(),
             serde_json::json!({"stage": "ResponseComplete", "verb": "get",
                 "user": {"username": "someone-else"}})
@@ -228,7 +350,8 @@ mod tests {
             std::slice::from_ref(&user),
         );
         let load = &tally[&user];
-        assert_eq!((load.reads, load.writes), (2, 1));
+        assert_eq!((load.reads, load.writes, load.leases), (2, 1, 2));
+        assert_eq!(load.by_request["patch leases"], 1);
         assert_eq!(load.by_request["patch fournosclusters/status"], 1);
         assert_eq!(load.by_request["watch secrets"], 1);
         assert_eq!(tally.len(), 1);

@@ -94,6 +94,7 @@
 
 pub mod apiserver;
 pub mod bench;
+pub mod bench_peer;
 pub mod blackhole;
 pub mod certs;
 pub mod error;

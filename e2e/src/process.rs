@@ -180,6 +180,29 @@ impl Managed {
         }
     }
 
+    /// Waits until the child answers 200 on `http://127.0.0.1:<port>/healthz` (kopf's
+    /// liveness endpoint, for the Python peers); a crash or a time-out carries its log.
+    pub async fn wait_healthz(&mut self, what: &str, port: u16, timeout: Duration) -> Result<()> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let log = self.spec.log.clone();
+        poll(what, timeout, || {
+            let running = self.check_running();
+            async move {
+                running?;
+                Ok(matches!(http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
+                what,
+                secs,
+                log: Some(log),
+            },
+            other => other,
+        })
+    }
+
     /// Resolves when the child exits; used by the supervisor to notice crashes.
     pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
         self.child.wait().await

@@ -153,6 +153,53 @@ fn replicas_and_hardened_pods_render() -> Result<()> {
     Ok(())
 }
 
+/// The value of `name` in the container env of Deployment `deployment`, if set.
+fn env_of(docs: &[Value], deployment: &str, name: &str) -> Option<String> {
+    docs.iter()
+        .find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == deployment)?["spec"]
+        ["template"]["spec"]["containers"][0]["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str().map(str::to_owned))
+}
+
+#[test]
+fn leader_election_can_be_switched_off_per_single_replica_controller() -> Result<()> {
+    let all = template(&[])?;
+    for c in Controller::ALL {
+        let name = c.binary();
+        ensure!(env_of(&all, name, "HEARTH_LEADER_ELECTION").as_deref() == Some("true"));
+        ensure!(env_of(&all, name, "HEARTH_LEASE_DURATION_SEC").as_deref() == Some("60"));
+        ensure!(env_of(&all, name, "HEARTH_LEASE_RENEW_SEC").as_deref() == Some("40"));
+        ensure!(
+            names_of(&all, "Role").contains(&format!("{name}-lease")),
+            "{name}: no Lease Role by default"
+        );
+    }
+    let docs = template(&["kueueSync.leaderElection=false", "config.leaseRenewSec=20"])?;
+    let off = Controller::KueueSync.binary();
+    ensure!(env_of(&docs, off, "HEARTH_LEADER_ELECTION").as_deref() == Some("false"));
+    ensure!(env_of(&docs, off, "HEARTH_LEASE_RENEW_SEC").is_none());
+    ensure!(
+        !names_of(&docs, "Role").contains(&format!("{off}-lease")),
+        "{off} keeps Lease RBAC it no longer uses"
+    );
+    for on in [Controller::Discovery, Controller::LockManager] {
+        ensure!(env_of(&docs, on.binary(), "HEARTH_LEADER_ELECTION").as_deref() == Some("true"));
+        ensure!(env_of(&docs, on.binary(), "HEARTH_LEASE_RENEW_SEC").as_deref() == Some("20"));
+    }
+    match template(&["kueueSync.leaderElection=false", "kueueSync.replicas=2"]) {
+        Ok(_) => bail!("two replicas without leader election were accepted"),
+        Err(e) => ensure!(
+            e.to_string()
+                .contains("kueueSync.leaderElection=false needs kueueSync.replicas <= 1"),
+            "unclear refusal: {e}"
+        ),
+    }
+    Ok(())
+}
+
 #[test]
 fn optional_service_monitor_and_network_policy() -> Result<()> {
     let off = template(&[])?;
@@ -184,6 +231,11 @@ fn optional_service_monitor_and_network_policy() -> Result<()> {
 fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
     for (set, expect) in [
         ("discovery.replicas=-1", "replicas"),
+        ("config.leaseRenewSec=0", "leaseRenewSec"),
+        (
+            "config.leaseRenewSec=60",
+            "must be less than config.leaseDurationSec",
+        ),
         ("config.sentinel=job", "sentinel"),
         ("config.logFormat=xml", "logFormat"),
         (

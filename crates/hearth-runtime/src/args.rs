@@ -9,10 +9,10 @@ use tracing_subscriber::EnvFilter;
 
 /// Where the admin server (health, readiness, metrics) listens unless configured otherwise.
 pub const DEFAULT_ADMIN_ADDR: &str = "0.0.0.0:8080";
-/// Seconds a Lease stays valid after its last renewal.
-pub const DEFAULT_LEASE_DURATION_SEC: u64 = 15;
-/// Seconds before expiry at which the holder renews its Lease.
-pub const DEFAULT_LEASE_GRACE_SEC: u64 = 5;
+/// Seconds a Lease stays valid after its last renewal: a crashed leader blocks writes
+/// this long (a stopping one releases its Lease at once). A minute costs nothing to a
+/// fleet whose GPUs are rediscovered every 5 minutes and keeps renewals rare.
+pub const DEFAULT_LEASE_DURATION_SEC: u64 = 60;
 
 /// Settings shared by all Hearth controllers. Flatten into a binary's arguments with
 /// `#[command(flatten)]`.
@@ -80,15 +80,25 @@ pub struct CommonArgs {
     )]
     pub lease_duration_sec: u64,
 
-    /// Seconds before expiry at which the holder renews the Lease; also the clock
-    /// skew between replicas that is tolerated. Must be less than --lease-duration-sec.
+    /// Seconds between the holder's Lease renewals (a GET and a PATCH each). Must be
+    /// less than --lease-duration-sec. Defaults to two thirds of it (or to duration
+    /// minus --lease-grace-sec when that is set).
+    #[arg(
+        long,
+        env = "HEARTH_LEASE_RENEW_SEC",
+        value_parser = clap::value_parser!(u64).range(1..=3600),
+    )]
+    pub lease_renew_sec: Option<u64>,
+
+    /// Seconds before expiry at which the holder renews the Lease, the other way to
+    /// set the renewal interval (duration minus grace); also the clock skew between
+    /// replicas that is tolerated.
     #[arg(
         long,
         env = "HEARTH_LEASE_GRACE_SEC",
-        default_value_t = DEFAULT_LEASE_GRACE_SEC,
         value_parser = clap::value_parser!(u64).range(1..=3600),
     )]
-    pub lease_grace_sec: u64,
+    pub lease_grace_sec: Option<u64>,
 
     /// This replica's identity in the Lease. Defaults to `<hostname>-<pid>`; set it
     /// to the pod name through the downward API.
@@ -275,8 +285,9 @@ mod tests {
         assert!(args.leader_election);
         assert_eq!(args.lease_namespace, None);
         assert_eq!(args.lease_namespace(), "hearth");
-        assert_eq!(args.lease_duration_sec, 15);
-        assert_eq!(args.lease_grace_sec, 5);
+        assert_eq!(args.lease_duration_sec, 60);
+        assert_eq!(args.lease_renew_sec, None);
+        assert_eq!(args.lease_grace_sec, None);
         assert_eq!(args.identity, None);
         assert_eq!(args.kubeconfig, None);
         assert!(args.kubeconfig_paths().is_empty());
@@ -300,6 +311,7 @@ mod tests {
             ("leader_election", "HEARTH_LEADER_ELECTION"),
             ("lease_namespace", "HEARTH_LEASE_NAMESPACE"),
             ("lease_duration_sec", "HEARTH_LEASE_DURATION_SEC"),
+            ("lease_renew_sec", "HEARTH_LEASE_RENEW_SEC"),
             ("lease_grace_sec", "HEARTH_LEASE_GRACE_SEC"),
             ("identity", "HEARTH_POD_NAME"),
             ("kubeconfig", "KUBECONFIG"),
@@ -329,6 +341,7 @@ mod tests {
             .env("HEARTH_LEASE_NAMESPACE", "leases")
             .env("HEARTH_LEASE_DURATION_SEC", "20")
             .env("HEARTH_LEASE_GRACE_SEC", "4")
+            .env("HEARTH_LEASE_RENEW_SEC", "16")
             .env("HEARTH_POD_NAME", "hearth-discovery-abc12")
             .env("KUBECONFIG", "/a/config:/b/config")
             .output()
@@ -355,7 +368,8 @@ mod tests {
         assert!(!args.leader_election);
         assert_eq!(args.lease_namespace(), "leases");
         assert_eq!(args.lease_duration_sec, 20);
-        assert_eq!(args.lease_grace_sec, 4);
+        assert_eq!(args.lease_grace_sec, Some(4));
+        assert_eq!(args.lease_renew_sec, Some(16));
         assert_eq!(args.identity(), "hearth-discovery-abc12");
         assert_eq!(
             args.kubeconfig_paths(),
@@ -398,6 +412,7 @@ mod tests {
     fn out_of_range_values_are_rejected() {
         assert!(parse_without_env(&["--reconcile-interval-sec", "0"]).is_err());
         assert!(parse_without_env(&["--lease-grace-sec", "0"]).is_err());
+        assert!(parse_without_env(&["--lease-renew-sec", "0"]).is_err());
         assert!(parse_without_env(&["--lease-duration-sec", "1"]).is_err());
         assert!(parse_without_env(&["--lease-duration-sec", "3601"]).is_err());
         assert!(parse_without_env(&["--admin-addr", "localhost"]).is_err());

@@ -32,10 +32,20 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LeaseError {
     #[error(
-        "--lease-grace-sec ({grace}) must be less than --lease-duration-sec ({duration}): \
-         the holder renews `grace` seconds before the Lease expires"
+        "the Lease renewal interval ({renew}s) must be at least 1s and less than \
+         --lease-duration-sec ({duration}s): set --lease-renew-sec (or --lease-grace-sec) \
+         below the duration"
     )]
-    GraceNotBelowDuration { duration: u64, grace: u64 },
+    RenewNotBelowDuration { duration: u64, renew: u64 },
+    #[error(
+        "--lease-renew-sec ({renew}) and --lease-grace-sec ({grace}) disagree with \
+         --lease-duration-sec ({duration}): renew + grace must equal the duration; set only one"
+    )]
+    RenewAndGraceDisagree {
+        duration: u64,
+        renew: u64,
+        grace: u64,
+    },
     #[error("--identity must not be empty")]
     EmptyIdentity,
 }
@@ -56,10 +66,12 @@ impl LeaseSettings {
         if identity.is_empty() {
             return Err(LeaseError::EmptyIdentity);
         }
-        let (duration, grace) = (args.lease_duration_sec, args.lease_grace_sec);
-        if grace == 0 || grace >= duration {
-            return Err(LeaseError::GraceNotBelowDuration { duration, grace });
+        let duration = args.lease_duration_sec;
+        let renew = renew_interval_sec(duration, args.lease_renew_sec, args.lease_grace_sec)?;
+        if renew == 0 || renew >= duration {
+            return Err(LeaseError::RenewNotBelowDuration { duration, renew });
         }
+        let grace = duration - renew;
         Ok(Self {
             name: controller.to_owned(),
             namespace: args.lease_namespace().to_owned(),
@@ -69,10 +81,36 @@ impl LeaseSettings {
         })
     }
 
+    /// Seconds between the holder's renewals.
+    pub fn renew_interval_sec(&self) -> u64 {
+        self.duration_sec - self.grace_sec
+    }
+
     /// Timeout of each Lease API call. A renewal starts `grace` before expiry; failing it
     /// within half of that leaves the other half for clock skew before anyone may take over.
     pub fn request_timeout(&self) -> Duration {
         (Duration::from_secs(self.grace_sec) / 2).max(Duration::from_secs(1))
+    }
+}
+
+/// The renewal interval from whichever of `renew` and `grace` is set; two thirds of the
+/// duration when neither is (renew 40 s of a 60 s Lease, like 10 s of Kubernetes' 15 s).
+fn renew_interval_sec(
+    duration: u64,
+    renew: Option<u64>,
+    grace: Option<u64>,
+) -> Result<u64, LeaseError> {
+    match (renew, grace) {
+        (Some(renew), Some(grace)) if renew.checked_add(grace) != Some(duration) => {
+            Err(LeaseError::RenewAndGraceDisagree {
+                duration,
+                renew,
+                grace,
+            })
+        }
+        (Some(renew), _) => Ok(renew),
+        (None, Some(grace)) => Ok(duration.saturating_sub(grace)),
+        (None, None) => Ok((duration * 2 / 3).max(1)),
     }
 }
 
@@ -101,6 +139,8 @@ pub(crate) fn spawn(
         lease = %settings.name,
         namespace = %settings.namespace,
         identity = %settings.identity,
+        duration_sec = settings.duration_sec,
+        renew_every_sec = settings.renew_interval_sec(),
     );
     let task = tokio::spawn(run(config, settings, publisher, stop).instrument(span));
     (rx, task)
@@ -288,10 +328,11 @@ mod tests {
                 name: "hearth-discovery".into(),
                 namespace: "hearth".into(),
                 identity: "pod-a".into(),
-                duration_sec: 15,
-                grace_sec: 5,
+                duration_sec: 60,
+                grace_sec: 20,
             }
         );
+        assert_eq!(settings.renew_interval_sec(), 40);
         let settings = LeaseSettings::new(
             "hearth-discovery",
             &args(&["--lease-namespace", "leases"]),
@@ -302,28 +343,58 @@ mod tests {
     }
 
     #[test]
-    fn grace_must_be_below_duration() {
-        let error = LeaseSettings::new(
-            "c",
-            &args(&["--lease-duration-sec", "10", "--lease-grace-sec", "10"]),
-            "pod-a".into(),
-        )
-        .unwrap_err();
+    fn renewal_interval_is_below_the_duration() {
+        let settings = |extra: &[&str]| LeaseSettings::new("c", &args(extra), "pod-a".into());
         assert_eq!(
-            error,
-            LeaseError::GraceNotBelowDuration {
+            settings(&["--lease-duration-sec", "10", "--lease-grace-sec", "10"]),
+            Err(LeaseError::RenewNotBelowDuration {
                 duration: 10,
-                grace: 10
-            }
+                renew: 0
+            })
         );
-        assert!(
+        assert_eq!(
+            settings(&["--lease-duration-sec", "10", "--lease-renew-sec", "10"]),
+            Err(LeaseError::RenewNotBelowDuration {
+                duration: 10,
+                renew: 10
+            })
+        );
+        let grace = settings(&["--lease-duration-sec", "10", "--lease-grace-sec", "9"]).unwrap();
+        assert_eq!((grace.renew_interval_sec(), grace.grace_sec), (1, 9));
+        let renew = settings(&["--lease-duration-sec", "30", "--lease-renew-sec", "25"]).unwrap();
+        assert_eq!((renew.renew_interval_sec(), renew.grace_sec), (25, 5));
+        // The old default pair keeps its meaning: renew 10 s of a 15 s Lease.
+        let old = settings(&["--lease-duration-sec", "15"]).unwrap();
+        assert_eq!((old.renew_interval_sec(), old.grace_sec), (10, 5));
+        let tiny = settings(&["--lease-duration-sec", "2"]).unwrap();
+        assert_eq!((tiny.renew_interval_sec(), tiny.grace_sec), (1, 1));
+    }
+
+    #[test]
+    fn renew_and_grace_must_agree_when_both_are_set() {
+        let both = |renew: &str, grace: &str| {
             LeaseSettings::new(
                 "c",
-                &args(&["--lease-duration-sec", "10", "--lease-grace-sec", "9"]),
-                "pod-a".into()
+                &args(&[
+                    "--lease-duration-sec",
+                    "30",
+                    "--lease-renew-sec",
+                    renew,
+                    "--lease-grace-sec",
+                    grace,
+                ]),
+                "pod-a".into(),
             )
-            .is_ok()
+        };
+        assert_eq!(
+            both("20", "5"),
+            Err(LeaseError::RenewAndGraceDisagree {
+                duration: 30,
+                renew: 20,
+                grace: 5
+            })
         );
+        assert_eq!(both("20", "10").unwrap().renew_interval_sec(), 20);
     }
 
     #[test]
