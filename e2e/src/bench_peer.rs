@@ -181,3 +181,19 @@ pub async fn seed_resource_group(client: &kube::Client, cluster_queue: &str) -> 
         .context(|| format!("seeding ClusterQueue {cluster_queue}"))?;
     Ok(())
 }
+
+/// The sentinel FournosJob the Python Hearth locks `cluster` with; the real Fournos names
+/// its Workload the same.
+pub fn sentinel_name(cluster: &str) -> String {
+    format!("hearth-lock-{cluster}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_is_named_as_the_python_hearth_names_it() {
+        assert_eq!(sentinel_name("c0-ab12"), "hearth-lock-c0-ab12");
+    }
+}

@@ -16,7 +16,10 @@
 //!    CPU each process used meanwhile; then the ClusterQueue's validity.
 //! 5. **The Python Hearth** (`--py-sizes`, when `../shared/peers/hearth-py` is there):
 //!    the same onboarding batches (Secret → GPU quota, with a deadline: it may never get
-//!    there), memory, the same idle window and ClusterQueue check (see `bench_peer`).
+//!    there), memory, the same idle window and ClusterQueue check (see `bench_peer`);
+//!    on its first batch, when `../shared/peers/fournos` is there, its lock latency
+//!    (`--py-lock-samples`) with the real Fournos turning its sentinel into a Workload:
+//!    owner set → its own `status.locked=true`, and owner set → that Workload admitted.
 //! 6. **Scale**: `--scale` FournosClusters in one scope: time until every one has its
 //!    three conditions, what the ones beyond Kueue's limit say, whether the queue is
 //!    still valid, and memory/CPU.
@@ -31,12 +34,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use futures::{StreamExt as _, stream};
-use hearth_api::kueue::{ClusterQueue, quantity_to_i64};
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::{ClusterQueue, Workload, quantity_to_i64};
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
 use hearth_api::{FournosCluster, KubeconfigStatus};
 use hearth_e2e::bench::{self, ApiLoad, Summary, Usage};
 use hearth_e2e::bench_peer::{self, PyHearth};
+use hearth_e2e::fournos_real::{self, Fournos};
 use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::workload_is;
 use hearth_e2e::peers::Peer;
 use hearth_e2e::plane::env;
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
@@ -72,6 +78,10 @@ struct Args {
     /// then is reported (it may never get there).
     #[arg(long, default_value_t = 120)]
     py_timeout_secs: u64,
+    /// Lock/unlock cycles measured on the first Python batch, with the real Fournos
+    /// (HEARTH_PEERS_DIR/fournos) turning its sentinels into Workloads; 0 skips it.
+    #[arg(long, default_value_t = 5)]
+    py_lock_samples: usize,
     /// FournosClusters in the scale phase (0 skips it).
     #[arg(long, default_value_t = 1000)]
     scale: usize,
@@ -120,6 +130,14 @@ struct PythonSide {
     api_load: Option<Load>,
     idle_cpu: BTreeMap<String, f64>,
     queue_after_idle: Option<QueueCheck>,
+    /// Owner set → its own `status.locked=true` (written as it creates the sentinel).
+    lock_claimed: Option<Summary>,
+    /// Owner set → the real Fournos's Workload for its sentinel admitted by Kueue.
+    lock_admitted: Option<Summary>,
+    /// (claimed, admitted) per cycle, in seconds.
+    lock_samples: Vec<(f64, f64)>,
+    /// Why its lock latency was not measured.
+    lock_skipped: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -580,6 +598,128 @@ async fn wait_locked(phase: &Phase, name: &str, locked: bool) -> Result<()> {
     }
 }
 
+/// The real Fournos's source and venv, with its CRDs on the plane, or why the Python
+/// Hearth's lock latency is not measured.
+async fn fournos_peer(
+    plane: &ControlPlane,
+    samples: usize,
+) -> std::result::Result<PeerPaths, String> {
+    if samples == 0 {
+        return Err("--py-lock-samples 0".to_owned());
+    }
+    let source = Peer::Fournos.source()?;
+    let venv = Peer::Fournos
+        .venv(&source)
+        .map_err(|e| format!("the real Fournos could not be installed: {e}"))?;
+    let client = plane.management_client().await.map_err(|e| e.to_string())?;
+    fournos_real::install_crds(&client, &source)
+        .await
+        .map_err(|e| format!("the real Fournos's CRDs: {e}"))?;
+    Ok(PeerPaths { source, venv })
+}
+
+/// The Python Hearth's lock latency on `phase`'s clusters with GPU quota, with the real
+/// Fournos (and its [`fournos_real::World`]) running in the phase's scope as in
+/// `takeover_py`: per cycle, (owner set → its `status.locked=true`, owner set → the
+/// sentinel's Workload admitted), then unlocked until the sentinel's Workload is gone.
+async fn py_lock_latency(
+    plane: &ControlPlane,
+    phase: &Phase,
+    fournos: &PeerPaths,
+    clusters: usize,
+    samples: usize,
+) -> Result<std::result::Result<Vec<(f64, f64)>, String>> {
+    let cq = phase.queue_json().await?;
+    let lockable: Vec<String> = (0..clusters)
+        .map(|i| phase.cluster(i))
+        .filter(|name| bench::flavor_has_gpu_quota(&cq, name))
+        .collect();
+    if lockable.is_empty() {
+        return Ok(Err("no cluster of its batch got GPU quota".to_owned()));
+    }
+    let client = plane.management_client().await?;
+    let exec = &phase.iso.execution_namespace;
+    fournos_real::install_pipelines(&client, &fournos.source, exec).await?;
+    let world = tokio::spawn(fournos_real::World::new(&client, exec).run());
+    let mut operator = Fournos::start(plane, &fournos.source, &fournos.venv, &phase.iso)
+        .await
+        .context("starting the real Fournos")?;
+    let workloads: Api<Workload> = Api::namespaced(client.clone(), exec);
+    let jobs: Api<FournosJob> = Api::namespaced(client, exec);
+    let measured = async {
+        let mut out = Vec::new();
+        for i in 0..samples {
+            let name = &lockable[i % lockable.len()];
+            let sentinel = bench_peer::sentinel_name(name);
+            let t0 = Instant::now();
+            phase
+                .clusters
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "owner": "bench" } })),
+                )
+                .await?;
+            let (mut claimed, mut admitted) = (None, None);
+            while claimed.is_none() || admitted.is_none() {
+                let fc = phase.clusters.get(name).await?;
+                if claimed.is_none() && fc.status.as_ref().and_then(|s| s.locked) == Some(true) {
+                    claimed = Some(t0.elapsed().as_secs_f64());
+                }
+                if admitted.is_none()
+                    && workloads
+                        .get_opt(&sentinel)
+                        .await?
+                        .is_some_and(|w| workload_is(&w, "Admitted"))
+                {
+                    admitted = Some(t0.elapsed().as_secs_f64());
+                }
+                if t0.elapsed() > PY_LOCK_DEADLINE {
+                    bail!(
+                        "{name}: locked after {claimed:?} s, sentinel {sentinel} admitted after {admitted:?} s, after {PY_LOCK_DEADLINE:?}"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            out.push((claimed.unwrap_or_default(), admitted.unwrap_or_default()));
+            phase
+                .clusters
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "owner": null } })),
+                )
+                .await?;
+            let t1 = Instant::now();
+            loop {
+                let fc = phase.clusters.get(name).await?;
+                let unlocked = fc.status.as_ref().and_then(|s| s.locked) != Some(true);
+                if unlocked
+                    && jobs.get_opt(&sentinel).await?.is_none()
+                    && workloads.get_opt(&sentinel).await?.is_none()
+                {
+                    break;
+                }
+                if t1.elapsed() > PY_LOCK_DEADLINE {
+                    bail!("{name}: still locked or sentinel {sentinel} still there after {PY_LOCK_DEADLINE:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        Ok(out)
+    }
+    .await;
+    world.abort();
+    let log = operator.log();
+    operator.stop().await;
+    measured
+        .map(Ok)
+        .map_err(|e: anyhow::Error| e.context(format!("Fournos log:\n{log}")))
+}
+
+/// Longest one lock or unlock of the Python Hearth may take.
+const PY_LOCK_DEADLINE: Duration = Duration::from_secs(120);
+
 /// How long the controllers must write nothing (Lease renewals aside) before the idle
 /// window opens: longer than the gaps between the last status writes of onboarding.
 const QUIET: Duration = Duration::from_secs(15);
@@ -891,9 +1031,19 @@ fn side_by_side(r: &Results, idle_clusters: usize) -> String {
             p.invalid_flavors, p.active, h.invalid_flavors, h.active
         ));
     }
+    let hearth_lock = r.lock.as_ref().map(|l| l.p50);
+    let py_lock = match (&py.lock_skipped, &py.lock_claimed, &py.lock_admitted) {
+        (Some(why), _, _) => format!("not measured: {why}"),
+        (None, claimed, admitted) => format!(
+            "{} its own `status.locked=true` (written as it creates the sentinel, before any admission); {} the real Fournos's Workload for its sentinel admitted by Kueue",
+            secs(claimed.as_ref().map(|l| l.p50)),
+            secs(admitted.as_ref().map(|l| l.p50)),
+        ),
+    };
     md.push_str(&format!(
-        "| owner set → `locked=true`, p50 | not measured (its sentinel needs the real Fournos) | {} (Kueue admitted the sentinel) | |\n",
-        secs(r.lock.as_ref().map(|l| l.p50))
+        "| owner set → locked, p50 | {py_lock} | {} (`status.locked=true` only once Kueue admitted the sentinel) | {} |\n",
+        secs(hearth_lock),
+        ratio(py.lock_admitted.as_ref().map(|l| l.p50), hearth_lock)
     ));
     md
 }
@@ -937,6 +1087,17 @@ fn summary_md(r: &Results) -> String {
     }
     md.push_str("\n## Lock latency (s)\n\n`spec.owner` set → `status.locked=true` (workload sentinel admitted by Kueue), idle cluster, one at a time. Polled every 50 ms.\n\n| p50 | p95 | max | n |\n|---|---|---|---|\n");
     md.push_str(&format!("| {} |\n", fmt(&r.lock)));
+    if r.python.lock_claimed.is_some() {
+        md.push_str("\nThe Python Hearth, with the real Fournos, on its first batch (same polling): owner set → its own `status.locked=true` (written as it creates the sentinel), and owner set → the sentinel's Workload admitted by Kueue.\n\n| what | p50 | p95 | max | n |\n|---|---|---|---|---|\n");
+        md.push_str(&format!(
+            "| `locked=true` | {} |\n",
+            fmt(&r.python.lock_claimed)
+        ));
+        md.push_str(&format!(
+            "| sentinel admitted | {} |\n",
+            fmt(&r.python.lock_admitted)
+        ));
+    }
     if !r.idle_cpu.is_empty() {
         md.push_str(&format!("\nCPU seconds per process during the idle window: {:?}; the queue after it: {:?} invalid flavors.\n", r.idle_cpu, r.queue_after_idle.as_ref().map(|q| q.invalid_flavors)));
     }
@@ -1073,6 +1234,11 @@ async fn main() -> Result<()> {
         }
         Ok(peer) => {
             let py_timeout = Duration::from_secs(args.py_timeout_secs);
+            let mut fournos = fournos_peer(&plane, args.py_lock_samples).await;
+            if let Err(why) = &fournos {
+                eprintln!("Python Hearth lock latency not measured: {why}");
+                r.python.lock_skipped = Some(why.clone());
+            }
             for &n in args.py_sizes.iter().filter(|&&n| n > 0) {
                 eprintln!("Python Hearth: onboarding {n} clusters at once…");
                 let mut phase =
@@ -1086,6 +1252,34 @@ async fn main() -> Result<()> {
                     deadline_secs: args.py_timeout_secs,
                 });
                 r.python.usage.extend(phase.usage(&plane, n).await?);
+                // Once, on the first batch: each cycle takes seconds, not minutes.
+                if let Ok(f) = fournos.as_ref() {
+                    eprintln!(
+                        "Python Hearth: lock latency, {} samples…",
+                        args.py_lock_samples
+                    );
+                    // A peer's failure must not cost the phases still to run: it is
+                    // printed in full and named in the table.
+                    match py_lock_latency(&plane, &phase, f, n, args.py_lock_samples)
+                        .await
+                        .unwrap_or_else(|e| {
+                            eprintln!("Python Hearth lock latency failed: {e:#}");
+                            Err(format!(
+                                "failed: {}",
+                                e.to_string().lines().next().unwrap_or("")
+                            ))
+                        }) {
+                        Ok(samples) => {
+                            let (claimed, admitted): (Vec<f64>, Vec<f64>) =
+                                samples.iter().copied().unzip();
+                            r.python.lock_claimed = bench::summarize(&claimed);
+                            r.python.lock_admitted = bench::summarize(&admitted);
+                            r.python.lock_samples = samples;
+                        }
+                        Err(why) => r.python.lock_skipped = Some(why),
+                    }
+                    fournos = Err("measured once".to_owned());
+                }
                 if n == args.idle_clusters && args.idle_secs > 0 {
                     eprintln!("Python Hearth: idle window of {}s…", args.idle_secs);
                     let measured = idle(&plane, &phase, n, window, timeout).await?;
