@@ -924,6 +924,17 @@ async fn api_load(
     })
 }
 
+/// `LimitReached 36, patch leases 8`, or `none`: counts a person reads in a table cell.
+fn counts<V: std::fmt::Display>(m: &BTreeMap<String, V>) -> String {
+    if m.is_empty() {
+        return "none".to_string();
+    }
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn fmt(s: &Option<Summary>) -> String {
     match s {
         Some(s) => format!("{:.2} | {:.2} | {:.2} | {}", s.p50, s.p95, s.max, s.n),
@@ -978,8 +989,13 @@ fn side_by_side(r: &Results, idle_clusters: usize) -> String {
                 h.latency.as_ref().map(|s| s.p95),
             ),
         ] {
+            // With one Secret, p95 is the p50 again: one row says it.
+            if p.clusters == 1 && label == "p95" {
+                continue;
+            }
+            let secrets = if p.clusters == 1 { "Secret" } else { "Secrets" };
             md.push_str(&format!(
-                "| {} Secrets at once → flavor + GPU quota, {label} | {}{got} | {}{hgot} | {} |\n",
+                "| {} {secrets} at once → flavor + GPU quota, {label} | {}{got} | {}{hgot} | {} |\n",
                 p.clusters,
                 secs(pv),
                 secs(hv),
@@ -1076,7 +1092,7 @@ fn summary_md(r: &Results) -> String {
     md.push_str("| clusters at once | p50 | p95 | max | n | discovery only p50 / p95 | with quota | KueueSynced=False | queue valid |\n|---|---|---|---|---|---|---|---|---|\n");
     for o in &r.onboarding {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {:?} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} |\n",
             o.clusters,
             fmt(&o.latency),
             o.discovered
@@ -1084,7 +1100,7 @@ fn summary_md(r: &Results) -> String {
                 .map(|d| format!("{:.2} / {:.2}", d.p50, d.p95))
                 .unwrap_or_default(),
             o.with_quota,
-            o.kueue_synced_false,
+            counts(&o.kueue_synced_false),
             o.queue_valid
         ));
     }
@@ -1102,7 +1118,22 @@ fn summary_md(r: &Results) -> String {
         ));
     }
     if !r.idle_cpu.is_empty() {
-        md.push_str(&format!("\nCPU seconds per process during the idle window: {:?}; the queue after it: {:?} invalid flavors.\n", r.idle_cpu, r.queue_after_idle.as_ref().map(|q| q.invalid_flavors)));
+        let cpu = r
+            .idle_cpu
+            .iter()
+            .map(|(process, secs)| format!("{process} {secs:.2} s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let queue = match &r.queue_after_idle {
+            Some(q) => format!(
+                "{} flavors breaking Kueue's validation, queue Active: {}",
+                q.invalid_flavors, q.active
+            ),
+            None => "not checked".to_string(),
+        };
+        md.push_str(&format!(
+            "\nCPU seconds per process during the idle window: {cpu}. The ClusterQueue after it: {queue}.\n"
+        ));
     }
     md.push_str("\n## Memory and CPU\n\nRSS (`VmRSS`) and CPU seconds (user+system since start) of each controller after the phase with that many FournosClusters in its namespace.\n\n| FournosClusters | controller | RSS (MiB) | CPU (s) |\n|---|---|---|---|\n");
     for u in r.usage.iter().chain(&r.python.usage) {
@@ -1122,16 +1153,16 @@ fn summary_md(r: &Results) -> String {
         for (c, load) in &l.per_controller {
             let (r, w, lease) = l.per_minute.get(c).copied().unwrap_or_default();
             md.push_str(&format!(
-                "| {c} | {r:.2} | {w:.2} | {lease:.2} | {:.3} | {:?} |\n",
+                "| {c} | {r:.2} | {w:.2} | {lease:.2} | {:.3} | {} |\n",
                 w / l.clusters.max(1) as f64,
-                load.by_request
+                counts(&load.by_request)
             ));
         }
     }
     if let Some(s) = &r.scale {
         md.push_str(&format!(
-            "\n## Scale\n\n{} FournosClusters created at once in one namespace and ClusterQueue: every one `Valid` with GPUs and a `KueueSynced` answer after **{:.1} s**. With quota: {}; `KueueSynced=False`: {:?}. ClusterQueue valid for Kueue: {}; Active: {}.\n",
-            s.clusters, s.converge_secs, s.with_quota, s.kueue_synced_false, s.queue_valid, s.queue_active
+            "\n## Scale\n\n{} FournosClusters created at once in one namespace and ClusterQueue: every one `Valid` with GPUs and a `KueueSynced` answer after **{:.1} s**. With quota: {}; `KueueSynced=False`: {}. ClusterQueue valid for Kueue: {}; Active: {}.\n",
+            s.clusters, s.converge_secs, s.with_quota, counts(&s.kueue_synced_false), s.queue_valid, s.queue_active
         ));
     }
     if !r.notes.is_empty() {
