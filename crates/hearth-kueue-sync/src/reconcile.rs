@@ -180,7 +180,7 @@ impl Context {
         plan: &Plan,
         attempt: usize,
     ) -> Result<QueueWrite, Error> {
-        let (Some(spec), Some(observed)) = (&plan.cluster_queue, &snapshot.queue) else {
+        let (Some(spec), Some(observed)) = (&plan.cluster_queue, snapshot.queue()) else {
             return Ok(QueueWrite::Unchanged);
         };
         if !self.is_leader() {
@@ -283,7 +283,7 @@ impl Context {
             plan.clusters
                 .iter()
                 .filter(|(_, sync)| sync.status_changed)
-                .filter_map(|(name, sync)| snapshot.clusters.get(name).map(|c| (c, sync))),
+                .filter_map(|(name, sync)| snapshot.cluster(name).map(|c| (c, sync))),
         )
         .map(|(cluster, sync)| {
             let now = now.clone();

@@ -53,7 +53,7 @@ impl Stores {
         snapshot(
             settings,
             &self.clusters.state(),
-            queue.as_deref(),
+            queue,
             &self.flavors.state(),
         )
     }
@@ -69,13 +69,17 @@ pub(crate) struct Invalid {
 }
 
 /// The observed world: the plan's input and the objects the apply step writes to.
+///
+/// Objects are shared with the caches, not copied: a reconcile of 1000 clusters would
+/// otherwise hold a second copy of every FournosCluster (measured: 4.8 of 13 MiB peak
+/// heap at 1000, `bench-results/2026-11-23/MEMORY.md`).
 #[derive(Clone, Debug)]
 pub(crate) struct Snapshot {
     pub input: PlanInput,
     /// FournosClusters that decoded, by name.
-    pub clusters: BTreeMap<String, FournosCluster>,
-    /// The ClusterQueue, if it exists.
-    pub queue: Option<ClusterQueue>,
+    clusters: BTreeMap<String, Arc<ClusterObject>>,
+    /// The ClusterQueue, if it exists (it decoded, or there is no snapshot).
+    queue: Option<Arc<QueueObject>>,
     /// `(uid, resourceVersion)` of every ResourceFlavor, for delete preconditions.
     pub flavor_versions: BTreeMap<String, (Option<String>, Option<String>)>,
     /// Objects skipped because they do not decode.
@@ -83,9 +87,18 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// The FournosCluster `name`, if it is cached and decodes.
+    pub fn cluster(&self, name: &str) -> Option<&FournosCluster> {
+        self.clusters.get(name).and_then(|c| c.0.as_ref().ok())
+    }
+
+    /// The ClusterQueue, if it exists.
+    pub fn queue(&self) -> Option<&ClusterQueue> {
+        self.queue.as_ref().and_then(|q| q.0.as_ref().ok())
+    }
+
     pub fn queue_resource_version(&self) -> Option<&str> {
-        self.queue
-            .as_ref()
+        self.queue()
             .and_then(|q| q.metadata.resource_version.as_deref())
     }
 
@@ -119,7 +132,7 @@ impl Snapshot {
 pub(crate) fn snapshot(
     settings: &PlanSettings,
     clusters: &[Arc<ClusterObject>],
-    queue: Option<&QueueObject>,
+    queue: Option<Arc<QueueObject>>,
     flavors: &[Arc<FlavorObject>],
 ) -> Result<Snapshot, Error> {
     let mut invalid = Vec::new();
@@ -129,7 +142,7 @@ pub(crate) fn snapshot(
         match &object.0 {
             Ok(cluster) => {
                 observed_clusters.push(ObservedCluster::from_cluster(cluster));
-                decoded.insert(meta_name(object.as_ref()), cluster.clone());
+                decoded.insert(meta_name(object.as_ref()), object.clone());
             }
             Err(error) => {
                 observed_clusters.push(undecodable_cluster(error));
@@ -138,9 +151,9 @@ pub(crate) fn snapshot(
         }
     }
 
-    let queue = match queue.map(|q| &q.0) {
+    let cluster_queue = match queue.as_ref().map(|q| &q.0) {
         None => None,
-        Some(Ok(queue)) => Some(queue.clone()),
+        Some(Ok(queue)) => Some(queue.spec.clone()),
         Some(Err(error)) => {
             return Err(Error::InvalidClusterQueue {
                 name: settings.cluster_queue.clone(),
@@ -176,7 +189,7 @@ pub(crate) fn snapshot(
         input: PlanInput {
             settings: settings.clone(),
             clusters: observed_clusters,
-            cluster_queue: queue.as_ref().map(|q| q.spec.clone()),
+            cluster_queue,
             flavors: observed_flavors,
         },
         clusters: decoded,
@@ -260,11 +273,16 @@ mod tests {
     fn decoded_objects_become_the_plan_input() {
         let flavor = hearth_flavor_object("a");
         let queue = queue_object(json!({"cohortName": "x"}));
-        let snapshot =
-            snapshot(&settings(), &[valid_cluster("a")], Some(&queue), &[flavor]).unwrap();
+        let snapshot = snapshot(
+            &settings(),
+            &[valid_cluster("a")],
+            Some(Arc::new(queue)),
+            &[flavor],
+        )
+        .unwrap();
         assert_eq!(snapshot.input.clusters.len(), 1);
         assert_eq!(snapshot.input.clusters[0].gpus[0].count, 8);
-        assert!(snapshot.clusters.contains_key("a"));
+        assert!(snapshot.cluster("a").is_some());
         assert_eq!(snapshot.queue_resource_version(), Some("42"));
         assert_eq!(
             snapshot.input.cluster_queue.as_ref().unwrap().other["cohortName"],
@@ -291,7 +309,7 @@ mod tests {
         let snapshot = snapshot(
             &settings(),
             &[valid_cluster("a"), broken_cluster("b")],
-            Some(&queue),
+            Some(Arc::new(queue)),
             &[hearth_flavor_object("a"), hearth_flavor_object("b")],
         )
         .unwrap();
@@ -333,7 +351,13 @@ mod tests {
     fn an_undecodable_cluster_queue_stops_the_reconcile() {
         let queue = queue_object(json!({"resourceGroups": [{"flavors": "not a list"}]}));
         assert!(queue.0.is_err());
-        let error = snapshot(&settings(), &[valid_cluster("a")], Some(&queue), &[]).unwrap_err();
+        let error = snapshot(
+            &settings(),
+            &[valid_cluster("a")],
+            Some(Arc::new(queue)),
+            &[],
+        )
+        .unwrap_err();
         assert_eq!(error.reason(), "InvalidClusterQueue");
     }
 
