@@ -238,7 +238,19 @@ fn versions() -> BTreeMap<String, String> {
             .map(|v| v.trim().to_owned())
             .unwrap_or_else(|| "unknown".to_owned())
     };
-    let dirty = !sh("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    // Results of earlier runs waiting to be committed do not change what is measured.
+    let dirty = !sh(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)bench-results",
+        ],
+    )
+    .is_empty();
     BTreeMap::from([
         (
             "hearth".to_owned(),
