@@ -138,26 +138,10 @@ impl KopfProcess {
     }
 
     async fn wait_live(&mut self) -> Result<()> {
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.liveness));
-        let log = self.spec.log.clone();
         let what = format!("{} liveness", self.spec.name);
-        let managed = &mut self.managed;
-        process::poll(&what, Duration::from_secs(90), || {
-            let running = managed.check_running();
-            async move {
-                running?;
-                Ok(matches!(process::http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
-            }
-        })
-        .await
-        .map_err(|e| match e {
-            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
-                what,
-                secs,
-                log: Some(log),
-            },
-            other => other,
-        })
+        self.managed
+            .wait_healthz(&what, self.liveness, Duration::from_secs(90))
+            .await
     }
 
     /// The last lines of its log, for failure messages.
