@@ -134,7 +134,15 @@ impl std::ops::Deref for LockLab {
 impl LockLab {
     /// A new scope on `plane` for `test`.
     pub async fn new(plane: &'static ControlPlane, test: &str) -> Result<LockLab> {
-        let scope = plane.isolated(test).await?;
+        Self::with_scope(plane, plane.isolated(test).await?).await
+    }
+
+    /// A lab in `scope`, made (and perhaps changed) by the test: e.g. a second Hearth
+    /// whose execution namespace is another lab's.
+    pub async fn with_scope(
+        plane: &'static ControlPlane,
+        scope: crate::Isolated,
+    ) -> Result<LockLab> {
         let world = World::new(plane, scope).await?;
         Ok(LockLab {
             events: Api::namespaced(world.client.clone(), &world.scope.namespace),
@@ -264,6 +272,67 @@ impl LockLab {
         );
         apply(&self.client, &w).await?;
         Ok(())
+    }
+
+    /// A job that runs: admitted, and its pods ready (so WaitForPodsReady leaves it be).
+    pub async fn running_job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
+        self.job(name, cluster, slots).await?;
+        self.wait_workload(name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
+            .await?;
+        self.mark_pods_ready(name).await
+    }
+
+    /// `PodsReady=True` on Workload `name`, as a job's running pods would make Kueue say.
+    pub async fn mark_pods_ready(&self, name: &str) -> Result<()> {
+        let patch = json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "status": { "conditions": [{
+                "type": "PodsReady", "status": "True", "reason": "Started",
+                "message": "pods of the test job run",
+                "lastTransitionTime": k8s_openapi::jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            }]},
+        });
+        self.workloads
+            .patch_status(
+                name,
+                &PatchParams::apply("hearth-e2e-job").force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .with_context(|| format!("marking {name} PodsReady"))?;
+        Ok(())
+    }
+
+    /// A client for a person who may submit work (FournosJobs and Workloads: create,
+    /// read, change, delete) in the execution namespace and nothing else: what a Fournos
+    /// user has. The attacks on locks run with exactly these rights, never as admin.
+    pub async fn fournos_user(&self) -> Result<kube::Client> {
+        let sa = "fournos-user";
+        let ns = &self.scope.execution_namespace;
+        for doc in [
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": sa, "namespace": ns}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": sa, "namespace": ns},
+            "rules": [
+                {"apiGroups": ["fournos.dev"], "resources": ["fournosjobs"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            ]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": sa, "namespace": ns},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+                   "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}),
+        ] {
+            apply(&self.client, &doc).await?;
+        }
+        let path = crate::hearth::service_account_token_kubeconfig(self.plane, ns, sa).await?;
+        let yaml = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
     }
 
     /// Polls until Workload `name` satisfies `done`.

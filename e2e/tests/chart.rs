@@ -429,6 +429,8 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
         (k, "create", "fournosclusters.fournos.dev", Some(ns), false),
         (l, "create", "workloads.kueue.x-k8s.io", Some(exec), true),
         (l, "delete", "fournosjobs.fournos.dev", Some(exec), true),
+        (l, "patch", "fournosjobs.fournos.dev", Some(exec), true),
+        (l, "patch", "fournosjobs.fournos.dev", Some(ns), false),
         (
             l,
             "patch",

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{PriorityClassRef, Workload};
-use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE};
+use hearth_api::names::{CLUSTER_LOCK_LABEL, CLUSTER_SLOT_RESOURCE, sentinel_labels};
 use hearth_e2e::ControlPlane;
 use hearth_e2e::Isolated;
 use hearth_e2e::fixtures::{LOCK_PRIORITY, LOCK_PRIORITY_CLASS};
@@ -194,35 +194,6 @@ impl Lab {
             })
         })
         .await
-    }
-
-    /// A job that runs: admitted, and its pods ready (so WaitForPodsReady leaves it be).
-    async fn running_job(&self, name: &str, cluster: &str, slots: i64) -> Result<()> {
-        self.job(name, cluster, slots).await?;
-        self.wait_workload(name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
-            .await?;
-        self.mark_pods_ready(name).await
-    }
-
-    async fn mark_pods_ready(&self, name: &str) -> Result<()> {
-        let patch = json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2",
-            "kind": "Workload",
-            "status": { "conditions": [{
-                "type": "PodsReady", "status": "True", "reason": "Started",
-                "message": "pods of the test job run",
-                "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-            }]},
-        });
-        self.workloads
-            .patch_status(
-                name,
-                &PatchParams::apply("hearth-e2e-job").force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-            .with_context(|| format!("marking {name} PodsReady"))?;
-        Ok(())
     }
 
     /// A job pending because the cluster's slots are taken, with Kueue's own message.
@@ -696,9 +667,24 @@ async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
         &ghost,
         SLOTS,
     );
-    orphan["metadata"]["labels"] = json!({ CLUSTER_LOCK_LABEL: ghost });
+    orphan["metadata"]["labels"] = json!(sentinel_labels(&ghost, &lab.scope.namespace));
+    // The same, but with the lock label alone: not this Hearth's, so never touched.
+    let foreign_ghost = lab.scope.cluster("foreign-ghost");
+    let mut foreign = slot_workload(
+        &lab.scope.execution_namespace,
+        &format!("cluster-lock-{foreign_ghost}"),
+        &lab.scope.local_queue,
+        &foreign_ghost,
+        SLOTS,
+    );
+    foreign["metadata"]["labels"] = json!({ CLUSTER_LOCK_LABEL: foreign_ghost });
+    apply(&lab.client, &foreign).await?;
     apply(&lab.client, &orphan).await?;
     lab.wait_no_sentinel(&ghost).await?;
+    ensure!(
+        lab.sentinels::<Workload>(&foreign_ghost).await?.len() == 1,
+        "an object without this Hearth's labels was deleted by its sweep"
+    );
     // The real lock is untouched.
     let kept = lab.sentinels::<Workload>(&cluster).await?;
     assert_eq!(kept.len(), 1);
@@ -844,7 +830,7 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     assert_eq!(raw["metadata"]["name"], format!("cluster-lock-{cluster}"));
     assert_eq!(
         raw["metadata"]["labels"],
-        json!({ CLUSTER_LOCK_LABEL: cluster })
+        json!(sentinel_labels(&cluster, &lab.scope.namespace))
     );
     assert_eq!(
         raw["spec"],

@@ -224,6 +224,16 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_job_name: Option<String>,
 
+    /// UID of the lock sentinel hearth-lock-manager created (or adopted once from an
+    /// older controller): the lock is held only by that very object, never by another
+    /// one that took its name or labels. Written by hearth-lock-manager.
+    #[serde(
+        default,
+        rename = "lockJobUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lock_job_uid: Option<String>,
+
     /// When the current owner was first seen. Written by hearth-lock-manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_set_at: Option<Time>,

@@ -1,6 +1,8 @@
 //! Names, labels and defaults from the compatibility contract. Existing users,
 //! scripts and Fournos depend on every value here: change none of them.
 
+use std::collections::BTreeMap;
+
 /// API group of the FournosCluster CRD (and of Fournos's FournosJob).
 pub const GROUP: &str = "fournos.dev";
 /// API version of the FournosCluster CRD.
@@ -104,25 +106,78 @@ pub fn is_label_name(s: &str) -> bool {
 /// 63 characters (a longer name makes Kueue refuse the Workload).
 pub const MAX_SENTINEL_NAME: usize = 63;
 
-/// Name of the lock sentinel for `cluster`: `cluster-lock-<cluster>`, or, when that
-/// would not fit [`MAX_SENTINEL_NAME`], the cluster name cut short plus a hash of the
-/// whole name (so two long names sharing a prefix still get distinct sentinels). The
+/// Longest cluster name whose sentinel is `cluster-lock-<cluster>` as the contract says:
+/// one character short of [`MAX_SENTINEL_NAME`], so that a plain name is never as long
+/// as a shortened one (always exactly [`MAX_SENTINEL_NAME`]) and the two can never be
+/// equal, whatever the cluster is called.
+pub const MAX_PLAIN_SENTINEL_CLUSTER: usize = MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len() - 1;
+
+/// Name of the lock sentinel for `cluster`: `cluster-lock-<cluster>`, or, for a name
+/// longer than [`MAX_PLAIN_SENTINEL_CLUSTER`], the cluster name cut short plus 64 bits of
+/// a hash of the whole name, exactly [`MAX_SENTINEL_NAME`] characters. Distinct clusters
+/// get distinct names: two plain names differ in their cluster part, a plain and a
+/// shortened one differ in length, and two shortened ones differ in their hash (FNV-1a is no
+/// cryptographic hash, but only those who may create FournosClusters choose these names,
+/// and they need not collide names to take a cluster). The
 /// `fournos.dev/cluster-lock` label, not the name, links a sentinel to its cluster.
 pub fn lock_sentinel_name(cluster: &str) -> String {
-    let full = format!("{LOCK_SENTINEL_PREFIX}{cluster}");
-    if full.len() <= MAX_SENTINEL_NAME {
-        return full;
+    if cluster.len() <= MAX_PLAIN_SENTINEL_CLUSTER {
+        return format!("{LOCK_SENTINEL_PREFIX}{cluster}");
     }
-    let hash = format!("{:08x}", fnv1a(cluster.as_bytes()) as u32);
+    let hash = format!("{:016x}", fnv1a(cluster.as_bytes()));
     let room = MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len() - 1 - hash.len();
-    // Cluster names are ASCII (DNS names); cut on a char boundary anyway, and never end
-    // the kept part on a separator.
-    let mut cut = room.min(cluster.len());
-    while !cluster.is_char_boundary(cut) {
-        cut -= 1;
+    // A cluster name may be a DNS subdomain: its dots become dashes so that the kept part
+    // never ends a DNS label on a separator next to the hash's dash. Padding with `x`
+    // keeps the length exact when the name was cut on a multi-byte character.
+    let mut kept: String = cluster
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(room)
+        .collect();
+    while kept.len() < room {
+        kept.push('x');
     }
-    let kept = cluster[..cut].trim_end_matches(['-', '.']);
     format!("{LOCK_SENTINEL_PREFIX}{kept}-{hash}")
+}
+
+/// The labels every lock sentinel of the Hearth whose FournosClusters live in
+/// `cluster_namespace` carries. lock-manager watches, counts and deletes only objects
+/// with all three, so two Hearths sharing an execution namespace never touch each
+/// other's sentinels.
+pub fn sentinel_labels(cluster: &str, cluster_namespace: &str) -> BTreeMap<String, String> {
+    [
+        (CLUSTER_LOCK_LABEL.to_owned(), cluster.to_owned()),
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (
+            CLUSTER_NAMESPACE_LABEL.to_owned(),
+            cluster_namespace.to_owned(),
+        ),
+    ]
+    .into()
+}
+
+/// The label selector of [`sentinel_labels`], for any cluster.
+pub fn sentinel_selector(cluster_namespace: &str) -> String {
+    format!(
+        "{CLUSTER_LOCK_LABEL},{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{CLUSTER_NAMESPACE_LABEL}={cluster_namespace}"
+    )
+}
+
+/// Whether `labels` are those of a sentinel of this Hearth ([`sentinel_labels`]).
+pub fn has_sentinel_labels(
+    labels: Option<&BTreeMap<String, String>>,
+    cluster_namespace: &str,
+) -> bool {
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    get(CLUSTER_LOCK_LABEL).is_some_and(|c| !c.is_empty())
+        && get(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+        && get(CLUSTER_NAMESPACE_LABEL) == Some(cluster_namespace)
 }
 
 /// FNV-1a, 64 bits: stable across Rust versions and platforms, unlike `DefaultHasher`,
@@ -156,8 +211,9 @@ mod tests {
     #[test]
     fn short_cluster_names_keep_the_contract_name() {
         assert_eq!(lock_sentinel_name("a"), "cluster-lock-a");
-        let fits = "c".repeat(MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len());
+        let fits = "c".repeat(MAX_PLAIN_SENTINEL_CLUSTER);
         assert_eq!(lock_sentinel_name(&fits), format!("cluster-lock-{fits}"));
+        assert_eq!(lock_sentinel_name(&fits).len(), MAX_SENTINEL_NAME - 1);
     }
 
     #[test]
@@ -169,11 +225,49 @@ mod tests {
         assert!(na.starts_with("cluster-lock-xxx"), "{na}");
         assert_ne!(na, nb, "a shared prefix still gives distinct names");
         assert_eq!(na, lock_sentinel_name(&a), "stable");
-        // The kept part never ends on a separator.
-        let dashed = format!("{}-{}", "y".repeat(40), "z".repeat(30));
-        let n = lock_sentinel_name(&dashed);
-        assert!(!n.contains("--"), "{n}");
-        assert!(n.len() <= MAX_SENTINEL_NAME);
-        assert!(n.chars().last().unwrap().is_ascii_alphanumeric());
+        for cluster in [
+            format!("{}.{}", "y".repeat(32), "z".repeat(30)),
+            format!("{}-{}", "y".repeat(40), "z".repeat(30)),
+            "a".repeat(MAX_PLAIN_SENTINEL_CLUSTER + 1),
+            "a".repeat(253),
+        ] {
+            let n = lock_sentinel_name(&cluster);
+            assert_eq!(n.len(), MAX_SENTINEL_NAME, "{n}");
+            assert!(is_dns_label(&n), "{n} is a valid name and label value");
+        }
+    }
+
+    /// The collision of issue 24: a cluster named exactly like another's shortened
+    /// sentinel name (minus the prefix) got the same sentinel. Plain names are now one
+    /// character shorter than any shortened name.
+    #[test]
+    fn no_cluster_name_gets_another_clusters_sentinel_name() {
+        let long = format!("{}-tail", "p".repeat(60));
+        let shortened = lock_sentinel_name(&long);
+        let impostor = shortened.trim_start_matches(LOCK_SENTINEL_PREFIX);
+        assert_ne!(lock_sentinel_name(impostor), shortened);
+        for len in 1..=80 {
+            let plain = lock_sentinel_name(&"q".repeat(len));
+            assert_eq!(
+                plain.len() == MAX_SENTINEL_NAME,
+                len > MAX_PLAIN_SENTINEL_CLUSTER,
+                "only shortened names have the full length ({len})"
+            );
+        }
+    }
+
+    #[test]
+    fn sentinel_labels_match_their_selector() {
+        let labels = sentinel_labels("a", "hearth");
+        assert!(has_sentinel_labels(Some(&labels), "hearth"));
+        assert!(!has_sentinel_labels(Some(&labels), "hearth2"));
+        let mut legacy = labels.clone();
+        legacy.remove(MANAGED_BY_LABEL);
+        assert!(!has_sentinel_labels(Some(&legacy), "hearth"));
+        assert!(!has_sentinel_labels(None, "hearth"));
+        assert_eq!(
+            sentinel_selector("hearth"),
+            "fournos.dev/cluster-lock,app.kubernetes.io/managed-by=hearth,fournos.dev/cluster-namespace=hearth"
+        );
     }
 }

@@ -124,6 +124,13 @@ reasons! {
         Releasing = "Releasing",
         /// `fournosjob` sentinels: Fournos has not given the sentinel a phase in time.
         SentinelNotPickedUp = "SentinelNotPickedUp",
+        /// The sentinel's name is taken by an object this Hearth did not create (no
+        /// `app.kubernetes.io/managed-by=hearth` and `fournos.dev/cluster-namespace` of
+        /// this Hearth): it is named, and left alone.
+        SentinelNameTaken = "SentinelNameTaken",
+        /// The sentinel is admitted, but not in the cluster's ClusterQueue on the
+        /// cluster's own ResourceFlavor: it holds nothing on this cluster.
+        WrongFlavor = "WrongFlavor",
     }
 }
 

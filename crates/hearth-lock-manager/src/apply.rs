@@ -6,18 +6,29 @@
 //!    with 409 and nothing else happens; the next reconcile plans from their change.
 //! 2. Deletes, preconditioned on the observed `uid` (a stale cache never deletes a
 //!    newer sentinel of the same name).
-//! 3. Creates (an `AlreadyExists` is a cache that has not caught up yet).
+//! 3. Creates. The new sentinel's UID goes to status (`lockJobUID`): only that object
+//!    can hold the lock. An `AlreadyExists` is either this Hearth's sentinel that the
+//!    cache has not shown yet, or an object someone else made under the name: the name's
+//!    labels tell, and the second is `SentinelNameTaken`, naming the object.
 //! 4. Upkeep of the kept sentinels (a `workload` sentinel's `PodsReady`).
 //! 5. Status, by server-side apply of lock-manager's fields, only when it changed;
 //!    then the Events and metrics of that change.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hearth_api::FournosCluster;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::names::condition_types::LOCKED;
 use hearth_api::names::controllers::LOCK_MANAGER;
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, has_sentinel_labels,
+    sentinel_labels,
+};
+use hearth_api::reasons::LockedReason;
 use hearth_runtime::events::{Event, Events};
+use hearth_runtime::kit::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
@@ -29,21 +40,50 @@ use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
 use crate::plan::{LockAction, LockEvent, LockPlan, LockStatus, reasons};
-use crate::sentinel::{Priority, Sentinel, SentinelSpec};
+use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
 use crate::status::{became_held, status_patch, transition_events};
 
 /// What became of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
     Done,
+    /// Done, and the sentinel's name is taken by an object lock-manager does not watch:
+    /// nothing will say when it is gone, so look again (with backoff).
+    NameTaken,
     /// The cluster changed under the plan (409 on the guarded write): plan again.
     Conflict,
+}
+
+/// UIDs of the sentinels this process created or adopted, so that a sentinel is
+/// proven from the moment it exists, before the cluster cache shows the status write
+/// that records its UID. A UID in here is this lock-manager's whatever happened since
+/// (another leader, a restart only forgets); entries go after [`PROVEN_FOR`].
+#[derive(Clone, Default)]
+pub struct Created(Arc<Mutex<HashMap<String, Instant>>>);
+
+/// Longer than any cache lag: by then the status that records the UID is in the cache.
+const PROVEN_FOR: Duration = Duration::from_secs(600);
+
+impl Created {
+    pub fn insert(&self, uid: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, at| at.elapsed() < PROVEN_FOR);
+        map.insert(uid.to_owned(), Instant::now());
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(uid).is_some_and(|at| at.elapsed() < PROVEN_FOR)
+    }
 }
 
 /// What the apply step writes with.
 pub struct Writer<K: Sentinel> {
     pub client: kube::Client,
     pub config: LockManagerConfig,
+    /// Where this Hearth's FournosClusters live: its sentinels' cluster-namespace label.
+    pub cluster_namespace: String,
+    pub created: Created,
     pub clusters: Api<FournosCluster>,
     /// Deletes (an undecodable sentinel can still be deleted).
     pub sentinels: Api<DeserializeGuard<K>>,
@@ -63,6 +103,8 @@ impl<K: Sentinel> Writer<K> {
         metrics: LockMetrics,
     ) -> Self {
         Self {
+            cluster_namespace: cluster_namespace.to_owned(),
+            created: Created::default(),
             clusters: Api::namespaced(client.clone(), cluster_namespace),
             sentinels: Api::namespaced(client.clone(), &config.execution_namespace),
             sentinel_writes: Api::namespaced(client.clone(), &config.execution_namespace),
@@ -117,17 +159,45 @@ pub async fn apply_plan<K: Sentinel>(
         }
     }
 
+    let mut status = plan.status.clone();
+    let mut taken = false;
     for action in &plan.actions {
-        if let LockAction::CreateSentinel { name, owner } = action
-            && let Err(e) = create_sentinel(ctx, cluster, &regarding, name, owner).await
-        {
-            // Said where people look (the Locked condition), not only in an Event.
-            let mut status = plan.status.clone();
-            status.locked = false;
-            status.condition = Some(create_failed(&e));
-            write_status(ctx, cluster, &regarding, &status, now).await?;
-            return Err(e);
+        let LockAction::CreateSentinel { name, owner } = action else {
+            continue;
+        };
+        match create_sentinel(ctx, cluster, &regarding, name, owner).await {
+            Ok(Creation::Created { uid }) => status.lock_job_uid = Some(uid),
+            Ok(Creation::Exists(Holder::Ours)) => {}
+            Ok(Creation::Exists(Holder::Foreign(why))) => {
+                name_taken(
+                    &mut status,
+                    &K::kind(&()),
+                    &ctx.config.execution_namespace,
+                    name,
+                    &why,
+                );
+                taken = true;
+            }
+            Err(e) => {
+                // Said where people look (the Locked condition), not only in an Event.
+                status.locked = false;
+                status.condition = Some(create_failed(&e));
+                write_status(ctx, cluster, &regarding, &status, now).await?;
+                return Err(e);
+            }
         }
+    }
+    if let Some(name) = &plan.blocked_create
+        && let Holder::Foreign(why) = holder_of(ctx, name).await?
+    {
+        name_taken(
+            &mut status,
+            &K::kind(&()),
+            &ctx.config.execution_namespace,
+            name,
+            &why,
+        );
+        taken = true;
     }
 
     for sentinel in observed
@@ -142,8 +212,144 @@ pub async fn apply_plan<K: Sentinel>(
         }
     }
 
-    write_status(ctx, cluster, &regarding, &plan.status, now).await?;
-    Ok(Applied::Done)
+    write_status(ctx, cluster, &regarding, &status, now).await?;
+    Ok(if taken {
+        Applied::NameTaken
+    } else {
+        Applied::Done
+    })
+}
+
+/// `Locked=False/SentinelNameTaken`: the sentinel's name belongs to an object this Hearth
+/// did not make. It is left alone (it may be someone's running job) and named, so a
+/// person can decide.
+fn name_taken(status: &mut LockStatus, kind: &str, namespace: &str, name: &str, why: &str) {
+    let owner = status.lock_owner.as_deref().unwrap_or_default();
+    status.locked = false;
+    status.lock_job_name = None;
+    status.lock_job_uid = None;
+    status.condition = Some(DesiredCondition::new(
+        LOCKED,
+        false,
+        LockedReason::SentinelNameTaken,
+        format!(
+            "{kind} {namespace}/{name} already exists and is not this Hearth's sentinel ({why}), so the cluster cannot be locked for {owner} under that name. If it is not in use, delete it; lock-manager looks again (at least once a minute) and then takes the lock on its own."
+        ),
+    ));
+}
+
+/// Who holds an object name among the sentinels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// Nobody, or this Hearth (its labels).
+    Ours,
+    /// Another Hearth, a person, or Fournos: why it is not this Hearth's.
+    Foreign(String),
+}
+
+/// Whose object `name` is, from its labels (read once, on a refused create or a held
+/// one; never in steady state).
+async fn holder_of<K: Sentinel>(ctx: &Writer<K>, name: &str) -> Result<Holder, Error> {
+    let meta = ctx
+        .sentinel_writes
+        .get_metadata_opt(name)
+        .await
+        .map_err(|source| Error::ReadSentinel {
+            name: name.to_owned(),
+            source,
+        })?;
+    Ok(match meta {
+        None => Holder::Ours,
+        Some(meta) => holder(meta.metadata.labels.as_ref(), &ctx.cluster_namespace),
+    })
+}
+
+/// [`Holder`] from an object's labels.
+pub fn holder(labels: Option<&BTreeMap<String, String>>, cluster_namespace: &str) -> Holder {
+    if has_sentinel_labels(labels, cluster_namespace) {
+        return Holder::Ours;
+    }
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(|v| bounded(v));
+    Holder::Foreign(
+        match (get(MANAGED_BY_LABEL), get(CLUSTER_NAMESPACE_LABEL)) {
+            (Some(by), Some(ns)) if by == MANAGED_BY_VALUE => {
+                format!(
+                    "it is the sentinel of the Hearth whose FournosClusters are in namespace {ns}"
+                )
+            }
+            (Some(by), _) if by != MANAGED_BY_VALUE => format!("it is managed by {by}"),
+            _ => format!(
+                "it lacks the labels {MANAGED_BY_LABEL}={MANAGED_BY_VALUE} and {CLUSTER_NAMESPACE_LABEL}={cluster_namespace}"
+            ),
+        },
+    )
+}
+
+/// Adopts the sentinel an older controller made (the Python Hearth, or lock-manager
+/// before sentinels carried Hearth's labels), once: when the cluster's status names it,
+/// no UID is recorded yet, and it is shaped like a sentinel of this cluster. It gets
+/// Hearth's labels (guarded by its resourceVersion) and counts as proven from now on.
+/// Whether it was adopted.
+pub async fn adopt_legacy<K: Sentinel>(
+    ctx: &Writer<K>,
+    regarding: &ObjectReference,
+    cluster: &str,
+    name: &str,
+) -> Result<bool, Error> {
+    let read = |source| Error::ReadSentinel {
+        name: name.to_owned(),
+        source,
+    };
+    let Some(object) = ctx.sentinel_writes.get_opt(name).await.map_err(read)? else {
+        return Ok(false);
+    };
+    if !is_legacy(&object, cluster) {
+        return Ok(false);
+    }
+    let Some(uid) = object.uid() else {
+        return Ok(false);
+    };
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": object.resource_version(),
+            "labels": sentinel_labels(cluster, &ctx.cluster_namespace),
+        },
+    });
+    let params = PatchParams {
+        field_manager: Some(LOCK_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    match ctx
+        .sentinel_writes
+        .patch(name, &params, &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        // Changed or gone meanwhile: the next reconcile looks again.
+        Err(e) if is_status(&e, 409) || is_status(&e, 404) => return Ok(false),
+        Err(source) => {
+            return Err(Error::AdoptSentinel {
+                name: name.to_owned(),
+                source,
+            });
+        }
+    }
+    ctx.created.insert(&uid);
+    ctx.metrics.wrote("sentinel_adopt");
+    tracing::info!(
+        sentinel = name,
+        "adopted the sentinel of an older controller"
+    );
+    let note = format!(
+        "Sentinel {name} was made by an older controller; it now carries this Hearth's labels and keeps holding the lock."
+    );
+    ctx.events
+        .publish(
+            regarding,
+            &Event::normal("SentinelAdopted", "AdoptSentinel", note),
+        )
+        .await;
+    Ok(true)
 }
 
 /// Applies `status` when it differs from the cluster's, then the metrics and Events of
@@ -239,13 +445,23 @@ async fn delete_sentinel<K: Sentinel>(
     }
 }
 
+/// What a create came to.
+enum Creation {
+    Created {
+        uid: String,
+    },
+    /// The name was taken (409): by this Hearth's sentinel (a cache that has not caught
+    /// up), or by someone else's object.
+    Exists(Holder),
+}
+
 async fn create_sentinel<K: Sentinel>(
     ctx: &Writer<K>,
     cluster: &FournosCluster,
     regarding: &ObjectReference,
     name: &str,
     owner: &str,
-) -> Result<(), Error> {
+) -> Result<Creation, Error> {
     let priority = match (&ctx.config.sentinel_priority_class, K::USES_PRIORITY_CLASS) {
         (Some(class), true) => Some(priority(ctx, class).await?),
         _ => None,
@@ -257,6 +473,7 @@ async fn create_sentinel<K: Sentinel>(
         name,
         namespace: &ctx.config.execution_namespace,
         cluster: &cluster_name,
+        cluster_namespace: &ctx.cluster_namespace,
         owner,
         slots,
         local_queue: &ctx.config.local_queue_name,
@@ -266,16 +483,20 @@ async fn create_sentinel<K: Sentinel>(
         field_manager: Some(LOCK_MANAGER.into()),
         ..PostParams::default()
     };
-    match ctx.sentinel_writes.create(&params, &sentinel).await {
-        Ok(_) => ctx.metrics.wrote("sentinel_create"),
-        Err(e) if is_status(&e, 409) => return Ok(()),
+    let uid = match ctx.sentinel_writes.create(&params, &sentinel).await {
+        Ok(created) => {
+            ctx.metrics.wrote("sentinel_create");
+            created.uid().unwrap_or_default()
+        }
+        Err(e) if is_status(&e, 409) => return holder_of(ctx, name).await.map(Creation::Exists),
         Err(source) => {
             return Err(Error::CreateSentinel {
                 name: name.to_owned(),
                 source,
             });
         }
-    }
+    };
+    ctx.created.insert(&uid);
     // Someone deleted the sentinel of a lock that is still wanted.
     let recreated = status.lock_job_name.is_some() && status.lock_owner.as_deref() == Some(owner);
     let (reason, note) = if recreated {
@@ -295,7 +516,7 @@ async fn create_sentinel<K: Sentinel>(
     ctx.events
         .publish(regarding, &Event::normal(reason, "CreateSentinel", note))
         .await;
-    Ok(())
+    Ok(Creation::Created { uid })
 }
 
 /// The value of a WorkloadPriorityClass, read when a sentinel is created (not in steady
@@ -515,16 +736,29 @@ mod tests {
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {
                 "name": "cluster-lock-a", "namespace": "psap-automation", "uid": "u-1",
-                "labels": { "fournos.dev/cluster-lock": "a" },
+                "labels": {
+                    "fournos.dev/cluster-lock": "a",
+                    "app.kubernetes.io/managed-by": "hearth",
+                    "fournos.dev/cluster-namespace": "hearth",
+                },
                 "annotations": { "fournos.dev/owner": "alice" },
             },
-            "spec": { "podSets": [] },
-            "status": { "conditions": [
-                { "type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
-                  "lastTransitionTime": "2026-09-21T14:13:20Z" },
-                { "type": "PodsReady", "status": "True", "reason": "Started", "message": "",
-                  "lastTransitionTime": "2026-09-21T14:13:20Z" },
-            ]},
+            "spec": { "podSets": [{ "name": "lock", "count": 1, "template": { "spec": {
+                "nodeSelector": { "fournos.dev/cluster": "a" },
+                "containers": [{ "name": "lock", "resources": {
+                    "requests": { "fournos/cluster-slot": "100" } } }],
+            } } }] },
+            "status": {
+                "conditions": [
+                    { "type": "Admitted", "status": "True", "reason": "Admitted", "message": "",
+                      "lastTransitionTime": "2026-09-21T14:13:20Z" },
+                    { "type": "PodsReady", "status": "True", "reason": "Started", "message": "",
+                      "lastTransitionTime": "2026-09-21T14:13:20Z" },
+                ],
+                "admission": { "clusterQueue": "fournos-queue", "podSetAssignments": [
+                    { "name": "lock", "flavors": { "fournos/cluster-slot": "a" }, "count": 1 },
+                ] },
+            },
         }))
         .unwrap();
         (cluster, vec![Arc::new(sentinel)])
@@ -538,7 +772,11 @@ mod tests {
         let status = cluster.status.clone().unwrap();
         let views: Vec<_> = sentinels
             .iter()
-            .map(|s| crate::sentinel::observe(s.as_ref()))
+            .map(|s| {
+                crate::sentinel::observe(s.as_ref(), &crate::sentinel::Expect::of(&status), |_| {
+                    true
+                })
+            })
             .collect();
         assert_eq!(views[0].state, SentinelState::Holding);
         plan_lock(

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::{CLUSTER_LOCK_LABEL, lock_sentinel_name};
+use hearth_api::names::{lock_sentinel_name, sentinel_selector};
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
@@ -26,13 +26,13 @@ use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::Instrument as _;
 
-use crate::apply::{Applied, Writer, apply_plan};
+use crate::apply::{Applied, Writer, adopt_legacy, apply_plan};
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
 use crate::fournos_lock::{self, JOB_NAME_LABEL};
 use crate::metrics::LockMetrics;
 use crate::plan::{ClusterView, LockAction, plan_lock};
-use crate::sentinel::{Sentinel, cluster_of, observe};
+use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
 
 /// Retry after the cluster changed under an expiry (the watch event usually comes first).
 const CONFLICT_RETRY: Duration = Duration::from_secs(1);
@@ -81,7 +81,9 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
     let (sentinels, sentinel_objects) = Cache::<K>::watch(
         "Sentinel",
         Api::namespaced(client.clone(), &config.execution_namespace),
-        watcher::Config::default().labels(CLUSTER_LOCK_LABEL),
+        // Only this Hearth's sentinels: another Hearth's, or an object someone labelled
+        // `fournos.dev/cluster-lock` alone, is never read, counted or deleted.
+        watcher::Config::default().labels(&sentinel_selector(&namespace)),
         rt.readiness().gate("sentinels"),
         &watch,
     );
@@ -163,12 +165,27 @@ async fn reconcile_lock<K: Sentinel>(
     // Planning from a half-filled sentinel cache would create duplicates.
     ctx.sentinels.synced().await.map_err(|_| Error::CacheGone)?;
     let name = cluster.name_any();
+    let status = cluster.status.clone().unwrap_or_default();
+    if ctx.rt.is_leader()
+        && status.lock_job_uid.is_none()
+        && let Some(legacy) = status.lock_job_name.as_deref()
+        && ctx.sentinels.named(legacy).is_none()
+        && adopt_legacy(&ctx.writer, &cluster.object_ref(&()), &name, legacy).await?
+    {
+        // Its watch event, now that it carries the labels, plans the lock with it.
+        return Ok(Action::requeue(ctx.rt.reconcile_interval()));
+    }
     let observed = ctx
         .sentinels
         .store()
         .state_filter(|s| cluster_of(s) == Some(name.as_str()));
-    let views: Vec<_> = observed.iter().map(|s| observe(s.as_ref())).collect();
-    let status = cluster.status.clone().unwrap_or_default();
+    let expect = Expect::of(&status);
+    let recorded = status.lock_job_uid.as_deref();
+    let proven = |uid: &str| recorded == Some(uid) || ctx.writer.created.contains(uid);
+    let views: Vec<_> = observed
+        .iter()
+        .map(|s| observe(s.as_ref(), &expect, proven))
+        .collect();
     let view = ClusterView {
         name: &name,
         owner: cluster.spec.owner.as_deref(),
@@ -182,7 +199,7 @@ async fn reconcile_lock<K: Sentinel>(
         Some(workloads) => {
             // Planning from a half-filled Workload cache would call a lock lost.
             workloads.synced().await.map_err(|_| Error::CacheGone)?;
-            amend_from_workloads(&workloads.store(), &name, &status, &observed, plan, now)
+            amend_from_workloads(&workloads.store(), &name, &expect, &observed, plan, now)
         }
         None => (plan, false, None),
     };
@@ -201,9 +218,15 @@ async fn reconcile_lock<K: Sentinel>(
             keep_ready(&ctx.writer, &workload, now).await?;
         }
     }
+    if applied == Applied::NameTaken {
+        // Kept growing (to a minute) while the name stays taken: one read and one refused
+        // create per look.
+        return Ok(Action::requeue(ctx.backoff.failed(name)));
+    }
     ctx.backoff.succeeded(&name);
     Ok(match applied {
         Applied::Conflict => Action::requeue(CONFLICT_RETRY),
+        Applied::NameTaken => unreachable!("returned above"),
         Applied::Done => {
             let resync = ctx.rt.reconcile_interval();
             Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync)))
@@ -216,7 +239,7 @@ async fn reconcile_lock<K: Sentinel>(
 fn amend_from_workloads<K: Sentinel>(
     store: &Store<DeserializeGuard<Workload>>,
     cluster: &str,
-    status: &hearth_api::FournosClusterStatus,
+    expect: &Expect<'_>,
     observed: &[Arc<DeserializeGuard<K>>],
     plan: crate::plan::LockPlan,
     now: Timestamp,
@@ -243,12 +266,7 @@ fn amend_from_workloads<K: Sentinel>(
             views.push(v);
         }
     }
-    let slots = status
-        .kueue
-        .as_ref()
-        .map(|k| k.cluster_slots)
-        .filter(|s| *s > 0);
-    let amended = fournos_lock::amend(plan, slots, &jobs, &views, now);
+    let amended = fournos_lock::amend(plan, expect, &jobs, &views, now);
     // The kept sentinel's own Workload, unless the plan replaces that sentinel.
     let kept = amended.plan.status.lock_job_name.as_deref().filter(|kept| {
         !amended

@@ -47,6 +47,20 @@ pub enum Error {
     #[error("cannot write the lock status: {}", brief(.0))]
     Status(#[source] kube::Error),
 
+    #[error("cannot read sentinel {name}: {}", brief(.source))]
+    ReadSentinel {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    #[error("cannot label sentinel {name} as this Hearth's: {}", brief(.source))]
+    AdoptSentinel {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
     #[error("the sentinel cache stopped")]
     CacheGone,
 }
@@ -65,6 +79,8 @@ impl Error {
             Self::PriorityValue { .. } => "PriorityClassInvalid",
             Self::ClearOwner(_) => "ClearOwnerFailed",
             Self::Status(_) => "StatusWriteFailed",
+            Self::ReadSentinel { .. } => "SentinelReadFailed",
+            Self::AdoptSentinel { .. } => "SentinelAdoptFailed",
             Self::CacheGone => "CacheGone",
         }
     }

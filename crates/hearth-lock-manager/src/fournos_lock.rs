@@ -37,6 +37,7 @@ use serde_json::Value;
 use hearth_api::reasons::LockedReason;
 
 use crate::plan::{LockAction, LockEvent, LockPlan};
+use crate::sentinel::Expect;
 
 /// Condition reasons of `Locked` this module adds (see [`hearth_api::reasons::LockedReason`]).
 pub mod reasons {
@@ -91,6 +92,10 @@ pub struct LockWorkloadView {
     pub owner_uid: Option<String>,
     /// `fournos/cluster-slot` requested by its first pod set.
     pub slots: Option<i64>,
+    /// Admitted in this ClusterQueue (`status.admission`).
+    pub cluster_queue: Option<String>,
+    /// The flavor its `fournos/cluster-slot` was admitted on.
+    pub slot_flavor: Option<String>,
     pub admitted: bool,
     pub evicted: bool,
     /// Kueue counts its quota as used (reserved or admitted, not finished).
@@ -172,7 +177,7 @@ fn release_waits(jobs: &[JobView], workloads: &[LockWorkloadView]) -> Vec<String
 /// published.
 pub fn amend(
     mut plan: LockPlan,
-    cluster_slots: Option<i64>,
+    expect: &Expect<'_>,
     jobs: &[JobView],
     workloads: &[LockWorkloadView],
     now: Timestamp,
@@ -201,9 +206,9 @@ pub fn amend(
         return Amended { plan, lost: false };
     };
     let lost = if plan.status.locked {
-        amend_held(&mut plan, job, cluster_slots, workloads, now)
+        amend_held(&mut plan, job, expect, workloads, now)
     } else {
-        amend_waiting(&mut plan, job, cluster_slots, now);
+        amend_waiting(&mut plan, job, expect.slots, now);
         false
     };
     Amended { plan, lost }
@@ -260,6 +265,7 @@ fn hold_create_while_old_workload_exists(
     {
         plan.actions
             .retain(|a| !matches!(a, LockAction::CreateSentinel { .. }));
+        plan.blocked_create = Some(name.clone());
         plan.status.locked = false;
         set_reason(
             plan,
@@ -306,14 +312,14 @@ fn amend_replacing(
 fn amend_held(
     plan: &mut LockPlan,
     job: &JobView,
-    cluster_slots: Option<i64>,
+    expect: &Expect<'_>,
     workloads: &[LockWorkloadView],
     now: Timestamp,
 ) -> bool {
     let workload = workloads
         .iter()
         .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting);
-    let cluster_slots = cluster_slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
+    let cluster_slots = expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
     let problem = match workload {
         None => Some("there is no Workload owned by it (deleted, or never made)".to_owned()),
         Some(w) if w.evicted => Some(format!(
@@ -368,6 +374,23 @@ fn amend_held(
         });
         set_reason(plan, LockedReason::WorkloadLost, message);
         return true;
+    }
+    if let Some(w) = workload
+        && let Some(why) = expect.misplaced(
+            w.cluster_queue.as_deref().unwrap_or_default(),
+            w.slot_flavor.as_deref(),
+        )
+    {
+        plan.status.locked = false;
+        set_reason(
+            plan,
+            LockedReason::WrongFlavor,
+            format!(
+                "Workload {} of sentinel {} is admitted but {why}: it does not hold this cluster, so the cluster is not locked. Check which ResourceFlavors select the cluster's node label and the ClusterQueue's cohort.",
+                w.name, job.name,
+            ),
+        );
+        return false;
     }
     if let Some(w) = workload
         && w.slots.is_some_and(|s| s < cluster_slots)
@@ -497,6 +520,13 @@ pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
             .and_then(quantity_to_i64)
     });
     let admitted = is_true(w, workload_conditions::ADMITTED);
+    let admission = w.status.as_ref().and_then(|s| s.admission.as_ref());
+    let cluster_queue = admission.map(|a| a.cluster_queue.clone());
+    let slot_flavor = admission.and_then(|a| {
+        a.pod_set_assignments
+            .iter()
+            .find_map(|p| p.flavors.get(CLUSTER_SLOT_RESOURCE).cloned())
+    });
     let finished = is_true(w, workload_conditions::FINISHED);
     let message = w.status.as_ref().and_then(|s| {
         s.conditions
@@ -518,6 +548,8 @@ pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
         job,
         owner_uid,
         slots,
+        cluster_queue,
+        slot_flavor,
         admitted,
         evicted: is_true(w, workload_conditions::EVICTED),
         holds_quota: !finished && (admitted || is_true(w, workload_conditions::QUOTA_RESERVED)),
@@ -610,6 +642,8 @@ mod tests {
             job: JOB.into(),
             owner_uid: Some(owner_uid.into()),
             slots: Some(100),
+            cluster_queue: admitted.then(|| "q".into()),
+            slot_flavor: admitted.then(|| "a".into()),
             admitted,
             holds_quota: admitted,
             ..Default::default()
@@ -629,7 +663,9 @@ mod tests {
             .iter()
             .map(|j| SentinelView {
                 name: j.name.clone(),
+                uid: j.uid.clone(),
                 owner: Some("alice".into()),
+                proven: true,
                 state: if j.deleting_since.is_some() {
                     SentinelState::Terminating
                 } else if matches!(j.phase.as_deref(), Some("Admitted" | "Running")) {
@@ -650,7 +686,7 @@ mod tests {
             &views,
             at(now),
         );
-        amend(plan, Some(slots), jobs, workloads, at(now))
+        amend(plan, &Expect::of(&status), jobs, workloads, at(now))
     }
 
     fn reason(a: &Amended) -> &str {
@@ -814,7 +850,7 @@ mod tests {
         let plan = plan_lock(&view, &[], at(61));
         let a = amend(
             plan.clone(),
-            Some(100),
+            &Expect::of(&status),
             &[],
             &[workload("u1", true)],
             at(61),
@@ -832,7 +868,13 @@ mod tests {
             deleting: false,
             status: &status,
         };
-        let a = amend(plan_lock(&view, &[], at(62)), Some(100), &[], &[], at(62));
+        let a = amend(
+            plan_lock(&view, &[], at(62)),
+            &Expect::of(&status),
+            &[],
+            &[],
+            at(62),
+        );
         assert_eq!(reason(&a), plan_reasons::EXPIRED);
         assert_eq!(message(&a), "The lock of alice expired.");
         // A Workload that no longer holds quota is released.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hearth_api::FournosClusterStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::duration::parse_duration;
-use hearth_api::names::{condition_types::LOCKED, lock_sentinel_name};
+use hearth_api::names::{CLUSTER_NODE_LABEL, condition_types::LOCKED, lock_sentinel_name};
 use hearth_api::reasons::LockedReason;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -39,19 +39,39 @@ pub struct ClusterView<'a> {
 /// Where a sentinel stands with Kueue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SentinelState {
-    /// Admitted: it holds all of the cluster's slots.
+    /// Admitted in the cluster's ClusterQueue on the cluster's flavor with all of its
+    /// slots: it holds the cluster.
     Holding,
+    /// Admitted, but what it holds is not all of this cluster.
+    Misplaced(Misplaced),
     /// Not admitted yet; Kueue's own explanation when it gave one.
     Waiting(Option<String>),
     /// Being deleted.
     Terminating,
 }
 
-/// A sentinel labeled for the cluster, as observed.
+/// Why a sentinel does not hold its cluster, or cannot come to, with the words to say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Misplaced {
+    /// Admitted in another ClusterQueue or on another flavor (a foreign flavor with the
+    /// same node label, cohort borrowing): replacing it would end the same way.
+    WrongFlavor(String),
+    /// Admitted with fewer slots than the cluster has (its slot setting was raised), or
+    /// waiting with another number than the cluster has (which Kueue may never admit):
+    /// it is replaced by one that asks for exactly the cluster's slots.
+    WrongSlots(String),
+}
+
+/// A sentinel carrying this Hearth's labels for the cluster, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SentinelView {
     pub name: String,
+    pub uid: Option<String>,
     pub owner: Option<String>,
+    /// Its UID is the one lock-manager created (or adopted) for this cluster, and it is
+    /// still shaped as lock-manager built it. Only a proven sentinel can hold a lock;
+    /// any other object with the labels is deleted.
+    pub proven: bool,
     pub state: SentinelState,
 }
 
@@ -82,6 +102,9 @@ pub struct LockEvent {
 pub struct LockStatus {
     pub locked: bool,
     pub lock_job_name: Option<String>,
+    /// The UID of the kept sentinel; for a sentinel created now, the apply step fills it
+    /// in from the create's answer.
+    pub lock_job_uid: Option<String>,
     pub owner_set_at: Option<Timestamp>,
     pub lock_expires_at: Option<Timestamp>,
     pub lock_owner: Option<String>,
@@ -96,6 +119,10 @@ pub struct LockPlan {
     pub status: LockStatus,
     /// When to look again even if nothing changes: the expiry.
     pub requeue_after: Option<Duration>,
+    /// A create held back because something of the sentinel's name is still there
+    /// (`fournosjob`: a Workload Fournos made). The apply step looks up that name: if an
+    /// object this Hearth did not make holds it, the lock says `SentinelNameTaken`.
+    pub blocked_create: Option<String>,
 }
 
 fn ts(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
@@ -159,10 +186,22 @@ pub enum LockState {
     Waiting {
         lock: Lock,
         sentinel: String,
+        uid: Option<String>,
         why: Option<String>,
     },
     /// The owner's sentinel is admitted: it holds all of the cluster's slots.
-    Held { lock: Lock, sentinel: String },
+    Held {
+        lock: Lock,
+        sentinel: String,
+        uid: Option<String>,
+    },
+    /// The owner's sentinel is admitted, but not on all of this cluster.
+    Misplaced {
+        lock: Lock,
+        sentinel: String,
+        uid: Option<String>,
+        problem: Misplaced,
+    },
 }
 
 impl LockState {
@@ -178,6 +217,14 @@ impl LockState {
                 LockedReason::WaitingForAdmission
             }
             Self::Held { .. } => LockedReason::Held,
+            Self::Misplaced {
+                problem: Misplaced::WrongFlavor(_),
+                ..
+            } => LockedReason::WrongFlavor,
+            Self::Misplaced {
+                problem: Misplaced::WrongSlots(_),
+                ..
+            } => LockedReason::SlotsMismatch,
         })
     }
 
@@ -188,7 +235,8 @@ impl LockState {
             | Self::Replacing { lock }
             | Self::Creating { lock }
             | Self::Waiting { lock, .. }
-            | Self::Held { lock, .. } => Some(lock),
+            | Self::Held { lock, .. }
+            | Self::Misplaced { lock, .. } => Some(lock),
             _ => None,
         }
     }
@@ -217,10 +265,18 @@ pub fn classify(
             SentinelState::Holding => LockState::Held {
                 lock,
                 sentinel: s.name.clone(),
+                uid: s.uid.clone(),
+            },
+            SentinelState::Misplaced(problem) => LockState::Misplaced {
+                lock,
+                sentinel: s.name.clone(),
+                uid: s.uid.clone(),
+                problem: problem.clone(),
             },
             SentinelState::Waiting(why) => LockState::Waiting {
                 lock,
                 sentinel: s.name.clone(),
+                uid: s.uid.clone(),
                 why: why.clone(),
             },
             SentinelState::Terminating => unreachable!("kept_sentinel skips terminating ones"),
@@ -268,8 +324,10 @@ fn lock_of(cluster: &ClusterView<'_>, owner: &str, now: Timestamp) -> Lock {
     }
 }
 
-/// The one live sentinel of `owner` to keep: the canonical name first, then one that
-/// holds the quota (so a legacy sentinel keeps its admission), then by name.
+/// The one live, proven sentinel of `owner` to keep: the canonical name first, then one
+/// that holds the quota (so an adopted legacy sentinel keeps its admission), then by
+/// name. An unproven one is never kept, whatever it says: anyone who may create the
+/// sentinel's kind can give an object its labels.
 fn kept_sentinel<'s>(
     sentinels: &'s [SentinelView],
     owner: &str,
@@ -277,7 +335,9 @@ fn kept_sentinel<'s>(
 ) -> Option<&'s SentinelView> {
     sentinels
         .iter()
-        .filter(|s| s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner))
+        .filter(|s| {
+            s.proven && s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner)
+        })
         .min_by_key(|s| {
             (
                 s.name != canonical,
@@ -328,6 +388,7 @@ pub fn plan(
     let mut status = LockStatus {
         locked: false,
         lock_job_name: None,
+        lock_job_uid: None,
         owner_set_at: Some(lock.owner_set_at),
         lock_expires_at: lock.expires_at,
         lock_owner: Some(lock.owner.clone()),
@@ -371,22 +432,46 @@ pub fn plan(
                 "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
             )
         }
-        LockState::Waiting { sentinel, why, .. } => {
+        LockState::Waiting {
+            sentinel, why, uid, ..
+        } => {
             actions = delete_all_but(sentinels, Some(sentinel));
             status.lock_job_name = Some(sentinel.clone());
+            status.lock_job_uid = uid.clone();
             format!(
                 "Sentinel {sentinel} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
                 why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
             )
         }
-        LockState::Held { sentinel, .. } => {
+        LockState::Held { sentinel, uid, .. } => {
             actions = delete_all_but(sentinels, Some(sentinel));
             status.lock_job_name = Some(sentinel.clone());
+            status.lock_job_uid = uid.clone();
             status.locked = true;
             format!(
                 "Locked for {owner}{until}: sentinel {sentinel} holds all of the cluster's slots.{note}"
             )
         }
+        LockState::Misplaced {
+            sentinel,
+            uid,
+            problem,
+            ..
+        } => match problem {
+            Misplaced::WrongFlavor(why) => {
+                actions = delete_all_but(sentinels, Some(sentinel));
+                status.lock_job_name = Some(sentinel.clone());
+                status.lock_job_uid = uid.clone();
+                format!(
+                    "Sentinel {sentinel} is admitted but {why}: it does not hold this cluster, so the cluster is not locked for {owner}. Check which ResourceFlavors select {CLUSTER_NODE_LABEL}={} and the ClusterQueue's cohort.{note}",
+                    cluster.name
+                )
+            }
+            // Replaced by one that asks for every slot: it waits for admission again.
+            Misplaced::WrongSlots(why) => format!(
+                "Sentinel {sentinel} does not lock the cluster: {why}. Replacing it with one that requests exactly the cluster's slots; the cluster is not locked for {owner} meanwhile.{note}"
+            ),
+        },
         _ => unreachable!("states without a lock are planned by plan_unowned"),
     };
     let reason = state.reason().expect("a state with a lock has a reason");
@@ -407,6 +492,7 @@ pub fn plan(
         events,
         status,
         requeue_after,
+        blocked_create: None,
     }
 }
 
@@ -439,6 +525,7 @@ fn plan_unowned(state: &LockState, sentinels: &[SentinelView]) -> LockPlan {
             ..LockStatus::default()
         },
         requeue_after: None,
+        blocked_create: None,
     }
 }
 
@@ -521,11 +608,22 @@ mod tests {
         }
     }
 
+    /// A proven sentinel (the one lock-manager created), its UID `uid-<name>`.
     fn sentinel(name: &str, owner: &str, state: SentinelState) -> SentinelView {
         SentinelView {
             name: name.into(),
+            uid: Some(format!("uid-{name}")),
             owner: Some(owner.into()),
+            proven: true,
             state,
+        }
+    }
+
+    /// An object with the sentinel labels that lock-manager did not create.
+    fn impostor(name: &str, owner: &str, state: SentinelState) -> SentinelView {
+        SentinelView {
+            proven: false,
+            ..sentinel(name, owner, state)
         }
     }
 
@@ -925,6 +1023,94 @@ mod tests {
             vec![LockAction::DeleteSentinel {
                 name: "cluster-lock-a".into()
             }]
+        );
+    }
+
+    /// Issue 24 (2b): an object that carries the sentinel labels and says it is the
+    /// owner's, admitted, is not a lock unless lock-manager made it.
+    #[test]
+    fn a_labelled_impostor_never_holds_and_is_replaced() {
+        let status = locked_since("alice", 0);
+        let s = [impostor("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert!(!plan.status.locked);
+        assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a".into()
+            }],
+            "it takes the sentinel's name: it goes, and the real one follows"
+        );
+        // Beside the real one: the real one is kept, the impostor goes.
+        let s = [
+            impostor("cluster-lock-a-fake", "alice", SentinelState::Holding),
+            sentinel("cluster-lock-a", "alice", SentinelState::Waiting(None)),
+        ];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert!(!plan.status.locked);
+        assert_eq!(
+            plan.status.lock_job_uid.as_deref(),
+            Some("uid-cluster-lock-a")
+        );
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a-fake".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_held_lock_records_its_sentinels_uid() {
+        let status = locked_since("alice", 0);
+        let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+        assert!(plan.status.locked);
+        assert_eq!(
+            plan.status.lock_job_uid.as_deref(),
+            Some("uid-cluster-lock-a")
+        );
+        let created = plan_lock(&view(Some("alice"), None, &synced()), &[], at(10));
+        assert_eq!(
+            created.status.lock_job_uid, None,
+            "filled in by the apply step from the create's answer"
+        );
+    }
+
+    /// Issue 24 (3): admitted elsewhere, or with too few slots, is not held.
+    #[test]
+    fn a_misplaced_sentinel_is_not_held() {
+        let status = locked_since("alice", 0);
+        let wrong = [sentinel(
+            "cluster-lock-a",
+            "alice",
+            SentinelState::Misplaced(Misplaced::WrongFlavor(
+                "its fournos/cluster-slot is admitted on ResourceFlavor spot".into(),
+            )),
+        )];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &wrong, at(10));
+        assert!(!plan.status.locked);
+        assert_eq!(reason(&plan), LockedReason::WrongFlavor.as_str());
+        assert_eq!(
+            plan.actions,
+            vec![],
+            "a new one would be admitted there too"
+        );
+        let few = [sentinel(
+            "cluster-lock-a",
+            "alice",
+            SentinelState::Misplaced(Misplaced::WrongSlots("it holds 100".into())),
+        )];
+        let plan = plan_lock(&view(Some("alice"), None, &status), &few, at(10));
+        assert!(!plan.status.locked);
+        assert_eq!(reason(&plan), LockedReason::SlotsMismatch.as_str());
+        assert_eq!(
+            plan.actions,
+            vec![LockAction::DeleteSentinel {
+                name: "cluster-lock-a".into()
+            }],
+            "replaced by one that asks for every slot"
         );
     }
 

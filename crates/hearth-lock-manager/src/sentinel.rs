@@ -15,10 +15,12 @@ use std::fmt::Debug;
 
 use hearth_api::conditions::{find as condition, is_true};
 use hearth_api::fournosjob::{FournosJob, FournosJobSpec, HOLDING_PHASES};
-use hearth_api::kueue::{PodSet, PriorityClassRef, Workload, WorkloadSpec, workload_conditions};
+use hearth_api::kueue::{
+    PodSet, PriorityClassRef, Workload, WorkloadSpec, quantity_to_i64, workload_conditions,
+};
 use hearth_api::names::{
-    CLUSTER_LOCK_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, DEFAULT_CLUSTER_SLOTS,
-    OWNER_ANNOTATION,
+    CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
+    DEFAULT_CLUSTER_SLOTS, MANAGED_BY_LABEL, OWNER_ANNOTATION, sentinel_labels,
 };
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
@@ -31,7 +33,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::plan::{SentinelState, SentinelView};
+use crate::plan::{Misplaced, SentinelState, SentinelView};
 
 /// Name of the single pod set (and container) of a `workload` sentinel.
 pub const LOCK_POD_SET: &str = "lock";
@@ -55,6 +57,9 @@ pub struct SentinelSpec<'a> {
     pub name: &'a str,
     pub namespace: &'a str,
     pub cluster: &'a str,
+    /// Where this Hearth's FournosClusters live: the `fournos.dev/cluster-namespace`
+    /// label that tells its sentinels from another Hearth's.
+    pub cluster_namespace: &'a str,
     pub owner: &'a str,
     /// `status.kueue.clusterSlots`: a lock requests all of them.
     pub slots: i64,
@@ -82,8 +87,13 @@ pub trait Sentinel:
     /// The owner it was created for.
     fn owner(&self) -> Option<String>;
 
-    /// Where it stands with Kueue (deletion is handled by [`observe`]).
-    fn state(&self) -> SentinelState;
+    /// Where it stands with Kueue (deletion is handled by [`observe`]), given what a
+    /// sentinel of this cluster must hold to lock it.
+    fn state(&self, expect: &Expect<'_>) -> SentinelState;
+
+    /// Why this object is not a sentinel lock-manager would have built for `cluster`
+    /// (someone changed it, or made it), or `None` when it is one.
+    fn shape_problem(&self, cluster: &str) -> Option<String>;
 
     /// For a FournosJob sentinel, what [`crate::fournos_lock::amend`] needs of it.
     fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
@@ -108,28 +118,106 @@ pub fn cluster_of<K: Resource>(sentinel: &K) -> Option<&str> {
         .filter(|c| !c.is_empty())
 }
 
-/// What the plan needs to know about a sentinel. A sentinel that cannot be decoded
-/// is still a sentinel (it carries the label): it waits, and says why.
-pub fn observe<K: Sentinel>(sentinel: &DeserializeGuard<K>) -> SentinelView {
+/// What a sentinel of a cluster must hold to lock it: all of the cluster's slots, in the
+/// cluster's ClusterQueue, on the cluster's own ResourceFlavor (from `status.kueue`;
+/// unknown parts are not checked).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expect<'a> {
+    pub cluster_queue: Option<&'a str>,
+    pub flavor: Option<&'a str>,
+    pub slots: Option<i64>,
+}
+
+impl<'a> Expect<'a> {
+    pub fn of(status: &'a hearth_api::FournosClusterStatus) -> Self {
+        let kueue = status.kueue.as_ref();
+        Self {
+            cluster_queue: kueue.map(|k| k.cluster_queue.as_str()),
+            flavor: kueue.map(|k| k.flavor.as_str()),
+            slots: kueue.map(|k| k.cluster_slots).filter(|s| *s > 0),
+        }
+    }
+
+    /// Why an admission in `cluster_queue` with the slots on `flavor` does not hold this
+    /// cluster, if it does not: `WrongFlavor` with the words to say.
+    pub fn misplaced(&self, cluster_queue: &str, flavor: Option<&str>) -> Option<String> {
+        if let Some(want) = self.cluster_queue.filter(|w| *w != cluster_queue) {
+            return Some(format!(
+                "it is admitted in ClusterQueue {} but the cluster's quota is in {want}",
+                bounded(cluster_queue)
+            ));
+        }
+        match (self.flavor, flavor) {
+            (Some(want), Some(got)) if want != got => Some(format!(
+                "its {CLUSTER_SLOT_RESOURCE} is admitted on ResourceFlavor {} but the cluster's flavor is {want}",
+                bounded(got)
+            )),
+            (Some(want), None) => Some(format!(
+                "its admission assigns no ResourceFlavor to {CLUSTER_SLOT_RESOURCE} (the cluster's flavor is {want})"
+            )),
+            _ => None,
+        }
+    }
+
+    /// Why `requested` slots do not hold this cluster, if they do not.
+    pub fn too_few(&self, requested: Option<i64>) -> Option<String> {
+        let want = self.slots?;
+        match requested {
+            Some(n) if n >= want => None,
+            Some(n) => Some(format!(
+                "it holds {n} {CLUSTER_SLOT_RESOURCE} but the cluster has {want}, so other jobs can still be admitted there"
+            )),
+            None => Some(format!("it requests no {CLUSTER_SLOT_RESOURCE}")),
+        }
+    }
+}
+
+/// Untrusted text (from a person's or Kueue's object) as it may appear in a message.
+fn bounded(text: &str) -> String {
+    hearth_runtime::kit::bounded(text)
+}
+
+/// What the plan needs to know about a sentinel, which carries this Hearth's labels.
+/// `proven`: its UID is the one this lock-manager created (or adopted) for the cluster;
+/// an unproven one is never trusted to hold a lock. A sentinel that cannot be decoded
+/// is still labelled as one: it waits, and says why.
+pub fn observe<K: Sentinel>(
+    sentinel: &DeserializeGuard<K>,
+    expect: &Expect<'_>,
+    proven: impl Fn(&str) -> bool,
+) -> SentinelView {
     let meta = sentinel.meta();
     let name = meta.name.clone().unwrap_or_default();
+    let uid = meta.uid.clone();
+    let cluster = cluster_of(sentinel).unwrap_or_default();
+    let proven = uid.as_deref().is_some_and(proven)
+        && sentinel
+            .0
+            .as_ref()
+            .is_ok_and(|s| s.shape_problem(cluster).is_none());
     if meta.deletion_timestamp.is_some() {
         let owner = sentinel.0.as_ref().ok().and_then(Sentinel::owner);
         return SentinelView {
             name,
+            uid,
             owner,
+            proven,
             state: SentinelState::Terminating,
         };
     }
     match &sentinel.0 {
         Ok(s) => SentinelView {
             name,
+            uid,
             owner: s.owner(),
-            state: s.state(),
+            proven,
+            state: s.state(expect),
         },
         Err(invalid) => SentinelView {
             name,
+            uid,
             owner: None,
+            proven,
             state: SentinelState::Waiting(Some(format!(
                 "the sentinel cannot be read: {}",
                 invalid.error
@@ -138,8 +226,20 @@ pub fn observe<K: Sentinel>(sentinel: &DeserializeGuard<K>) -> SentinelView {
     }
 }
 
-fn labels(cluster: &str) -> BTreeMap<String, String> {
-    [(CLUSTER_LOCK_LABEL.to_owned(), cluster.to_owned())].into()
+/// A sentinel of an older controller, labelled only `fournos.dev/cluster-lock`: the
+/// Python Hearth's, or this one's before sentinels carried Hearth's labels. Adopted once
+/// (labelled) when the cluster's status names it and no sentinel UID is recorded yet.
+pub fn is_legacy<K: Sentinel>(sentinel: &K, cluster: &str) -> bool {
+    let labels = sentinel.meta().labels.as_ref();
+    let get = |k: &str| labels.and_then(|l| l.get(k));
+    get(CLUSTER_LOCK_LABEL).is_some_and(|c| c == cluster)
+        && get(MANAGED_BY_LABEL).is_none()
+        && get(CLUSTER_NAMESPACE_LABEL).is_none()
+        && sentinel.shape_problem(cluster).is_none()
+}
+
+fn labels(spec: &SentinelSpec<'_>) -> BTreeMap<String, String> {
+    sentinel_labels(spec.cluster, spec.cluster_namespace)
 }
 
 impl Sentinel for FournosJob {
@@ -151,7 +251,7 @@ impl Sentinel for FournosJob {
             FournosJobSpec::lock_sentinel(spec.cluster, spec.owner),
         );
         job.metadata.namespace = Some(spec.namespace.to_owned());
-        job.metadata.labels = Some(labels(spec.cluster));
+        job.metadata.labels = Some(labels(spec));
         job
     }
 
@@ -159,11 +259,26 @@ impl Sentinel for FournosJob {
         self.spec.owner.clone()
     }
 
+    /// A lock is a `lockOnly` job for this cluster: Fournos then requests all of its
+    /// slots and runs nothing. An exclusive job that runs work is no lock.
+    fn shape_problem(&self, cluster: &str) -> Option<String> {
+        if self.spec.lock_only != Some(true) {
+            return Some("it is not a lockOnly FournosJob".to_owned());
+        }
+        match self.spec.cluster.as_deref() {
+            Some(c) if c == cluster => None,
+            Some(c) => Some(format!("its spec.cluster is {}", bounded(c))),
+            None => Some("it names no spec.cluster".to_owned()),
+        }
+    }
+
     fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
         Some(crate::fournos_lock::observe_job(self))
     }
 
-    fn state(&self) -> SentinelState {
+    /// Fournos's phase only: what holds the slots is the Workload Fournos made, which
+    /// [`crate::fournos_lock`] checks against `expect`.
+    fn state(&self, _expect: &Expect<'_>) -> SentinelState {
         let status = self.status.as_ref();
         let phase = status.and_then(|s| s.phase.as_deref());
         if phase.is_some_and(|p| HOLDING_PHASES.contains(&p)) {
@@ -236,7 +351,7 @@ impl Sentinel for Workload {
         workload.metadata = ObjectMeta {
             name: Some(spec.name.to_owned()),
             namespace: Some(spec.namespace.to_owned()),
-            labels: Some(labels(spec.cluster)),
+            labels: Some(labels(spec)),
             annotations: Some([(OWNER_ANNOTATION.to_owned(), spec.owner.to_owned())].into()),
             ..Default::default()
         };
@@ -251,7 +366,7 @@ impl Sentinel for Workload {
             .cloned()
     }
 
-    fn state(&self) -> SentinelState {
+    fn state(&self, expect: &Expect<'_>) -> SentinelState {
         let conditions = self
             .status
             .as_ref()
@@ -262,7 +377,29 @@ impl Sentinel for Workload {
         if is_true(conditions, workload_conditions::ADMITTED)
             && !is_true(conditions, workload_conditions::EVICTED)
         {
+            let admission = self.status.as_ref().and_then(|s| s.admission.as_ref());
+            let flavor = admission.and_then(|a| {
+                a.pod_set_assignments
+                    .iter()
+                    .find_map(|p| p.flavors.get(CLUSTER_SLOT_RESOURCE).map(String::as_str))
+            });
+            let queue = admission.map_or("", |a| a.cluster_queue.as_str());
+            if let Some(why) = expect.misplaced(queue, flavor) {
+                return SentinelState::Misplaced(Misplaced::WrongFlavor(why));
+            }
+            if let Some(why) = expect.too_few(workload_slots(self)) {
+                return SentinelState::Misplaced(Misplaced::WrongSlots(why));
+            }
             return SentinelState::Holding;
+        }
+        let requested = workload_slots(self);
+        if let Some(want) = expect.slots.filter(|want| requested != Some(*want))
+            && self.metadata.deletion_timestamp.is_none()
+        {
+            return SentinelState::Misplaced(Misplaced::WrongSlots(format!(
+                "it requests {} {CLUSTER_SLOT_RESOURCE} but the cluster has {want}",
+                requested.unwrap_or_default()
+            )));
         }
         let said = |type_: &str, status: &str| {
             condition(conditions, type_)
@@ -283,6 +420,26 @@ impl Sentinel for Workload {
             None
         };
         SentinelState::Waiting(message)
+    }
+
+    /// A lock is one pod set pinned to the cluster requesting its slots.
+    fn shape_problem(&self, cluster: &str) -> Option<String> {
+        let pinned = self.spec.pod_sets.first().and_then(|ps| {
+            ps.template
+                .spec
+                .as_ref()?
+                .node_selector
+                .as_ref()?
+                .get(CLUSTER_NODE_LABEL)
+        });
+        if pinned.map(String::as_str) != Some(cluster) {
+            return Some(format!(
+                "its first pod set is not pinned to {CLUSTER_NODE_LABEL}={cluster}"
+            ));
+        }
+        workload_slots(self)
+            .is_none()
+            .then(|| format!("it requests no {CLUSTER_SLOT_RESOURCE}"))
     }
 
     /// `PodsReady=True` once admitted: Kueue evicts an admitted Workload whose
@@ -308,6 +465,27 @@ impl Sentinel for Workload {
     }
 }
 
+/// `fournos/cluster-slot` requested by a Workload's first pod set (one pod).
+pub fn workload_slots(w: &Workload) -> Option<i64> {
+    let ps = w.spec.pod_sets.first()?;
+    let each = ps
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get(CLUSTER_SLOT_RESOURCE)
+                .and_then(quantity_to_i64)
+        })
+        .sum::<i64>();
+    (each > 0).then(|| each.saturating_mul(i64::from(ps.count.max(1))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +498,7 @@ mod tests {
             name: "cluster-lock-a",
             namespace: "psap-automation",
             cluster: "a",
+            cluster_namespace: "hearth",
             owner: "alice",
             slots: 100,
             local_queue: "fournos-queue",
@@ -358,7 +537,11 @@ mod tests {
                 "metadata": {
                     "name": "cluster-lock-a",
                     "namespace": "psap-automation",
-                    "labels": { "fournos.dev/cluster-lock": "a" },
+                    "labels": {
+                        "fournos.dev/cluster-lock": "a",
+                        "app.kubernetes.io/managed-by": "hearth",
+                        "fournos.dev/cluster-namespace": "hearth",
+                    },
                 },
                 "spec": {
                     "cluster": "a",
@@ -374,7 +557,7 @@ mod tests {
     #[test]
     fn fournosjob_holds_in_admitted_and_running_phases() {
         let mut job = FournosJob::build(&spec(None));
-        assert_eq!(job.state(), SentinelState::Waiting(None));
+        assert_eq!(job.state(&Expect::default()), SentinelState::Waiting(None));
         for (phase, holding) in [
             ("Pending", false),
             ("Admitted", true),
@@ -382,14 +565,18 @@ mod tests {
             ("Succeeded", false),
         ] {
             job.status = Some(serde_json::from_value(json!({ "phase": phase })).unwrap());
-            assert_eq!(job.state() == SentinelState::Holding, holding, "{phase}");
+            assert_eq!(
+                job.state(&Expect::default()) == SentinelState::Holding,
+                holding,
+                "{phase}"
+            );
         }
         job.status = Some(
             serde_json::from_value(json!({ "phase": "Pending", "message": "insufficient quota" }))
                 .unwrap(),
         );
         assert_eq!(
-            job.state(),
+            job.state(&Expect::default()),
             SentinelState::Waiting(Some("insufficient quota".into()))
         );
         assert_eq!(job.owner().as_deref(), Some("alice"));
@@ -404,7 +591,11 @@ mod tests {
         let w = serde_json::to_value(Workload::build(&spec(Some(&priority)))).unwrap();
         assert_eq!(
             w["metadata"]["labels"],
-            json!({ "fournos.dev/cluster-lock": "a" })
+            json!({
+                "fournos.dev/cluster-lock": "a",
+                "app.kubernetes.io/managed-by": "hearth",
+                "fournos.dev/cluster-namespace": "hearth",
+            })
         );
         assert_eq!(
             w["metadata"]["annotations"],
@@ -449,9 +640,12 @@ mod tests {
     #[test]
     fn workload_state_follows_kueue() {
         let quota = "couldn't assign flavors to pod set lock: insufficient unused quota for fournos/cluster-slot in flavor a, 1 more needed";
-        assert_eq!(workload_with(vec![]).state(), SentinelState::Waiting(None));
         assert_eq!(
-            workload_with(vec![cond("QuotaReserved", "False", quota)]).state(),
+            workload_with(vec![]).state(&Expect::default()),
+            SentinelState::Waiting(None)
+        );
+        assert_eq!(
+            workload_with(vec![cond("QuotaReserved", "False", quota)]).state(&Expect::default()),
             SentinelState::Waiting(Some(quota.into()))
         );
         assert_eq!(
@@ -459,7 +653,7 @@ mod tests {
                 cond("QuotaReserved", "True", ""),
                 cond("Admitted", "True", "")
             ])
-            .state(),
+            .state(&Expect::default()),
             SentinelState::Holding
         );
         assert_eq!(
@@ -467,7 +661,7 @@ mod tests {
                 cond("Admitted", "False", ""),
                 cond("Evicted", "True", "Exceeded the PodsReady timeout")
             ])
-            .state(),
+            .state(&Expect::default()),
             SentinelState::Waiting(Some("Exceeded the PodsReady timeout".into()))
         );
         assert_eq!(
@@ -475,14 +669,14 @@ mod tests {
                 cond("Admitted", "True", ""),
                 cond("Evicted", "True", "Exceeded the PodsReady timeout")
             ])
-            .state(),
+            .state(&Expect::default()),
             SentinelState::Waiting(Some("Exceeded the PodsReady timeout".into())),
             "being evicted is not holding"
         );
         let mut inactive = workload_with(vec![]);
         inactive.spec.active = Some(false);
         assert!(
-            matches!(inactive.state(), SentinelState::Waiting(Some(m)) if m.contains("deactivated"))
+            matches!(inactive.state(&Expect::default()), SentinelState::Waiting(Some(m)) if m.contains("deactivated"))
         );
     }
 
@@ -511,18 +705,30 @@ mod tests {
     #[test]
     fn observe_reads_owner_and_deletion() {
         let mut w = workload_with(vec![cond("Admitted", "True", "")]);
-        let view = observe(&DeserializeGuard(Ok(w.clone())));
+        w.metadata.uid = Some("u1".into());
+        let view = observe(&DeserializeGuard(Ok(w.clone())), &Expect::default(), |u| {
+            u == "u1"
+        });
         assert_eq!(
             view,
             SentinelView {
                 name: "cluster-lock-a".into(),
+                uid: Some("u1".into()),
                 owner: Some("alice".into()),
+                proven: true,
                 state: SentinelState::Holding
             }
         );
+        let other = observe(&DeserializeGuard(Ok(w.clone())), &Expect::default(), |u| {
+            u == "u2"
+        });
+        assert!(
+            !other.proven,
+            "another UID is not the one lock-manager created"
+        );
         w.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert_eq!(
-            observe(&DeserializeGuard(Ok(w))).state,
+            observe(&DeserializeGuard(Ok(w)), &Expect::default(), |_| true).state,
             SentinelState::Terminating
         );
         assert_eq!(cluster_of(&FournosJob::build(&spec(None))), Some("a"));
@@ -537,11 +743,111 @@ mod tests {
             "spec": { "podSets": "not a list" },
         }))
         .unwrap();
-        let view = observe(&guard);
+        let view = observe(&guard, &Expect::default(), |_| true);
         assert_eq!(view.owner, None);
         assert!(
             matches!(view.state, SentinelState::Waiting(Some(m)) if m.contains("cannot be read"))
         );
         assert_eq!(cluster_of(&guard), Some("a"));
+    }
+
+    fn admitted_on(queue: &str, flavor: &str, slots: i64) -> Workload {
+        let mut s = spec(None);
+        s.slots = slots;
+        let mut w = Workload::build(&s);
+        w.status = Some(
+            serde_json::from_value(json!({
+                "conditions": [cond("QuotaReserved", "True", ""), cond("Admitted", "True", "")],
+                "admission": {
+                    "clusterQueue": queue,
+                    "podSetAssignments": [{"name": "lock", "flavors": {"fournos/cluster-slot": flavor}, "count": 1}],
+                },
+            }))
+            .unwrap(),
+        );
+        w
+    }
+
+    /// Issue 24 (3): admitted is not enough; it must be the cluster's queue, the cluster's
+    /// flavor and every slot.
+    #[test]
+    fn a_workload_holds_only_the_clusters_queue_flavor_and_slots() {
+        let expect = Expect {
+            cluster_queue: Some("fournos-queue"),
+            flavor: Some("a"),
+            slots: Some(100),
+        };
+        assert_eq!(
+            admitted_on("fournos-queue", "a", 100).state(&expect),
+            SentinelState::Holding
+        );
+        assert_eq!(
+            admitted_on("fournos-queue", "a", 150).state(&expect),
+            SentinelState::Holding,
+            "more than all is all"
+        );
+        assert!(matches!(
+            admitted_on("other-queue", "a", 100).state(&expect),
+            SentinelState::Misplaced(Misplaced::WrongFlavor(m)) if m.contains("other-queue")
+        ));
+        assert!(matches!(
+            admitted_on("fournos-queue", "spot", 100).state(&expect),
+            SentinelState::Misplaced(Misplaced::WrongFlavor(m)) if m.contains("spot")
+        ));
+        assert!(matches!(
+            admitted_on("fournos-queue", "a", 1).state(&expect),
+            SentinelState::Misplaced(Misplaced::WrongSlots(m)) if m.contains("holds 1")
+        ));
+    }
+
+    #[test]
+    fn only_a_sentinel_shaped_as_built_can_be_proven() {
+        assert_eq!(FournosJob::build(&spec(None)).shape_problem("a"), None);
+        assert_eq!(Workload::build(&spec(None)).shape_problem("a"), None);
+        assert!(FournosJob::build(&spec(None)).shape_problem("b").is_some());
+        let mut exclusive = FournosJob::build(&spec(None));
+        exclusive.spec.lock_only = Some(false);
+        assert!(exclusive.shape_problem("a").unwrap().contains("lockOnly"));
+        let mut unpinned = Workload::build(&spec(None));
+        unpinned.spec.pod_sets[0]
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .node_selector = None;
+        assert!(unpinned.shape_problem("a").is_some());
+        // A UID lock-manager knows does not make a changed object a sentinel.
+        exclusive.metadata.uid = Some("u1".into());
+        let view = observe(&DeserializeGuard(Ok(exclusive)), &Expect::default(), |_| {
+            true
+        });
+        assert!(!view.proven);
+    }
+
+    #[test]
+    fn legacy_sentinels_have_only_the_lock_label_and_the_right_shape() {
+        let mut python = FournosJob::build(&spec(None));
+        python.metadata.name = Some("hearth-lock-a".into());
+        python.metadata.labels = Some([(CLUSTER_LOCK_LABEL.to_owned(), "a".to_owned())].into());
+        assert!(is_legacy(&python, "a"));
+        assert!(!is_legacy(&python, "b"), "another cluster's");
+        let mut job = python.clone();
+        job.spec.lock_only = Some(false);
+        assert!(!is_legacy(&job, "a"), "an exclusive job is no lock");
+        assert!(
+            !is_legacy(&FournosJob::build(&spec(None)), "a"),
+            "already this Hearth's"
+        );
+        let mut other_hearth = FournosJob::build(&spec(None));
+        other_hearth
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(MANAGED_BY_LABEL);
+        assert!(
+            !is_legacy(&other_hearth, "a"),
+            "a cluster-namespace label is not legacy"
+        );
     }
 }

@@ -26,6 +26,7 @@ pub fn status_patch(
         Some(want) => LockManagerStatus {
             locked: Some(desired.locked),
             lock_job_name: desired.lock_job_name.clone(),
+            lock_job_uid: desired.lock_job_uid.clone(),
             owner_set_at: desired.owner_set_at.map(Time),
             lock_owner: desired.lock_owner.clone(),
             lock_expires_at: desired.lock_expires_at.map(Time),
@@ -52,7 +53,7 @@ pub fn became_held(current: &FournosClusterStatus, desired: &LockStatus) -> bool
 /// |-------------------------------------|-----------------------|----------------|
 /// | anything but `Held`, or none        | `Held`                | `LockHeld`     |
 /// | anything but `Released`/`Expired`   | `Released`            | `LockReleased` |
-/// | `Held`, same owner                  | `WaitingForAdmission` | `LockLost` (Warning) |
+/// | `Held`, same owner                  | `WaitingForAdmission`, `WrongFlavor`, `SlotsMismatch` | `LockLost` (Warning) |
 ///
 /// A change of owner is `LockOwnerChanged` besides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +86,11 @@ impl Transition {
             (Some(from), R::Released) if !matches!(from, Some(R::Released | R::Expired)) => {
                 Some(Self::Released)
             }
-            (Some(Some(R::Held)), R::WaitingForAdmission) if same_owner => Some(Self::Lost),
+            (Some(Some(R::Held)), R::WaitingForAdmission | R::WrongFlavor | R::SlotsMismatch)
+                if same_owner =>
+            {
+                Some(Self::Lost)
+            }
             _ => None,
         }
     }
@@ -152,6 +157,7 @@ mod tests {
         LockStatus {
             locked: true,
             lock_job_name: Some("cluster-lock-a".into()),
+            lock_job_uid: Some("uid-a".into()),
             owner_set_at: Some(at(0)),
             lock_expires_at: Some(at(3600)),
             lock_owner: Some(owner.into()),

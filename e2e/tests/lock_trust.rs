@@ -1,0 +1,353 @@
+//! Attacks on the lock's promise ("`locked=true`: nobody else's job can start there"),
+//! each run by someone with exactly the rights that could run it, against the real
+//! lock-manager, kube-apiserver and Kueue (issue 24). Every test here fails on a
+//! lock-manager that trusts sentinels by name and label.
+//!
+//! - Two Hearths sharing one execution namespace never touch each other's sentinels.
+//! - A Fournos user who takes the sentinel's name first: `SentinelNameTaken`, naming the
+//!   object, never `locked=true`; the lock is taken once the name is free.
+//! - A Fournos user who forges a sentinel (the name, Hearth's labels, the owner's
+//!   annotation, on their own running job): never `locked=true` while it is admitted.
+//! - `Held` only in the cluster's queue, on its flavor, with every slot.
+//!
+//! Workload sentinels (no Fournos needed); every wait has a deadline, and with
+//! [`LockLab::probing`] each look at a cluster that says `locked=true` tries to get a
+//! one-slot job admitted there, which must fail.
+//!
+//! Run: `cargo build --workspace --bins && cargo test -p hearth-e2e --test lock_trust`.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use hearth_api::kueue::Workload;
+use hearth_api::names::{OWNER_ANNOTATION, lock_sentinel_name, sentinel_labels};
+use hearth_api::reasons::LockedReason;
+use hearth_e2e::Isolated;
+use hearth_e2e::fixtures::local_queue;
+use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::invariants::workload_is;
+use hearth_e2e::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane, lock_state, reason_is};
+use hearth_e2e::objects::slot_workload;
+use hearth_e2e::process::{holds_for, until};
+use hearth_e2e::resources::apply;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+/// How long the two-Hearths test watches both locks (each sample reads both clusters
+/// and both sentinels).
+const SHARED_WINDOW: Duration = Duration::from_secs(60);
+/// How long a refused lock is watched for never saying `locked=true`.
+const NEVER_WINDOW: Duration = Duration::from_secs(10);
+
+async fn lab(test: &str) -> Result<LockLab> {
+    Ok(LockLab::new(lock_plane().await?, test).await?.probing())
+}
+
+/// lock-manager with workload sentinels in `lab`'s scope, as the chart's ServiceAccount.
+async fn lock_manager(lab: &LockLab) -> Result<Running> {
+    let env = [
+        ("HEARTH_SENTINEL", "workload"),
+        ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
+        ("HEARTH_LOG_LEVEL", "info"),
+    ];
+    hearth::start(lab.plane, &lab.scope, Controller::LockManager, "0", &env)
+        .await
+        .context("starting hearth-lock-manager")
+}
+
+/// A queued cluster with `status.kueue`, as kueue-sync would leave it.
+async fn cluster(lab: &LockLab, base: &str) -> Result<String> {
+    let name = lab.scope.cluster(base);
+    lab.queue_cluster(&name).await?;
+    lab.publish_slots(&name, SLOTS).await?;
+    Ok(name)
+}
+
+/// `fournos/cluster-slot` as a sentinel requests it.
+fn requested_slots(w: &Workload) -> Result<String> {
+    let raw = serde_json::to_value(w)?;
+    Ok(raw["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        ["fournos/cluster-slot"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned())
+}
+
+fn uid_of(w: &Workload) -> String {
+    w.uid().unwrap_or_default()
+}
+
+/// Two Hearth releases (their own FournosCluster namespaces and ClusterQueues) share one
+/// execution namespace, each with a lock held: neither deletes, replaces or counts the
+/// other's sentinel, and neither lock ever stops saying `locked=true`.
+#[tokio::test]
+async fn two_hearths_in_one_execution_namespace_keep_each_others_locks() -> Result<()> {
+    let plane = lock_plane().await?;
+    let first = lab("shared-exec-1").await?;
+    // The second release: its own namespace and ClusterQueue, the first's execution
+    // namespace, with a LocalQueue there for its own ClusterQueue.
+    let own = plane.isolated("shared-exec-2").await?;
+    let mut scope = own.scope.clone();
+    scope.execution_namespace = first.scope.execution_namespace.clone();
+    scope.local_queue = format!("lq-{}", own.id);
+    apply(
+        &first.client,
+        &local_queue(
+            &scope.execution_namespace,
+            &scope.local_queue,
+            &scope.cluster_queue,
+        ),
+    )
+    .await?;
+    let second = LockLab::with_scope(
+        plane,
+        Isolated {
+            id: format!("{}-x", own.id),
+            scope,
+        },
+    )
+    .await?
+    .probing();
+
+    let a = cluster(&first, "first").await?;
+    let b = cluster(&second, "second").await?;
+    let _lm1 = lock_manager(&first).await?;
+    let _lm2 = lock_manager(&second).await?;
+    first.set_spec(&a, json!({ "owner": "alice" })).await?;
+    second.set_spec(&b, json!({ "owner": "bob" })).await?;
+    let held_a = first.wait_cluster(&a, "held", is_held).await?;
+    let held_b = second.wait_cluster(&b, "held", is_held).await?;
+    let uid_a = held_a
+        .status
+        .and_then(|s| s.lock_job_uid)
+        .context("lockJobUID of a")?;
+    let uid_b = held_b
+        .status
+        .and_then(|s| s.lock_job_uid)
+        .context("lockJobUID of b")?;
+
+    holds_for("both locks, untouched", SHARED_WINDOW, || async {
+        for (lab, cluster, uid) in [(&first, &a, &uid_a), (&second, &b, &uid_b)] {
+            let fc = lab.clusters.get(cluster).await?;
+            if !is_held(&fc) {
+                return Ok(Err(format!("{cluster}: {}", lock_state(&fc))));
+            }
+            let sentinels = lab.sentinels::<Workload>(cluster).await?;
+            let uids: Vec<String> = sentinels.iter().map(uid_of).collect();
+            if uids != [uid.clone()] {
+                return Ok(Err(format!(
+                    "{cluster}: sentinels {uids:?}, not only the one it was locked with ({uid})"
+                )));
+            }
+        }
+        Ok(Ok(()))
+    })
+    .await?;
+    // What each release holds is still true: Kueue admits nothing else there.
+    first.probe(&a).await?;
+    second.probe(&b).await?;
+    Ok(())
+}
+
+/// A Fournos user creates an ordinary job under the sentinel's name before the owner
+/// locks: the lock says `SentinelNameTaken` naming it, never `locked=true`, and leaves it
+/// alone; once the user deletes it, the lock is taken.
+#[tokio::test]
+async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
+    let lab = lab("squat").await?;
+    let attacker = lab.fournos_user().await?;
+    let c = cluster(&lab, "squat").await?;
+    let name = lock_sentinel_name(&c);
+    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let squat: Workload = serde_json::from_value(slot_workload(
+        &lab.scope.execution_namespace,
+        &name,
+        &lab.scope.local_queue,
+        &c,
+        1,
+    ))?;
+    let squat = workloads.create(&PostParams::default(), &squat).await?;
+    lab.wait_workload(&name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
+        .await?;
+    lab.mark_pods_ready(&name).await?;
+
+    let _lm = lock_manager(&lab).await?;
+    lab.set_spec(&c, json!({ "owner": "alice" })).await?;
+    let taken = lab
+        .wait_cluster(
+            &c,
+            "SentinelNameTaken",
+            reason_is(LockedReason::SentinelNameTaken.as_str()),
+        )
+        .await?;
+    let message = &hearth_e2e::lab::locked(&taken).context("Locked")?.message;
+    ensure!(
+        message.contains(&format!(
+            "Workload {}/{name}",
+            lab.scope.execution_namespace
+        )),
+        "the message names the object: {message}"
+    );
+    holds_for(
+        "the squatted lock never says locked=true",
+        NEVER_WINDOW,
+        || async {
+            let fc = lab.clusters.get(&c).await?;
+            Ok(if fc.status.as_ref().and_then(|s| s.locked) == Some(true) {
+                Err(lock_state(&fc))
+            } else {
+                Ok(())
+            })
+        },
+    )
+    .await?;
+    let still = lab.workloads.get(&name).await?;
+    ensure!(
+        uid_of(&still) == uid_of(&squat),
+        "the squatter's job was left alone"
+    );
+
+    workloads.delete(&name, &DeleteParams::default()).await?;
+    let held = lab
+        .wait_cluster(&c, "held once the name is free", is_held)
+        .await?;
+    let sentinel = lab.workloads.get(&name).await?;
+    ensure!(
+        held.status.and_then(|s| s.lock_job_uid) == sentinel.uid(),
+        "held by the sentinel lock-manager created"
+    );
+    Ok(())
+}
+
+/// A Fournos user's running one-slot job under the sentinel's name, carrying Hearth's
+/// labels and the owner's annotation (everything a label-and-name check looks at): the
+/// cluster never says `locked=true` while it runs there, and the lock that follows is
+/// the sentinel lock-manager created.
+#[tokio::test]
+async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
+    let lab = lab("forge").await?;
+    let attacker = lab.fournos_user().await?;
+    let c = cluster(&lab, "forge").await?;
+    let name = lock_sentinel_name(&c);
+    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let mut forged = slot_workload(
+        &lab.scope.execution_namespace,
+        &name,
+        &lab.scope.local_queue,
+        &c,
+        1,
+    );
+    forged["metadata"]["labels"] = json!(sentinel_labels(&c, &lab.scope.namespace));
+    forged["metadata"]["annotations"] = json!({ OWNER_ANNOTATION: "alice" });
+    let forged: Workload = serde_json::from_value(forged)?;
+    let forged = workloads.create(&PostParams::default(), &forged).await?;
+    lab.wait_workload(&name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
+        .await?;
+    lab.mark_pods_ready(&name).await?;
+
+    let _lm = lock_manager(&lab).await?;
+    lab.set_spec(&c, json!({ "owner": "alice" })).await?;
+    // Every sample: while the forged job is admitted there, the cluster is not locked.
+    until(
+        "a lock held by lock-manager's own sentinel",
+        DEADLINE,
+        || async {
+            let fc = lab.clusters.get(&c).await?;
+            let forged_admitted = match lab.workloads.get_opt(&name).await? {
+                Some(w) => uid_of(&w) == uid_of(&forged) && workload_is(&w, "Admitted"),
+                None => false,
+            };
+            let locked = fc.status.as_ref().and_then(|s| s.locked) == Some(true);
+            ensure!(
+                !(locked && forged_admitted),
+                "{c} says locked=true while the forged job is admitted: {}",
+                lock_state(&fc)
+            );
+            Ok(if is_held(&fc) {
+                Ok(fc)
+            } else {
+                Err(lock_state(&fc))
+            })
+        },
+    )
+    .await?;
+    let fc = lab.wait_cluster(&c, "held", is_held).await?;
+    let sentinel = lab.workloads.get(&name).await?;
+    ensure!(
+        uid_of(&sentinel) != uid_of(&forged),
+        "the forged job is gone"
+    );
+    ensure!(
+        fc.status.and_then(|s| s.lock_job_uid) == sentinel.uid(),
+        "held by the sentinel lock-manager created"
+    );
+    Ok(())
+}
+
+/// `Held` needs the cluster's ClusterQueue and flavor and every slot: a flavor that
+/// kueue-sync now says is another one gives `WrongFlavor`; raised slots give
+/// `SlotsMismatch` and a sentinel that asks for all of them.
+#[tokio::test]
+async fn held_needs_the_clusters_flavor_and_every_slot() -> Result<()> {
+    let lab = lab("held-truth").await?;
+    let c = cluster(&lab, "truth").await?;
+    let _lm = lock_manager(&lab).await?;
+    lab.set_spec(&c, json!({ "owner": "alice" })).await?;
+    lab.wait_cluster(&c, "held", is_held).await?;
+
+    // kueue-sync now publishes the cluster on another flavor.
+    let moved = json!({
+        "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+        "status": { "kueue": {
+            "flavor": format!("{c}-elsewhere"), "clusterQueue": lab.scope.cluster_queue,
+            "quotas": { "fournos/cluster-slot": SLOTS }, "clusterSlots": SLOTS,
+        }},
+    });
+    lab.clusters
+        .patch_status(
+            &c,
+            &PatchParams::apply("hearth-kueue-sync").force(),
+            &Patch::Apply(&moved),
+        )
+        .await?;
+    let wrong = lab
+        .wait_cluster(
+            &c,
+            "WrongFlavor",
+            reason_is(LockedReason::WrongFlavor.as_str()),
+        )
+        .await?;
+    ensure!(wrong.status.and_then(|s| s.locked) == Some(false));
+    lab.publish_slots(&c, SLOTS).await?;
+    let before = lab.wait_cluster(&c, "held again", is_held).await?;
+    let old_uid = before.status.and_then(|s| s.lock_job_uid);
+
+    // Raised slots: the held sentinel has too few; it is replaced by one with all of them.
+    lab.publish_slots(&c, SLOTS + 50).await?;
+    until("a sentinel asking for every slot", DEADLINE, || async {
+        let fc = lab.clusters.get(&c).await?;
+        ensure!(
+            fc.status.as_ref().and_then(|s| s.locked) != Some(true)
+                || fc.status.as_ref().and_then(|s| s.lock_job_uid.clone()) == old_uid,
+            "a replaced sentinel said locked=true: {}",
+            lock_state(&fc)
+        );
+        let sentinels = lab.sentinels::<Workload>(&c).await?;
+        Ok(match sentinels.as_slice() {
+            [s] if s.uid() != old_uid && requested_slots(s)? == (SLOTS + 50).to_string() => Ok(()),
+            _ => Err(format!(
+                "{} sentinels; {}",
+                sentinels.len(),
+                lock_state(&fc)
+            )),
+        })
+    })
+    .await?;
+    // The queue has 100 slots for it: it is not admitted, and the cluster says why.
+    lab.wait_cluster(&c, "not held", |fc| {
+        fc.status.as_ref().and_then(|s| s.locked) == Some(false)
+    })
+    .await?;
+    Ok(())
+}
