@@ -1417,3 +1417,30 @@ async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
     w.assert_nothing_leaked().await?;
     Ok(())
 }
+
+/// Issue 24, item 7: anyone on the pod network may open connections to the admin port
+/// and send nothing, or half a request. The kubelet's probes (one second to answer) must
+/// still be answered, or it restarts every controller.
+#[tokio::test]
+async fn idle_connections_to_the_admin_port_do_not_starve_the_probes() -> Result<()> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut w = World::new("hostile_admin_idle").await?;
+    w.start(&[Controller::LockManager]).await?;
+    let addr = w.controllers[0].admin_addr()?;
+    let mut held = Vec::new();
+    for i in 0..100 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        if i % 2 == 1 {
+            stream.write_all(b"GET /read").await?;
+        }
+        held.push(stream);
+    }
+    for path in ["/healthz", "/readyz", "/healthz"] {
+        let (code, body) = tokio::time::timeout(Duration::from_secs(1), http_get(addr, path))
+            .await
+            .with_context(|| format!("{path} not answered within a second"))??;
+        ensure!(code == 200, "{path} answered {code}: {body}");
+    }
+    drop(held);
+    w.assert_alive().await
+}

@@ -536,3 +536,94 @@ async fn a_lock_taken_between_read_and_write_is_not_overwritten() -> Result<()> 
     );
     Ok(())
 }
+
+/// Whatever someone writes into an Event or a condition, `why` and `status` print no
+/// character that drives a terminal or reorders what is shown: no control character
+/// other than the newline (no ESC, BEL, DEL, C1), no bidirectional or zero-width
+/// character. `-o json` still gives the text back exactly.
+#[tokio::test]
+async fn why_prints_no_terminal_controls_from_the_cluster() -> Result<()> {
+    const HOSTILE: &str = "probe failed\u{1b}[31m RED\u{1b}]0;pwned\u{7}\u{7f}\u{9b}2J\r\u{8}\u{202e}desrever\u{202c}\u{2066}\u{200b}\u{feff} end";
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_hostile").await?;
+    let client = plane.management_client().await?;
+    let ns = &scope.namespace;
+    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), ns);
+    let cluster = scope.cluster("h");
+    let mut fc = FournosCluster::new(&cluster, Default::default());
+    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
+    clusters.create(&PostParams::default(), &fc).await?;
+    clusters
+        .patch_status(
+            &cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": {
+                "kubeconfigStatus": "Unreachable",
+                "gpuSummary": HOSTILE,
+                "hardware": { "totalGPUs": 8, "gpus": [{
+                    "vendor": "NVIDIA", "model": "A100", "shortName": HOSTILE, "count": 8, "nodeCount": 1,
+                }] },
+                "conditions": [{
+                    "type": "KubeconfigValid", "status": "False", "reason": "Unreachable",
+                    "message": HOSTILE, "lastTransitionTime": "2026-11-23T10:00:00Z",
+                }],
+            } })),
+        )
+        .await?;
+    // Created, not applied: server-side apply decodes as YAML, which refuses control
+    // characters; JSON carries them, as an Event writer's does.
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": { "name": format!("{cluster}.hostile"), "namespace": ns },
+        "involvedObject": { "apiVersion": "fournos.dev/v1", "kind": "FournosCluster", "name": cluster, "namespace": ns },
+        "type": "Warning", "reason": "ProbeFailed", "message": HOSTILE,
+        "lastTimestamp": "2026-11-23T10:00:00Z",
+    }))?;
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &event)
+        .await?;
+    let admin = Plugin {
+        kubeconfig: plane.management_kubeconfig(),
+        scope: scope.clone(),
+    };
+
+    let shown = |out: &str| -> Result<()> {
+        let hidden: Vec<char> = out
+            .chars()
+            .filter(|&c| {
+                (c != '\n' && c.is_control())
+                    || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+                        | '\u{2060}'..='\u{206f}' | '\u{feff}')
+            })
+            .collect();
+        ensure!(hidden.is_empty(), "printed {hidden:?}:\n{out:?}");
+        Ok(())
+    };
+    let why = admin.run(&["why", &cluster]).await?.ok()?.stdout;
+    shown(&why)?;
+    for said in [
+        "Latest warning Event",
+        "ProbeFailed",
+        "pwned",
+        "desrever",
+        "end",
+    ] {
+        ensure!(why.contains(said), "`why` lacks {said:?}:\n{why}");
+    }
+    ensure!(why.trim().lines().count() == 1, "not one paragraph:\n{why}");
+    let table = admin.run(&["status", &cluster]).await?.ok()?.stdout;
+    shown(&table)?;
+    ensure!(table.contains("8 probe failed"), "{table}");
+
+    // json and yaml give the cluster's text back exactly, its hidden characters escaped.
+    for output in ["json", "yaml"] {
+        let run = admin.run(&["status", &cluster, "-o", output]).await?.ok()?;
+        shown(&run.stdout)?;
+        let rows: Value = if output == "json" {
+            run.json()?
+        } else {
+            serde_saphyr::from_str(&run.stdout).with_context(|| format!("not YAML: {run:?}"))?
+        };
+        ensure!(rows[0]["gpus"][HOSTILE] == 8, "{output}: {rows}");
+    }
+    Ok(())
+}

@@ -31,15 +31,7 @@ pub fn owner_problem(owner: &str) -> Option<String> {
             "spec.owner is {chars} characters long; at most {MAX_OWNER_CHARS} are accepted"
         ));
     }
-    // Cc, and the Cf characters that change how text is shown (zero-width and
-    // bidirectional controls, BOM, soft hyphen, Arabic letter mark).
-    let hidden = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}'
-                | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}')
-    };
-    owner.chars().any(hidden).then(|| {
+    owner.chars().any(crate::text::is_hidden).then(|| {
         "spec.owner holds a control or format character (a newline, NUL or a bidirectional \
          override); write it as plain text"
             .to_owned()

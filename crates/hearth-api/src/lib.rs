@@ -12,6 +12,7 @@ pub mod kueue_validity;
 pub mod names;
 pub mod reasons;
 pub mod slices;
+pub mod text;
 
 pub use cluster::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,

@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use crate::apply::{FlavorAction, Writer};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
-use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan};
+use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot, Stores};
 use crate::writeback::{INVALID_OBJECT, event_for};
 
@@ -105,7 +105,11 @@ impl Context {
                 self.writer.metrics.published(&plan);
                 return Ok(0);
             }
-            tracing::debug!(?plan, attempt, "plan");
+            tracing::debug!(
+                plan = %plan_summary(&plan, snapshot.input.cluster_queue.as_ref()),
+                attempt,
+                "plan"
+            );
 
             let (mut written, mut errors) = self.apply_flavors(&plan).await;
             let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
@@ -406,7 +410,12 @@ impl Context {
             })
             .await;
         if !caught_up {
-            tracing::debug!(?written, "the caches do not show every write yet");
+            // The writes' names, not all of them: a first round writes every status.
+            tracing::debug!(
+                writes = written.len(),
+                first = ?written.iter().take(3).collect::<Vec<_>>(),
+                "the caches do not show every write yet"
+            );
         }
     }
 }

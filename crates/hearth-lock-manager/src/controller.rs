@@ -203,7 +203,7 @@ async fn reconcile_lock<K: Sentinel>(
         }
         None => (plan, false, None),
     };
-    tracing::debug!(?plan, "planned");
+    tracing::debug!(plan = %crate::summary::plan_summary(&plan), "planned");
 
     if !ctx.rt.is_leader() {
         // Becoming leader reconciles everything again.

@@ -44,4 +44,5 @@ pub mod metrics;
 pub mod plan;
 pub mod sentinel;
 pub mod status;
+pub mod summary;
 pub mod sweep;

@@ -1,13 +1,22 @@
 //! The admin HTTP server: `/healthz`, `/readyz` and `/metrics` on their own address,
 //! so probes and scrapes never share a port (or a failure mode) with anything else.
 
-use std::{convert::Infallible, net::SocketAddr, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::{body::Bytes, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -15,7 +24,8 @@ use crate::{
     readiness::Readiness,
 };
 
-/// Probes and scrapes are tiny and few; anything beyond this waits to be accepted.
+/// Open connections at most. Probes and scrapes are few, so this only binds when someone
+/// holds connections open without using them; see [`Connections`] for what happens then.
 const MAX_CONNECTIONS: usize = 64;
 /// A client that has not sent its request headers by then is dropped.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -69,13 +79,11 @@ impl AdminServer {
     /// Serves until `shutdown` is cancelled; open connections then finish their
     /// current request and close.
     pub async fn serve(self, shutdown: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let connections = Arc::new(Mutex::new(Connections::default()));
         tracing::info!(addr = %self.local_addr, "admin server listening");
         loop {
-            let permit = tokio::select! {
-                () = shutdown.cancelled() => break,
-                permit = slots.clone().acquire_owned() => permit.expect("semaphore is never closed"),
-            };
+            // Always accept: a full server makes room (below) instead of leaving a
+            // kubelet probe in the listen queue behind idle connections.
             let (stream, peer) = tokio::select! {
                 () = shutdown.cancelled() => break,
                 accepted = self.listener.accept() => match accepted {
@@ -88,11 +96,18 @@ impl AdminServer {
                     }
                 },
             };
+            let slot = lock(&connections).open(MAX_CONNECTIONS);
             let state = self.state.clone();
             let shutdown = shutdown.clone();
+            let connections = connections.clone();
             tokio::spawn(async move {
-                let _permit = permit;
+                let _open = Registered {
+                    id: slot.id,
+                    connections,
+                };
+                let served = slot.served;
                 let service = service_fn(move |request| {
+                    served.store(true, Ordering::Relaxed);
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(route(&request, &state)) }
                 });
@@ -104,6 +119,10 @@ impl AdminServer {
                 let mut connection = std::pin::pin!(connection);
                 let result = tokio::select! {
                     result = connection.as_mut() => result,
+                    () = slot.evicted.cancelled() => {
+                        tracing::debug!(%peer, "admin connection closed to make room");
+                        return;
+                    }
                     () = shutdown.cancelled() => {
                         connection.as_mut().graceful_shutdown();
                         connection.await
@@ -116,6 +135,86 @@ impl AdminServer {
         }
         tracing::debug!("admin server stopped");
     }
+}
+
+/// The open connections, oldest first. At [`MAX_CONNECTIONS`] a new connection closes an
+/// old one rather than wait for a slot: a cap that makes new connections wait lets
+/// anyone who can reach the port hold every slot with connections that send nothing,
+/// and the kubelet, whose probes time out after a second, restarts the controller. The
+/// one closed is the oldest that has not sent a request (a Prometheus that keeps its
+/// connection open loses it only to other clients that sent one), else the oldest. A
+/// probe sends its request as soon as it connects, so it is answered unless
+/// [`MAX_CONNECTIONS`] connections arrive after it before its request does. Memory and
+/// sockets stay bounded by the cap; an evicted task ends at its next poll. (A separate
+/// port for probes would need its own cap, and the same answer when that one fills.)
+#[derive(Debug, Default)]
+struct Connections {
+    next_id: u64,
+    open: BTreeMap<u64, Open>,
+}
+
+#[derive(Debug)]
+struct Open {
+    served: Arc<AtomicBool>,
+    evicted: CancellationToken,
+}
+
+/// What a connection's task needs from [`Connections::open`].
+struct Slot {
+    id: u64,
+    served: Arc<AtomicBool>,
+    evicted: CancellationToken,
+}
+
+impl Connections {
+    /// Registers a new connection, closing one first when `max` are open.
+    fn open(&mut self, max: usize) -> Slot {
+        if self.open.len() >= max {
+            let victim = self
+                .open
+                .iter()
+                .find(|(_, open)| !open.served.load(Ordering::Relaxed))
+                .or_else(|| self.open.iter().next())
+                .map(|(id, _)| *id);
+            if let Some(open) = victim.and_then(|id| self.open.remove(&id)) {
+                open.evicted.cancel();
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let slot = Slot {
+            id,
+            served: Arc::new(AtomicBool::new(false)),
+            evicted: CancellationToken::new(),
+        };
+        self.open.insert(
+            id,
+            Open {
+                served: slot.served.clone(),
+                evicted: slot.evicted.clone(),
+            },
+        );
+        slot
+    }
+}
+
+/// Takes a connection off [`Connections`] when its task ends, however it ends.
+struct Registered {
+    id: u64,
+    connections: Arc<Mutex<Connections>>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.connections).open.remove(&self.id);
+    }
+}
+
+fn lock(connections: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
+    // Nothing panics while holding it; a poisoned map is still a consistent map.
+    connections
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn route<B>(request: &Request<B>, state: &State) -> Response<Full<Bytes>> {
@@ -164,6 +263,7 @@ fn response(
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
     struct Reply {
@@ -323,6 +423,69 @@ mod tests {
             TcpStream::connect(addr).await.is_err(),
             "listener is closed"
         );
+    }
+
+    /// Connections that send nothing, or half a request line, and stay open.
+    async fn idle_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+        let mut held = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut stream = TcpStream::connect(addr).await.unwrap();
+            if i % 2 == 1 {
+                stream.write_all(b"GET /heal").await.unwrap();
+            }
+            held.push(stream);
+        }
+        held
+    }
+
+    #[tokio::test]
+    async fn probes_are_answered_while_idle_connections_hold_every_slot() {
+        let (addr, shutdown) = start(Readiness::new(), Metrics::new("hearth-test")).await;
+        let mut held = idle_connections(addr, MAX_CONNECTIONS + 36).await;
+        for path in ["/healthz", "/readyz", "/healthz"] {
+            let reply = tokio::time::timeout(Duration::from_secs(1), get(addr, path))
+                .await
+                .unwrap_or_else(|_| panic!("{path} not answered within a second"));
+            assert_eq!(reply.status, StatusCode::OK, "{path}");
+            held.extend(idle_connections(addr, 16).await);
+        }
+
+        // Bounded: all but the newest MAX_CONNECTIONS were closed, oldest first.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let closed = held.len() - MAX_CONNECTIONS;
+        for (i, stream) in held.iter_mut().take(closed).enumerate() {
+            let mut buf = [0; 64];
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => {}
+                Ok(Ok(n)) => panic!("idle connection {i} got {n} bytes"),
+                Err(_) => panic!("idle connection {i} of {} is still open", held.len()),
+            }
+        }
+        shutdown.cancel();
+    }
+
+    #[test]
+    fn a_full_server_closes_the_oldest_connection_that_sent_nothing() {
+        let mut connections = Connections::default();
+        let first = connections.open(3);
+        let second = connections.open(3);
+        let third = connections.open(3);
+        first.served.store(true, Ordering::Relaxed);
+
+        let fourth = connections.open(3);
+        assert!(!first.evicted.is_cancelled(), "it sent a request");
+        assert!(second.evicted.is_cancelled());
+        assert_eq!(connections.open.len(), 3);
+
+        third.served.store(true, Ordering::Relaxed);
+        fourth.served.store(true, Ordering::Relaxed);
+        connections.open(3);
+        assert!(
+            first.evicted.is_cancelled(),
+            "the oldest, when all sent one"
+        );
+        assert!(!third.evicted.is_cancelled() && !fourth.evicted.is_cancelled());
+        assert_eq!(connections.open.len(), 3);
     }
 
     #[tokio::test]

@@ -32,6 +32,7 @@ pub mod events;
 pub mod kit;
 pub mod leadership;
 mod lease;
+pub mod log_cap;
 mod metrics;
 mod otlp_client;
 mod readiness;

@@ -1,5 +1,5 @@
-//! Logs (text or JSON) and, when an OTLP endpoint is configured, traces over
-//! OTLP http/protobuf.
+//! Logs (text or JSON, each line at most [`crate::log_cap::MAX_LOG_LINE_BYTES`]) and,
+//! when an OTLP endpoint is configured, traces over OTLP http/protobuf.
 //!
 //! OTLP follows the standard OpenTelemetry variables so that a collector set up for any
 //! other service works here too: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (used as is) or
@@ -18,6 +18,7 @@ use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
 
 use crate::{
     args::{LogFormat, LogLevel},
+    log_cap::Capped,
     otlp_client::{OtlpClientError, OtlpHttpClient},
 };
 
@@ -110,7 +111,9 @@ pub struct Telemetry {
 impl Telemetry {
     /// Installs the process-wide tracing subscriber. Call once, inside the Tokio runtime.
     pub fn install(config: TelemetryConfig) -> Result<Self, TelemetryError> {
-        let fmt = tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal());
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::stdout().is_terminal())
+            .with_writer(Capped::new(std::io::stdout, config.log_format));
         let fmt = match config.log_format {
             LogFormat::Text => fmt.boxed(),
             LogFormat::Json => fmt.json().flatten_event(true).boxed(),

@@ -175,8 +175,11 @@ impl Session {
             (Some(user), _, _) => Ok(user),
             (None, Some(user), Err(e)) => {
                 eprintln!(
-                    "warning: could not ask the apiserver who you are ({e}); locking as the \
-                     kubeconfig user {user:?} (pass --owner to choose)"
+                    "{}",
+                    crate::print::lines(&format!(
+                        "warning: could not ask the apiserver who you are ({e}); locking as \
+                         the kubeconfig user {user:?} (pass --owner to choose)"
+                    ))
                 );
                 Ok(user.clone())
             }

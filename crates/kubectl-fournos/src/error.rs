@@ -31,6 +31,9 @@ impl Failure {
     }
 }
 
+/// Longest apiserver message quoted in a failure (it may quote an admission webhook).
+const MAX_APISERVER_MESSAGE: usize = 400;
+
 /// What the plugin was doing when the apiserver answered.
 #[derive(Clone, Debug)]
 pub struct Op<'a> {
@@ -45,6 +48,7 @@ pub struct Op<'a> {
 /// An apiserver answer as a failure that says what to do; `None` when the code is not
 /// one the user can act on (the raw error is shown then).
 pub fn describe(op: &Op<'_>, code: u16, message: &str) -> Option<Failure> {
+    let message = hearth_api::text::bounded(message, MAX_APISERVER_MESSAGE);
     let Op {
         verb,
         resource,
@@ -124,6 +128,22 @@ mod tests {
              them (wrong namespace? pass -n or set HEARTH_NAMESPACE)"
         );
         assert_eq!(failure.exit_code(), 4);
+    }
+
+    #[test]
+    fn the_apiserver_message_is_bounded() {
+        use crate::print::tests::{HOSTILE, assert_shows_nothing_hidden};
+        let op = Op {
+            verb: "get",
+            resource: FC,
+            namespace: None,
+            name: None,
+        };
+        let text = describe(&op, 403, &format!("{HOSTILE}{}", "x".repeat(5000)))
+            .unwrap()
+            .to_string();
+        assert_shows_nothing_hidden(&text);
+        assert!(text.chars().count() < 1000, "{text}");
     }
 
     #[test]

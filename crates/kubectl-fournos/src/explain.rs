@@ -4,6 +4,7 @@
 
 use hearth_api::conditions::find;
 use hearth_api::names::condition_types::{KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use hearth_api::text::{CUT, bounded};
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -15,6 +16,9 @@ use crate::view::{self, LockState};
 const MAX_QUOTE: usize = 400;
 /// Most workloads named as holding the cluster's slots.
 const MAX_BLOCKERS: usize = 5;
+/// Longest sentence: two quotes, an owner and [`MAX_BLOCKERS`] Workload names fit, so only
+/// names or GPU summaries far longer than Kubernetes allows are cut.
+const MAX_SENTENCE: usize = 4000;
 
 /// What `why` looked at besides the cluster itself.
 #[derive(Clone, Debug, Default)]
@@ -55,9 +59,11 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
         lock_sentence(fc, &name, &status, evidence, now),
     ];
     sentences.extend(evidence_sentences(evidence, now));
+    // Names, owners, reasons and GPU summaries come from the cluster as much as the
+    // quoted messages do: each sentence is bounded whole.
     sentences
         .iter()
-        .map(|s| s.trim())
+        .map(|s| bounded(s.trim(), MAX_SENTENCE))
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -214,11 +220,8 @@ fn evidence_sentences(evidence: &Evidence, now: Timestamp) -> Vec<String> {
 
 /// A message as quoted in the paragraph: bounded, ending in a full stop.
 fn quote(message: &str) -> String {
-    let message = message.trim();
-    let mut text: String = message.chars().take(MAX_QUOTE).collect();
-    if text.len() < message.len() {
-        text.push('…');
-    } else if !text.ends_with(['.', '!', '?']) {
+    let mut text = bounded(message.trim(), MAX_QUOTE);
+    if !text.ends_with([CUT, '.', '!', '?']) {
         text.push('.');
     }
     text
@@ -401,6 +404,42 @@ mod tests {
         let quoted = quote(&long);
         assert_eq!(quoted.chars().count(), MAX_QUOTE + 1);
         assert!(quoted.ends_with('…'));
+    }
+
+    #[test]
+    fn quoted_cluster_text_cannot_drive_the_terminal() {
+        use crate::print::tests::{HOSTILE, assert_shows_nothing_hidden};
+        let mut fc = with_lock(cluster(HOSTILE), HOSTILE, false);
+        let status = fc.status.as_mut().unwrap();
+        status.gpu_summary = Some(HOSTILE.into());
+        status.kubeconfig_status = Some(hearth_api::KubeconfigStatus::Unreachable);
+        for c in &mut status.conditions {
+            c.reason = HOSTILE.into();
+            c.message = HOSTILE.into();
+        }
+        status
+            .conditions
+            .push(condition(KUBECONFIG_VALID, "False", HOSTILE, HOSTILE));
+        let evidence = Evidence {
+            warnings: vec![EventLine {
+                reason: HOSTILE.into(),
+                message: HOSTILE.into(),
+                at: None,
+            }],
+            admitted_on_cluster: vec![HOSTILE.into()],
+            unreadable: vec![HOSTILE.into()],
+            ..sentinel_pending(HOSTILE, &format!("{HOSTILE} (Kueue)"))
+        };
+        let text = explain(&fc, &evidence, now());
+        assert_shows_nothing_hidden(&text);
+        assert!(!text.contains('\n'), "one paragraph: {text}");
+        for said in [
+            "Latest warning Event",
+            "Kueue says of the sentinel",
+            "Not checked",
+        ] {
+            assert!(text.contains(said), "{said:?} missing from {text}");
+        }
     }
 
     #[test]

@@ -2,13 +2,14 @@
 //! wait) for people, and the migration steps from the Python Hearth (`migrate`), through their own kubeconfig and RBAC. It only reads FournosClusters,
 //! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
-//! [`api`] does the I/O.
+//! [`api`] does the I/O; everything written for a person goes through [`print`].
 
 pub mod api;
 pub mod cli;
 pub mod error;
 pub mod explain;
 pub mod lock;
+pub mod print;
 pub mod scrub;
 pub mod view;
 
@@ -168,7 +169,12 @@ async fn write(
                     continue;
                 };
                 if let Some(previous) = taken_from {
-                    eprintln!("warning: took the lock of {cluster} from {previous} (--force)");
+                    eprintln!(
+                        "{}",
+                        print::lines(&format!(
+                            "warning: took the lock of {cluster} from {previous} (--force)"
+                        ))
+                    );
                 }
                 let row = view::row(&updated);
                 let text = match &row.lock.owner {
@@ -194,11 +200,7 @@ async fn write(
 }
 
 fn emit<T: Serialize>(output: Output, value: &T, text: &str) -> Result<()> {
-    let rendered = match output {
-        Output::Table => text.to_owned(),
-        Output::Json => format!("{}\n", serde_json::to_string_pretty(value)?),
-        Output::Yaml => serde_saphyr::to_string(value)?,
-    };
+    let rendered = print::render(output, value, text)?;
     std::io::stdout().write_all(rendered.as_bytes())?;
     Ok(())
 }

@@ -3,6 +3,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use kubectl_fournos::cli::Cli;
 use kubectl_fournos::error::Failure;
+use kubectl_fournos::print;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -10,7 +11,8 @@ async fn main() -> ExitCode {
     match kubectl_fournos::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // The error may quote the apiserver, and so the cluster's objects.
+            eprintln!("{}", print::lines(&format!("error: {error:#}")));
             ExitCode::from(
                 error
                     .downcast_ref::<Failure>()

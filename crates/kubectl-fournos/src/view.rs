@@ -7,6 +7,7 @@ use hearth_api::FournosCluster;
 use hearth_api::conditions::find;
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use hearth_api::names::condition_types::{KUEUE_SYNCED, LOCKED};
+use hearth_api::text::bounded;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -134,6 +135,9 @@ pub fn row(fc: &FournosCluster) -> ClusterRow {
     }
 }
 
+/// Longest table cell: the longest Kubernetes name, so only what no name can be is cut.
+const MAX_CELL: usize = 253;
+
 const HEADERS: [&str; 8] = [
     "NAME",
     "KUBECONFIG",
@@ -199,6 +203,8 @@ fn cells(r: &ClusterRow, now: Timestamp) -> [String; 8] {
                 .map_or(at.to_owned(), |t| relative(t, now))
         },
     );
+    // Bounded before the widths are measured: a zero-width or escape character counted
+    // as a column would misalign the table.
     [
         r.name.clone(),
         r.kubeconfig.clone(),
@@ -212,6 +218,7 @@ fn cells(r: &ClusterRow, now: Timestamp) -> [String; 8] {
             .clone()
             .unwrap_or_else(|| "-".to_owned()),
     ]
+    .map(|cell| bounded(&cell, MAX_CELL))
 }
 
 /// `in 3h59m`, `2m ago`: minutes are precise enough for a lock.
@@ -380,6 +387,32 @@ pub(crate) mod tests {
              gpu-a   Valid         8 a100   100 slots     alice   held   in 3h59m   -\n\
              b       Unreachable   8 a100   0 (Drained)   -       -      -          -\n"
         );
+    }
+
+    #[test]
+    fn cluster_text_cannot_drive_the_terminal_or_misalign_the_table() {
+        use crate::print::tests::{HOSTILE, assert_shows_nothing_hidden};
+        let now: Timestamp = "2026-11-23T10:00:00Z".parse().unwrap();
+        let mut fc = with_lock(cluster("a"), HOSTILE, false);
+        let status = fc.status.as_mut().unwrap();
+        status.conditions.last_mut().unwrap().reason = HOSTILE.into();
+        status.hardware.as_mut().unwrap().gpus[0].short_name = HOSTILE.into();
+        fc.spec.ttl = Some(HOSTILE.into());
+        status.lock_expires_at = None;
+        let text = table(&[row(&fc)], now);
+        assert_shows_nothing_hidden(&text);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let column = |line: &str, needle: &str| line[..line.find(needle).unwrap()].chars().count();
+        assert_eq!(
+            column(lines[0], "LOCK"),
+            column(lines[1], "waiting"),
+            "{text}"
+        );
+
+        let long = "o".repeat(10 * MAX_CELL);
+        let text = table(&[row(&with_lock(cluster("a"), &long, false))], now);
+        assert!(text.len() < 3 * MAX_CELL, "{text}");
     }
 
     #[test]

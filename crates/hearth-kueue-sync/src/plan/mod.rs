@@ -121,7 +121,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use cluster_status::SyncReason;
 pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
-pub use summary::cluster_queue_changes_summary;
+pub use summary::{cluster_queue_changes_summary, plan_summary};
 
 use queue::{Candidate, QueueInput, QueuePlan};
 

@@ -265,17 +265,9 @@ fn log_invalid_once<K: Resource>(
     }
 }
 
-/// `text` cut to [`MAX_DECODE_ERROR`] characters, control characters blanked.
+/// `text` cut to [`MAX_DECODE_ERROR`] characters, as [`hearth_api::text::bounded`] shows it.
 pub fn bounded(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(MAX_DECODE_ERROR)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if text.chars().count() > MAX_DECODE_ERROR {
-        out.push('…');
-    }
-    out
+    hearth_api::text::bounded(text, MAX_DECODE_ERROR)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
