@@ -91,6 +91,7 @@ mod tests {
                 ..LockStatus::default()
             },
             requeue_after: Some(Duration::from_secs(3600)),
+            blocked_create: None,
         }
     }
 
