@@ -351,3 +351,46 @@ async fn held_needs_the_clusters_flavor_and_every_slot() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// A lock nobody made with Hearth (another tool's Fournos `lockOnly` job, an exclusive
+/// job) holds every slot of a cluster: its status names the holder, so the cluster is
+/// never presented as free.
+#[tokio::test]
+async fn a_foreign_lock_is_named_in_status() -> Result<()> {
+    let lab = lab("foreign-holder").await?;
+    let attacker = lab.fournos_user().await?;
+    let c = cluster(&lab, "foreign").await?;
+    let _lm = lock_manager(&lab).await?;
+    let name = format!("lock-{c}");
+    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let foreign: Workload = serde_json::from_value(slot_workload(
+        &lab.scope.execution_namespace,
+        &name,
+        &lab.scope.local_queue,
+        &c,
+        SLOTS,
+    ))?;
+    workloads.create(&PostParams::default(), &foreign).await?;
+    lab.wait_workload(&name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
+        .await?;
+    let wanted = format!("{}/{name}", lab.scope.execution_namespace);
+    let fc = lab
+        .wait_cluster(&c, "its slot holder named", |fc| {
+            fc.status.as_ref().is_some_and(|s| {
+                s.slot_holders
+                    .iter()
+                    .any(|h| h.workload == wanted && h.slots == SLOTS)
+            })
+        })
+        .await?;
+    ensure!(fc.status.and_then(|s| s.locked) != Some(true));
+    // Gone: no longer named.
+    workloads.delete(&name, &DeleteParams::default()).await?;
+    lab.wait_cluster(&c, "no slot holder", |fc| {
+        fc.status
+            .as_ref()
+            .is_some_and(|s| s.slot_holders.is_empty())
+    })
+    .await?;
+    Ok(())
+}

@@ -239,6 +239,13 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_expires_at: Option<Time>,
 
+    /// Workloads other than this Hearth's lock that Kueue has admitted on the cluster's
+    /// flavor, largest first (at most five): who holds its slots, so that nobody is told
+    /// the cluster is free while a Fournos lock or an exclusive job holds it. Written by
+    /// hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_holders: Vec<SlotHolder>,
+
     /// Conditions, one per type; each controller owns its own types:
     /// KubeconfigValid and GPUDiscovered (hearth-discovery), KueueSynced
     /// (hearth-kueue-sync), Locked (hearth-lock-manager).
@@ -290,6 +297,22 @@ pub struct GpuInfo {
     pub count: i64,
     /// Nodes contributing to `count`.
     pub node_count: i32,
+}
+
+/// A Workload admitted on a cluster's flavor (see `FournosClusterStatus::slot_holders`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SlotHolder {
+    /// `namespace/name` of the Workload.
+    pub workload: String,
+    /// The FournosJob it was made for, if Fournos made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// Who it is for, when it says (a sentinel's `fournos.dev/owner` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// `fournos/cluster-slot` it holds.
+    pub slots: i64,
 }
 
 /// What hearth-kueue-sync published for a cluster.

@@ -16,6 +16,6 @@ pub mod text;
 
 pub use cluster::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
-    KueueStatus,
+    KueueStatus, SlotHolder,
 };
 pub use slices::{DiscoveryStatus, KueueSyncStatus, LockManagerStatus};

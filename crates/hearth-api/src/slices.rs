@@ -9,7 +9,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus};
+use crate::cluster::{FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder};
 use crate::conditions;
 use crate::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
 
@@ -63,6 +63,8 @@ pub struct LockManagerStatus {
     pub lock_owner: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_expires_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slot_holders: Vec<SlotHolder>,
     /// `Locked`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -110,6 +112,7 @@ impl LockManagerStatus {
             owner_set_at: status.owner_set_at.clone(),
             lock_owner: status.lock_owner.clone(),
             lock_expires_at: status.lock_expires_at.clone(),
+            slot_holders: status.slot_holders.clone(),
             conditions: own_conditions(status, &[LOCKED]),
         }
     }
@@ -178,6 +181,12 @@ mod tests {
             owner_set_at: Some(t()),
             lock_owner: Some("alice".into()),
             lock_expires_at: Some(t()),
+            slot_holders: vec![SlotHolder {
+                workload: "exec/job-1".into(),
+                job: Some("job-1".into()),
+                owner: None,
+                slots: 100,
+            }],
             conditions: [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED, LOCKED]
                 .map(cond)
                 .to_vec(),

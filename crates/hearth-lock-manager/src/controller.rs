@@ -30,6 +30,7 @@ use crate::apply::{Applied, Writer, adopt_legacy, apply_plan};
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
 use crate::fournos_lock::{self, JOB_NAME_LABEL};
+use crate::holders;
 use crate::metrics::LockMetrics;
 use crate::plan::{ClusterView, LockAction, plan_lock};
 use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
@@ -45,6 +46,8 @@ pub struct Context<K: Sentinel> {
     pub sentinels: Cache<K>,
     /// `fournosjob` sentinels only: the Workloads Fournos made (what holds the slots).
     pub lock_workloads: Option<Cache<Workload>>,
+    /// Every Workload of the execution namespace: who else holds a cluster's slots.
+    pub admitted: Cache<Workload>,
     /// Bumped on every change any cache sees; wakes the sweep.
     pub changes: Changes,
     /// Consecutive failures per cluster, for the retry delay.
@@ -99,12 +102,23 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         )
     });
 
+    // Every Workload, mapped to the cluster whose flavor it is admitted on: a change of
+    // who holds a cluster's slots is said in its status (`slotHolders`).
+    let (admitted, admitted_objects) = Cache::<Workload>::watch(
+        "AdmittedWorkload",
+        Api::namespaced(client.clone(), &config.execution_namespace),
+        watcher::Config::default(),
+        rt.readiness().gate("admitted-workloads"),
+        &watch,
+    );
+
     let ctx = Arc::new(Context {
         rt: rt.clone(),
         writer: Writer::new(client, &namespace, config.clone(), rt.events(), metrics),
         clusters: clusters.clone(),
         sentinels,
         lock_workloads: lock_workloads.as_ref().map(|(cache, _)| cache.clone()),
+        admitted,
         changes: watch.changes.clone(),
         backoff: Backoff::default(),
     });
@@ -121,6 +135,13 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
             cluster_of(&sentinel).map(|cluster| ObjectRef::new(cluster).within(&mapper_namespace))
         },
     );
+    let holder_namespace = namespace.clone();
+    controller =
+        controller.watches_stream(admitted_objects, move |w: DeserializeGuard<Workload>| {
+            let w = w.0.ok()?;
+            holders::admitted_flavor(&w)
+                .map(|flavor| ObjectRef::new(flavor).within(&holder_namespace))
+        });
     if let Some((_, workload_objects)) = lock_workloads {
         controller =
             controller.watches_stream(workload_objects, move |w: DeserializeGuard<Workload>| {
@@ -195,7 +216,7 @@ async fn reconcile_lock<K: Sentinel>(
     };
     let now = Timestamp::now();
     let plan = plan_lock(&view, &views, now);
-    let (plan, lost, owned) = match &ctx.lock_workloads {
+    let (mut plan, lost, owned) = match &ctx.lock_workloads {
         Some(workloads) => {
             // Planning from a half-filled Workload cache would call a lock lost.
             workloads.synced().await.map_err(|_| Error::CacheGone)?;
@@ -203,6 +224,27 @@ async fn reconcile_lock<K: Sentinel>(
         }
         None => (plan, false, None),
     };
+    if let Some(flavor) = status.kueue.as_ref().map(|k| k.flavor.as_str()) {
+        ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
+        // This Hearth's lock is not a foreign holder: its proven sentinels, and for
+        // `fournosjob` the Workloads Fournos made for them.
+        let ours: Vec<&str> = views
+            .iter()
+            .filter(|v| v.proven)
+            .filter_map(|v| v.uid.as_deref())
+            .collect();
+        let workloads = ctx.admitted.state();
+        plan.status.slot_holders = holders::slot_holders(
+            workloads.iter().filter_map(|w| w.0.as_ref().ok()),
+            flavor,
+            |w| {
+                w.uid().is_some_and(|u| ours.contains(&u.as_str()))
+                    || w.owner_references()
+                        .iter()
+                        .any(|o| ours.contains(&o.uid.as_str()))
+            },
+        );
+    }
     tracing::debug!(plan = %crate::summary::plan_summary(&plan), "planned");
 
     if !ctx.rt.is_leader() {

@@ -40,6 +40,7 @@ pub mod config;
 pub mod controller;
 pub mod error;
 pub mod fournos_lock;
+pub mod holders;
 pub mod metrics;
 pub mod plan;
 pub mod sentinel;

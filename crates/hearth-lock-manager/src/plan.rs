@@ -110,6 +110,9 @@ pub struct LockStatus {
     pub lock_owner: Option<String>,
     /// `None` for a cluster that was never locked: nothing to say, nothing to write.
     pub condition: Option<DesiredCondition>,
+    /// Who else holds the cluster's slots ([`crate::holders`]); filled in by the
+    /// reconciler from the Workload cache, whatever the lock's state.
+    pub slot_holders: Vec<hearth_api::SlotHolder>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -393,6 +396,7 @@ pub fn plan(
         lock_expires_at: lock.expires_at,
         lock_owner: Some(lock.owner.clone()),
         condition: None,
+        slot_holders: Vec::new(),
     };
     let owner = &lock.owner;
     let canonical = lock_sentinel_name(cluster.name);

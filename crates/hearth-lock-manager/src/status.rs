@@ -21,8 +21,12 @@ pub fn status_patch(
 ) -> Option<Value> {
     let stored = LockManagerStatus::of(current);
     let slice = match &desired.condition {
-        // Never locked: nothing to say. Anything left over of ours is removed.
-        None => LockManagerStatus::default(),
+        // Never locked: nothing to say but who holds the slots. Anything left over of
+        // ours is removed.
+        None => LockManagerStatus {
+            slot_holders: desired.slot_holders.clone(),
+            ..LockManagerStatus::default()
+        },
         Some(want) => LockManagerStatus {
             locked: Some(desired.locked),
             lock_job_name: desired.lock_job_name.clone(),
@@ -30,6 +34,7 @@ pub fn status_patch(
             owner_set_at: desired.owner_set_at.map(Time),
             lock_owner: desired.lock_owner.clone(),
             lock_expires_at: desired.lock_expires_at.map(Time),
+            slot_holders: desired.slot_holders.clone(),
             conditions: vec![next_condition(
                 stored.conditions.first(),
                 want,
@@ -167,6 +172,7 @@ mod tests {
                 reasons::HELD,
                 "Locked for alice",
             )),
+            slot_holders: vec![],
         }
     }
 
@@ -186,6 +192,33 @@ mod tests {
     /// The status as it reads back after `patch` was applied to an empty one.
     fn written(patch: &Value) -> FournosClusterStatus {
         serde_json::from_value(patch.clone()).unwrap()
+    }
+
+    /// A cluster nobody locked still says who holds its slots (a Fournos lock made by
+    /// another tool, an exclusive job), and says nothing else.
+    #[test]
+    fn an_unlocked_cluster_names_who_holds_its_slots() {
+        let holder = hearth_api::SlotHolder {
+            workload: "exec/lock-a".into(),
+            job: Some("lock-a".into()),
+            owner: None,
+            slots: 100,
+        };
+        let desired = LockStatus {
+            slot_holders: vec![holder.clone()],
+            ..LockStatus::default()
+        };
+        let patch = status_patch(&FournosClusterStatus::default(), None, &desired, at(0))
+            .expect("the holders are written");
+        assert_eq!(
+            patch,
+            serde_json::json!({ "slotHolders": [{ "workload": "exec/lock-a", "job": "lock-a", "slots": 100 }] })
+        );
+        let stored = FournosClusterStatus {
+            slot_holders: vec![holder],
+            ..FournosClusterStatus::default()
+        };
+        assert_eq!(status_patch(&stored, None, &desired, at(1)), None);
     }
 
     #[test]

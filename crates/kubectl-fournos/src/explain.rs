@@ -135,6 +135,26 @@ fn lock_sentence(
     let row = view::row(fc);
     let locked = find(&status.conditions, LOCKED);
     match (row.lock.state, row.lock.owner.as_deref()) {
+        // Never "nobody" while something holds its slots: a Fournos lock made by
+        // another tool, or an exclusive job, locks it as surely as Hearth's.
+        (LockState::Free, _) if !status.slot_holders.is_empty() => {
+            let holders = holder_list(&status.slot_holders);
+            let all = status
+                .kueue
+                .as_ref()
+                .map(|k| k.cluster_slots)
+                .filter(|n| *n > 0);
+            let taken: i64 = status.slot_holders.iter().map(|h| h.slots).sum();
+            match all {
+                Some(all) if taken >= all => format!(
+                    "No Hearth lock, but its slots are all taken ({taken} of {all}) by {holders}: nothing else is admitted there until they finish."
+                ),
+                Some(all) => {
+                    format!("No Hearth lock; {taken} of its {all} slots are taken by {holders}.")
+                }
+                None => format!("No Hearth lock; its slots are taken by {holders}."),
+            }
+        }
         (LockState::Free, _) => match locked.filter(|c| c.reason == "Expired") {
             Some(c) => format!("Nobody holds a lock on it; {}", quote(&c.message)),
             None => "Nobody holds a lock on it.".to_owned(),
@@ -225,6 +245,28 @@ fn quote(message: &str) -> String {
         text.push('.');
     }
     text
+}
+
+/// The holders of a cluster's slots, each with its job, owner and slots.
+fn holder_list(holders: &[hearth_api::SlotHolder]) -> String {
+    let named: Vec<String> = holders
+        .iter()
+        .map(|h| {
+            let mut said = vec![format!("{} slots", h.slots)];
+            if let Some(job) = &h.job {
+                said.insert(0, format!("FournosJob {}", bounded(job, MAX_QUOTE)));
+            }
+            if let Some(owner) = &h.owner {
+                said.push(format!("owner {}", bounded(owner, MAX_QUOTE)));
+            }
+            format!(
+                "Workload {} ({})",
+                bounded(&h.workload, MAX_QUOTE),
+                said.join(", ")
+            )
+        })
+        .collect();
+    list(&named)
 }
 
 fn list(items: &[String]) -> String {
@@ -394,6 +436,33 @@ mod tests {
         let text = explain(&fc, &Evidence::default(), now());
         assert!(
             text.ends_with("alice holds the lock, until 2026-11-23T14:00:00Z (in 4h)."),
+            "{text}"
+        );
+    }
+
+    /// Issue 24 (6): an unlocked cluster whose slots a foreign lock holds is not "free".
+    #[test]
+    fn a_foreign_lock_is_named_not_called_nobody() {
+        let mut fc = cluster("a");
+        let status = fc.status.get_or_insert_with(Default::default);
+        status.kueue = Some(hearth_api::KueueStatus {
+            flavor: "a".into(),
+            cluster_queue: "q".into(),
+            cluster_slots: 100,
+            ..Default::default()
+        });
+        status.slot_holders = vec![hearth_api::SlotHolder {
+            workload: "exec/lock-a".into(),
+            job: Some("lock-a".into()),
+            owner: None,
+            slots: 100,
+        }];
+        let text = explain(&fc, &Evidence::default(), now());
+        assert!(!text.contains("Nobody holds"), "{text}");
+        assert!(
+            text.contains(
+                "No Hearth lock, but its slots are all taken (100 of 100) by Workload exec/lock-a (FournosJob lock-a, 100 slots)"
+            ),
             "{text}"
         );
     }

@@ -1,0 +1,208 @@
+//! Who holds a cluster's slots besides this Hearth's lock: the Workloads Kueue admitted
+//! on the cluster's flavor. A Fournos `lockOnly` job made by another tool, an exclusive
+//! job or a forged sentinel all take every slot; status (`slotHolders`) and
+//! `kubectl fournos why` name them, so nobody is told a cluster is free while it is held.
+//! Pure.
+
+use hearth_api::SlotHolder;
+use hearth_api::conditions::is_true;
+use hearth_api::kueue::{Workload, quantity_to_i64, workload_conditions};
+use hearth_api::names::{CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
+use hearth_api::text::bounded;
+
+use crate::fournos_lock::JOB_NAME_LABEL;
+
+/// Most holders named in status: the largest ones say who holds the cluster.
+pub const MAX_HOLDERS: usize = 5;
+/// Longest owner or job name taken from a Workload (anyone may write those).
+const MAX_NAME: usize = 253;
+
+/// The Workloads admitted (not evicted, not finished) on `flavor` with some of its
+/// `fournos/cluster-slot`, except those `ours` says are this Hearth's lock; largest first,
+/// then by name, at most [`MAX_HOLDERS`].
+pub fn slot_holders<'a>(
+    workloads: impl IntoIterator<Item = &'a Workload>,
+    flavor: &str,
+    ours: impl Fn(&Workload) -> bool,
+) -> Vec<SlotHolder> {
+    let mut found: Vec<SlotHolder> = workloads
+        .into_iter()
+        .filter(|w| holds_quota(w) && !ours(w))
+        .filter_map(|w| {
+            let slots = slots_on(w, flavor)?;
+            let meta = &w.metadata;
+            let job = meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(JOB_NAME_LABEL))
+                .cloned()
+                .or_else(|| {
+                    meta.owner_references
+                        .iter()
+                        .flatten()
+                        .find(|o| o.kind == "FournosJob")
+                        .map(|o| o.name.clone())
+                });
+            let owner = meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(OWNER_ANNOTATION));
+            Some(SlotHolder {
+                workload: format!(
+                    "{}/{}",
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default()
+                ),
+                job: job.map(|j| bounded(&j, MAX_NAME)),
+                owner: owner.map(|o| bounded(o, MAX_NAME)),
+                slots,
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| {
+        b.slots
+            .cmp(&a.slots)
+            .then_with(|| a.workload.cmp(&b.workload))
+    });
+    found.truncate(MAX_HOLDERS);
+    found
+}
+
+fn holds_quota(w: &Workload) -> bool {
+    let conditions = w
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    is_true(conditions, workload_conditions::ADMITTED)
+        && !is_true(conditions, workload_conditions::EVICTED)
+        && !is_true(conditions, workload_conditions::FINISHED)
+}
+
+/// `fournos/cluster-slot` the Workload was admitted with on `flavor`: each pod set whose
+/// assignment puts the resource on that flavor, its requests times its count.
+fn slots_on(w: &Workload, flavor: &str) -> Option<i64> {
+    let admission = w.status.as_ref()?.admission.as_ref()?;
+    let total: i64 = admission
+        .pod_set_assignments
+        .iter()
+        .filter(|a| {
+            a.flavors
+                .get(CLUSTER_SLOT_RESOURCE)
+                .is_some_and(|f| f == flavor)
+        })
+        .filter_map(|a| {
+            let ps = w.spec.pod_sets.iter().find(|p| p.name == a.name)?;
+            let each: i64 = ps
+                .template
+                .spec
+                .as_ref()?
+                .containers
+                .iter()
+                .filter_map(|c| {
+                    c.resources
+                        .as_ref()?
+                        .requests
+                        .as_ref()?
+                        .get(CLUSTER_SLOT_RESOURCE)
+                        .and_then(quantity_to_i64)
+                })
+                .sum();
+            Some(each.saturating_mul(i64::from(ps.count.max(1))))
+        })
+        .sum();
+    (total > 0).then_some(total)
+}
+
+/// The flavor a Workload holds `fournos/cluster-slot` on, if it is admitted: the cluster
+/// whose holders change when it does (Hearth names a cluster's flavor after it).
+pub fn admitted_flavor(w: &Workload) -> Option<&str> {
+    w.status
+        .as_ref()?
+        .admission
+        .as_ref()?
+        .pod_set_assignments
+        .iter()
+        .find_map(|a| a.flavors.get(CLUSTER_SLOT_RESOURCE).map(String::as_str))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn workload(name: &str, flavor: &str, slots: i64, conditions: &[&str]) -> Workload {
+        let conditions: Vec<_> = conditions
+            .iter()
+            .map(|t| {
+                json!({"type": t, "status": "True", "reason": "R", "message": "",
+                       "lastTransitionTime": "2026-11-25T00:00:00Z"})
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": name, "namespace": "exec", "uid": format!("uid-{name}"),
+                         "labels": {"fournos.dev/job-name": name}},
+            "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                "containers": [{"name": "c", "resources": {"requests": {"fournos/cluster-slot": slots.to_string()}}}]}}}]},
+            "status": {"conditions": conditions, "admission": {"clusterQueue": "q",
+                "podSetAssignments": [{"name": "main", "flavors": {"fournos/cluster-slot": flavor}, "count": 1}]}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn admitted_workloads_on_the_flavor_are_named_largest_first() {
+        let all = [
+            workload("shared", "a", 1, &["Admitted"]),
+            workload("locker", "a", 100, &["QuotaReserved", "Admitted"]),
+            workload("elsewhere", "b", 100, &["Admitted"]),
+            workload("pending", "a", 100, &[]),
+            workload("evicted", "a", 100, &["Admitted", "Evicted"]),
+            workload("done", "a", 100, &["Admitted", "Finished"]),
+            workload("mine", "a", 100, &["Admitted"]),
+        ];
+        let holders = slot_holders(&all, "a", |w| w.metadata.name.as_deref() == Some("mine"));
+        assert_eq!(
+            holders,
+            vec![
+                SlotHolder {
+                    workload: "exec/locker".into(),
+                    job: Some("locker".into()),
+                    owner: None,
+                    slots: 100
+                },
+                SlotHolder {
+                    workload: "exec/shared".into(),
+                    job: Some("shared".into()),
+                    owner: None,
+                    slots: 1
+                },
+            ]
+        );
+        assert_eq!(admitted_flavor(&all[2]), Some("b"));
+    }
+
+    #[test]
+    fn at_most_five_are_named_and_their_text_is_bounded() {
+        let mut all: Vec<Workload> = (0..9)
+            .map(|i| workload(&format!("job-{i}"), "a", i + 1, &["Admitted"]))
+            .collect();
+        all[0].metadata.annotations = Some(
+            [(
+                OWNER_ANNOTATION.to_owned(),
+                format!("eve\u{1b}[31m{}", "x".repeat(400)),
+            )]
+            .into(),
+        );
+        all[0].spec.pod_sets[0].count = 50;
+        let holders = slot_holders(&all, "a", |_| false);
+        assert_eq!(holders.len(), MAX_HOLDERS);
+        assert_eq!(holders[0].workload, "exec/job-0");
+        assert_eq!(holders[0].slots, 50);
+        let owner = holders[0].owner.as_deref().unwrap();
+        assert!(!owner.contains('\u{1b}'), "{owner}");
+        assert!(owner.chars().count() <= MAX_NAME + 1, "{owner}");
+    }
+}
