@@ -76,7 +76,8 @@
 //! are summed; negative counts count as zero; at most [`MAX_GPU_MODELS`](hearth_api::cluster::MAX_GPU_MODELS) resources per
 //! cluster, as discovery counts: the first in name order, the rest left out with
 //! `LimitReached`), and zero for every other covered resource. A cluster whose
-//! `kubeconfigStatus` is not `Valid` (including not yet probed) is *drained*: same
+//! `kubeconfigStatus` is not `Valid` (including not yet probed by discovery, when it
+//! is under takeover) is *drained*: same
 //! entry, zero for every resource, `KueueSynced=False` reason `Drained`. A drained
 //! cluster's models stay covered, so draining never reshapes the queue.
 //! `status.kueue.quotas` lists the slot resource and the cluster's own models as
