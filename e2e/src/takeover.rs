@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::kueue::ClusterQueue;
 use hearth_api::names::{
+    ADOPTED_CLUSTER_UID_ANNOTATION, ADOPTED_FROM_ANNOTATION, ADOPTED_FROM_PYTHON,
     CLUSTER_NAMESPACE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED},
 };
@@ -487,9 +488,17 @@ impl Flavors {
 
     pub async fn check(&self, world: &World<'_>, queue: &ClusterQueue) -> Result<()> {
         for (name, uid) in &self.legacy {
+            let flavor = world.flavors.get(name).await?;
+            ensure!(flavor.uid() == *uid, "{name}: the flavor was recreated");
+            // Marked as adopted for this FournosCluster: what keeps it under takeover.
+            let cluster_uid = world.clusters.get(name).await?.uid();
+            let annotations = flavor.annotations();
             ensure!(
-                world.flavors.get(name).await?.uid() == *uid,
-                "{name}: the flavor was recreated"
+                annotations.get(ADOPTED_FROM_ANNOTATION).map(String::as_str)
+                    == Some(ADOPTED_FROM_PYTHON)
+                    && annotations.get(ADOPTED_CLUSTER_UID_ANNOTATION) == cluster_uid.as_ref(),
+                "{name}: the adopted flavor is not marked for FournosCluster uid {cluster_uid:?}: \
+                 {annotations:?}"
             );
         }
         ensure!(

@@ -254,6 +254,13 @@ pub struct FournosClusterStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// GPU models one cluster may publish. A real cluster has a handful; each model is a
+/// quota resource in the shared ClusterQueue, whose resource groups cover at most 64, so
+/// one cluster reporting dozens would take every other cluster's room. hearth-discovery
+/// counts at most this many, and hearth-kueue-sync publishes at most this many whatever
+/// `hardware` says (a legacy `spec.hardware` was written by people).
+pub const MAX_GPU_MODELS: usize = 8;
+
 /// GPUs found on a cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -34,6 +34,19 @@ pub const MANAGED_BY_VALUE: &str = "hearth";
 /// flavors it must neither adopt nor sweep.
 pub const CLUSTER_NAMESPACE_LABEL: &str = "fournos.dev/cluster-namespace";
 
+/// Annotation hearth-kueue-sync puts on a legacy ResourceFlavor (the Python Hearth's) when
+/// it adopts it, valued [`ADOPTED_FROM_PYTHON`]; with [`ADOPTED_CLUSTER_UID_ANNOTATION`] it
+/// marks the FournosCluster as *under takeover*. ResourceFlavors are cluster-scoped, so
+/// whoever may edit a FournosCluster cannot write them: the mark cannot be forged from a
+/// FournosCluster.
+pub const ADOPTED_FROM_ANNOTATION: &str = "fournos.dev/adopted-from";
+/// Value of [`ADOPTED_FROM_ANNOTATION`]: the Python (kopf) Hearth.
+pub const ADOPTED_FROM_PYTHON: &str = "hearth-py";
+/// Annotation beside [`ADOPTED_FROM_ANNOTATION`]: the `metadata.uid` of the FournosCluster
+/// the flavor was adopted for, so a FournosCluster deleted and created again under the same
+/// name is not under takeover.
+pub const ADOPTED_CLUSTER_UID_ANNOTATION: &str = "fournos.dev/adopted-cluster-uid";
+
 /// Node label a cluster's ResourceFlavor selects (`fournos.dev/cluster: <cluster>`).
 pub const CLUSTER_NODE_LABEL: &str = "fournos.dev/cluster";
 /// Label on a lock sentinel naming the cluster it locks.

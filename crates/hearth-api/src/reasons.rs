@@ -97,6 +97,9 @@ reasons! {
         InvalidName = "InvalidName",
         /// `False`: a GPU short name does not make a valid resource name.
         InvalidResourceName = "InvalidResourceName",
+        /// `False`: hearth-discovery has never counted the cluster's GPUs; it claims no
+        /// place in the ClusterQueue until it has.
+        WaitingForDiscovery = "WaitingForDiscovery",
     }
 }
 

@@ -58,10 +58,8 @@ const MIG_INFIX: &str = "-MIG-";
 const AMD_GPU: &str = "amd.com/gpu";
 const AMD_PRODUCT_KEYS: [&str; 2] = ["amd.com/gpu.product-name", "beta.amd.com/gpu.product-name"];
 
-/// GPU models one cluster may publish. A real cluster has a handful; each model is a
-/// quota resource in the shared ClusterQueue, whose resource groups cover at most 64,
-/// so one target reporting dozens would take every other cluster's room.
-pub const MAX_GPU_MODELS: usize = 8;
+/// GPU models one cluster may publish (the contract's limit, shared with kueue-sync).
+pub use hearth_api::cluster::MAX_GPU_MODELS;
 /// Longest model name: a label value's limit, which every labeller's product name obeys.
 pub const MAX_MODEL_CHARS: usize = 63;
 

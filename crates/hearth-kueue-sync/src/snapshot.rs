@@ -199,20 +199,24 @@ pub(crate) fn snapshot(
     })
 }
 
-/// A FournosCluster known only by its metadata: it keeps its place, flavor and entry,
-/// with zero quota (no kubeconfig status means drained).
+/// A FournosCluster known only by its metadata: it keeps its flavor, and the place it
+/// holds with zero quota (no kubeconfig status means drained), but claims no new place.
 fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
     let meta = &error.metadata;
     ObservedCluster {
         name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone(),
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         generation: meta.generation,
         kubeconfig_secret: String::new(),
         kubeconfig_status: None,
+        counted: false,
         gpus: Vec::new(),
+        legacy_gpus: None,
         kueue: None,
         synced_condition: None,
+        undecodable: true,
     }
 }
 
@@ -305,12 +309,22 @@ mod tests {
 
     #[test]
     fn an_undecodable_cluster_keeps_its_place_drained_and_is_reported() {
-        let queue = queue_object(json!({}));
+        // "b" holds a place; "c" has none yet.
+        let queue = queue_object(json!({"resourceGroups": [{
+            "coveredResources": ["fournos/cluster-slot"],
+            "flavors": [{"name": "b", "resources": [
+                {"name": "fournos/cluster-slot", "nominalQuota": "100"},
+            ]}],
+        }]}));
         let snapshot = snapshot(
             &settings(),
-            &[valid_cluster("a"), broken_cluster("b")],
+            &[valid_cluster("a"), broken_cluster("b"), broken_cluster("c")],
             Some(Arc::new(queue)),
-            &[hearth_flavor_object("a"), hearth_flavor_object("b")],
+            &[
+                hearth_flavor_object("a"),
+                hearth_flavor_object("b"),
+                hearth_flavor_object("c"),
+            ],
         )
         .unwrap();
         let b = snapshot
@@ -324,27 +338,26 @@ mod tests {
             !snapshot.clusters.contains_key("b"),
             "no status write target"
         );
-        assert_eq!(snapshot.invalid.len(), 1);
+        assert_eq!(snapshot.invalid.len(), 2);
         assert_eq!(snapshot.invalid[0].kind, "FournosCluster");
         assert_eq!(snapshot.invalid[0].name, "b");
         assert_eq!(snapshot.invalid[0].resource_version.as_deref(), Some("9"));
-        assert_eq!(snapshot.invalid_counts()["FournosCluster"], 1);
+        assert_eq!(snapshot.invalid_counts()["FournosCluster"], 2);
 
-        // Its flavor is not swept as an orphan; its entry publishes zero.
+        // Its flavor is not swept as an orphan; its entry publishes zero. "c", which
+        // nothing says was ever counted, claims no place.
         let plan = crate::plan::plan(&snapshot.input);
         assert!(plan.flavors_to_delete.is_empty());
         assert_eq!(plan.clusters["b"].reason(), "Drained");
         assert_eq!(plan.clusters["a"].reason(), "Synced");
-        let b_entry = plan.cluster_queue.unwrap().resource_groups[0]
-            .flavors
-            .iter()
-            .find(|f| f.name == "b")
-            .cloned()
-            .unwrap();
+        assert_eq!(plan.clusters["c"].reason(), "WaitingForDiscovery");
+        let flavors = &plan.cluster_queue.unwrap().resource_groups[0].flavors;
+        let b_entry = flavors.iter().find(|f| f.name == "b").cloned().unwrap();
         assert!(
             b_entry.resources.iter().all(|q| q.nominal_quota.0 == "0"),
             "{b_entry:?}"
         );
+        assert!(flavors.iter().all(|f| f.name != "c"));
     }
 
     #[test]

@@ -41,11 +41,13 @@ pub(crate) fn gpu(short: &str) -> String {
     format!("fournos/gpu-{short}")
 }
 
-/// A FournosCluster, `Valid`, no GPUs, created at `t0`, generation 1.
+/// A FournosCluster, `Valid`, counted by discovery (no GPUs), created at `t0`,
+/// generation 1, uid `uid-<name>`.
 pub(crate) fn cluster(name: &str) -> ClusterBuilder {
     ClusterBuilder(FournosCluster {
         metadata: ObjectMeta {
             name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
             namespace: Some("hearth".into()),
             creation_timestamp: Some(at(0)),
             generation: Some(1),
@@ -57,13 +59,27 @@ pub(crate) fn cluster(name: &str) -> ClusterBuilder {
         },
         status: Some(FournosClusterStatus {
             kubeconfig_status: Some(KubeconfigStatus::Valid),
-            hardware: Some(Hardware::default()),
+            hardware: Some(Hardware {
+                last_discovery: Some(at(0)),
+                ..Hardware::default()
+            }),
             ..FournosClusterStatus::default()
         }),
     })
 }
 
 pub(crate) struct ClusterBuilder(FournosCluster);
+
+/// `count` GPUs of model `NVIDIA-<SHORT>`, one node.
+pub(crate) fn gpu_info(short: &str, count: i64) -> GpuInfo {
+    GpuInfo {
+        vendor: "NVIDIA".into(),
+        model: format!("NVIDIA-{}", short.to_uppercase()),
+        short_name: short.into(),
+        count,
+        node_count: 1,
+    }
+}
 
 impl ClusterBuilder {
     pub fn created(mut self, secs: i64) -> Self {
@@ -73,13 +89,7 @@ impl ClusterBuilder {
 
     pub fn gpu(mut self, short: &str, count: i64) -> Self {
         let hardware = self.status().hardware.get_or_insert_with(Hardware::default);
-        hardware.gpus.push(GpuInfo {
-            vendor: "NVIDIA".into(),
-            model: format!("NVIDIA-{}", short.to_uppercase()),
-            short_name: short.into(),
-            count,
-            node_count: 1,
-        });
+        hardware.gpus.push(gpu_info(short, count));
         hardware.total_gpus += count;
         self
     }
@@ -89,8 +99,8 @@ impl ClusterBuilder {
         self
     }
 
-    /// As the Python controller left it: the GPUs in `spec.hardware`, no
-    /// `status.hardware`.
+    /// As the Python controller left it: the GPUs in `spec.hardware` (with the
+    /// `lastDiscovery` the Python Hearth wrote there), no `status.hardware`.
     pub fn legacy(mut self) -> Self {
         let hardware = self.status().hardware.take();
         self.0.spec.hardware = hardware;
@@ -101,6 +111,24 @@ impl ClusterBuilder {
     pub fn discovered(mut self) -> Self {
         let hardware = self.status().hardware.get_or_insert_with(Hardware::default);
         hardware.last_discovery = Some(at(0));
+        self
+    }
+
+    /// hearth-discovery has never counted the GPUs: `status.hardware` as written (by
+    /// anyone) without `lastDiscovery`.
+    pub fn uncounted(mut self) -> Self {
+        if let Some(hardware) = self.status().hardware.as_mut() {
+            hardware.last_discovery = None;
+        }
+        self
+    }
+
+    /// GPUs in `spec.hardware`, as anyone who may edit the FournosCluster can write them.
+    pub fn spec_gpu(mut self, short: &str, count: i64) -> Self {
+        let gpu = gpu_info(short, count);
+        let hardware = self.0.spec.hardware.get_or_insert_with(Hardware::default);
+        hardware.gpus.push(gpu);
+        hardware.total_gpus += count;
         self
     }
 
@@ -273,6 +301,11 @@ impl World {
                 .spec
                 .node_labels
                 .extend(desired.spec.node_labels.clone());
+            flavor
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(desired.metadata.annotations.clone().unwrap_or_default());
         }
         for desired in &plan.flavors_to_adopt {
             let name = desired.metadata.name.as_deref().unwrap();
@@ -288,6 +321,11 @@ impl World {
                 .labels
                 .get_or_insert_with(Default::default)
                 .extend(desired.metadata.labels.clone().unwrap_or_default());
+            flavor
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .extend(desired.metadata.annotations.clone().unwrap_or_default());
             flavor
                 .spec
                 .node_labels
@@ -395,6 +433,15 @@ impl World {
             .iter_mut()
             .find(|c| c.metadata.name.as_deref() == Some(name))
             .expect("a cluster of that name")
+    }
+
+    /// `status.hardware` of cluster `name`, as discovery writes it.
+    pub fn hardware_mut(&mut self, name: &str) -> &mut Hardware {
+        self.cluster_mut(name)
+            .status
+            .get_or_insert_with(Default::default)
+            .hardware
+            .get_or_insert_with(Default::default)
     }
 
     pub fn remove_cluster(&mut self, name: &str) {

@@ -48,8 +48,9 @@ const DRAIN: &str = "DrainQuota";
 
 /// The Event for a status write that takes `cluster` to `sync`, if it is news to a
 /// person: the `KueueSynced` reason changed (published, drained, limit reached, …), or
-/// the published quota of a synced cluster changed. Waiting for a new flavor is a
-/// moment of every onboarding, not news.
+/// the published quota of a synced cluster changed. Waiting for a new flavor, or for
+/// discovery's first count, is a moment of every onboarding, not news (discovery reports
+/// its own problems).
 pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
     let reason = SyncReason::parse(sync.reason())?;
     let before = current_condition(cluster).map(|c| c.reason.as_str());
@@ -70,7 +71,7 @@ pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<
         });
     }
     let (warning, reason, action) = match reason {
-        SyncReason::WaitingForFlavor => return None,
+        SyncReason::WaitingForFlavor | SyncReason::WaitingForDiscovery => return None,
         SyncReason::Synced => (false, QUOTA_PUBLISHED, PUBLISH),
         SyncReason::Drained => (true, reason.as_str(), DRAIN),
         other => (true, other.as_str(), PUBLISH),
@@ -181,11 +182,18 @@ mod tests {
     }
 
     #[test]
-    fn waiting_for_a_flavor_and_no_change_are_not_news() {
+    fn waiting_for_a_flavor_or_a_count_and_no_change_are_not_news() {
         let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
         let plan = world.plan();
         assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
         assert_eq!(event_for(&world.clusters[0], &plan.clusters["a"]), None);
+        let mut uncounted = World::new().with_clusters([cluster("u").uncounted()]);
+        uncounted.converge();
+        let sync = &uncounted.plan().clusters["u"];
+        assert_eq!(sync.reason(), "WaitingForDiscovery");
+        let mut fresh = uncounted.clusters[0].clone();
+        fresh.status.as_mut().unwrap().conditions.clear();
+        assert_eq!(event_for(&fresh, sync), None);
         world.converge();
         let sync = world.plan().clusters["a"].clone();
         assert!(!sync.status_changed);

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use hearth_api::cluster::MAX_GPU_MODELS;
 use hearth_api::conditions::{DesiredCondition, Status};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
@@ -10,7 +11,7 @@ use hearth_api::names::{
 };
 use hearth_api::{KubeconfigStatus, KueueStatus};
 
-use super::queue::{EntryOutcome, LeftOut, LeftOutWhy, NoRoom};
+use super::queue::{EntryOutcome, Holders, LeftOut, LeftOutWhy, NoRoom};
 use super::{
     FlavorState, MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE,
     MAX_RESOURCE_GROUPS, ObservedCluster, PlanSettings,
@@ -140,9 +141,21 @@ fn entry_quotas<'e>(
                  cluster's entry. Remove '{name}' from that group."
             ),
         )),
-        Some(EntryOutcome::NoRoom(no_room)) => {
-            Err((SyncReason::LimitReached, no_room_message(*no_room, queue)))
-        }
+        Some(EntryOutcome::NoRoom { why, holders }) => Err((
+            SyncReason::LimitReached,
+            no_room_message(*why, holders, queue),
+        )),
+        Some(EntryOutcome::NotCounted) => Err((
+            SyncReason::WaitingForDiscovery,
+            format!(
+                "hearth-discovery has not counted this cluster's GPUs yet \
+                 (status.hardware.lastDiscovery is not set), so it takes no place in \
+                 ClusterQueue '{queue}' and publishes no quota. Only discovery publishes \
+                 hardware (spec.hardware is not read). It gets its place, if there is room, \
+                 once discovery has counted it: see conditions KubeconfigValid and \
+                 GPUDiscovered (kubectl fournos why {name})."
+            ),
+        )),
         // A ready flavor with an existing queue always has an outcome.
         None => Err((
             SyncReason::WaitingForFlavor,
@@ -185,10 +198,12 @@ fn published_condition(
             ),
         )
     } else {
-        let reason = if left_out
-            .iter()
-            .any(|l| l.why == LeftOutWhy::TooManyResources)
-        {
+        let reason = if left_out.iter().any(|l| {
+            matches!(
+                l.why,
+                LeftOutWhy::TooManyResources | LeftOutWhy::TooManyModels
+            )
+        }) {
             SyncReason::LimitReached
         } else if left_out
             .iter()
@@ -209,7 +224,8 @@ fn published_condition(
     }
 }
 
-fn no_room_message(no_room: NoRoom, queue: &str) -> String {
+fn no_room_message(no_room: NoRoom, holders: &Holders, queue: &str) -> String {
+    let held = held_by(holders);
     let why = match no_room {
         NoRoom::NoGroup => format!(
             "no resource group covers {CLUSTER_SLOT_RESOURCE} and the queue already has \
@@ -219,20 +235,32 @@ fn no_room_message(no_room: NoRoom, queue: &str) -> String {
         NoRoom::GroupFull { foreign } => format!(
             "the resource group covering {CLUSTER_SLOT_RESOURCE} holds \
              {MAX_FLAVORS_PER_GROUP} flavors (Kueue's maximum): {foreign} not Hearth's and \
-             {} of older clusters, which keep their place. Delete clusters that are no longer \
-             used or move other flavors to another resource group",
-            MAX_FLAVORS_PER_GROUP.saturating_sub(foreign)
+             {held}. Delete clusters that are no longer used or move other flavors to \
+             another resource group"
         ),
         NoRoom::QueueFull { foreign } => format!(
             "the queue holds {MAX_FLAVORS_PER_QUEUE} flavors (Kueue's maximum): {foreign} not \
-             Hearth's and {} of older clusters, which keep their place. Delete clusters that \
-             are no longer used or remove other flavors from the queue",
-            MAX_FLAVORS_PER_QUEUE.saturating_sub(foreign)
+             Hearth's and {held}. Delete clusters that are no longer used or remove other \
+             flavors from the queue"
         ),
     };
     format!(
         "No room for this cluster in ClusterQueue '{queue}': {why}. It is added as soon as \
          there is room; until then no job is admitted on it."
+    )
+}
+
+/// `62 of clusters that have their place (a, b, c and 59 more), which keep it`.
+fn held_by(holders: &Holders) -> String {
+    let more = holders.count.saturating_sub(holders.first.len());
+    let names = match (holders.first.is_empty(), more) {
+        (true, _) => String::new(),
+        (false, 0) => format!(" ({})", holders.first.join(", ")),
+        (false, more) => format!(" ({} and {more} more)", holders.first.join(", ")),
+    };
+    format!(
+        "{} of clusters that have their place{names}, which keep it",
+        holders.count
     )
 }
 
@@ -266,6 +294,14 @@ fn left_out_message(left_out: &[LeftOut]) -> String {
             "{}: resourceGroups[{group}] covers it, and a resource may belong to one resource \
              group only. Remove it from that group",
             names.join(", ")
+        ));
+    }
+    let beyond = list(&|w| *w == LeftOutWhy::TooManyModels);
+    if !beyond.is_empty() {
+        parts.push(format!(
+            "{beyond}: a cluster publishes at most {MAX_GPU_MODELS} GPU models (each is a \
+             resource of the shared ClusterQueue), the first in name order. Check the GPU \
+             models in status.hardware"
         ));
     }
     let invalid = list(&|w| *w == LeftOutWhy::InvalidName);

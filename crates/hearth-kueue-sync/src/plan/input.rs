@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use hearth_api::conditions;
 use hearth_api::kueue::ResourceFlavor;
 use hearth_api::names::{
+    ADOPTED_CLUSTER_UID_ANNOTATION, ADOPTED_FROM_ANNOTATION, ADOPTED_FROM_PYTHON,
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types,
 };
@@ -19,7 +20,10 @@ pub const RESOURCE_IN_USE_FINALIZER: &str = "kueue.x-k8s.io/resource-in-use";
 #[derive(Clone, Debug, PartialEq)]
 pub struct ObservedCluster {
     pub name: String,
-    /// `metadata.creationTimestamp`: older clusters keep their place under Kueue's limits.
+    /// `metadata.uid`: a flavor adopted for this cluster names it
+    /// ([`ADOPTED_CLUSTER_UID_ANNOTATION`]).
+    pub uid: Option<String>,
+    /// `metadata.creationTimestamp`: among newcomers, older clusters get room first.
     pub created: Option<Timestamp>,
     /// `metadata.deletionTimestamp` is set: treated as gone.
     pub deleting: bool,
@@ -29,34 +33,46 @@ pub struct ObservedCluster {
     pub kubeconfig_secret: String,
     /// `status.kubeconfigStatus`; anything but `Valid` drains the cluster.
     pub kubeconfig_status: Option<KubeconfigStatus>,
-    /// The GPUs the quota is computed from: `status.hardware.gpus` once hearth-discovery
-    /// has counted them (`status.hardware.lastDiscovery` is set). Until then, on a
-    /// cluster taken over from the Python controller, its legacy `spec.hardware.gpus`:
-    /// the quota it published stays until discovery reports the real count, so a
-    /// takeover never lowers quota. Without either: `status.hardware.gpus`, if any.
+    /// hearth-discovery has counted the cluster's GPUs at least once
+    /// (`status.hardware.lastDiscovery` is set; discovery keeps it when a later probe
+    /// fails).
+    pub counted: bool,
+    /// `status.hardware.gpus`: what discovery counted (meaningful once [`Self::counted`]).
     pub gpus: Vec<GpuInfo>,
+    /// The legacy `spec.hardware.gpus` the Python Hearth wrote. Anyone who may edit the
+    /// FournosCluster may write it, so it is read only for a cluster under takeover
+    /// ([`Self::quota_gpus`]).
+    pub legacy_gpus: Option<Vec<GpuInfo>>,
     /// `status.kueue` as it is now.
     pub kueue: Option<KueueStatus>,
     /// The `KueueSynced` condition as it is now.
     pub synced_condition: Option<Condition>,
+    /// Known by its metadata only (it does not decode): nothing can be said of its
+    /// count, so it keeps a place it holds (at zero quota) and claims no new one.
+    pub undecodable: bool,
 }
 
 impl ObservedCluster {
     pub fn from_cluster(cluster: &FournosCluster) -> Self {
         let meta = &cluster.metadata;
         let status = cluster.status.as_ref();
+        let hardware = status.and_then(|s| s.hardware.as_ref());
         Self {
             name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             deleting: meta.deletion_timestamp.is_some(),
             generation: meta.generation,
             kubeconfig_secret: cluster.spec.kubeconfig_secret.clone(),
             kubeconfig_status: status.and_then(|s| s.kubeconfig_status),
-            gpus: quota_gpus(cluster),
+            counted: hardware.is_some_and(|h| h.last_discovery.is_some()),
+            gpus: hardware.map(|h| h.gpus.clone()).unwrap_or_default(),
+            legacy_gpus: cluster.spec.hardware.as_ref().map(|h| h.gpus.clone()),
             kueue: status.and_then(|s| s.kueue.clone()),
             synced_condition: status
                 .and_then(|s| conditions::find(&s.conditions, condition_types::KUEUE_SYNCED))
                 .cloned(),
+            undecodable: false,
         }
     }
 
@@ -68,17 +84,23 @@ impl ObservedCluster {
     pub fn drained(&self) -> bool {
         self.kubeconfig_status != Some(KubeconfigStatus::Valid)
     }
-}
 
-/// See [`ObservedCluster::gpus`].
-fn quota_gpus(cluster: &FournosCluster) -> Vec<GpuInfo> {
-    let discovered = cluster.status.as_ref().and_then(|s| s.hardware.as_ref());
-    let legacy = cluster.spec.hardware.as_ref();
-    match (discovered, legacy) {
-        (Some(h), _) if h.last_discovery.is_some() => h.gpus.clone(),
-        (_, Some(legacy)) => legacy.gpus.clone(),
-        (Some(h), None) => h.gpus.clone(),
-        (None, None) => Vec::new(),
+    /// The GPUs the quota is computed from, or `None` when the cluster has no claim on
+    /// the ClusterQueue at all. Only discovery publishes hardware: once it has counted
+    /// ([`Self::counted`]), `status.hardware.gpus`. Before that, only a cluster *under
+    /// takeover* (see [`ObservedFlavor::under_takeover`]) counts, with the legacy
+    /// `spec.hardware.gpus` it brings, so a takeover never lowers the quota the Python
+    /// Hearth published before discovery reports the real count. Any other cluster
+    /// discovery has never counted claims nothing: its `spec.hardware` is ignored, and it
+    /// takes neither a place nor a covered resource.
+    pub fn quota_gpus(&self, under_takeover: bool) -> Option<&[GpuInfo]> {
+        if self.counted {
+            Some(&self.gpus)
+        } else if under_takeover {
+            Some(self.legacy_gpus.as_deref().unwrap_or_default())
+        } else {
+            None
+        }
     }
 }
 
@@ -98,6 +120,10 @@ pub struct ObservedFlavor {
     pub deleting: bool,
     /// Carries Kueue's [`RESOURCE_IN_USE_FINALIZER`].
     pub in_use: bool,
+    /// Adopted from the Python Hearth ([`ADOPTED_FROM_ANNOTATION`] =
+    /// [`ADOPTED_FROM_PYTHON`]) for the FournosCluster of this uid
+    /// ([`ADOPTED_CLUSTER_UID_ANNOTATION`]; empty when the adoption named none).
+    pub adopted_for: Option<String>,
 }
 
 impl ObservedFlavor {
@@ -105,6 +131,7 @@ impl ObservedFlavor {
     pub fn from_flavor(flavor: &ResourceFlavor, namespace: &str) -> Self {
         let meta = &flavor.metadata;
         let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
+        let annotation = |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key));
         let name = meta.name.clone().unwrap_or_default();
         let legacy = label(MANAGED_BY_LABEL).is_none()
             && label(CLUSTER_NAMESPACE_LABEL).is_none()
@@ -117,6 +144,13 @@ impl ObservedFlavor {
                 && label(CLUSTER_NAMESPACE_LABEL).is_some_and(|v| v == namespace),
             node_labels: flavor.spec.node_labels.clone(),
             deleting: meta.deletion_timestamp.is_some(),
+            adopted_for: (annotation(ADOPTED_FROM_ANNOTATION)
+                == Some(&ADOPTED_FROM_PYTHON.to_owned()))
+            .then(|| {
+                annotation(ADOPTED_CLUSTER_UID_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default()
+            }),
             in_use: meta
                 .finalizers
                 .as_ref()
@@ -144,5 +178,34 @@ impl ObservedFlavor {
             && self.legacy
             && !self.deleting
             && live_clusters.contains(self.name.as_str())
+    }
+
+    /// Whether `cluster`, whose flavor this is, is *under takeover* from the Python
+    /// Hearth: its flavor is a legacy one adopted in this very round ([`Self::is_adopted`]),
+    /// or one kueue-sync adopted earlier for this same FournosCluster (the adoption
+    /// annotations name its uid). Only then does its legacy `spec.hardware` count, until
+    /// discovery has counted ([`ObservedCluster::quota_gpus`]).
+    ///
+    /// Why the flavor carries the mark: `spec.hardware` is in the FournosCluster's spec, so
+    /// anyone who may edit or create a FournosCluster could claim GPUs with it, and the
+    /// Python Hearth's `kubeconfigStatus: Valid` can be imitated just as well. A
+    /// ResourceFlavor is cluster-scoped and only the platform and kueue-sync write it: the
+    /// legacy flavor (made by the Python Hearth, with its entry in the queue) is the
+    /// evidence that the cluster was the Python Hearth's, and the annotations kueue-sync adds
+    /// when adopting keep that evidence after the flavor carries Hearth's labels. The uid
+    /// ties it to the FournosCluster it was adopted for: one deleted and created again under
+    /// the same name (while the flavor still exists) is a new cluster, not under takeover.
+    pub fn under_takeover(
+        &self,
+        cluster: &ObservedCluster,
+        live_clusters: &BTreeSet<&str>,
+    ) -> bool {
+        self.is_adopted(live_clusters)
+            || (self.managed_by_hearth
+                && !self.deleting
+                && cluster
+                    .uid
+                    .as_deref()
+                    .is_some_and(|uid| !uid.is_empty() && self.adopted_for.as_deref() == Some(uid)))
     }
 }

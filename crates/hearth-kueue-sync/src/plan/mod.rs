@@ -21,7 +21,11 @@
 //! [`ObservedFlavor::is_hearths`]: a *legacy* flavor (the Python controller's: neither
 //! label, node labels exactly `{fournos.dev/cluster: <its name>}`) named like a live
 //! cluster is adopted — it is Hearth's from this round on, entry included, and is
-//! labeled in place ([`Plan::flavors_to_adopt`]), never deleted and recreated.
+//! labeled in place ([`Plan::flavors_to_adopt`]), never deleted and recreated. Adopting
+//! also annotates it `fournos.dev/adopted-from=hearth-py` with the adopted cluster's uid
+//! (`fournos.dev/adopted-cluster-uid`): the mark that the cluster is *under takeover*
+//! ([`ObservedFlavor::under_takeover`]), kept on the flavor because nobody who edits a
+//! FournosCluster can write a ResourceFlavor.
 //!
 //! **Flavors.** Every live cluster (no `deletionTimestamp`) gets a ResourceFlavor named
 //! after it, `nodeLabels {fournos.dev/cluster: <cluster>}`, labeled managed-by=hearth,
@@ -43,23 +47,42 @@
 //! references a missing flavor stops admitting): the round that creates the flavor
 //! reports `WaitingForFlavor`, the next one adds the entry. A Terminating flavor of a
 //! live cluster (deleted and recreated quickly) loses its entry so that the deletion
-//! can finish; the flavor is then recreated. Entries keep their position; new ones are
-//! appended oldest cluster first. Hearth owns the `name` and `nominalQuota` of its
+//! can finish; the flavor is then recreated (and the cluster comes back as a newcomer).
+//! Entries keep their position; new ones are appended oldest cluster first. Hearth owns the `name` and `nominalQuota` of its
 //! entries; other fields found on them (e.g. `borrowingLimit`) are kept, except that a
 //! `lendingLimit` above the new nominal quota is lowered to it (Kueue rejects more).
 //!
+//! **Who claims a place.** Only discovery publishes hardware: a cluster's GPUs are
+//! `status.hardware.gpus` once hearth-discovery has counted it
+//! (`status.hardware.lastDiscovery` set; discovery keeps it when later probes fail). A
+//! cluster *under takeover* (its flavor was the Python Hearth's and kueue-sync adopted it
+//! for this very FournosCluster) counts, until discovery has counted, with the legacy
+//! `spec.hardware.gpus` it brings, so a takeover never lowers quota before discovery
+//! reports ([`ObservedCluster::quota_gpus`]). Every other cluster that discovery has never
+//! counted claims nothing: no entry (an entry it has is removed), no covered resource,
+//! `KueueSynced=False` reason `WaitingForDiscovery`; `spec.hardware` written by anyone
+//! who may edit a FournosCluster is never published.
+//!
+//! **Quota, once given, stays.** A cluster whose flavor the slot group of the current
+//! ClusterQueue lists (a *holder*) keeps its entry for as long as it is live and has a
+//! claim, drained or not; only the room left goes to *newcomers*, in age order
+//! (`creationTimestamp`, then name, which is unique, so same-second ties always go the
+//! same way). Nothing that arrives later, becomes a candidate later (counted today,
+//! flavor ready today) or sorts earlier displaces a holder, and no decision depends on
+//! the order in which the watches deliver objects.
+//!
 //! **Quota.** A cluster's entry gives `fournos/cluster-slot` = the configured slots and
-//! `<prefix><shortName>` = the count of each model in `status.hardware.gpus` — or, until
-//! discovery has counted (`status.hardware.lastDiscovery`), in the legacy
-//! `spec.hardware.gpus` of a taken-over cluster, so quota never drops before discovery
-//! reports the real value ([`ObservedCluster::gpus`]) — (models
-//! sharing a short name are summed; negative counts count as zero), and zero for every
-//! other covered resource. A cluster whose `kubeconfigStatus` is not `Valid` (including
-//! not yet probed) is *drained*: same entry, zero for every resource, `KueueSynced=False`
-//! reason `Drained`. A drained cluster's models stay covered, so draining never
-//! reshapes the queue. `status.kueue.quotas` lists the slot resource and the cluster's
-//! own models as published; `clusterSlots` is always the configured slot count (what a
-//! lock requests), also while drained.
+//! `<prefix><shortName>` = the count of each of its models (models sharing a short name
+//! are summed; negative counts count as zero; at most [`MAX_GPU_MODELS`](hearth_api::cluster::MAX_GPU_MODELS) resources per
+//! cluster, as discovery counts: the first in name order, the rest left out with
+//! `LimitReached`), and zero for every other covered resource. A cluster whose
+//! `kubeconfigStatus` is not `Valid` (including not yet probed by discovery, when it
+//! is under takeover) is *drained*: same
+//! entry, zero for every resource, `KueueSynced=False` reason `Drained`. A drained
+//! cluster's models stay covered, so draining never reshapes the queue.
+//! `status.kueue.quotas` lists the slot resource and the cluster's own models as
+//! published; `clusterSlots` is always the configured slot count (what a lock requests),
+//! also while drained.
 //!
 //! **Covered resources.** `coveredResources` of the slot group is sorted and is the
 //! union of: `fournos/cluster-slot`; every resource already covered that is not
@@ -78,11 +101,13 @@
 //!
 //! **Limits** (Kueue's; the ClusterQueue is never made invalid). At most 64 flavors in
 //! the group and 256 in the queue: foreign flavors count and are never evicted; the
-//! remaining room goes to the clusters in age order (`creationTimestamp`, then name),
-//! so the oldest keep their place and the others get `LimitReached`. No group covers the
+//! remaining room goes to the holders, then to newcomers in age order, and the others
+//! get `LimitReached`, naming how many clusters hold the places and the first few of
+//! them. No group covers the
 //! slot resource and the queue already has 16 groups: no cluster gets an entry
 //! (`LimitReached`). At most 64 covered resources: the resources above are kept first,
-//! then GPU resources are added cluster by cluster in age order (each cluster's models in
+//! then GPU resources are added cluster by cluster, holders first, each in age order
+//! (each cluster's models in
 //! name order); a model that does not fit is left out of that cluster's entry only — the
 //! cluster keeps its entry with its slots and other models and reports `LimitReached`
 //! naming what was left out. A model whose resource another group covers (a resource may
@@ -103,6 +128,8 @@
 
 mod cluster_status;
 mod input;
+#[cfg(test)]
+mod places_tests;
 mod queue;
 mod summary;
 #[cfg(test)]
@@ -114,6 +141,7 @@ use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec};
 use hearth_api::names::{
+    ADOPTED_CLUSTER_UID_ANNOTATION, ADOPTED_FROM_ANNOTATION, ADOPTED_FROM_PYTHON,
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, is_dns_label,
     is_label_name,
 };
@@ -178,8 +206,9 @@ pub struct Plan {
     /// Hearth flavors whose `fournos.dev/cluster` node label is wrong: the desired
     /// object, to server-side apply.
     pub flavors_to_repair: Vec<ResourceFlavor>,
-    /// Legacy flavors adopted in this round: the desired object (Hearth's labels and
-    /// node label, which the legacy flavor already has), to server-side apply. The
+    /// Legacy flavors adopted in this round: the desired object (Hearth's labels, the
+    /// node label the legacy flavor already has, and the adoption annotations that mark
+    /// its cluster as under takeover), to server-side apply. The
     /// flavor is Hearth's already in this plan (its entry is planned as Hearth's).
     pub flavors_to_adopt: Vec<ResourceFlavor>,
     /// Hearth flavors with no live cluster and no ClusterQueue reference. Delete them
@@ -304,12 +333,17 @@ fn plan_live_flavors<'a>(
             Some(f) if !f.is_hearths(live_names) => FlavorState::NotManaged,
             Some(f) if f.deleting => FlavorState::Deleting,
             Some(f) => {
+                let desired = desired_flavor(&cluster.name, &settings.namespace);
                 if f.is_adopted(live_names) {
                     plan.flavors_to_adopt
-                        .push(desired_flavor(&cluster.name, &settings.namespace));
+                        .push(adopted(desired, cluster.uid.as_deref()));
                 } else if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
-                    plan.flavors_to_repair
-                        .push(desired_flavor(&cluster.name, &settings.namespace));
+                    // Server-side apply drops what kueue-sync applied before and leaves out
+                    // now: the adoption mark goes along.
+                    plan.flavors_to_repair.push(match &f.adopted_for {
+                        Some(uid) => adopted(desired, Some(uid)),
+                        None => desired,
+                    });
                 }
                 FlavorState::Ready
             }
@@ -330,18 +364,39 @@ fn plan_queue(
     plan: &mut Plan,
 ) -> Option<QueuePlan> {
     let settings = &input.settings;
+    let current = input.cluster_queue.as_ref()?;
+    let slot_group = queue::slot_group_index(current).map(|i| &current.resource_groups[i]);
+    let holds = |name: &str| slot_group.is_some_and(|g| g.flavors.iter().any(|f| f.name == name));
+    let mut not_counted = Vec::new();
     let candidates: Vec<Candidate> = live
         .iter()
         .filter(|c| states[c.name.as_str()] == FlavorState::Ready)
-        .map(|c| Candidate::new(c, settings))
+        .filter_map(|c| {
+            let under_takeover = flavors
+                .get(c.name.as_str())
+                .is_some_and(|f| f.under_takeover(c, live_names));
+            let holds = holds(&c.name);
+            let claim = c
+                .quota_gpus(under_takeover)
+                .or_else(|| (c.undecodable && holds).then_some(&[][..]));
+            match claim {
+                Some(gpus) => Some(Candidate::new(c, gpus, holds, settings)),
+                None => {
+                    not_counted.push(c.name.clone());
+                    None
+                }
+            }
+        })
         .collect();
-    let current = input.cluster_queue.as_ref()?;
-    let queue = queue::plan_cluster_queue(&QueueInput {
+    let mut queue = queue::plan_cluster_queue(&QueueInput {
         current,
         candidates: &candidates,
         is_hearths: &|name: &str| flavors.get(name).is_some_and(|f| f.is_hearths(live_names)),
         settings,
     });
+    for name in not_counted {
+        queue.entries.insert(name, queue::EntryOutcome::NotCounted);
+    }
     if !queue::equivalent_specs(current, &queue.spec) {
         plan.cluster_queue = Some(queue.spec.clone());
     }
@@ -430,8 +485,9 @@ pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
     }
 }
 
-/// Live clusters (not being deleted) in the order they keep their place: oldest
-/// `creationTimestamp` first (none: last), then name.
+/// Live clusters (not being deleted) in the order newcomers get room: oldest
+/// `creationTimestamp` first (none: last), then name (unique in the namespace, so two
+/// clusters created in the same second are ordered the same way on every plan).
 fn live_clusters_oldest_first(clusters: &[ObservedCluster]) -> Vec<&ObservedCluster> {
     let mut live: Vec<&ObservedCluster> = clusters.iter().filter(|c| !c.deleting).collect();
     live.sort_by(|a, b| {
@@ -439,6 +495,23 @@ fn live_clusters_oldest_first(clusters: &[ObservedCluster]) -> Vec<&ObservedClus
     });
     live.dedup_by(|a, b| a.name == b.name);
     live
+}
+
+/// `flavor` with the mark of a flavor adopted from the Python Hearth for the
+/// FournosCluster of `uid` (see [`ObservedFlavor::under_takeover`] for why it is there).
+fn adopted(mut flavor: ResourceFlavor, uid: Option<&str>) -> ResourceFlavor {
+    let annotations = flavor
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        ADOPTED_FROM_ANNOTATION.to_owned(),
+        ADOPTED_FROM_PYTHON.to_owned(),
+    );
+    if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+        annotations.insert(ADOPTED_CLUSTER_UID_ANNOTATION.to_owned(), uid.to_owned());
+    }
+    flavor
 }
 
 /// Whether `s` is a valid Kubernetes label value (at most 63 characters, alphanumeric

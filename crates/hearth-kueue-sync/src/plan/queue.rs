@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hearth_api::GpuInfo;
+use hearth_api::cluster::MAX_GPU_MODELS;
 use hearth_api::kueue::{
     ClusterQueueSpec, FlavorQuotas, ResourceGroup, ResourceQuota, quantity_to_i64,
 };
@@ -15,42 +17,64 @@ use super::{
     ObservedCluster, PlanSettings, is_resource_name,
 };
 
-/// A live cluster whose flavor is ready: it may get an entry.
+/// A live cluster whose flavor is ready and that has a claim on the queue (discovery
+/// counted it, or it is under takeover): it may get an entry.
 pub(crate) struct Candidate<'a> {
     pub name: &'a str,
     pub drained: bool,
-    /// Discovered count per valid GPU resource (models sharing a short name summed).
+    /// Its flavor is listed in the slot group of the current ClusterQueue: it keeps that
+    /// place.
+    pub holds: bool,
+    /// Count per valid GPU resource (models sharing a short name summed).
     pub gpus: BTreeMap<String, i64>,
-    /// Discovered count per GPU resource whose name is not a valid resource name.
+    /// Count per GPU resource whose name is not a valid resource name.
     pub invalid_gpus: BTreeMap<String, i64>,
+    /// Count per GPU resource beyond the first [`MAX_GPU_MODELS`] (in name order).
+    pub beyond_model_limit: BTreeMap<String, i64>,
 }
 
 impl<'a> Candidate<'a> {
-    pub fn new(cluster: &'a ObservedCluster, settings: &PlanSettings) -> Self {
-        let mut gpus = BTreeMap::new();
+    /// `cluster`, publishing `gpus` (see [`ObservedCluster::quota_gpus`]).
+    pub fn new(
+        cluster: &'a ObservedCluster,
+        gpus: &[GpuInfo],
+        holds: bool,
+        settings: &PlanSettings,
+    ) -> Self {
+        let mut per_resource: BTreeMap<String, i64> = BTreeMap::new();
+        for gpu in gpus {
+            let count = per_resource
+                .entry(settings.gpu_resource(&gpu.short_name))
+                .or_default();
+            *count = count.saturating_add(gpu.count.max(0));
+        }
+        let mut valid = BTreeMap::new();
         let mut invalid_gpus = BTreeMap::new();
-        for gpu in &cluster.gpus {
-            let resource = settings.gpu_resource(&gpu.short_name);
-            let into = if is_resource_name(&resource) {
-                &mut gpus
+        let mut beyond_model_limit = BTreeMap::new();
+        for (i, (resource, count)) in per_resource.into_iter().enumerate() {
+            let into = if i >= MAX_GPU_MODELS {
+                &mut beyond_model_limit
+            } else if is_resource_name(&resource) {
+                &mut valid
             } else {
                 &mut invalid_gpus
             };
-            let count: &mut i64 = into.entry(resource).or_default();
-            *count = count.saturating_add(gpu.count.max(0));
+            into.insert(resource, count);
         }
         Self {
             name: &cluster.name,
             drained: cluster.drained(),
-            gpus,
+            holds,
+            gpus: valid,
             invalid_gpus,
+            beyond_model_limit,
         }
     }
 }
 
 pub(crate) struct QueueInput<'a> {
     pub current: &'a ClusterQueueSpec,
-    /// Oldest first.
+    /// Oldest first (`creationTimestamp`, then name).
     pub candidates: &'a [Candidate<'a>],
     /// Whether the flavor of that name is Hearth's.
     pub is_hearths: &'a dyn Fn(&str) -> bool,
@@ -72,8 +96,11 @@ pub(crate) enum EntryOutcome {
         quotas: BTreeMap<String, i64>,
         left_out: Vec<LeftOut>,
     },
-    /// No entry: no room under Kueue's limits.
-    NoRoom(NoRoom),
+    /// No entry: no room under Kueue's limits; `holders` have the places.
+    NoRoom { why: NoRoom, holders: Holders },
+    /// No entry: discovery has never counted the cluster (and it is not under takeover),
+    /// so it claims no place.
+    NotCounted,
     /// No entry: resource group `group` (not the slot group) already lists the flavor.
     FlavorInOtherGroup { group: usize },
 }
@@ -85,6 +112,17 @@ pub(crate) struct LeftOut {
     pub why: LeftOutWhy,
 }
 
+/// Who holds the places a waiting cluster cannot get: how many of Hearth's clusters, and
+/// the first few of them (the oldest holders), so the message stays short and stable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holders {
+    pub count: usize,
+    pub first: Vec<String>,
+}
+
+/// How many holders a waiting cluster's message names.
+pub(crate) const HOLDERS_NAMED: usize = 3;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LeftOutWhy {
     /// The group already covers [`MAX_COVERED_RESOURCES`] resources.
@@ -93,6 +131,8 @@ pub(crate) enum LeftOutWhy {
     CoveredByGroup(usize),
     /// Not a valid resource name.
     InvalidName,
+    /// The cluster has more than [`MAX_GPU_MODELS`] models; this one is beyond them.
+    TooManyModels,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -215,8 +255,11 @@ fn room(
     })
 }
 
-/// The candidates that get an entry: the oldest, as many as there is room for. The
-/// others' outcomes go into `entries`.
+/// The candidates that get an entry. Quota, once given, stays: the clusters that hold
+/// a place keep it, and only the room left goes to newcomers, oldest first. So nothing
+/// that arrives later, or becomes a candidate later, or sorts earlier, displaces a
+/// holder. The others' outcomes go into `entries`; the result is holders first, then
+/// newcomers, each in age order.
 fn select<'c>(
     candidates: &'c [Candidate<'c>],
     others: &OtherGroups<'_>,
@@ -224,7 +267,12 @@ fn select<'c>(
     entries: &mut BTreeMap<String, EntryOutcome>,
 ) -> Vec<&'c Candidate<'c>> {
     let mut selected: Vec<&Candidate<'_>> = Vec::new();
-    for candidate in candidates {
+    let mut waiting = Vec::new();
+    let holders_first = candidates
+        .iter()
+        .filter(|c| c.holds)
+        .chain(candidates.iter().filter(|c| !c.holds));
+    for candidate in holders_first {
         if let Some(&group) = others.flavors.get(candidate.name) {
             entries.insert(
                 candidate.name.to_owned(),
@@ -234,10 +282,25 @@ fn select<'c>(
         }
         match room {
             Ok((room, _)) if selected.len() < room => selected.push(candidate),
-            Ok((_, full)) | Err(full) => {
-                entries.insert(candidate.name.to_owned(), EntryOutcome::NoRoom(full));
-            }
+            Ok((_, full)) | Err(full) => waiting.push((candidate.name, full)),
         }
+    }
+    let holders = Holders {
+        count: selected.len(),
+        first: selected
+            .iter()
+            .take(HOLDERS_NAMED)
+            .map(|c| c.name.to_owned())
+            .collect(),
+    };
+    for (name, why) in waiting {
+        entries.insert(
+            name.to_owned(),
+            EntryOutcome::NoRoom {
+                why,
+                holders: holders.clone(),
+            },
+        );
     }
     selected
 }
@@ -276,8 +339,9 @@ fn covered_before_gpus(
     covered
 }
 
-/// The quotas of each selected cluster, oldest first, adding its GPU resources to
-/// `covered` while there is room; its outcome goes into `entries`.
+/// The quotas of each selected cluster, in selection order (holders first, so a
+/// newcomer never takes a covered resource from a holder's model), adding its GPU
+/// resources to `covered` while there is room; its outcome goes into `entries`.
 fn publish<'c>(
     selected: &[&'c Candidate<'c>],
     others: &OtherGroups<'_>,
@@ -296,6 +360,13 @@ fn publish<'c>(
                 resource: resource.clone(),
                 count,
                 why: LeftOutWhy::InvalidName,
+            });
+        }
+        for (resource, &count) in &candidate.beyond_model_limit {
+            left_out.push(LeftOut {
+                resource: resource.clone(),
+                count,
+                why: LeftOutWhy::TooManyModels,
             });
         }
         for (resource, &count) in &candidate.gpus {
@@ -324,7 +395,7 @@ fn publish<'c>(
 }
 
 /// The slot group's flavors: existing entries keep their place, new ones are appended
-/// oldest first; every one lists every covered resource.
+/// in selection order (oldest first); every one lists every covered resource.
 fn arrange_flavors(
     group: &ResourceGroup,
     selected: &[&Candidate<'_>],

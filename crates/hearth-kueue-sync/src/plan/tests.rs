@@ -13,8 +13,15 @@ use crate::testing::{
 };
 
 /// The `KueueSynced` condition of `cluster` in `world`.
-fn synced<'a>(world: &'a World, cluster: &str) -> &'a Condition {
+pub(super) fn synced<'a>(world: &'a World, cluster: &str) -> &'a Condition {
     conditions::find(&world.status(cluster).conditions, KUEUE_SYNCED).expect("KueueSynced")
+}
+
+/// The `KueueSynced` message of `cluster` in `world`, whose reason must be `reason`.
+pub(super) fn message_of<'a>(world: &'a World, cluster: &str, reason: &str) -> &'a str {
+    let condition = synced(world, cluster);
+    assert_eq!(condition.reason, reason, "{cluster}: {}", condition.message);
+    &condition.message
 }
 
 fn names(v: &[ResourceFlavor]) -> Vec<&str> {
@@ -476,7 +483,8 @@ fn gpu_model_coming_and_going() {
 
     // Both go: they leave coveredResources and the foreign flavor's zero entries with
     // them; l40s stays, the foreign flavor gives it quota.
-    world.cluster_mut("a").status.as_mut().unwrap().hardware = None;
+    world.cluster_mut("a").status.as_mut().unwrap().hardware =
+        cluster("x").build().status.unwrap().hardware;
     world.converge();
     assert_eq!(covered(world.queue(), 0), [SLOT, &gpu("l40s")]);
     assert_eq!(
@@ -870,9 +878,10 @@ fn flavor_limit_keeps_the_oldest_clusters_and_says_why() {
             c.message,
             "No room for this cluster in ClusterQueue 'fournos-queue': the resource group \
              covering fournos/cluster-slot holds 64 flavors (Kueue's maximum): 2 not \
-             Hearth's and 62 of older clusters, which keep their place. Delete clusters that \
-             are no longer used or move other flavors to another resource group. It is added \
-             as soon as there is room; until then no job is admitted on it."
+             Hearth's and 62 of clusters that have their place (c00, c37, c04 and 59 more), \
+             which keep it. Delete clusters that are no longer used or move other flavors to \
+             another resource group. It is added as soon as there is room; until then no job \
+             is admitted on it."
         );
         assert!(world.status(&name(age)).kueue.is_none());
         assert!(
@@ -1157,6 +1166,7 @@ fn observed_views_read_the_api_objects() {
             legacy: false,
             deleting: true,
             in_use: true,
+            adopted_for: None,
         }
     );
     assert!(
@@ -1180,6 +1190,8 @@ fn observed_views_read_the_api_objects() {
     assert!(c.deleting && c.drained());
     assert_eq!(c.kubeconfig_secret, "kubeconfig-a");
     assert_eq!(c.gpus.len(), 1);
+    assert!(c.counted && c.legacy_gpus.is_none() && !c.undecodable);
+    assert_eq!(c.uid.as_deref(), Some("uid-a"));
     assert_eq!(c.generation, Some(1));
 }
 
@@ -1257,7 +1269,7 @@ fn summary_names_what_changed() {
 // ---- randomized worlds ----
 
 /// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -1266,10 +1278,10 @@ impl Rng {
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    fn chance(&mut self, percent: u64) -> bool {
+    pub(super) fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
 }
@@ -1291,7 +1303,36 @@ fn random_cluster(rng: &mut Rng, i: u64) -> crate::testing::ClusterBuilder {
             c = c.gpu(model, rng.below(9) as i64);
         }
     }
+    if rng.chance(15) {
+        c = c.uncounted();
+    }
     c
+}
+
+/// Live clusters with an entry in the queue.
+fn holders(world: &World) -> BTreeSet<String> {
+    let Some(spec) = &world.queue else {
+        return BTreeSet::new();
+    };
+    spec.resource_groups
+        .iter()
+        .flat_map(|g| &g.flavors)
+        .map(|f| f.name.clone())
+        .filter(|name| world.is_hearths(name))
+        .collect()
+}
+
+/// Quota, once given, stays: every cluster of `before` that is still live and counted
+/// still has its entry.
+fn check_places_kept(world: &World, before: &BTreeSet<String>, seed: u64) {
+    let now = holders(world);
+    for c in &world.clusters {
+        let name = c.metadata.name.as_deref().unwrap();
+        let observed = ObservedCluster::from_cluster(c);
+        if before.contains(name) && !observed.deleting && observed.counted {
+            assert!(now.contains(name), "seed {seed}: {name} lost its place");
+        }
+    }
 }
 
 /// Everything a converged world must satisfy.
@@ -1365,6 +1406,10 @@ fn check_converged(world: &World, foreign_group: &serde_json::Value, seed: u64) 
         if matches!(reason.as_str(), "Synced" | "Drained") {
             assert!(has_entry, "seed {seed}: {name} {reason}");
         }
+        if !ObservedCluster::from_cluster(c).counted {
+            assert!(!has_entry, "seed {seed}: {name} never counted, {reason}");
+            assert_eq!(reason, "WaitingForDiscovery", "seed {seed}: {name}");
+        }
     }
 }
 
@@ -1402,6 +1447,7 @@ fn random_worlds_converge_to_a_valid_fixpoint_and_stay_there() {
 
         // The fleet changes: clusters go, come, change; then it converges again.
         for _ in 0..3 {
+            let before = holders(&world);
             for i in 0..count {
                 let name = format!("c{i}");
                 if !world
@@ -1409,10 +1455,13 @@ fn random_worlds_converge_to_a_valid_fixpoint_and_stay_there() {
                     .iter()
                     .any(|c| c.metadata.name.as_deref() == Some(&name))
                 {
+                    // Arriving now, but possibly older than clusters with a place (a
+                    // late watch event, a restart): it must not displace them.
                     if rng.chance(30) {
+                        let created = rng.below(150) as i64;
                         world
                             .clusters
-                            .push(random_cluster(&mut rng, i).created(100).build());
+                            .push(random_cluster(&mut rng, i).created(created).build());
                     }
                     continue;
                 }
@@ -1437,6 +1486,7 @@ fn random_worlds_converge_to_a_valid_fixpoint_and_stay_there() {
             }
             assert!(world.converge() <= 3, "seed {seed}");
             check_converged(&world, &foreign_group, seed);
+            check_places_kept(&world, &before, seed);
         }
     }
 }
@@ -1529,8 +1579,8 @@ fn legacy_flavors_are_adopted_in_place_with_their_entries() {
     assert_eq!(names(&plan.flavors_to_adopt), ["a", "b"]);
     assert_eq!(
         serde_json::to_value(&plan.flavors_to_adopt[0]).unwrap(),
-        serde_json::to_value(desired_flavor("a", "hearth")).unwrap(),
-        "adoption applies Hearth's labels and the node label it already has"
+        serde_json::to_value(adopted(desired_flavor("a", "hearth"), Some("uid-a"))).unwrap(),
+        "adoption applies Hearth's labels, the node label it already has, and the mark"
     );
     assert!(plan.flavors_to_create.is_empty(), "{plan:#?}");
     assert!(plan.flavors_to_delete.is_empty(), "{plan:#?}");
@@ -1593,14 +1643,7 @@ fn legacy_hardware_is_the_quota_until_discovery_counts() {
     );
 
     // Discovery counted: its count wins, also when it is lower.
-    let hardware = world
-        .cluster_mut("a")
-        .status
-        .as_mut()
-        .unwrap()
-        .hardware
-        .as_mut()
-        .unwrap();
+    let hardware = world.hardware_mut("a");
     hardware.last_discovery = Some(at(5));
     hardware.gpus = cluster("x")
         .gpu("a100", 4)
