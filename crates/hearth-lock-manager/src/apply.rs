@@ -57,7 +57,7 @@ pub enum Applied {
 /// UIDs of the sentinels this process created or adopted, so that a sentinel is
 /// proven from the moment it exists, before the cluster cache shows the status write
 /// that records its UID. A UID in here is this lock-manager's whatever happened since
-/// (another leader, a restart only forgets); entries go after [`PROVEN_FOR`].
+/// (another leader, a restart only forgets); entries go after ten minutes.
 #[derive(Clone, Default)]
 pub struct Created(Arc<Mutex<HashMap<String, Instant>>>);
 

@@ -19,11 +19,20 @@
 //! | `Released`         | no owner, or the cluster is being deleted, after a lock       | delete every sentinel                    | False `Released` (false)       | `LockReleased` unless it was `Released`/`Expired` |
 //! | `InvalidOwner`     | `spec.owner` is one the CRD refuses                           | delete every sentinel                    | False `InvalidOwner` (false)   | — |
 //! | `Expiring`         | `ownerSetAt + ttl <= now`                                     | delete every sentinel, clear `spec.owner` (guarded by `resourceVersion`) | False `Expired` (false) | `LockExpired` |
-//! | `Held`             | a live sentinel of the owner is admitted                      | delete the owner's other sentinels and every other owner's | True `Held` (true)  | `LockHeld` |
+//! | `Held`             | the owner's proven sentinel is admitted in the cluster's queue, on its flavor, with every slot | delete every other sentinel | True `Held` (true)  | `LockHeld` |
+//! | `Misplaced`        | the owner's proven sentinel is admitted elsewhere, or asks for other slots than the cluster has | as for `Held`; wrong slots: delete it too (replaced) | False `WrongFlavor` / `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
 //! | `Waiting`          | a live sentinel of the owner waits for admission              | as for `Held`                            | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` for the same owner |
 //! | `WaitingForFlavor` | no sentinel of the owner; no `status.kueue` yet               | delete other owners' sentinels           | False `WaitingForFlavor` (false) | — |
 //! | `Replacing`        | no sentinel of the owner; another's still has the name        | delete other owners' sentinels           | False `WaitingForAdmission` (false) | — |
 //! | `Creating`         | no sentinel of the owner                                      | create `cluster-lock-<cluster>`          | False `WaitingForAdmission` (false) | — |
+//!
+//! Only a *proven* sentinel can be kept: one carrying this Hearth's three labels (the watch
+//! sees no other) whose UID is `status.lockJobUID` or one this process created or adopted
+//! ([`apply::Created`]), and still shaped as built (`lockOnly` for this cluster; a Workload
+//! pinned to it). Any other labelled object is deleted. A create refused because the name
+//! is taken by an object without this Hearth's labels is `SentinelNameTaken`, naming it
+//! ([`apply`]); an older controller's sentinel named in `status.lockJobName` is adopted
+//! once ([`apply::adopt_legacy`]). Every state also writes `slotHolders` ([`holders`]).
 //!
 //! Every state with an owner also writes `ownerSetAt` (kept while the owner stays the
 //! same), `lockOwner` and `lockExpiresAt`, and is looked at again at the expiry; a
