@@ -9,7 +9,7 @@ use hearth_e2e::ControlPlane;
 use hearth_e2e::hearth::{Controller, chart_dir, service_account_kubeconfig};
 use hearth_e2e::resources::parse_yaml_documents;
 use hearth_e2e::tools::Tools;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const KUBE_VERSION: &str = "1.36.3";
 
@@ -201,28 +201,91 @@ fn leader_election_can_be_switched_off_per_single_replica_controller() -> Result
 }
 
 #[test]
-fn optional_service_monitor_and_network_policy() -> Result<()> {
+fn optional_service_monitor() -> Result<()> {
     let off = template(&[])?;
-    ensure!(
-        names_of(&off, "ServiceMonitor").is_empty() && names_of(&off, "NetworkPolicy").is_empty()
-    );
-    let on = template(&[
-        "serviceMonitor.enabled=true",
-        "networkPolicy.enabled=true",
-        "lockManager.enabled=false",
-    ])?;
+    ensure!(names_of(&off, "ServiceMonitor").is_empty());
+    let on = template(&["serviceMonitor.enabled=true", "lockManager.enabled=false"])?;
     ensure!(
         names_of(&on, "ServiceMonitor") == ["hearth-discovery", "hearth-kueue-sync"],
         "one ServiceMonitor per enabled controller: {:?}",
         names_of(&on, "ServiceMonitor")
     );
-    let policy = on
-        .iter()
-        .find(|d| d["kind"] == "NetworkPolicy")
-        .context("NetworkPolicy")?;
+    Ok(())
+}
+
+/// Issue 24: a NetworkPolicy per controller, on by default. Ingress only to the admin
+/// port from the monitoring namespaces; egress to DNS and the API server, and only
+/// discovery's also to the target clusters.
+#[test]
+fn network_policies_are_per_controller_and_on_by_default() -> Result<()> {
+    let docs = template(&[])?;
     ensure!(
-        policy["spec"]["ingress"][0]["ports"][0]["port"] == 8080,
-        "ingress only to the admin port"
+        names_of(&docs, "NetworkPolicy")
+            == [
+                "hearth-discovery",
+                "hearth-kueue-sync",
+                "hearth-lock-manager"
+            ],
+        "{:?}",
+        names_of(&docs, "NetworkPolicy")
+    );
+    for policy in docs.iter().filter(|d| d["kind"] == "NetworkPolicy") {
+        let name = policy["metadata"]["name"].as_str().unwrap_or_default();
+        let ingress = policy["spec"]["ingress"].as_array().context("ingress")?;
+        ensure!(ingress.len() == 1, "{name}: one ingress rule");
+        ensure!(
+            ingress[0]["ports"] == json!([{"port": 8080, "protocol": "TCP"}]),
+            "{name}"
+        );
+        ensure!(
+            ingress[0]["from"].as_array().is_some_and(
+                |f| !f.is_empty() && f.iter().all(|p| p.get("namespaceSelector").is_some())
+            ),
+            "{name}: ingress from the monitoring namespaces only"
+        );
+        let egress = policy["spec"]["egress"].as_array().context("egress")?;
+        let open: Vec<&Value> = egress.iter().filter(|r| r.get("ports").is_none()).collect();
+        if name == "hearth-discovery" {
+            ensure!(
+                open == [&json!({})],
+                "{name}: the targets may be anywhere by default"
+            );
+        } else {
+            ensure!(
+                open.is_empty(),
+                "{name} may reach only DNS and the API server: {egress:?}"
+            );
+        }
+    }
+    let narrowed = template(&[
+        "networkPolicy.targetCIDRs={10.20.0.0/16}",
+        "networkPolicy.apiServerCIDRs={192.0.2.10/32}",
+    ])?;
+    let discovery = narrowed
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy" && d["metadata"]["name"] == "hearth-discovery")
+        .context("discovery's policy")?;
+    let rules = discovery["spec"]["egress"].as_array().context("egress")?;
+    ensure!(
+        rules.iter().all(|r| r != &json!({})),
+        "no open rule once the targets are listed"
+    );
+    ensure!(
+        rules
+            .iter()
+            .any(|r| r["to"] == json!([{"ipBlock": {"cidr": "10.20.0.0/16"}}]))
+    );
+    ensure!(
+        rules
+            .iter()
+            .any(|r| r["to"] == json!([{"ipBlock": {"cidr": "192.0.2.10/32"}}]))
+    );
+    ensure!(
+        names_of(
+            &template(&["networkPolicy.enabled=false"])?,
+            "NetworkPolicy"
+        )
+        .is_empty()
     );
     Ok(())
 }
