@@ -270,7 +270,7 @@ pub fn held_back_message(secret: &str, holder: &str, at: Timestamp) -> String {
          lock) at {} unless the Secret returns. To keep it, create the Secret again (labeled, \
          same name); to offboard it now, unlock it (clear spec.owner)",
         quote(holder),
-        at.round(jiff::Unit::Second).unwrap_or(at)
+        Timestamp::from_second(at.as_second()).unwrap_or(at)
     )
 }
 

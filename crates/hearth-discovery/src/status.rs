@@ -265,13 +265,14 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         },
     };
 
+    // Whole seconds, as the API stores a Time: the deadline computed from what is written
+    // now must be the one computed later from what was read back.
     let secret_missing_since = match outcome {
-        ProbeOutcome::SecretMissing => Some(
-            previous
-                .secret_missing_since
-                .clone()
-                .unwrap_or(Time(input.now)),
-        ),
+        ProbeOutcome::SecretMissing => {
+            Some(previous.secret_missing_since.clone().unwrap_or_else(|| {
+                Time(Timestamp::from_second(input.now.as_second()).unwrap_or(input.now))
+            }))
+        }
         _ => None,
     };
 

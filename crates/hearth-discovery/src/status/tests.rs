@@ -799,7 +799,10 @@ fn the_time_a_secret_went_is_recorded_once_and_cleared_when_it_returns() {
     let valid = plan(reached(fleet()), None, at(0)).status;
     assert_eq!(valid.secret_missing_since, None);
 
-    let gone = plan(ProbeOutcome::SecretMissing, Some(&valid), at(300)).status;
+    // Recorded in whole seconds, as the API keeps it, so the deadline read back later is
+    // the one announced now.
+    let moment = at(300) + jiff::SignedDuration::from_millis(700);
+    let gone = plan(ProbeOutcome::SecretMissing, Some(&valid), moment).status;
     assert_eq!(gone.secret_missing_since, Some(Time(at(300))));
     // Still gone later (or after a restart, which reads it back from status): unchanged.
     let still = plan(ProbeOutcome::SecretMissing, Some(&gone), at(600));
