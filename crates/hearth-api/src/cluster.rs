@@ -203,6 +203,13 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_summary: Option<String>,
 
+    /// When hearth-discovery first found the kubeconfig Secret gone, while it stays
+    /// gone. A locked auto-discovered cluster is offboarded only once the grace period
+    /// (`--offboard-locked-grace-sec`) has passed since then. Written by
+    /// hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_missing_since: Option<Time>,
+
     /// What hearth-kueue-sync published for this cluster in Kueue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<KueueStatus>,

@@ -27,6 +27,8 @@ pub struct DiscoveryStatus {
     pub next_probe_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_missing_since: Option<Time>,
     /// `KubeconfigValid` and `GPUDiscovered`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -87,6 +89,7 @@ impl DiscoveryStatus {
             credentials_expire_at: status.credentials_expire_at.clone(),
             next_probe_at: status.next_probe_at.clone(),
             gpu_summary: status.gpu_summary.clone(),
+            secret_missing_since: status.secret_missing_since.clone(),
             conditions: own_conditions(status, &[KUBECONFIG_VALID, GPU_DISCOVERED]),
         }
     }
@@ -127,6 +130,7 @@ impl From<DiscoveryStatus> for FournosClusterStatus {
             credentials_expire_at: s.credentials_expire_at,
             next_probe_at: s.next_probe_at,
             gpu_summary: s.gpu_summary,
+            secret_missing_since: s.secret_missing_since,
             conditions: s.conditions,
             ..Self::default()
         }
@@ -169,6 +173,7 @@ mod tests {
             credentials_expire_at: Some(t()),
             next_probe_at: Some(t()),
             gpu_summary: Some("1x X".into()),
+            secret_missing_since: Some(t()),
             kueue: Some(KueueStatus {
                 flavor: "a".into(),
                 cluster_queue: "q".into(),

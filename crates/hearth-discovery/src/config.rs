@@ -82,6 +82,13 @@ pub struct DiscoveryConfig {
         value_parser = clap::value_parser!(u32).range(1..),
     )]
     pub failure_threshold: u32,
+
+    /// Seconds a locked auto-discovered FournosCluster (spec.owner set, or status.locked)
+    /// outlives its deleted kubeconfig Secret, so that a Secret deleted and created again
+    /// (a rotation, a GitOps prune) keeps the cluster and its lock. Meanwhile it has a
+    /// Warning Event and says when it goes; an unlocked one goes at once. 0: no grace.
+    #[arg(long, env = "HEARTH_OFFBOARD_LOCKED_GRACE_SEC", default_value_t = 600)]
+    pub offboard_locked_grace_sec: u64,
 }
 
 fn parse_secret_pattern(pattern: &str) -> Result<String, String> {
@@ -120,6 +127,7 @@ mod tests {
             Duration::from_secs(7 * 86_400)
         );
         assert_eq!(config.failure_threshold, 3);
+        assert_eq!(config.offboard_locked_grace_sec, 600);
     }
 
     #[test]
@@ -145,6 +153,10 @@ mod tests {
                 "HEARTH_CREDENTIALS_EXPIRY_WARNING",
             ),
             ("failure_threshold", "HEARTH_FAILURE_THRESHOLD"),
+            (
+                "offboard_locked_grace_sec",
+                "HEARTH_OFFBOARD_LOCKED_GRACE_SEC",
+            ),
             ("namespace", "HEARTH_NAMESPACE"),
         ] {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
@@ -160,6 +172,7 @@ mod tests {
             "--discovery-concurrency=2",
             "--credentials-expiry-warning=12h",
             "--failure-threshold=1",
+            "--offboard-locked-grace-sec=0",
         ])
         .unwrap();
         assert_eq!(config.secrets_namespace, "s");
@@ -170,6 +183,7 @@ mod tests {
             Duration::from_secs(12 * 3_600)
         );
         assert_eq!(config.failure_threshold, 1);
+        assert_eq!(config.offboard_locked_grace_sec, 0);
     }
 
     #[test]
@@ -182,6 +196,8 @@ mod tests {
             "--gpu-discovery-default-interval-sec=0",
             "--credentials-expiry-warning=7",
             "--failure-threshold=0",
+            "--offboard-locked-grace-sec=-1",
+            "--offboard-locked-grace-sec=10m",
         ] {
             assert!(parse(&[argv]).is_err(), "{argv}");
         }

@@ -42,12 +42,13 @@ use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::{Cached, Memory, Written};
 use crate::metrics::Metrics;
-use crate::onboarding::SecretPattern;
+use crate::onboarding::{ObservedCluster, SecretPattern, lock_holder};
 use crate::probe::{ProbeSettings, probe};
 use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
 use crate::status::{
-    EventType, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status, plan_status,
+    EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
+    plan_status,
 };
 
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
@@ -66,6 +67,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Resync safety net: no cluster waits longer than this for a reconcile.
     pub resync: Duration,
+    /// How long a locked auto-discovered cluster outlives its Secret.
+    pub offboard_locked_grace: Duration,
 }
 
 impl Settings {
@@ -82,6 +85,7 @@ impl Settings {
             expiry_window: config.credentials_expiry_warning,
             concurrency: u16::try_from(config.discovery_concurrency.get()).unwrap_or(u16::MAX),
             resync: resync.max(Duration::from_secs(1)),
+            offboard_locked_grace: Duration::from_secs(config.offboard_locked_grace_sec),
         }
     }
 }
@@ -163,6 +167,7 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         timeout_sec = settings.probe.timeout.as_secs(),
         concurrency = settings.concurrency,
         failure_threshold = settings.failure_threshold,
+        offboard_locked_grace_sec = settings.offboard_locked_grace.as_secs(),
         "discovery settings"
     );
     let metrics = {
@@ -183,7 +188,7 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
 
     let ctx = Arc::new(Context {
         events: rt.events(),
-        cluster_api: Api::namespaced(client, &settings.namespace),
+        cluster_api: Api::namespaced(rt.write_client(), &settings.namespace),
         rt: rt.clone(),
         settings,
         clusters: clusters.clone(),
@@ -325,6 +330,10 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
 
     let (outcome, credentials, elapsed) = run_probe(kubeconfig, ctx).await;
     let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
+    // Only a cluster the sweep would delete has its offboarding held back.
+    let holder = ObservedCluster::is_auto_discovered(cluster.metadata.labels.as_ref())
+        .then(|| lock_holder(cluster))
+        .flatten();
     let plan = plan_status(&PlanInput {
         outcome: &outcome,
         previous: previous.as_ref(),
@@ -336,6 +345,10 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
         failure_threshold: settings.failure_threshold,
         expiry_window: settings.expiry_window,
         kubeconfig_changed,
+        offboard_hold: holder.as_deref().map(|holder| OffboardHold {
+            holder,
+            grace: settings.offboard_locked_grace,
+        }),
     });
     let diff = diff_status(previous.as_ref(), &plan.status);
     tracing::event!(

@@ -11,10 +11,22 @@
 //! - A FournosCluster labeled `fournos.dev/auto-discovered=true` whose Secret is gone
 //!   (deleted, or unlabeled so the watch no longer sees it) is deleted. Hand-made
 //!   clusters are never deleted, and neither is a cluster that cannot be read.
+//! - Unless it is locked (`spec.owner` set, or `status.locked=true`): a Secret deleted
+//!   and created again (a rotation done that way, a GitOps prune) must not drop a lock.
+//!   Such a cluster is deleted only once the grace period has passed since discovery
+//!   first found the Secret gone (`status.secretMissingSince`, written by the reconcile:
+//!   stored, so a restart does not start the grace over), with a Warning Event and a
+//!   `KubeconfigValid=False/Missing` message saying when, and how to offboard it now
+//!   (unlock it). The Secret back within the grace: nothing happened.
+//! - A labeled Secret whose FournosCluster exists already but was not created by Hearth
+//!   (no `fournos.dev/auto-discovered=true`) is not adopted: see [`NotAdopted`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
+use hearth_api::FournosCluster;
 use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, OWNER_ANNOTATION};
+use jiff::{SignedDuration, Timestamp};
 
 use crate::config::CLUSTER_PLACEHOLDER;
 
@@ -93,6 +105,14 @@ pub struct ObservedCluster {
     pub kubeconfig_secret: Option<String>,
     /// Has a deletion timestamp.
     pub deleting: bool,
+    /// Who holds its lock, if it is locked (see [`lock_holder`]).
+    pub lock_holder: Option<String>,
+    /// `status.secretMissingSince`.
+    pub secret_missing_since: Option<Timestamp>,
+    /// `spec.owner`.
+    pub owner: Option<String>,
+    /// `spec.hardware` is set (a legacy field a person can write).
+    pub spec_hardware: bool,
 }
 
 impl ObservedCluster {
@@ -119,6 +139,50 @@ pub struct Offboard {
     /// Delete precondition: only this incarnation of the cluster.
     pub uid: Option<String>,
     pub secret: String,
+}
+
+/// An auto-discovered, locked FournosCluster whose Secret is gone, kept until `until`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBack {
+    pub name: String,
+    pub uid: Option<String>,
+    pub secret: String,
+    /// `None` until the reconcile has recorded when the Secret went (the next sweep
+    /// knows).
+    pub until: Option<Timestamp>,
+    /// For the Warning Event; the same words as the `KubeconfigValid` message.
+    pub message: String,
+}
+
+/// Event reason of a held-back offboarding.
+pub const OFFBOARDING_HELD_BACK: &str = "OffboardingHeldBack";
+/// Event reason of a Secret whose cluster Hearth did not create.
+pub const CLUSTER_NOT_FROM_SECRET: &str = "ClusterNotCreatedFromSecret";
+
+/// A labeled Secret whose FournosCluster already exists, made by someone (a person, a
+/// script, a squatter who was quicker) rather than by Hearth from the Secret.
+///
+/// What discovery does with such a cluster, precisely:
+/// - It is **not adopted**: never labeled `fournos.dev/auto-discovered=true`, never
+///   offboarded when the Secret goes, its spec never written. `spec.owner` and
+///   `spec.hardware` stay whatever its creator set; neither is taken as the Secret's (the
+///   Secret's `fournos.dev/owner` applies only to a cluster Hearth creates).
+/// - Discovery probes the target with the Secret only because the cluster's own
+///   `spec.kubeconfigSecret` names it and the Secret is meant for that cluster name (the
+///   pattern, or `fournos.dev/allowed-clusters`), as for any hand-made cluster, and writes
+///   what it finds to status, its own fields only. A cluster naming another Secret is
+///   [`SecretProblem::ClusterNameTaken`] instead.
+/// - Hearth cannot tell a squatter from a person who made the cluster by hand, so it
+///   says so where both the cluster's and the Secret's people look: a Warning Event
+///   ([`CLUSTER_NOT_FROM_SECRET`]) on the FournosCluster and on the Secret, naming the
+///   cluster and its owner, once per cluster and Secret (and per discovery leader).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAdopted {
+    pub cluster: String,
+    pub cluster_uid: Option<String>,
+    pub secret: String,
+    pub secret_uid: Option<String>,
+    pub message: String,
 }
 
 /// Why a Secret gets a Warning Event.
@@ -158,7 +222,56 @@ pub struct SecretWarning {
 pub struct OnboardingPlan {
     pub create: Vec<NewCluster>,
     pub delete: Vec<Offboard>,
+    /// Locked clusters whose Secret is gone, not deleted yet.
+    pub held_back: Vec<HeldBack>,
     pub warnings: Vec<SecretWarning>,
+    pub not_adopted: Vec<NotAdopted>,
+}
+
+/// What [`plan_onboarding`] plans with, besides the observed objects.
+#[derive(Debug, Clone)]
+pub struct PlanSettings<'a> {
+    pub pattern: &'a SecretPattern,
+    pub secrets_namespace: &'a str,
+    pub namespace: &'a str,
+    pub now: Timestamp,
+    /// How long a locked cluster outlives its Secret.
+    pub locked_grace: Duration,
+}
+
+/// Who holds a cluster's lock: `spec.owner`, else (lock-manager still says locked, e.g.
+/// while it releases) `status.lockOwner`; `None` when it is not locked.
+pub fn lock_holder(cluster: &FournosCluster) -> Option<String> {
+    let status = cluster.status.as_ref();
+    let non_empty = |s: Option<&String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    non_empty(cluster.spec.owner.as_ref()).or_else(|| {
+        status
+            .and_then(|s| s.locked)
+            .filter(|&locked| locked)
+            .map(|_| {
+                non_empty(status.and_then(|s| s.lock_owner.as_ref()))
+                    .unwrap_or_else(|| "an unknown owner".to_owned())
+            })
+    })
+}
+
+/// When a locked cluster whose Secret went at `since` is offboarded.
+pub fn offboard_at(since: Timestamp, grace: Duration) -> Timestamp {
+    let grace = SignedDuration::try_from(grace).unwrap_or(SignedDuration::MAX);
+    since.checked_add(grace).unwrap_or(Timestamp::MAX)
+}
+
+/// The words of a held-back offboarding, for the Warning Event and `KubeconfigValid`.
+/// Stable while the situation is (no relative times), so it is written once.
+pub fn held_back_message(secret: &str, holder: &str, at: Timestamp) -> String {
+    format!(
+        "Secret {secret} does not exist or is not labeled {KUBECONFIG_SECRET_SELECTOR}, but this \
+         auto-discovered FournosCluster is locked by {}: it will be offboarded (deleted, with its \
+         lock) at {} unless the Secret returns. To keep it, create the Secret again (labeled, \
+         same name); to offboard it now, unlock it (clear spec.owner)",
+        quote(holder),
+        Timestamp::from_second(at.as_second()).unwrap_or(at)
+    )
 }
 
 /// Plans onboarding and offboarding from the whole observed world. Deterministic:
@@ -166,10 +279,15 @@ pub struct OnboardingPlan {
 pub fn plan_onboarding(
     secrets: &[ObservedSecret],
     clusters: &[ObservedCluster],
-    pattern: &SecretPattern,
-    secrets_namespace: &str,
-    namespace: &str,
+    settings: &PlanSettings<'_>,
 ) -> OnboardingPlan {
+    let PlanSettings {
+        pattern,
+        secrets_namespace,
+        namespace,
+        now,
+        locked_grace,
+    } = *settings;
     let by_name: BTreeMap<&str, &ObservedCluster> =
         clusters.iter().map(|c| (c.name.as_str(), c)).collect();
     // A Secret a cluster names is in use, whatever its name: no warning about its name.
@@ -225,6 +343,18 @@ pub fn plan_onboarding(
                 owner: secret.owner.clone(),
             }),
             Some(existing) => {
+                if existing.kubeconfig_secret.as_deref() == Some(secret.name.as_str())
+                    && !existing.auto_discovered
+                    && !existing.deleting
+                {
+                    plan.not_adopted.push(NotAdopted {
+                        cluster: existing.name.clone(),
+                        cluster_uid: existing.uid.clone(),
+                        secret: secret.name.clone(),
+                        secret_uid: secret.uid.clone(),
+                        message: not_adopted_message(existing, secret, &shown, namespace),
+                    });
+                }
                 if let Some(other) = &existing.kubeconfig_secret
                     && *other != secret.name
                     && !existing.deleting
@@ -250,15 +380,74 @@ pub fn plan_onboarding(
         let Some(secret) = &cluster.kubeconfig_secret else {
             continue;
         };
-        if cluster.auto_discovered && !cluster.deleting && !present.contains(secret.as_str()) {
-            plan.delete.push(Offboard {
-                name: cluster.name.clone(),
-                uid: cluster.uid.clone(),
-                secret: secret.clone(),
-            });
+        if !cluster.auto_discovered || cluster.deleting || present.contains(secret.as_str()) {
+            continue;
+        }
+        let gone = Offboard {
+            name: cluster.name.clone(),
+            uid: cluster.uid.clone(),
+            secret: secret.clone(),
+        };
+        let Some(holder) = &cluster.lock_holder else {
+            plan.delete.push(gone);
+            continue;
+        };
+        let until = cluster
+            .secret_missing_since
+            .map(|since| offboard_at(since, locked_grace));
+        match until {
+            Some(until) if until <= now => plan.delete.push(gone),
+            _ => plan.held_back.push(HeldBack {
+                message: until
+                    .map(|at| {
+                        held_back_message(
+                            &format!("{secrets_namespace}/{}", quote(secret)),
+                            holder,
+                            at,
+                        )
+                    })
+                    .unwrap_or_default(),
+                name: gone.name,
+                uid: gone.uid,
+                secret: gone.secret,
+                until,
+            }),
         }
     }
     plan
+}
+
+fn not_adopted_message(
+    cluster: &ObservedCluster,
+    secret: &ObservedSecret,
+    shown_secret: &str,
+    namespace: &str,
+) -> String {
+    let owner = match &cluster.owner {
+        Some(owner) => format!("its spec.owner ({})", quote(owner)),
+        None => "its spec.owner (none)".to_owned(),
+    };
+    let (hardware, were) = if cluster.spec_hardware {
+        (" and spec.hardware", "were")
+    } else {
+        ("", "was")
+    };
+    let annotation = match &secret.owner {
+        Some(owner) => format!(
+            "; the Secret's {OWNER_ANNOTATION} ({}) is not applied",
+            quote(owner)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "FournosCluster {namespace}/{} was not created from Secret {shown_secret} (it is not labeled \
+         {AUTO_DISCOVERED_LABEL}=true): {owner}{hardware} {were} set by whoever created it, not taken \
+         from the Secret{annotation}. Discovery probes the target with the Secret, as the cluster's \
+         spec.kubeconfigSecret asks, and never deletes the cluster. If the cluster is not meant to \
+         be, delete it and discovery creates it from the Secret; if it is, label it \
+         {AUTO_DISCOVERED_LABEL}=true",
+        quote(&cluster.name)
+    )
 }
 
 /// The `fournos.dev/owner` annotation of a Secret, trimmed, if not empty.
@@ -313,11 +502,39 @@ mod tests {
             auto_discovered: auto,
             kubeconfig_secret: Some(secret.into()),
             deleting: false,
+            lock_holder: None,
+            secret_missing_since: None,
+            owner: None,
+            spec_hardware: false,
         }
     }
 
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_790_000_000 + second).unwrap()
+    }
+
+    const GRACE: Duration = Duration::from_secs(600);
+
+    fn plan_at(
+        secrets: &[ObservedSecret],
+        clusters: &[ObservedCluster],
+        now: Timestamp,
+    ) -> OnboardingPlan {
+        plan_onboarding(
+            secrets,
+            clusters,
+            &PlanSettings {
+                pattern: &pattern(),
+                secrets_namespace: "psap-secrets",
+                namespace: "hearth",
+                now,
+                locked_grace: GRACE,
+            },
+        )
+    }
+
     fn plan(secrets: &[ObservedSecret], clusters: &[ObservedCluster]) -> OnboardingPlan {
-        plan_onboarding(secrets, clusters, &pattern(), "psap-secrets", "hearth")
+        plan_at(secrets, clusters, at(0))
     }
 
     fn problems(plan: &OnboardingPlan) -> Vec<(&str, SecretProblem)> {
@@ -555,5 +772,177 @@ mod tests {
         assert!(ObservedCluster::is_auto_discovered(Some(&labels("true"))));
         assert!(!ObservedCluster::is_auto_discovered(Some(&labels("false"))));
         assert!(!ObservedCluster::is_auto_discovered(None));
+    }
+
+    fn locked(mut c: ObservedCluster, since: Option<i64>) -> ObservedCluster {
+        c.lock_holder = Some("alice".into());
+        c.secret_missing_since = since.map(at);
+        c
+    }
+
+    #[test]
+    fn a_locked_cluster_outlives_its_secret_for_the_grace_period() {
+        let c = cluster("a", "kubeconfig-a", true);
+        // The reconcile has not recorded the loss yet: held, with nothing to say yet.
+        let p = plan(&[], &[locked(c.clone(), None)]);
+        assert!(p.delete.is_empty());
+        assert_eq!(p.held_back.len(), 1);
+        assert_eq!(p.held_back[0].until, None);
+
+        let p = plan_at(&[], &[locked(c.clone(), Some(0))], at(599));
+        assert!(p.delete.is_empty(), "{p:?}");
+        assert_eq!(
+            p.held_back,
+            [HeldBack {
+                name: "a".into(),
+                uid: Some("uid-a".into()),
+                secret: "kubeconfig-a".into(),
+                until: Some(at(600)),
+                message: held_back_message("psap-secrets/kubeconfig-a", "alice", at(600)),
+            }]
+        );
+        assert_eq!(
+            p.held_back[0].message,
+            "Secret psap-secrets/kubeconfig-a does not exist or is not labeled \
+             fournos.dev/cluster-kubeconfig=true, but this auto-discovered FournosCluster is locked \
+             by alice: it will be offboarded (deleted, with its lock) at 2026-09-21T14:23:20Z unless \
+             the Secret returns. To keep it, create the Secret again (labeled, same name); to \
+             offboard it now, unlock it (clear spec.owner)"
+        );
+
+        let p = plan_at(&[], &[locked(c.clone(), Some(0))], at(600));
+        assert!(p.held_back.is_empty());
+        assert_eq!(p.delete.len(), 1);
+
+        // The Secret is back: nothing to do, whatever status still says.
+        let p = plan_at(
+            &[secret("kubeconfig-a")],
+            &[locked(c.clone(), Some(0))],
+            at(9_999),
+        );
+        assert_eq!(p, OnboardingPlan::default());
+
+        // Unlocked meanwhile: offboarded at once.
+        let p = plan_at(&[], &[cluster("a", "kubeconfig-a", true)], at(1));
+        assert_eq!(p.delete.len(), 1);
+        assert!(p.held_back.is_empty());
+
+        // A hand-made cluster is never deleted, locked or not.
+        let p = plan_at(
+            &[],
+            &[locked(cluster("h", "kubeconfig-h", false), Some(0))],
+            at(9_999),
+        );
+        assert_eq!(p, OnboardingPlan::default());
+    }
+
+    #[test]
+    fn a_zero_grace_offboards_a_locked_cluster_once_the_loss_is_recorded() {
+        let c = locked(cluster("a", "kubeconfig-a", true), Some(5));
+        let p = plan_onboarding(
+            &[],
+            &[c],
+            &PlanSettings {
+                pattern: &pattern(),
+                secrets_namespace: "psap-secrets",
+                namespace: "hearth",
+                now: at(5),
+                locked_grace: Duration::ZERO,
+            },
+        );
+        assert_eq!(p.delete.len(), 1);
+    }
+
+    fn hearth_cluster(
+        owner: Option<&str>,
+        locked: Option<bool>,
+        lock_owner: Option<&str>,
+    ) -> FournosCluster {
+        let mut c = FournosCluster::new(
+            "a",
+            hearth_api::FournosClusterSpec {
+                kubeconfig_secret: "kubeconfig-a".into(),
+                owner: owner.map(str::to_owned),
+                ..Default::default()
+            },
+        );
+        c.status = Some(hearth_api::FournosClusterStatus {
+            locked,
+            lock_owner: lock_owner.map(str::to_owned),
+            ..Default::default()
+        });
+        c
+    }
+
+    #[test]
+    fn a_cluster_is_locked_by_its_owner_or_while_lock_manager_says_so() {
+        assert_eq!(
+            lock_holder(&hearth_cluster(Some("bob"), None, None)).as_deref(),
+            Some("bob")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(None, Some(true), Some("carol"))).as_deref(),
+            Some("carol")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(Some(" "), Some(true), None)).as_deref(),
+            Some("an unknown owner")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(None, Some(false), Some("carol"))),
+            None
+        );
+        assert_eq!(lock_holder(&hearth_cluster(Some("  "), None, None)), None);
+    }
+
+    #[test]
+    fn a_cluster_hearth_did_not_create_is_named_and_not_adopted() {
+        let mut squat = cluster("a", "kubeconfig-a", false);
+        squat.owner = Some("mallory".into());
+        squat.spec_hardware = true;
+        let mut s = secret("kubeconfig-a");
+        s.owner = Some("alice".into());
+        let p = plan(&[s.clone()], &[squat.clone()]);
+        assert!(p.create.is_empty() && p.delete.is_empty() && p.warnings.is_empty());
+        assert_eq!(
+            p.not_adopted,
+            [NotAdopted {
+                cluster: "a".into(),
+                cluster_uid: Some("uid-a".into()),
+                secret: "kubeconfig-a".into(),
+                secret_uid: Some("uid-kubeconfig-a".into()),
+                message: "FournosCluster hearth/a was not created from Secret \
+                          psap-secrets/kubeconfig-a (it is not labeled \
+                          fournos.dev/auto-discovered=true): its spec.owner (mallory) and \
+                          spec.hardware were set by whoever created it, not taken from the \
+                          Secret; the Secret's fournos.dev/owner (alice) is not applied. \
+                          Discovery probes the target with the Secret, as the cluster's \
+                          spec.kubeconfigSecret asks, and never deletes the cluster. If the \
+                          cluster is not meant to be, delete it and discovery creates it from \
+                          the Secret; if it is, label it fournos.dev/auto-discovered=true"
+                    .into(),
+            }]
+        );
+
+        squat.owner = None;
+        squat.spec_hardware = false;
+        let p = plan(&[secret("kubeconfig-a")], &[squat.clone()]);
+        assert!(
+            p.not_adopted[0]
+                .message
+                .contains("its spec.owner (none) was set by whoever created it"),
+            "{}",
+            p.not_adopted[0].message
+        );
+
+        // Created by Hearth, being deleted, or naming another Secret (ClusterNameTaken):
+        // no such warning.
+        let ours = cluster("a", "kubeconfig-a", true);
+        let mut deleting = cluster("a", "kubeconfig-a", false);
+        deleting.deleting = true;
+        let other = cluster("a", "other", false);
+        for c in [ours, deleting, other] {
+            assert!(plan(&[secret("kubeconfig-a")], &[c]).not_adopted.is_empty());
+        }
     }
 }

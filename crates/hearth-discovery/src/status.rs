@@ -19,6 +19,10 @@
 //! - Messages are stable while the situation is: no counters or relative times in
 //!   them, so a repeated probe with the same result changes nothing but the
 //!   timestamps [`diff_status`] ignores.
+//! - `secretMissingSince` records when the Secret was first found gone and keeps that
+//!   time while it stays gone: the offboarding grace of a locked cluster counts from it
+//!   (see [`crate::onboarding`]), across restarts. A locked auto-discovered cluster's
+//!   `Missing` message says when it will be offboarded and how to do it now.
 
 use std::time::Duration;
 
@@ -32,6 +36,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use crate::credentials::{Expiry, ExpiryState, expiry_state, expiry_warning};
 use crate::gpus::{GpuCount, gpu_summary};
 use crate::kubeconfig::KubeconfigError;
+use crate::onboarding::{held_back_message, offboard_at};
 use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, within_threshold};
 
 /// Longest detail (an error text from the probe) carried into status.
@@ -171,6 +176,16 @@ pub struct PlanInput<'a> {
     /// effect at once: the old kubeconfig's failure count and the grace a `Valid`
     /// cluster gets before turning `Unreachable` do not carry over to the new one.
     pub kubeconfig_changed: bool,
+    /// Set for an auto-discovered cluster that is locked: its offboarding is held back.
+    pub offboard_hold: Option<OffboardHold<'a>>,
+}
+
+/// Why and how long an auto-discovered cluster outlives its Secret.
+#[derive(Debug, Clone, Copy)]
+pub struct OffboardHold<'a> {
+    /// Who holds the lock.
+    pub holder: &'a str,
+    pub grace: Duration,
 }
 
 /// The status to apply and the Events to emit.
@@ -250,6 +265,17 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         },
     };
 
+    // Whole seconds, as the API stores a Time: the deadline computed from what is written
+    // now must be the one computed later from what was read back.
+    let secret_missing_since = match outcome {
+        ProbeOutcome::SecretMissing => {
+            Some(previous.secret_missing_since.clone().unwrap_or_else(|| {
+                Time(Timestamp::from_second(input.now.as_second()).unwrap_or(input.now))
+            }))
+        }
+        _ => None,
+    };
+
     let credentials = match outcome {
         ProbeOutcome::SecretMissing | ProbeOutcome::KeyMissing | ProbeOutcome::Invalid(_) => None,
         _ => input.credentials,
@@ -259,7 +285,12 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
     let previous_gpus = find(&previous.conditions, GPU_DISCOVERED);
     let desired_kubeconfig = match (kubeconfig_held, previous_kubeconfig) {
         (true, Some(c)) => as_desired(KUBECONFIG_VALID, c),
-        _ => kubeconfig_condition(input, kubeconfig_status, credentials),
+        _ => kubeconfig_condition(
+            input,
+            kubeconfig_status,
+            credentials,
+            secret_missing_since.as_ref(),
+        ),
     };
     let desired_gpus = match (held, previous_gpus) {
         (true, Some(c)) => as_desired(GPU_DISCOVERED, c),
@@ -285,6 +316,7 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         hardware: Some(hardware),
         credentials_expire_at: credentials.map(|e| Time(e.at)),
         next_probe_at: Some(Time(next_probe_at(input.now, input.interval, failures))),
+        secret_missing_since,
         conditions,
     }
     .into();
@@ -341,8 +373,17 @@ fn kubeconfig_condition(
     input: &PlanInput<'_>,
     status: KubeconfigStatus,
     credentials: Option<Expiry>,
+    secret_missing_since: Option<&Time>,
 ) -> DesiredCondition {
     let secret = input.secret;
+    let held_back = match (input.offboard_hold, secret_missing_since) {
+        (Some(hold), Some(since)) => Some(held_back_message(
+            secret,
+            hold.holder,
+            offboard_at(since.0, hold.grace),
+        )),
+        _ => None,
+    };
     let (ok, reason, message) = match (status, input.outcome) {
         (KubeconfigStatus::Valid, _) => {
             let (reason, message) = valid_reason_and_message(input, credentials);
@@ -355,6 +396,9 @@ fn kubeconfig_condition(
                 "Secret {secret} has no `kubeconfig` key: put the target's kubeconfig under that key"
             ),
         ),
+        (KubeconfigStatus::Missing, ProbeOutcome::SecretMissing) if held_back.is_some() => {
+            (false, reasons::MISSING, held_back.unwrap_or_default())
+        }
         (KubeconfigStatus::Missing, _) => (
             false,
             reasons::MISSING,
@@ -682,6 +726,7 @@ fn discovery_view(s: &FournosClusterStatus) -> FournosClusterStatus {
         credentials_expire_at: s.credentials_expire_at.clone(),
         next_probe_at: None,
         gpu_summary: s.gpu_summary.clone(),
+        secret_missing_since: s.secret_missing_since.clone(),
         conditions,
         ..Default::default()
     }

@@ -25,9 +25,11 @@ use kube::{Resource as _, ResourceExt as _};
 use crate::controller::{ClusterObject, Context, SecretObject};
 use crate::error::Error;
 use crate::onboarding::{
-    NewCluster, ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, SecretWarning,
-    owner_from, plan_onboarding,
+    CLUSTER_NOT_FROM_SECRET, HeldBack, NewCluster, NotAdopted, OFFBOARDING_HELD_BACK,
+    ObservedCluster, ObservedSecret, Offboard, OnboardingPlan, PlanSettings, SecretWarning,
+    lock_holder, owner_from, plan_onboarding,
 };
+use jiff::Timestamp;
 
 /// What the sweep remembers so that it does not repeat itself: each warning is
 /// published once per object version, each offboarding once per cluster.
@@ -37,6 +39,21 @@ struct Reported {
     warned: HashSet<(String, String, &'static str)>,
     /// uids of clusters whose deletion was requested.
     offboarded: HashSet<String>,
+    /// `(cluster uid, deadline)` of held-back offboardings announced.
+    held_back: HashSet<(String, Timestamp)>,
+    /// `(cluster uid, Secret uid)` of clusters announced as not created from their Secret.
+    not_adopted: HashSet<(String, String)>,
+    /// Wakes the sweep at the next held-back deadline; replaced by every sweep.
+    wake: Option<AbortOnDrop>,
+}
+
+/// Aborts the task when dropped, so a replaced wake-up never fires.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 pub(crate) async fn run(ctx: Arc<Context>) {
@@ -82,20 +99,83 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
     let OnboardingPlan {
         create,
         delete,
+        held_back,
         warnings,
+        not_adopted,
     } = plan_onboarding(
         &observed_secrets,
         &observed_clusters,
-        &ctx.settings.pattern,
-        &ctx.settings.secrets_namespace,
-        &ctx.settings.namespace,
+        &PlanSettings {
+            pattern: &ctx.settings.pattern,
+            secrets_namespace: &ctx.settings.secrets_namespace,
+            namespace: &ctx.settings.namespace,
+            now: Timestamp::now(),
+            locked_grace: ctx.settings.offboard_locked_grace,
+        },
     );
+    reported.wake = wake_at(ctx, held_back.iter().filter_map(|h| h.until).min());
 
     // Leadership can be lost mid-sweep: each step stops as soon as it is.
     if !onboard_all(ctx, create).await || !offboard_all(ctx, delete, reported).await {
         return;
     }
+    announce_held_back(ctx, held_back, reported).await;
+    announce_not_adopted(ctx, not_adopted, reported).await;
     publish_warnings(ctx, warnings, reported).await;
+}
+
+/// A sweep at `at` (just after), when the first held-back offboarding is due: no change
+/// of any watched object marks that moment.
+fn wake_at(ctx: &Context, at: Option<Timestamp>) -> Option<AbortOnDrop> {
+    let at = at?;
+    let wait = at
+        .duration_since(Timestamp::now())
+        .max(jiff::SignedDuration::ZERO);
+    let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO) + Duration::from_millis(50);
+    let changes = ctx.changes.clone();
+    Some(AbortOnDrop(tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        changes.bump();
+    })))
+}
+
+/// A Warning Event on each locked cluster kept after its Secret went, once per deadline.
+async fn announce_held_back(ctx: &Context, held_back: Vec<HeldBack>, reported: &mut Reported) {
+    for held in held_back {
+        let (Some(uid), Some(until)) = (held.uid.clone(), held.until) else {
+            continue;
+        };
+        if !reported.held_back.insert((uid, until)) {
+            continue;
+        }
+        tracing::warn!(cluster = %held.name, secret = %ctx.secret_ref(&held.secret), %until, "Secret gone, cluster locked: offboarding held back");
+        let reference = cluster_reference(ctx, &held.name, held.uid.clone());
+        let event = Event::warning(OFFBOARDING_HELD_BACK, "Offboard", held.message);
+        ctx.events.publish(&reference, &event).await;
+    }
+}
+
+/// A Warning Event on the cluster and on the Secret, once per pair.
+async fn announce_not_adopted(
+    ctx: &Context,
+    not_adopted: Vec<NotAdopted>,
+    reported: &mut Reported,
+) {
+    for found in not_adopted {
+        let key = (
+            found.cluster_uid.clone().unwrap_or_default(),
+            found.secret_uid.clone().unwrap_or_default(),
+        );
+        if !reported.not_adopted.insert(key) {
+            continue;
+        }
+        tracing::warn!(cluster = %found.cluster, secret = %ctx.secret_ref(&found.secret), "{}", found.message);
+        let event = Event::warning(CLUSTER_NOT_FROM_SECRET, "Onboard", found.message);
+        let cluster = cluster_reference(ctx, &found.cluster, found.cluster_uid.clone());
+        ctx.events.publish(&cluster, &event).await;
+        let secret = secret_reference(ctx, &found.secret, found.secret_uid.as_deref());
+        ctx.events.publish(&secret, &event).await;
+    }
 }
 
 /// Reports the gauges every replica exports, and forgets what was reported about objects
@@ -129,6 +209,8 @@ fn record_and_forget(
     let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
     ctx.forget_except(&live);
     reported.offboarded.retain(|uid| live.contains(uid));
+    reported.held_back.retain(|(uid, _)| live.contains(uid));
+    reported.not_adopted.retain(|(uid, _)| live.contains(uid));
     let versions: HashSet<(String, String)> = secrets
         .iter()
         .map(|s| uid_version(s.as_ref()))
@@ -221,7 +303,15 @@ fn observe_secret(secret: &SecretObject) -> ObservedSecret {
 
 fn observe_cluster(cluster: &ClusterObject) -> ObservedCluster {
     let meta = cluster.meta();
+    let decoded = cluster.0.as_ref().ok();
     ObservedCluster {
+        lock_holder: decoded.and_then(lock_holder),
+        secret_missing_since: decoded
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.secret_missing_since.as_ref())
+            .map(|t| t.0),
+        owner: decoded.and_then(|c| c.spec.owner.clone()),
+        spec_hardware: decoded.is_some_and(|c| c.spec.hardware.is_some()),
         name: cluster.name_any(),
         uid: meta.uid.clone(),
         auto_discovered: ObservedCluster::is_auto_discovered(meta.labels.as_ref()),
@@ -288,14 +378,7 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
 /// first. The uid precondition keeps a cluster recreated meanwhile safe.
 async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
     let secret = ctx.secret_ref(&gone.secret);
-    let reference = ObjectReference {
-        api_version: Some(FournosCluster::api_version(&()).into_owned()),
-        kind: Some(FournosCluster::kind(&()).into_owned()),
-        name: Some(gone.name.clone()),
-        namespace: Some(ctx.settings.namespace.clone()),
-        uid: gone.uid.clone(),
-        ..Default::default()
-    };
+    let reference = cluster_reference(ctx, &gone.name, gone.uid.clone());
     let event = Event::normal(
         "Offboarded",
         "Offboard",
@@ -359,6 +442,17 @@ async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported:
     );
     ctx.events.publish(&reference, &event).await;
     reported.warned.insert(key);
+}
+
+fn cluster_reference(ctx: &Context, name: &str, uid: Option<String>) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(FournosCluster::api_version(&()).into_owned()),
+        kind: Some(FournosCluster::kind(&()).into_owned()),
+        name: Some(name.to_owned()),
+        namespace: Some(ctx.settings.namespace.clone()),
+        uid,
+        ..Default::default()
+    }
 }
 
 fn secret_reference(ctx: &Context, name: &str, uid: Option<&str>) -> ObjectReference {

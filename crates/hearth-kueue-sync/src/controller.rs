@@ -78,7 +78,12 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     );
 
     let context = Context {
-        writer: Writer::new(client, rt.namespace(), rt.events(), metrics.clone()),
+        writer: Writer::new(
+            rt.write_client(),
+            rt.namespace(),
+            rt.events(),
+            metrics.clone(),
+        ),
         settings,
         stores: Stores {
             clusters: caches.clusters.store(),

@@ -114,7 +114,13 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
 
     let ctx = Arc::new(Context {
         rt: rt.clone(),
-        writer: Writer::new(client, &namespace, config.clone(), rt.events(), metrics),
+        writer: Writer::new(
+            rt.write_client(),
+            &namespace,
+            config.clone(),
+            rt.events(),
+            metrics,
+        ),
         clusters: clusters.clone(),
         sentinels,
         lock_workloads: lock_workloads.as_ref().map(|(cache, _)| cache.clone()),

@@ -28,6 +28,9 @@ use crate::{args::CommonArgs, metrics::Metrics};
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 const MIN_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest a management write may take, whatever the Lease allows: a write that
+/// takes longer is stuck, and the next reconcile does better than waiting.
+pub const MAX_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LeaseError {
@@ -91,6 +94,23 @@ impl LeaseSettings {
     pub fn request_timeout(&self) -> Duration {
         (Duration::from_secs(self.grace_sec) / 2).max(Duration::from_secs(1))
     }
+
+    /// Timeout of each management write (see `client.rs`), so that no write of a replica
+    /// that lost the Lease lands after another replica may have taken it. The Lease is
+    /// ours until `duration` after the last renewal; the renewal starts `grace` before
+    /// that and, when it fails, we step down within [`Self::request_timeout`] (`grace/2`).
+    /// A write sent just before the step-down then ends within `grace/3` more, `grace/6`
+    /// before the Lease expires (room for clock skew and the new leader's own round
+    /// trip). At most [`MAX_WRITE_TIMEOUT`]; never under 1 s, which only a 1-2 s grace
+    /// (a test setting) makes longer than the margin.
+    pub fn write_timeout(&self) -> Duration {
+        (Duration::from_secs(self.grace_sec) / 3).clamp(Duration::from_secs(1), MAX_WRITE_TIMEOUT)
+    }
+}
+
+/// The write timeout without leader election (one replica, no failover to race): the cap.
+pub fn write_timeout(lease: Option<&LeaseSettings>) -> Duration {
+    lease.map_or(MAX_WRITE_TIMEOUT, LeaseSettings::write_timeout)
 }
 
 /// The renewal interval from whichever of `renew` and `grace` is set; two thirds of the
@@ -420,6 +440,46 @@ mod tests {
         assert_eq!(with(1).request_timeout(), Duration::from_secs(1));
         for grace in 2..60 {
             assert!(with(grace).request_timeout() < Duration::from_secs(grace));
+        }
+    }
+
+    #[test]
+    fn writes_end_before_the_lease_can_move() {
+        let with = |duration, grace| LeaseSettings {
+            name: "c".into(),
+            namespace: "n".into(),
+            identity: "i".into(),
+            duration_sec: duration,
+            grace_sec: grace,
+        };
+        // The defaults: a 60 s Lease renewed every 40 s.
+        assert_eq!(
+            with(60, 20).write_timeout(),
+            Duration::from_nanos(6_666_666_666)
+        );
+        assert_eq!(
+            with(15, 5).write_timeout(),
+            Duration::from_nanos(1_666_666_666)
+        );
+        assert_eq!(with(3600, 1200).write_timeout(), MAX_WRITE_TIMEOUT);
+        assert_eq!(with(2, 1).write_timeout(), Duration::from_secs(1));
+        assert_eq!(write_timeout(None), MAX_WRITE_TIMEOUT);
+        assert_eq!(
+            write_timeout(Some(&with(60, 20))),
+            with(60, 20).write_timeout()
+        );
+        // Step-down (a failed renewal) plus one write fits in the grace, with room left.
+        for duration in 3..=3600 {
+            for grace in [3, duration / 3, duration - 1] {
+                if grace < 3 || grace >= duration {
+                    continue;
+                }
+                let lease = with(duration, grace);
+                assert!(
+                    lease.request_timeout() + lease.write_timeout() < Duration::from_secs(grace),
+                    "duration {duration}, grace {grace}"
+                );
+            }
         }
     }
 

@@ -50,8 +50,8 @@ use tracing::Instrument as _;
 pub use crate::{
     admin::{AdminError, AdminServer},
     args::{CommonArgs, LogFormat, LogLevel},
-    client::{ClientConfigError, kube_config},
-    lease::{LeaseError, LeaseSettings},
+    client::{ClientConfigError, WriteRefused, is_not_leader, kube_config},
+    lease::{LeaseError, LeaseSettings, MAX_WRITE_TIMEOUT},
     metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, encode_registry},
     readiness::{Readiness, ReadinessGate},
     shutdown::{SignalError, on_signal},
@@ -69,6 +69,7 @@ pub struct Runtime {
     controller: &'static str,
     args: Arc<CommonArgs>,
     client: kube::Client,
+    write_client: kube::Client,
     shutdown: CancellationToken,
     leader: watch::Receiver<bool>,
     readiness: Readiness,
@@ -91,9 +92,17 @@ impl Runtime {
         self.controller
     }
 
-    /// Client for the management cluster.
+    /// Client for the management cluster's watches and reads.
     pub fn client(&self) -> kube::Client {
         self.client.clone()
+    }
+
+    /// Client for the management cluster's writes: it sends a write only while this
+    /// replica holds the Lease (checked as each request leaves; a refusal is a
+    /// [`WriteRefused::NotLeader`] service error, see [`is_not_leader`]) and gives up on
+    /// an answer after [`LeaseSettings::write_timeout`]. Every write goes through it.
+    pub fn write_client(&self) -> kube::Client {
+        self.write_client.clone()
     }
 
     /// Cancelled on SIGTERM/SIGINT. The controller returns soon after (within
@@ -125,7 +134,7 @@ impl Runtime {
     /// Event publisher reporting as this controller and replica; silent on standbys.
     pub fn events(&self) -> events::Events {
         events::Events::new(
-            self.client(),
+            self.write_client(),
             self.controller,
             self.args.identity(),
             self.leader(),
@@ -210,10 +219,11 @@ where
         let admin = AdminServer::bind(args.admin_addr, readiness.clone(), metrics.clone()).await?;
         let admin = tokio::spawn(admin.serve(admin_stop.clone()));
 
+        let lease_settings = lease.clone();
         let (always_leader, leader, lease_task) = match lease {
             Some(lease) => {
                 let (leader, task) =
-                    lease::spawn(config, lease, metrics.clone(), lease_stop.clone());
+                    lease::spawn(config.clone(), lease, metrics.clone(), lease_stop.clone());
                 (None, leader, Some(task))
             }
             None => {
@@ -222,8 +232,12 @@ where
                 (Some(sender), leader, None)
             }
         };
+        let write_timeout = lease::write_timeout(lease_settings.as_ref());
+        let write_client = client::write_client(config, leader.clone(), write_timeout)
+            .context("cannot build the kube write client")?;
         tracing::info!(
             namespace = %args.namespace,
+            write_timeout_ms = u64::try_from(write_timeout.as_millis()).unwrap_or(u64::MAX),
             reconcile_interval_sec = args.reconcile_interval_sec,
             admin_addr = %args.admin_addr,
             leader_election = args.leader_election,
@@ -235,6 +249,7 @@ where
             controller,
             args: Arc::new(args),
             client,
+            write_client,
             shutdown: shutdown.clone(),
             leader,
             readiness,

@@ -44,6 +44,7 @@ struct Probe<'a> {
     generation: Option<i64>,
     credentials: Option<Expiry>,
     kubeconfig_changed: bool,
+    hold: Option<OffboardHold<'static>>,
 }
 
 impl<'a> Probe<'a> {
@@ -59,6 +60,7 @@ impl<'a> Probe<'a> {
             generation: Some(1),
             credentials: None,
             kubeconfig_changed: false,
+            hold: None,
         }
     }
 
@@ -74,6 +76,7 @@ impl<'a> Probe<'a> {
             failure_threshold: 3,
             expiry_window: crate::credentials::DEFAULT_EXPIRY_WARNING_WINDOW,
             kubeconfig_changed: self.kubeconfig_changed,
+            offboard_hold: self.hold,
         })
     }
 }
@@ -789,4 +792,57 @@ fn the_largest_status_a_target_can_cause_is_small() {
     );
     let size = serde_json::to_string(&failed.status).unwrap().len();
     assert!(size < 16 * 1024, "{size} bytes");
+}
+
+#[test]
+fn the_time_a_secret_went_is_recorded_once_and_cleared_when_it_returns() {
+    let valid = plan(reached(fleet()), None, at(0)).status;
+    assert_eq!(valid.secret_missing_since, None);
+
+    // Recorded in whole seconds, as the API keeps it, so the deadline read back later is
+    // the one announced now.
+    let moment = at(300) + jiff::SignedDuration::from_millis(700);
+    let gone = plan(ProbeOutcome::SecretMissing, Some(&valid), moment).status;
+    assert_eq!(gone.secret_missing_since, Some(Time(at(300))));
+    // Still gone later (or after a restart, which reads it back from status): unchanged.
+    let still = plan(ProbeOutcome::SecretMissing, Some(&gone), at(600));
+    assert_eq!(still.status.secret_missing_since, Some(Time(at(300))));
+
+    // A Secret without the key is there: not gone.
+    let keyless = plan(ProbeOutcome::KeyMissing, Some(&gone), at(900)).status;
+    assert_eq!(keyless.secret_missing_since, None);
+    let back = plan(reached(fleet()), Some(&gone), at(900)).status;
+    assert_eq!(back.secret_missing_since, None);
+    assert_eq!(diff_status(Some(&gone), &back), StatusDiff::Changed);
+}
+
+#[test]
+fn a_locked_cluster_says_when_it_will_be_offboarded() {
+    let valid = plan(reached(fleet()), None, at(0)).status;
+    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
+    probe.hold = Some(OffboardHold {
+        holder: "alice",
+        grace: Duration::from_secs(600),
+    });
+    let p = probe.plan();
+    let kc = cond(&p.status, KUBECONFIG_VALID);
+    assert_eq!(
+        (kc.status.as_str(), kc.reason.as_str()),
+        ("False", "Missing")
+    );
+    assert_eq!(
+        kc.message,
+        crate::onboarding::held_back_message(SECRET, "alice", at(900))
+    );
+    assert!(kc.message.contains("locked by alice"), "{}", kc.message);
+    assert_eq!(event_reasons(&p), ["KubeconfigMissing"]);
+    assert_eq!(p.events[0].message, kc.message);
+
+    // The next probe says the same: the deadline counts from the first loss.
+    let mut again = Probe::new(ProbeOutcome::SecretMissing, Some(&p.status), at(600));
+    again.hold = probe.hold;
+    assert_eq!(
+        cond(&again.plan().status, KUBECONFIG_VALID).message,
+        kc.message
+    );
 }
