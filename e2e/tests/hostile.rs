@@ -998,6 +998,53 @@ fn generated_empty_items(bytes: usize) -> Vec<u8> {
 /// The chart's memory limit of hearth-discovery (`charts/hearth/values.yaml`).
 const CHART_MEMORY_LIMIT_MIB: u64 = 128;
 
+/// Issue 24: 100 labelled Secrets of 900 KiB each (a CA bundle beside the kubeconfig),
+/// there before discovery starts: discovery lists them a page at a time and caches only
+/// the kubeconfig key, so it onboards all of them and stays far under the chart's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
+    const SECRETS: usize = 100;
+    let mut w = World::new("hostile_secret_memory").await?;
+    for i in 0..SECRETS {
+        let name = format!("kubeconfig-{}", w.scope.cluster(&format!("big{i}")));
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(w.scope.secrets_namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    KUBECONFIG_SECRET_LABEL.to_owned(),
+                    "true".to_owned(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                ("kubeconfig".to_owned(), ByteString(b"not a kubeconfig".to_vec())),
+                ("ca-bundle.pem".to_owned(), ByteString(vec![b'x'; 900 * 1024])),
+            ])),
+            ..Default::default()
+        };
+        w.secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .with_context(|| format!("creating Secret {name}"))?;
+    }
+    w.start(&[Controller::Discovery]).await?;
+    let pid = w.pid_of(Controller::Discovery)?;
+    eventually("every large Secret onboarded", DEADLINE, || async {
+        let n = w.clusters.list(&Default::default()).await?.items.len();
+        Ok((n >= SECRETS).then_some(()))
+    })
+    .await?;
+    let peak = peak_rss_mib(pid)?;
+    println!("{SECRETS} Secrets of 900 KiB: discovery peaked at {peak} MiB");
+    ensure!(
+        peak < CHART_MEMORY_LIMIT_MIB / 2,
+        "discovery peaked at {peak} MiB with {SECRETS} large Secrets; the chart allows {CHART_MEMORY_LIMIT_MIB} Mi"
+    );
+    w.assert_alive().await?;
+    Ok(())
+}
+
 /// Issue 15, finding 1: node lists that once took discovery past its memory limit (1 MiB
 /// and 60 MiB of `{}` items, 60 MiB of junk) each cost only their own probe, which fails
 /// with a reason; discovery stays up, under the chart's limit, and keeps probing the

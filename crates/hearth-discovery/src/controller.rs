@@ -54,6 +54,9 @@ use crate::status::{
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
 
+/// Secrets per list page: at most about 14 MiB of JSON at a time.
+const SECRET_LIST_PAGE: u32 = 10;
+
 /// Discovery's settings, resolved from the command line.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -177,13 +180,18 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
     let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
-    // Only kubeconfig Secrets (the label selector) are cached.
-    let (secrets, secret_objects) = Cache::watch(
+    // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
+    // discovery reads. Listed a few at a time: a Secret may be 1 MiB, and a list page is
+    // held whole in memory while it is decoded.
+    let (secrets, secret_objects) = Cache::watch_trimmed(
         "Secret",
         Api::namespaced(client.clone(), &settings.secrets_namespace),
-        watcher::Config::default().labels(KUBECONFIG_SECRET_SELECTOR),
+        watcher::Config::default()
+            .labels(KUBECONFIG_SECRET_SELECTOR)
+            .page_size(SECRET_LIST_PAGE),
         rt.readiness().gate("secrets"),
         &watch,
+        crate::secret::trim,
     );
 
     let ctx = Arc::new(Context {

@@ -132,9 +132,25 @@ pub fn fingerprint(secret_name: &str, secret: Option<&Secret>) -> u64 {
     hasher.finish()
 }
 
+/// Keeps of a kubeconfig Secret only what discovery reads: its name and labels, the
+/// `fournos.dev/` annotations, and the `kubeconfig` key. Everything else (other keys,
+/// `stringData`, `kubectl.kubernetes.io/last-applied-configuration`, which repeats the
+/// whole Secret) is dropped before it is cached, so memory follows the kubeconfigs, not
+/// what else a person put in the Secrets.
+pub fn trim(secret: &mut Secret) {
+    if let Some(data) = &mut secret.data {
+        data.retain(|key, _| key == KUBECONFIG_SECRET_KEY);
+    }
+    secret.string_data = None;
+    if let Some(annotations) = &mut secret.metadata.annotations {
+        annotations.retain(|key, _| key.starts_with("fournos.dev/"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hearth_api::names::OWNER_ANNOTATION;
     use crate::test_support::{https_cluster, kubeconfig, token_user};
     use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
@@ -193,6 +209,36 @@ mod tests {
         let read = SecretKubeconfig::read(Some(&secret(Some(good.as_bytes()))));
         assert!(matches!(read, SecretKubeconfig::Usable { .. }));
         assert_eq!(read.view(), SecretView::Usable { expires_at: None });
+    }
+
+    #[test]
+    fn the_cache_keeps_only_what_discovery_reads() {
+        let mut s = secret(Some(b"apiVersion: v1"));
+        s.data.as_mut().unwrap().insert(
+            "ca-bundle.pem".into(),
+            k8s_openapi::ByteString(vec![b'x'; 900 * 1024]),
+        );
+        s.string_data = Some(BTreeMap::from([("extra".into(), "y".repeat(1000))]));
+        s.metadata.annotations = Some(BTreeMap::from([
+            (
+                "kubectl.kubernetes.io/last-applied-configuration".into(),
+                "z".repeat(900 * 1024),
+            ),
+            (ALLOWED_CLUSTERS_ANNOTATION.into(), "b".into()),
+            (OWNER_ANNOTATION.into(), "alice".into()),
+        ]));
+        let before = fingerprint("kubeconfig-a", Some(&s));
+        trim(&mut s);
+        assert_eq!(
+            s.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
+            ["kubeconfig"]
+        );
+        assert_eq!(s.string_data, None);
+        assert_eq!(
+            s.metadata.annotations.as_ref().unwrap().keys().collect::<Vec<_>>(),
+            [ALLOWED_CLUSTERS_ANNOTATION, OWNER_ANNOTATION]
+        );
+        assert_eq!(fingerprint("kubeconfig-a", Some(&s)), before, "what is read is unchanged");
     }
 
     #[test]

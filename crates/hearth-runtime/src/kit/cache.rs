@@ -99,6 +99,20 @@ where
         gate: ReadinessGate,
         context: &WatchContext,
     ) -> (Self, Objects<K>) {
+        Self::watch_trimmed(kind, api, config, gate, context, |_| {})
+    }
+
+    /// [`Self::watch`], with `trim` applied to every object before it is cached: what a
+    /// controller never reads (a Secret's other keys, `last-applied-configuration`) takes
+    /// no memory, whatever size the apiserver allows.
+    pub fn watch_trimmed(
+        kind: &'static str,
+        api: Api<DeserializeGuard<K>>,
+        config: watcher::Config,
+        gate: ReadinessGate,
+        context: &WatchContext,
+        trim: fn(&mut K),
+    ) -> (Self, Objects<K>) {
         let (store, writer) = reflector::store();
         let (synced_tx, synced) = watch::channel(false);
         let cache = Self {
@@ -114,7 +128,12 @@ where
         let mut logged = HashSet::new();
         let stream = watcher::watcher(api, config)
             .default_backoff()
-            .modify(|object: &mut DeserializeGuard<K>| object.meta_mut().managed_fields = None)
+            .modify(move |object: &mut DeserializeGuard<K>| {
+                object.meta_mut().managed_fields = None;
+                if let Ok(object) = &mut object.0 {
+                    trim(object);
+                }
+            })
             .reflect(writer)
             .inspect(move |event| match event {
                 Ok(watcher::Event::InitDone) => {
