@@ -1018,8 +1018,14 @@ async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
                 ..Default::default()
             },
             data: Some(BTreeMap::from([
-                ("kubeconfig".to_owned(), ByteString(b"not a kubeconfig".to_vec())),
-                ("ca-bundle.pem".to_owned(), ByteString(vec![b'x'; 900 * 1024])),
+                (
+                    "kubeconfig".to_owned(),
+                    ByteString(b"not a kubeconfig".to_vec()),
+                ),
+                (
+                    "ca-bundle.pem".to_owned(),
+                    ByteString(vec![b'x'; 900 * 1024]),
+                ),
             ])),
             ..Default::default()
         };

@@ -150,8 +150,8 @@ pub fn trim(secret: &mut Secret) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_api::names::OWNER_ANNOTATION;
     use crate::test_support::{https_cluster, kubeconfig, token_user};
+    use hearth_api::names::OWNER_ANNOTATION;
     use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
 
@@ -235,10 +235,19 @@ mod tests {
         );
         assert_eq!(s.string_data, None);
         assert_eq!(
-            s.metadata.annotations.as_ref().unwrap().keys().collect::<Vec<_>>(),
+            s.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
             [ALLOWED_CLUSTERS_ANNOTATION, OWNER_ANNOTATION]
         );
-        assert_eq!(fingerprint("kubeconfig-a", Some(&s)), before, "what is read is unchanged");
+        assert_eq!(
+            fingerprint("kubeconfig-a", Some(&s)),
+            before,
+            "what is read is unchanged"
+        );
     }
 
     #[test]

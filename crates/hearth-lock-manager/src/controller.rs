@@ -104,12 +104,13 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
 
     // Every Workload, mapped to the cluster whose flavor it is admitted on: a change of
     // who holds a cluster's slots is said in its status (`slotHolders`).
-    let (admitted, admitted_objects) = Cache::<Workload>::watch(
+    let (admitted, admitted_objects) = Cache::<Workload>::watch_trimmed(
         "AdmittedWorkload",
         Api::namespaced(client.clone(), &config.execution_namespace),
         watcher::Config::default(),
         rt.readiness().gate("admitted-workloads"),
         &watch,
+        holders::trim,
     );
 
     let ctx = Arc::new(Context {

@@ -126,6 +126,44 @@ pub fn admitted_flavor(w: &Workload) -> Option<&str> {
         .find_map(|a| a.flavors.get(CLUSTER_SLOT_RESOURCE).map(String::as_str))
 }
 
+/// Keeps of a Workload only what [`slot_holders`] and [`admitted_flavor`] read: its
+/// names, the job label and owner annotation, each pod set's name, count and containers'
+/// requests, and its conditions and admission. Pod templates (images, commands,
+/// environment) can be large and are never read.
+pub fn trim(w: &mut Workload) {
+    if let Some(annotations) = &mut w.metadata.annotations {
+        annotations.retain(|key, _| key == OWNER_ANNOTATION);
+    }
+    for ps in &mut w.spec.pod_sets {
+        ps.other.clear();
+        ps.template.metadata = None;
+        if let Some(spec) = ps.template.spec.take() {
+            let containers = spec
+                .containers
+                .into_iter()
+                .map(|c| k8s_openapi::api::core::v1::Container {
+                    name: c.name,
+                    resources: c.resources.map(|r| {
+                        k8s_openapi::api::core::v1::ResourceRequirements {
+                            requests: r.requests,
+                            ..Default::default()
+                        }
+                    }),
+                    ..Default::default()
+                })
+                .collect();
+            ps.template.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+                containers,
+                ..Default::default()
+            });
+        }
+    }
+    w.spec.other.clear();
+    if let Some(status) = &mut w.status {
+        status.other.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +220,39 @@ mod tests {
             ]
         );
         assert_eq!(admitted_flavor(&all[2]), Some("b"));
+    }
+
+    #[test]
+    fn trimming_keeps_what_the_holders_read() {
+        let mut all = [
+            workload("locker", "a", 100, &["Admitted"]),
+            workload("shared", "a", 1, &["Admitted"]),
+        ];
+        let before = slot_holders(&all, "a", |_| false);
+        for w in &mut all {
+            w.spec.pod_sets[0]
+                .template
+                .spec
+                .as_mut()
+                .unwrap()
+                .containers[0]
+                .image = Some("x".repeat(10_000));
+            w.metadata.annotations = Some(
+                [
+                    ("big".to_owned(), "y".repeat(10_000)),
+                    (OWNER_ANNOTATION.to_owned(), "bob".to_owned()),
+                ]
+                .into(),
+            );
+        }
+        let with_owner = slot_holders(&all, "a", |_| false);
+        for w in &mut all {
+            trim(w);
+            assert!(serde_json::to_string(w).unwrap().len() < 2000);
+        }
+        assert_eq!(slot_holders(&all, "a", |_| false), with_owner);
+        assert_eq!(before.len(), with_owner.len());
+        assert_eq!(admitted_flavor(&all[0]), Some("a"));
     }
 
     #[test]
