@@ -54,8 +54,8 @@ use crate::status::{
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
 
-/// Secrets per list page: at most about 14 MiB of JSON at a time.
-const SECRET_LIST_PAGE: u32 = 10;
+/// Secrets per list page: at most about 7 MiB of JSON at a time.
+const SECRET_LIST_PAGE: u32 = 5;
 
 /// Discovery's settings, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -181,7 +181,7 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     let watch = WatchContext::new(&metrics.controller);
     let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
-    // discovery reads. Listed a few at a time: a Secret may be 1 MiB, and a list page is
+    // discovery reads. Listed five at a time: a Secret may be 1 MiB, and a list page is
     // held whole in memory while it is decoded.
     let (secrets, secret_objects) = Cache::watch_trimmed(
         "Secret",

@@ -160,7 +160,7 @@ pub async fn apply_plan<K: Sentinel>(
     }
 
     let mut status = plan.status.clone();
-    let mut taken = false;
+    let mut taken = None;
     for action in &plan.actions {
         let LockAction::CreateSentinel { name, owner } = action else {
             continue;
@@ -169,14 +169,7 @@ pub async fn apply_plan<K: Sentinel>(
             Ok(Creation::Created { uid }) => status.lock_job_uid = Some(uid),
             Ok(Creation::Exists(Holder::Ours)) => {}
             Ok(Creation::Exists(Holder::Foreign(why))) => {
-                name_taken(
-                    &mut status,
-                    &K::kind(&()),
-                    &ctx.config.execution_namespace,
-                    name,
-                    &why,
-                );
-                taken = true;
+                taken = Some((name.clone(), why));
             }
             Err(e) => {
                 // Said where people look (the Locked condition), not only in an Event.
@@ -190,14 +183,16 @@ pub async fn apply_plan<K: Sentinel>(
     if let Some(name) = &plan.blocked_create
         && let Holder::Foreign(why) = holder_of(ctx, name).await?
     {
+        taken = Some((name.clone(), why));
+    }
+    if let Some((name, why)) = &taken {
         name_taken(
             &mut status,
             &K::kind(&()),
             &ctx.config.execution_namespace,
             name,
-            &why,
+            why,
         );
-        taken = true;
     }
 
     for sentinel in observed
@@ -213,7 +208,7 @@ pub async fn apply_plan<K: Sentinel>(
     }
 
     write_status(ctx, cluster, &regarding, &status, now).await?;
-    Ok(if taken {
+    Ok(if taken.is_some() {
         Applied::NameTaken
     } else {
         Applied::Done

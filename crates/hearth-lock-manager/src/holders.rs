@@ -6,7 +6,7 @@
 
 use hearth_api::SlotHolder;
 use hearth_api::conditions::is_true;
-use hearth_api::kueue::{Workload, quantity_to_i64, workload_conditions};
+use hearth_api::kueue::{Workload, workload_conditions};
 use hearth_api::names::{CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
 use hearth_api::text::bounded;
 
@@ -93,22 +93,7 @@ fn slots_on(w: &Workload, flavor: &str) -> Option<i64> {
         })
         .filter_map(|a| {
             let ps = w.spec.pod_sets.iter().find(|p| p.name == a.name)?;
-            let each: i64 = ps
-                .template
-                .spec
-                .as_ref()?
-                .containers
-                .iter()
-                .filter_map(|c| {
-                    c.resources
-                        .as_ref()?
-                        .requests
-                        .as_ref()?
-                        .get(CLUSTER_SLOT_RESOURCE)
-                        .and_then(quantity_to_i64)
-                })
-                .sum();
-            Some(each.saturating_mul(i64::from(ps.count.max(1))))
+            crate::sentinel::pod_set_slots(ps)
         })
         .sum();
     (total > 0).then_some(total)

@@ -465,9 +465,13 @@ impl Sentinel for Workload {
     }
 }
 
-/// `fournos/cluster-slot` requested by a Workload's first pod set (one pod).
+/// `fournos/cluster-slot` requested by a Workload's first pod set.
 pub fn workload_slots(w: &Workload) -> Option<i64> {
-    let ps = w.spec.pod_sets.first()?;
+    pod_set_slots(w.spec.pod_sets.first()?)
+}
+
+/// `fournos/cluster-slot` a pod set requests: its containers' requests times its count.
+pub fn pod_set_slots(ps: &PodSet) -> Option<i64> {
     let each = ps
         .template
         .spec
