@@ -33,17 +33,14 @@ toolchain:
     echo "toolchain: $channel (rust-version $msrv)"
 
 # Supply chain (deny.toml): licenses, banned crates and sources always; RustSec advisories
-# from the machine's copy of the database, which is not on a package registry.
+# from the pinned snapshot in ../shared/advisory-db (HEARTH_ADVISORY_DB) or a fetched copy,
+# printing the snapshot's date; one line says so when there is no database.
 deny:
     command -v cargo-deny >/dev/null || cargo install --locked cargo-deny@0.20.2
     cargo deny check licenses bans sources
-    if compgen -G "$HOME/.cargo/advisory-dbs/advisory-db-*/crates" >/dev/null; then \
-        cargo deny --offline check advisories; \
-    else \
-        echo "deny: advisories NOT checked: no RustSec database on this machine; run 'just deny-fetch' where github.com is reachable"; \
-    fi
+    tools/advisories.sh
 
-# Fetch or refresh the RustSec advisory database (needs github.com).
+# Fetch or refresh the RustSec advisory database into target/advisory-dbs (needs github.com).
 deny-fetch:
     cargo deny fetch db
 
