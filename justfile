@@ -32,9 +32,10 @@ toolchain:
     fi
     echo "toolchain: $channel (rust-version $msrv)"
 
-# Supply chain (deny.toml): licenses, banned crates and sources always; RustSec advisories
-# from the pinned snapshot in ../shared/advisory-db (HEARTH_ADVISORY_DB) or a fetched copy,
-# printing the snapshot's date; one line says so when there is no database.
+# RustSec advisories come from the pinned snapshot in ../shared/advisory-db
+# (HEARTH_ADVISORY_DB) or a fetched copy, with the snapshot's date; one line says so when
+# there is no database.
+# Supply chain (deny.toml): licenses, banned crates, sources and RustSec advisories.
 deny:
     command -v cargo-deny >/dev/null || cargo install --locked cargo-deny@0.20.2
     cargo deny check licenses bans sources
@@ -62,6 +63,17 @@ unit:
 test: lint tools
     cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test --workspace --no-fail-fast
+
+# Built with podman from the release binaries built here (tools/images.sh; Containerfile
+# says why), onto HEARTH_BASE_IMAGE, by default a base made from Debian's archive
+# (tools/base-image.sh) where no registry is reachable. Prints each image's size.
+# Build the three controller images, localhost/<binary>:<workspace version>.
+images:
+    tools/images.sh
+
+# Remakes the Debian-made base image (e.g. for the archive's security updates).
+base-image:
+    tools/base-image.sh
 
 # End-to-end tests only.
 e2e: tools

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds the three controller images with podman (`just images`): release binaries on the
+# host, the shared runtime layer (Containerfile), then one image per controller
+# (Containerfile.discovery, .kueue, .lock), tagged localhost/<binary>:<workspace version>.
+#
+# HEARTH_BASE_IMAGE picks the base: by default localhost/hearth-base:bookworm, made from
+# Debian's archive by tools/base-image.sh when podman does not have it yet (no registry
+# needed); where a registry is reachable, pass the production base, e.g.
+# HEARTH_BASE_IMAGE=gcr.io/distroless/cc-debian12@sha256:<digest>.
+# podman runs with the vfs storage driver and chroot isolation, which work unprivileged
+# and inside containers (HEARTH_PODMAN_STORAGE_DRIVER overrides the driver).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+podman=(podman --storage-driver "${HEARTH_PODMAN_STORAGE_DRIVER:-vfs}")
+binaries=(hearth-discovery hearth-kueue-sync hearth-lock-manager)
+declare -A containerfile=(
+    [hearth-discovery]=Containerfile.discovery
+    [hearth-kueue-sync]=Containerfile.kueue
+    [hearth-lock-manager]=Containerfile.lock
+)
+
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+[ -n "$version" ] || { echo "images: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    revision="$revision-dirty"
+fi
+source=${HEARTH_IMAGE_SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
+
+base=${HEARTH_BASE_IMAGE:-localhost/hearth-base:bookworm}
+if [ -z "${HEARTH_BASE_IMAGE:-}" ] && ! "${podman[@]}" image exists "$base"; then
+    tools/base-image.sh "$base"
+fi
+
+packages=()
+for bin in "${binaries[@]}"; do packages+=(-p "$bin" --bin "$bin"); done
+cargo build --release --locked "${packages[@]}"
+
+build() {
+    "${podman[@]}" build --isolation chroot --quiet "$@" . >/dev/null
+}
+runtime="localhost/hearth-runtime:$version"
+build -f Containerfile -t "$runtime" --build-arg BASE_IMAGE="$base" \
+    --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source"
+echo "images: base $base, version $version, revision $revision"
+for bin in "${binaries[@]}"; do
+    build -f "${containerfile[$bin]}" -t "localhost/$bin:$version" --build-arg RUNTIME_IMAGE="$runtime"
+    size=$("${podman[@]}" image inspect --format '{{.Size}}' "localhost/$bin:$version")
+    printf 'images: localhost/%s:%s  %s MB  (%s)\n' "$bin" "$version" \
+        "$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1000000 }')" "${containerfile[$bin]}"
+done
