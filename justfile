@@ -58,11 +58,33 @@ manifests: crdgen tools
 unit:
     cargo test --workspace --exclude hearth-e2e
 
-# Everything CI runs: lint, unit tests, and the end-to-end tests on a real control plane.
-# The e2e tests run the controllers' binaries, so every binary is built first.
-test: lint tools
-    cargo build --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test --workspace --no-fail-fast
+# The e2e tests run the controllers' binaries, so every binary is built first;
+# e2e/tests/images.rs runs the images built here, and must (not skip) when podman is
+# installed.
+# Everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
+test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    phase() {
+        local name=$1 start=$SECONDS rc=0
+        shift
+        "$@" || rc=$?
+        echo "phase $name: $((SECONDS - start))s$([ "$rc" = 0 ] || echo " (failed: exit $rc)")"
+        return "$rc"
+    }
+    phase lint just lint
+    phase tools just tools
+    if command -v podman >/dev/null; then
+        phase images just images
+        # The image test runs them under chroot, which needs root.
+        if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
+    else
+        echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
+    fi
+    phase build cargo build --workspace --bins
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
+    export HEARTH_E2E_BIN_DIR
+    phase tests cargo test --workspace --no-fail-fast
 
 # Built with podman from the release binaries built here (tools/images.sh; Containerfile
 # says why), onto HEARTH_BASE_IMAGE, by default a base made from Debian's archive

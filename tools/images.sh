@@ -35,6 +35,14 @@ fi
 packages=()
 for bin in "${binaries[@]}"; do packages+=(-p "$bin" --bin "$bin"); done
 cargo build --release --locked "${packages[@]}"
+# The Containerfiles COPY target/release/<binary> from the build context (the repository);
+# with the target cache elsewhere (CARGO_TARGET_DIR, e.g. kept across CI clones), the
+# binaries are copied there first.
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+if [ "$(realpath -m "$target_dir")" != "$(realpath -m target)" ]; then
+    mkdir -p target/release
+    for bin in "${binaries[@]}"; do cp -p "$target_dir/release/$bin" target/release/; done
+fi
 
 build() {
     "${podman[@]}" build --isolation chroot --quiet "$@" . >/dev/null
