@@ -48,12 +48,32 @@ build() {
     "${podman[@]}" build --isolation chroot --quiet "$@" . >/dev/null
 }
 runtime="localhost/hearth-runtime:$version"
-build -f Containerfile -t "$runtime" --build-arg BASE_IMAGE="$base" \
-    --build-arg VERSION="$version" --build-arg REVISION="$revision" --build-arg SOURCE="$source"
+# The images these tags named before: removed below once nothing names them (vfs keeps a
+# full copy of every layer, so old builds would fill the disk).
+# Children before the runtime they were built on, which podman keeps while they exist.
+tags=()
+for bin in "${binaries[@]}"; do tags+=("localhost/$bin:$version"); done
+tags+=("$runtime")
+previous=()
+for tag in "${tags[@]}"; do
+    id=$("${podman[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null) && previous+=("$id")
+done
+build -f Containerfile -t "$runtime" --build-arg BASE_IMAGE="$base"
 echo "images: base $base, version $version, revision $revision"
+# As --label, not ARGs in a LABEL step, whose cached layer buildah reuses (see Containerfile).
+labels=(
+    --label "org.opencontainers.image.version=$version"
+    --label "org.opencontainers.image.revision=$revision"
+    --label "org.opencontainers.image.source=$source"
+)
 for bin in "${binaries[@]}"; do
-    build -f "${containerfile[$bin]}" -t "localhost/$bin:$version" --build-arg RUNTIME_IMAGE="$runtime"
+    build -f "${containerfile[$bin]}" -t "localhost/$bin:$version" --build-arg RUNTIME_IMAGE="$runtime" "${labels[@]}"
     size=$("${podman[@]}" image inspect --format '{{.Size}}' "localhost/$bin:$version")
     printf 'images: localhost/%s:%s  %s MB  (%s)\n' "$bin" "$version" \
         "$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1000000 }')" "${containerfile[$bin]}"
+done
+for id in "${previous[@]}"; do
+    if [ -z "$("${podman[@]}" image inspect --format '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ]; then
+        "${podman[@]}" rmi "$id" >/dev/null 2>&1 || true
+    fi
 done

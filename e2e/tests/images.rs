@@ -7,8 +7,9 @@
 //!
 //! `podman run` does not work in the sandboxes this runs in (crun cannot set rlimits), so
 //! the filesystem runs under `chroot --userspec`, which needs root (CAP_SYS_CHROOT).
-//! Without podman, the images or root the test says so in one line and passes, unless
-//! `HEARTH_E2E_REQUIRE_IMAGES` is set (`just test` sets it after `just images`).
+//! Without podman, images of this commit (`just images`) or root the test says so in one
+//! line and passes, unless `HEARTH_E2E_REQUIRE_IMAGES` is set (`just test` sets it after
+//! `just images`).
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -87,6 +88,29 @@ fn missing() -> Option<String> {
             return Some(format!(
                 "{} is not built (run `just images`)",
                 image_ref(controller)
+            ));
+        }
+    }
+    // Images of another commit would test other code: `just images` again.
+    let head = run(Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR")))
+    .map(|h| h.trim().to_owned())
+    .unwrap_or_default();
+    for controller in Controller::ALL {
+        let revision = run(podman().args([
+            "image",
+            "inspect",
+            "--format",
+            "{{index .Labels \"org.opencontainers.image.revision\"}}",
+            &image_ref(controller),
+        ]))
+        .unwrap_or_default();
+        if head.is_empty() || !revision.starts_with(&head) {
+            return Some(format!(
+                "{} is of revision {}, HEAD is {head} (run `just images`)",
+                image_ref(controller),
+                revision.trim()
             ));
         }
     }
