@@ -32,18 +32,16 @@ toolchain:
     fi
     echo "toolchain: $channel (rust-version $msrv)"
 
-# Supply chain (deny.toml): licenses, banned crates and sources always; RustSec advisories
-# from the machine's copy of the database, which is not on a package registry.
+# RustSec advisories come from the pinned snapshot in ../shared/advisory-db
+# (HEARTH_ADVISORY_DB) or a fetched copy, with the snapshot's date; one line says so when
+# there is no database.
+# Supply chain (deny.toml): licenses, banned crates, sources and RustSec advisories.
 deny:
     command -v cargo-deny >/dev/null || cargo install --locked cargo-deny@0.20.2
     cargo deny check licenses bans sources
-    if compgen -G "$HOME/.cargo/advisory-dbs/advisory-db-*/crates" >/dev/null; then \
-        cargo deny --offline check advisories; \
-    else \
-        echo "deny: advisories NOT checked: no RustSec database on this machine; run 'just deny-fetch' where github.com is reachable"; \
-    fi
+    tools/advisories.sh
 
-# Fetch or refresh the RustSec advisory database (needs github.com).
+# Fetch or refresh the RustSec advisory database into target/advisory-dbs (needs github.com).
 deny-fetch:
     cargo deny fetch db
 
@@ -60,11 +58,44 @@ manifests: crdgen tools
 unit:
     cargo test --workspace --exclude hearth-e2e
 
-# Everything CI runs: lint, unit tests, and the end-to-end tests on a real control plane.
-# The e2e tests run the controllers' binaries, so every binary is built first.
-test: lint tools
-    cargo build --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test --workspace --no-fail-fast
+# The e2e tests run the controllers' binaries, so every binary is built first;
+# e2e/tests/images.rs runs the images built here, and must (not skip) when podman is
+# installed.
+# Everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
+test:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    phase() {
+        local name=$1 start=$SECONDS rc=0
+        shift
+        "$@" || rc=$?
+        echo "phase $name: $((SECONDS - start))s$([ "$rc" = 0 ] || echo " (failed: exit $rc)")"
+        return "$rc"
+    }
+    phase lint just lint
+    phase tools just tools
+    if command -v podman >/dev/null; then
+        phase images just images
+        # The image test runs them under chroot, which needs root.
+        if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
+    else
+        echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
+    fi
+    phase build cargo build --workspace --bins
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
+    export HEARTH_E2E_BIN_DIR
+    phase tests cargo test --workspace --no-fail-fast
+
+# Built with podman from the release binaries built here (tools/images.sh; Containerfile
+# says why), onto HEARTH_BASE_IMAGE, by default a base made from Debian's archive
+# (tools/base-image.sh) where no registry is reachable. Prints each image's size.
+# Build the three controller images, localhost/<binary>:<workspace version>.
+images:
+    tools/images.sh
+
+# Remakes the Debian-made base image (e.g. for the archive's security updates).
+base-image:
+    tools/base-image.sh
 
 # End-to-end tests only.
 e2e: tools

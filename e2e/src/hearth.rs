@@ -318,6 +318,21 @@ pub async fn start(
 ) -> Result<Running> {
     ensure_built().await?;
     let program = hearth_binary(controller.binary())?;
+    start_program(plane, iso, controller, instance, &program, extra).await
+}
+
+/// [`start`] with `program` run instead of the workspace's binary: e.g. a launcher that
+/// runs the controller from an image's filesystem. `program` gets the same environment
+/// (the kubeconfig of `controller`'s ServiceAccount in `KUBECONFIG`, unless `extra` says
+/// otherwise) and the same readiness wait.
+pub async fn start_program(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    controller: Controller,
+    instance: &str,
+    program: &Path,
+    extra: &[(&str, &str)],
+) -> Result<Running> {
     let kubeconfig = service_account_kubeconfig(plane, iso, controller).await?;
     let mut env = iso.controller_env();
     env.extend(
@@ -344,7 +359,7 @@ pub async fn start(
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
     );
     let name = format!("{}-{}-{instance}", controller.binary(), iso.id);
-    let state = plane.start_controller(&name, &program, env).await?;
+    let state = plane.start_controller(&name, program, env).await?;
     let running = Running { controller, state };
     // The plane returns once the admin server answers; a test wants the caches synced.
     let addr = running.admin_addr()?;

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds the three controller images with podman (`just images`): release binaries on the
+# host, the shared runtime layer (Containerfile), then one image per controller
+# (Containerfile.discovery, .kueue, .lock), tagged localhost/<binary>:<workspace version>.
+#
+# HEARTH_BASE_IMAGE picks the base: by default localhost/hearth-base:bookworm, made from
+# Debian's archive by tools/base-image.sh when podman does not have it yet (no registry
+# needed); where a registry is reachable, pass the production base, e.g.
+# HEARTH_BASE_IMAGE=gcr.io/distroless/cc-debian12@sha256:<digest>.
+# podman runs with the vfs storage driver and chroot isolation, which work unprivileged
+# and inside containers (HEARTH_PODMAN_STORAGE_DRIVER overrides the driver).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+podman=(podman --storage-driver "${HEARTH_PODMAN_STORAGE_DRIVER:-vfs}")
+binaries=(hearth-discovery hearth-kueue-sync hearth-lock-manager)
+declare -A containerfile=(
+    [hearth-discovery]=Containerfile.discovery
+    [hearth-kueue-sync]=Containerfile.kueue
+    [hearth-lock-manager]=Containerfile.lock
+)
+
+version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
+[ -n "$version" ] || { echo "images: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    revision="$revision-dirty"
+fi
+source=${HEARTH_IMAGE_SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
+
+base=${HEARTH_BASE_IMAGE:-localhost/hearth-base:bookworm}
+if [ -z "${HEARTH_BASE_IMAGE:-}" ] && ! "${podman[@]}" image exists "$base"; then
+    tools/base-image.sh "$base"
+fi
+
+packages=()
+for bin in "${binaries[@]}"; do packages+=(-p "$bin" --bin "$bin"); done
+cargo build --release --locked "${packages[@]}"
+# The Containerfiles COPY target/release/<binary> from the build context (the repository);
+# with the target cache elsewhere (CARGO_TARGET_DIR, e.g. kept across CI clones), the
+# binaries are copied there first.
+target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+if [ "$(realpath -m "$target_dir")" != "$(realpath -m target)" ]; then
+    mkdir -p target/release
+    for bin in "${binaries[@]}"; do cp -p "$target_dir/release/$bin" target/release/; done
+fi
+
+build() {
+    "${podman[@]}" build --isolation chroot --quiet "$@" . >/dev/null
+}
+runtime="localhost/hearth-runtime:$version"
+# The images these tags named before: removed below once nothing names them (vfs keeps a
+# full copy of every layer, so old builds would fill the disk).
+# Children before the runtime they were built on, which podman keeps while they exist.
+tags=()
+for bin in "${binaries[@]}"; do tags+=("localhost/$bin:$version"); done
+tags+=("$runtime")
+previous=()
+for tag in "${tags[@]}"; do
+    id=$("${podman[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null) && previous+=("$id")
+done
+build -f Containerfile -t "$runtime" --build-arg BASE_IMAGE="$base"
+echo "images: base $base, version $version, revision $revision"
+# As --label, not ARGs in a LABEL step, whose cached layer buildah reuses (see Containerfile).
+labels=(
+    --label "org.opencontainers.image.version=$version"
+    --label "org.opencontainers.image.revision=$revision"
+    --label "org.opencontainers.image.source=$source"
+)
+for bin in "${binaries[@]}"; do
+    build -f "${containerfile[$bin]}" -t "localhost/$bin:$version" --build-arg RUNTIME_IMAGE="$runtime" "${labels[@]}"
+    size=$("${podman[@]}" image inspect --format '{{.Size}}' "localhost/$bin:$version")
+    printf 'images: localhost/%s:%s  %s MB  (%s)\n' "$bin" "$version" \
+        "$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1000000 }')" "${containerfile[$bin]}"
+done
+for id in "${previous[@]}"; do
+    if [ -z "$("${podman[@]}" image inspect --format '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ]; then
+        "${podman[@]}" rmi "$id" >/dev/null 2>&1 || true
+    fi
+done
