@@ -28,7 +28,6 @@ use hearth_api::names::{
 };
 use hearth_api::reasons::LockedReason;
 use hearth_runtime::events::{Event, Events};
-use hearth_runtime::kit::bounded;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
@@ -264,7 +263,12 @@ pub fn holder(labels: Option<&BTreeMap<String, String>>, cluster_namespace: &str
     if has_sentinel_labels(labels, cluster_namespace) {
         return Holder::Ours;
     }
-    let get = |k: &str| labels.and_then(|l| l.get(k)).map(|v| bounded(v));
+    // Label values are at most 63 characters; bounded anyway, as anyone may set them.
+    let get = |k: &str| {
+        labels
+            .and_then(|l| l.get(k))
+            .map(|v| hearth_api::text::bounded(v, 63))
+    };
     Holder::Foreign(
         match (get(MANAGED_BY_LABEL), get(CLUSTER_NAMESPACE_LABEL)) {
             (Some(by), Some(ns)) if by == MANAGED_BY_VALUE => {

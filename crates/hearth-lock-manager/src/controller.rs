@@ -267,20 +267,18 @@ async fn reconcile_lock<K: Sentinel>(
             keep_ready(&ctx.writer, &workload, now).await?;
         }
     }
-    if applied == Applied::NameTaken {
+    let action = match applied {
         // Kept growing (to a minute) while the name stays taken: one read and one refused
         // create per look.
-        return Ok(Action::requeue(ctx.backoff.failed(name)));
-    }
-    ctx.backoff.succeeded(&name);
-    Ok(match applied {
+        Applied::NameTaken => return Ok(Action::requeue(ctx.backoff.failed(name))),
         Applied::Conflict => Action::requeue(CONFLICT_RETRY),
-        Applied::NameTaken => unreachable!("returned above"),
         Applied::Done => {
             let resync = ctx.rt.reconcile_interval();
             Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync)))
         }
-    })
+    };
+    ctx.backoff.succeeded(&name);
+    Ok(action)
 }
 
 /// The plan corrected from Fournos's Workloads ([`fournos_lock::amend`]), whether a

@@ -522,11 +522,7 @@ pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
     let admitted = is_true(w, workload_conditions::ADMITTED);
     let admission = w.status.as_ref().and_then(|s| s.admission.as_ref());
     let cluster_queue = admission.map(|a| a.cluster_queue.clone());
-    let slot_flavor = admission.and_then(|a| {
-        a.pod_set_assignments
-            .iter()
-            .find_map(|p| p.flavors.get(CLUSTER_SLOT_RESOURCE).cloned())
-    });
+    let slot_flavor = crate::holders::admitted_flavor(w).map(str::to_owned);
     let finished = is_true(w, workload_conditions::FINISHED);
     let message = w.status.as_ref().and_then(|s| {
         s.conditions

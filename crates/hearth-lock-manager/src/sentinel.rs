@@ -172,9 +172,11 @@ impl<'a> Expect<'a> {
     }
 }
 
-/// Untrusted text (from a person's or Kueue's object) as it may appear in a message.
+/// Longest untrusted text (from a person's or Kueue's object) quoted in a message.
+const MAX_QUOTED: usize = 253;
+
 fn bounded(text: &str) -> String {
-    hearth_runtime::kit::bounded(text)
+    hearth_api::text::bounded(text, MAX_QUOTED)
 }
 
 /// What the plan needs to know about a sentinel, which carries this Hearth's labels.
@@ -377,14 +379,12 @@ impl Sentinel for Workload {
         if is_true(conditions, workload_conditions::ADMITTED)
             && !is_true(conditions, workload_conditions::EVICTED)
         {
-            let admission = self.status.as_ref().and_then(|s| s.admission.as_ref());
-            let flavor = admission.and_then(|a| {
-                a.pod_set_assignments
-                    .iter()
-                    .find_map(|p| p.flavors.get(CLUSTER_SLOT_RESOURCE).map(String::as_str))
-            });
-            let queue = admission.map_or("", |a| a.cluster_queue.as_str());
-            if let Some(why) = expect.misplaced(queue, flavor) {
+            let queue = self
+                .status
+                .as_ref()
+                .and_then(|s| s.admission.as_ref())
+                .map_or("", |a| a.cluster_queue.as_str());
+            if let Some(why) = expect.misplaced(queue, crate::holders::admitted_flavor(self)) {
                 return SentinelState::Misplaced(Misplaced::WrongFlavor(why));
             }
             if let Some(why) = expect.too_few(workload_slots(self)) {
