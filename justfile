@@ -15,12 +15,12 @@ build:
 tools:
     e2e/tools/build.sh
 
-# Formatting, clippy with warnings as errors, the toolchain pin, and the supply-chain check.
+# Check formatting, clippy (warnings as errors), the toolchain pin and the supply chain.
 lint: toolchain deny
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
-# rust-toolchain.toml's channel and Cargo.toml's rust-version name the same release.
+# Check that rust-toolchain.toml's channel and Cargo.toml's rust-version name the same release.
 toolchain:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -35,7 +35,7 @@ toolchain:
 # RustSec advisories come from the pinned snapshot in ../shared/advisory-db
 # (HEARTH_ADVISORY_DB) or a fetched copy, with the snapshot's date; one line says so when
 # there is no database.
-# Supply chain (deny.toml): licenses, banned crates, sources and RustSec advisories.
+# Check the supply chain (deny.toml): licenses, banned crates, sources and RustSec advisories.
 deny:
     command -v cargo-deny >/dev/null || cargo install --locked cargo-deny@0.20.2
     cargo deny check licenses bans sources
@@ -54,14 +54,14 @@ manifests: crdgen tools
     cp manifests/crd.yaml charts/hearth/crds/fournosclusters.yaml
     HELM="$(e2e/tools/build.sh)/helm" manifests/render.sh > manifests/install.yaml
 
-# Unit tests only (no control plane).
+# Run the unit tests only (no control plane).
 unit:
     cargo test --workspace --exclude hearth-e2e
 
 # The e2e tests run the controllers' binaries, so every binary is built first;
 # e2e/tests/images.rs runs the images built here, and must (not skip) when podman is
 # installed.
-# Everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
+# Run everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
 test:
     #!/usr/bin/env bash
     set -euo pipefail
@@ -93,17 +93,18 @@ test:
 images:
     tools/images.sh
 
-# Remakes the Debian-made base image (e.g. for the archive's security updates).
+# Remake the Debian-made base image (e.g. for the archive's security updates).
 base-image:
     tools/base-image.sh
 
-# End-to-end tests only.
+# Run the end-to-end tests only.
 e2e: tools
     cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" cargo test -p hearth-e2e --no-fail-fast
 
-# Start the local control plane, the emulated GPU fleet and the three controllers (state in .hearth/plane).
-# `just up --fournos` also runs the real Fournos (../shared/peers/fournos) with fournosjob sentinels.
+# `just up --fournos` also runs the real Fournos (../shared/peers/fournos) with fournosjob
+# sentinels. Cold: builds the pinned Go tools and the workspace first.
+# Start the local control plane, an emulated GPU fleet and Hearth (state in .hearth/plane).
 up *flags: tools
     cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug {{flags}}
@@ -112,14 +113,14 @@ up *flags: tools
 down:
     target/debug/hearth-plane down --state-dir .hearth/plane
 
-# Migration from the Python Hearth: report and remove the kopf annotations it left on the
-# kubeconfig Secrets (one holds a copy of the Secret's data). Stop the Python Hearth first.
-# `just scrub-secrets --dry-run` only reports; other flags as `kubectl fournos` takes them.
+# One holds a copy of the Secret's data. Stop the Python Hearth first. `--dry-run` only
+# reports; other flags as `kubectl fournos migrate scrub-secrets` takes them.
+# Migration: remove the kopf annotations the Python Hearth left on kubeconfig Secrets.
 scrub-secrets *flags:
     cargo run -q -p kubectl-fournos -- migrate scrub-secrets {{flags}}
 
-# Migration from the Python Hearth: report and remove kopf's finalizer and annotations on
-# the FournosClusters (the finalizer would keep a deleted cluster Terminating for good).
+# The finalizer would keep a deleted cluster Terminating for good. `--dry-run` only reports.
+# Migration: remove the kopf finalizer and annotations the Python Hearth left on FournosClusters.
 scrub-clusters *flags:
     cargo run -q -p kubectl-fournos -- migrate scrub-clusters {{flags}}
 
@@ -141,18 +142,18 @@ fuzz seconds="60":
 # Release builds, production intervals: onboarding and lock latency, memory/CPU at 1/10/100
 # and `scale` FournosClusters, idle API load from the management apiserver's audit log,
 # the scale ceiling. A full run (idle 600 s, scale 1000) takes about 15 minutes on 2 cores.
-# Benchmarks on the local control plane, side by side with the Python Hearth when
-# ../shared/peers/hearth-py is there (HEARTH_PEERS_DIR); writes bench-results/<date>/SUMMARY.md.
-# Defaults take about 14 minutes after the build (two 300 s idle windows); any
-# hearth-bench flag may follow, e.g. `just bench --py-sizes 1,10,100 --idle-secs 600`.
+# Side by side with the Python Hearth when ../shared/peers/hearth-py is there
+# (HEARTH_PEERS_DIR). Defaults take about 14 minutes after the build (two 300 s idle
+# windows); any hearth-bench flag may follow, e.g. `just bench --py-sizes 1,10,100`.
+# Benchmark Hearth on the local control plane into bench-results/<date>/SUMMARY.md.
 bench *flags: tools
     cargo build --release --workspace --bins
     HEARTH_E2E_MANAGEMENT_AUDIT=1 HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
         target/release/hearth-bench {{flags}}
 
 # 100 clusters are onboarded, 30 locked/unlocked and 20 offboarded; then the invariants
-# are checked from the live API (bench-results/<date>/CHAOS.md). Takes a few minutes.
-# Chaos: SIGKILL the controllers at random moments while clusters come and go.
+# are checked from the live API. Takes a few minutes.
+# Chaos: SIGKILL the controllers while clusters come and go (bench-results/<date>/CHAOS.md).
 chaos: tools
     cargo build --release --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/release/hearth-chaos

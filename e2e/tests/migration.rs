@@ -15,7 +15,7 @@
 //! way to store the duplicated conditions the Python controller left: with the map list,
 //! the apiserver refuses a write that introduces a duplicate (`Duplicate value`), and
 //! ratchets only objects that were invalid already. The test then applies the new CRD,
-//! as the README's migration steps do, and records what the apiserver does with a
+//! as docs/migration.md's steps do, and records what the apiserver does with a
 //! server-side apply to an object that still holds duplicates.
 //!
 //! Everything is awaited by polling with a deadline; the only fixed-length wait is the
@@ -439,7 +439,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
         fournos.await
     );
 
-    // ---- the new CRD (README: `kubectl apply -f manifests/crd.yaml`) ----
+    // ---- the new CRD (docs/migration.md: `kubectl apply -f manifests/crd.yaml`) ----
     let names = create_crds(&client, read_yaml_documents(&new_crd_path())?).await?;
     hearth_e2e::resources::wait_established(&client, &names, DEADLINE).await?;
     // Served once a write introducing a duplicate condition is refused. A scratch

@@ -16,7 +16,7 @@
 //! cluster is locked for good and one for two minutes, the real Fournos turns its sentinels
 //! into admitted Workloads, and a job is admitted on the third. That is the legacy state.
 //!
-//! Then, as the README's migration guide says: the Python Hearth is stopped, `kubectl
+//! Then, as docs/migration.md says: the Python Hearth is stopped, `kubectl
 //! fournos migrate scrub-secrets` and `scrub-clusters` report and remove what kopf left on
 //! the Secrets and FournosClusters (a dry run first), Hearth's CRD is applied, and Hearth's controllers take over: kueue-sync
 //! and lock-manager first, discovery once they have. The same invariants as the hand-built
@@ -603,7 +603,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
         );
     }
 
-    // ---- step 3: Hearth's CRD (README: `kubectl apply -f manifests/crd.yaml`) ----
+    // ---- step 3: Hearth's CRD (docs/migration.md: `kubectl apply -f manifests/crd.yaml`) ----
     let crd = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crd.yaml");
     let crds = create_crds(&client, read_yaml_documents(&crd)?).await?;
     wait_established(&client, &crds, DEADLINE).await?;

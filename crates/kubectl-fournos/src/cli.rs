@@ -97,7 +97,7 @@ pub enum Command {
         #[arg(long, default_value = "10m")]
         timeout: String,
     },
-    /// Steps of the migration from the Python (kopf) Hearth (see the README's migration guide).
+    /// Steps of the migration from the Python (kopf) Hearth (see docs/migration.md).
     Migrate {
         #[command(subcommand)]
         step: MigrateStep,

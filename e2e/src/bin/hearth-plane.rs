@@ -174,16 +174,20 @@ async fn run(args: RunArgs) -> Result<()> {
 
 async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
     let state_dir = absolute(&args.dir.state_dir)?;
-    if let Some(state) = running_state(&state_dir) {
-        eprintln!("A plane is already running in {}.", state_dir.display());
-        print_next_steps(&state, &[]);
-        return Ok(());
-    }
     // Build (or find) the tools here, in the foreground, so a cold build shows its progress.
     let tools = match &args.tools_bin {
         Some(dir) => Tools::from_bin_dir(dir)?,
         None => Tools::locate()?,
     };
+    let mut path = vec![tools.bin_dir.clone()];
+    if let Some(dir) = &args.hearth_bin_dir {
+        path.push(absolute(dir)?);
+    }
+    if let Some(state) = running_state(&state_dir) {
+        eprintln!("A plane is already running in {}.", state_dir.display());
+        print_next_steps(&state, &[], &path);
+        return Ok(());
+    }
     let logs = state_dir.join(LOGS_DIR);
     std::fs::create_dir_all(&logs)?;
     let out = std::fs::File::create(logs.join("supervisor.out"))?;
@@ -258,7 +262,7 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
             .await?;
     }
     eprintln!("Ready in {:.1}s.\n", started.elapsed().as_secs_f64());
-    print_next_steps(&state, &onboarded);
+    print_next_steps(&state, &onboarded, &path);
     Ok(())
 }
 
@@ -268,14 +272,21 @@ fn running_state(dir: &Path) -> Option<PlaneState> {
     process::is_alive(state.supervisor_pid).then_some(state)
 }
 
-fn print_next_steps(state: &PlaneState, onboarded: &[String]) {
+/// `path`: directories to put first on PATH, so that the commands printed here run the
+/// pinned `kubectl` (the version the plane runs) and this checkout's `kubectl-fournos`.
+fn print_next_steps(state: &PlaneState, onboarded: &[String], path: &[PathBuf]) {
     let kubeconfig = state.management.admin_kubeconfig.display();
     let mut out = String::new();
     let mut line = |s: String| {
         out.push_str(&s);
         out.push('\n');
     };
-    line(format!("  export KUBECONFIG={kubeconfig}\n"));
+    line(format!("  export KUBECONFIG={kubeconfig}"));
+    if !path.is_empty() {
+        let dirs: Vec<String> = path.iter().map(|d| d.display().to_string()).collect();
+        line(format!("  export PATH={}:$PATH", dirs.join(":")));
+    }
+    line(String::new());
     line(format!(
         "  {:<10} {}   Kueue, ClusterQueue fournos-queue",
         "management", state.management.server
@@ -335,13 +346,10 @@ fn print_next_steps(state: &PlaneState, onboarded: &[String]) {
             .into(),
     );
     line("  kubectl -n psap-automation get workloads           sentinels and jobs".into());
-    line("Lock a cluster for yourself, then release it:".into());
-    line(format!(
-        "  kubectl -n hearth patch fc {first} --type merge -p '{{\"spec\":{{\"owner\":\"me\"}}}}'"
-    ));
-    line(format!(
-        "  kubectl -n hearth patch fc {first} --type merge -p '{{\"spec\":{{\"owner\":null}}}}'"
-    ));
+    line("Lock a cluster for yourself, see why it is (not) held, then release it:".into());
+    line(format!("  kubectl fournos lock {first} --ttl 2h"));
+    line(format!("  kubectl fournos why {first}"));
+    line(format!("  kubectl fournos unlock {first}"));
     if let Some(target) = state.targets.first() {
         line("Talk to a target as Hearth does:".into());
         line(format!(
@@ -407,7 +415,7 @@ fn status(state_dir: &Path) -> Result<()> {
                 state.supervisor_pid,
                 state.processes.len()
             );
-            print_next_steps(&state, &[]);
+            print_next_steps(&state, &[], &[]);
             Ok(())
         }
         None => {
