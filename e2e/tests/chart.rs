@@ -290,6 +290,52 @@ fn network_policies_are_per_controller_and_on_by_default() -> Result<()> {
     Ok(())
 }
 
+/// The four classes the Python Hearth ships (its `deploy/workload-priorities.yaml`), so
+/// a GitOps cut-over keeps what Fournos jobs name in `spec.priority`; off where another
+/// tool (or another release) owns them.
+#[test]
+fn workload_priority_classes_render_as_the_python_hearth_ships_them() -> Result<()> {
+    let docs = template(&[])?;
+    let classes: Vec<(String, i64)> = docs
+        .iter()
+        .filter(|d| d["kind"] == "WorkloadPriorityClass")
+        .map(|d| {
+            (
+                d["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                d["value"].as_i64().unwrap_or(i64::MIN),
+            )
+        })
+        .collect();
+    ensure!(
+        classes
+            == [
+                ("manual".to_owned(), 200),
+                ("nightly".to_owned(), 100),
+                ("presubmit".to_owned(), 50),
+                ("adhoc".to_owned(), 10)
+            ],
+        "{classes:?}"
+    );
+    for d in docs.iter().filter(|d| d["kind"] == "WorkloadPriorityClass") {
+        ensure!(
+            d["apiVersion"] == "kueue.x-k8s.io/v1beta2",
+            "{}",
+            d["apiVersion"]
+        );
+        ensure!(
+            d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep",
+            "jobs still name the class after an uninstall: {d}"
+        );
+        ensure!(d["description"].is_string(), "{d}");
+    }
+    let off = template(&["workloadPriorityClasses.enabled=false"])?;
+    ensure!(names_of(&off, "WorkloadPriorityClass").is_empty());
+    Ok(())
+}
+
 #[test]
 fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
     for (set, expect) in [
@@ -306,6 +352,15 @@ fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
             "kubeconfigSecretPattern",
         ),
         ("unknownKey=1", "unknownKey"),
+        (
+            "workloadPriorityClasses.classes[0].name=Night_ly",
+            "workloadPriorityClasses/classes/0/name",
+        ),
+        (
+            "workloadPriorityClasses.classes[0].value=high",
+            "workloadPriorityClasses/classes/0/value",
+        ),
+        ("workloadPriorityClasses.classes[0].priority=1", "priority"),
     ] {
         match template(&[set]) {
             Ok(_) => bail!("{set} was accepted"),
@@ -562,17 +617,21 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
     let plane = ControlPlane::shared().await?;
     let kubeconfig = plane.management_kubeconfig();
     let chart = chart_dir();
+    // The cluster-scoped WorkloadPriorityClasses come from the first release only: a
+    // second release creating them would be refused by Helm (another release owns them).
+    const NO_CLASSES: &str = "workloadPriorityClasses.enabled=false";
     let cases: [(&str, &[&str]); 5] = [
         ("defaults", &[]),
-        ("nodiscovery", &["discovery.enabled=false"]),
-        ("nokueuesync", &["kueueSync.enabled=false"]),
-        ("nolock", &["lockManager.enabled=false"]),
+        ("nodiscovery", &["discovery.enabled=false", NO_CLASSES]),
+        ("nokueuesync", &["kueueSync.enabled=false", NO_CLASSES]),
+        ("nolock", &["lockManager.enabled=false", NO_CLASSES]),
         (
             "replicas",
             &[
                 "discovery.replicas=3",
                 "kueueSync.replicas=3",
                 "lockManager.replicas=3",
+                NO_CLASSES,
             ],
         ),
     ];
@@ -620,6 +679,27 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
             String::from_utf8_lossy(&status.stdout).contains("STATUS: deployed"),
             "{case} not deployed"
         );
+    }
+    // Kueue's own CRD accepted the classes as rendered.
+    let classes: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        plane.management_client().await?,
+        &kube::discovery::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "WorkloadPriorityClass",
+        )),
+    );
+    for (name, value) in [
+        ("manual", 200),
+        ("nightly", 100),
+        ("presubmit", 50),
+        ("adhoc", 10),
+    ] {
+        let class = classes
+            .get(name)
+            .await
+            .with_context(|| format!("WorkloadPriorityClass {name}"))?;
+        ensure!(class.data["value"] == value, "{name}: {:?}", class.data);
     }
     Ok(())
 }
