@@ -22,6 +22,18 @@ fn helm(args: &[&str]) -> Result<std::process::Output> {
     Ok(Command::new(&tools.helm).args(args).output()?)
 }
 
+/// `helm <args>` against the plane, in `namespace`.
+fn helm_on(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Result<std::process::Output> {
+    let mut args = args.to_vec();
+    args.extend([
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        namespace,
+    ]);
+    helm(&args)
+}
+
 /// `helm template` with `--set` values; Err carries helm's message.
 fn template(sets: &[&str]) -> Result<Vec<Value>> {
     let chart = chart_dir();
@@ -150,6 +162,207 @@ fn replicas_and_hardened_pods_render() -> Result<()> {
         ensure!(c["livenessProbe"]["httpGet"]["path"] == "/healthz");
         ensure!(c["readinessProbe"]["httpGet"]["path"] == "/readyz");
     }
+    Ok(())
+}
+
+/// Every pod spec a rendered document would run, with where it is (`Kind/name`): the
+/// Deployments, and any Pod (a `helm test` hook), Job or other workload added later.
+fn pod_specs(docs: &[Value]) -> Vec<(String, &Value)> {
+    docs.iter()
+        .filter_map(|d| {
+            let spec = match d["kind"].as_str()? {
+                "Pod" => &d["spec"],
+                "CronJob" => &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => d["spec"].get("template")?.get("spec")?,
+            };
+            Some((
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap_or_default(),
+                    d["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                spec,
+            ))
+        })
+        .collect()
+}
+
+/// What OpenShift's `restricted-v2` SCC and the Kubernetes `restricted` Pod Security
+/// profile (which includes `baseline`) refuse in one pod spec, field by field; empty when
+/// both admit it. restricted-v2: runAsUser MustRunAsRange and fsGroup MustRunAs (the
+/// namespace's range, unknowable when rendering: so unset), seLinuxContext MustRunAs
+/// (unset), no privileged or host namespaces or host ports, allowPrivilegeEscalation
+/// false, capabilities: drop ALL, add at most NET_BIND_SERVICE, seccomp runtime/default,
+/// volumes of the listed kinds. restricted: runAsNonRoot true at pod or container level,
+/// never runAsUser 0, allowPrivilegeEscalation false set explicitly, seccomp RuntimeDefault
+/// or Localhost, the same volumes, no hostProcess, procMount, unsafe sysctls, AppArmor
+/// unconfined.
+fn restricted_violations(spec: &Value) -> Vec<String> {
+    const VOLUMES: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    let mut bad = Vec::new();
+    let pod_sc = &spec["securityContext"];
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[host] == true {
+            bad.push(format!("spec.{host} is true"));
+        }
+    }
+    for field in ["runAsUser", "fsGroup", "seLinuxOptions"] {
+        if !pod_sc[field].is_null() {
+            bad.push(format!(
+                "spec.securityContext.{field} is set ({}): restricted-v2 assigns it from the namespace",
+                pod_sc[field]
+            ));
+        }
+    }
+    if !pod_sc["sysctls"].is_null() {
+        bad.push("spec.securityContext.sysctls is set".into());
+    }
+    if pod_sc["windowsOptions"]["hostProcess"] == true {
+        bad.push("spec.securityContext.windowsOptions.hostProcess is true".into());
+    }
+    if !pod_sc["appArmorProfile"].is_null() && pod_sc["appArmorProfile"]["type"] == "Unconfined" {
+        bad.push("spec.securityContext.appArmorProfile is Unconfined".into());
+    }
+    let seccomp_ok = |sc: &Value| {
+        matches!(
+            sc["seccompProfile"]["type"].as_str(),
+            Some("RuntimeDefault")
+        )
+    };
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default();
+        let kinds: Vec<&String> = volume
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.keys())
+            .filter(|k| *k != "name")
+            .collect();
+        if !kinds.iter().all(|k| VOLUMES.contains(&k.as_str())) {
+            bad.push(format!("volume {name} is of kind {kinds:?}"));
+        }
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|list| spec[list].as_array().into_iter().flatten());
+    let mut count = 0;
+    for c in containers {
+        count += 1;
+        let name = c["name"].as_str().unwrap_or_default();
+        let sc = &c["securityContext"];
+        let at = |field: &str| format!("container {name}: securityContext.{field}");
+        if sc["privileged"] == true {
+            bad.push(format!("{} is true", at("privileged")));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            bad.push(format!("{} is not false", at("allowPrivilegeEscalation")));
+        }
+        let non_root = match sc["runAsNonRoot"].as_bool() {
+            Some(v) => v,
+            None => pod_sc["runAsNonRoot"] == true,
+        };
+        if !non_root {
+            bad.push(format!(
+                "{} is not true (nor the pod's)",
+                at("runAsNonRoot")
+            ));
+        }
+        for field in ["runAsUser", "seLinuxOptions"] {
+            if !sc[field].is_null() {
+                bad.push(format!("{} is set ({})", at(field), sc[field]));
+            }
+        }
+        if !(seccomp_ok(sc) || sc["seccompProfile"].is_null() && seccomp_ok(pod_sc)) {
+            bad.push(format!("{} is not RuntimeDefault", at("seccompProfile")));
+        }
+        if !sc["capabilities"]["drop"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|c| c == "ALL"))
+        {
+            bad.push(format!("{} lacks ALL", at("capabilities.drop")));
+        }
+        for cap in sc["capabilities"]["add"].as_array().into_iter().flatten() {
+            if cap != "NET_BIND_SERVICE" {
+                bad.push(format!("{} adds {cap}", at("capabilities.add")));
+            }
+        }
+        if sc["readOnlyRootFilesystem"] != true {
+            bad.push(format!("{} is not true", at("readOnlyRootFilesystem")));
+        }
+        if !sc["procMount"].is_null() && sc["procMount"] != "Default" {
+            bad.push(format!("{} is {}", at("procMount"), sc["procMount"]));
+        }
+        if sc["windowsOptions"]["hostProcess"] == true {
+            bad.push(format!("{} is true", at("windowsOptions.hostProcess")));
+        }
+        for port in c["ports"].as_array().into_iter().flatten() {
+            if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
+                bad.push(format!("container {name}: hostPort {}", port["hostPort"]));
+            }
+        }
+    }
+    if count == 0 {
+        bad.push("no containers".into());
+    }
+    bad
+}
+
+/// Issue 27: the chart runs under OpenShift's restricted-v2 SCC and the restricted Pod
+/// Security profile with OpenShift-style values (images from the internal registry, the
+/// optional monitoring objects on), and pins a UID only when a value asks for one.
+#[test]
+fn every_pod_is_admitted_by_restricted_v2_and_restricted_pod_security() -> Result<()> {
+    let openshift = [
+        "image.registry=image-registry.openshift-image-registry.svc:5000/hearth",
+        "imagePullSecrets[0].name=registry-pull",
+        "serviceMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "grafanaDashboard.enabled=true",
+        "discovery.replicas=2",
+    ];
+    let docs = template(&openshift)?;
+    let pods = pod_specs(&docs);
+    ensure!(
+        pods.len() == 3,
+        "one pod spec per controller: {:?}",
+        pods.iter().map(|(w, _)| w).collect::<Vec<_>>()
+    );
+    for (workload, spec) in &pods {
+        let bad = restricted_violations(spec);
+        ensure!(
+            bad.is_empty(),
+            "{workload} would be refused:\n{}",
+            bad.join("\n")
+        );
+    }
+    // The checker is not blind: a pinned UID (a value asks for it) is what restricted-v2
+    // refuses, and so is a container that may escalate.
+    let pinned = template(&[openshift[0], "podSecurityContext.runAsUser=65532"])?;
+    for (workload, spec) in pod_specs(&pinned) {
+        ensure!(spec["securityContext"]["runAsUser"] == 65532, "{workload}");
+        ensure!(
+            spec["securityContext"]["runAsNonRoot"] == true,
+            "{workload}"
+        );
+        let bad = restricted_violations(spec);
+        ensure!(
+            bad.len() == 1 && bad[0].contains("spec.securityContext.runAsUser"),
+            "{workload}: {bad:?}"
+        );
+    }
+    let mut escalating = pods[0].1.clone();
+    escalating["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(null);
+    escalating["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
+    let bad = restricted_violations(&escalating);
+    ensure!(bad.len() == 2, "{bad:?}");
     Ok(())
 }
 
@@ -608,18 +821,54 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
             notes.contains("kubectl -n"),
             "NOTES.txt tells what to do next"
         );
-        let status = helm(&[
-            "status",
-            &format!("hearth-{case}"),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--namespace",
+        let status = helm_on(
+            &kubeconfig,
             &iso.namespace,
-        ])?;
+            &["status", &format!("hearth-{case}")],
+        )?;
         ensure!(
             String::from_utf8_lossy(&status.stdout).contains("STATUS: deployed"),
             "{case} not deployed"
         );
     }
+    Ok(())
+}
+
+/// Issue 27: namespaces.create makes the secrets and execution namespaces (never the
+/// release's), kept on uninstall and on an ArgoCD prune; off by default.
+#[test]
+fn namespaces_are_created_only_when_asked() -> Result<()> {
+    ensure!(names_of(&template(&[])?, "Namespace").is_empty());
+    let docs = template(&["namespaces.create=true", "namespaces.labels.team=gpu"])?;
+    ensure!(
+        names_of(&docs, "Namespace") == ["psap-automation", "psap-secrets"],
+        "{:?}",
+        names_of(&docs, "Namespace")
+    );
+    for ns in docs.iter().filter(|d| d["kind"] == "Namespace") {
+        let annotations = &ns["metadata"]["annotations"];
+        ensure!(annotations["helm.sh/resource-policy"] == "keep", "{ns}");
+        ensure!(
+            annotations["argocd.argoproj.io/sync-options"] == "Prune=false",
+            "{ns}"
+        );
+        ensure!(ns["metadata"]["labels"]["team"] == "gpu", "{ns}");
+    }
+    let shared = template(&[
+        "namespaces.create=true",
+        "config.executionNamespace=psap-secrets",
+        "config.namespace=fleet",
+    ])?;
+    ensure!(
+        names_of(&shared, "Namespace") == ["fleet", "psap-secrets"],
+        "{:?}",
+        names_of(&shared, "Namespace")
+    );
+    let in_release = template(&["namespaces.create=true", "config.secretsNamespace=hearth"])?;
+    ensure!(
+        names_of(&in_release, "Namespace") == ["psap-automation"],
+        "the release's namespace is Helm's to make: {:?}",
+        names_of(&in_release, "Namespace")
+    );
     Ok(())
 }
