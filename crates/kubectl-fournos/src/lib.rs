@@ -1,11 +1,13 @@
 //! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
-//! wait) for people, and the migration steps from the Python Hearth (`migrate`), through their own kubeconfig and RBAC. It only reads FournosClusters,
+//! wait) for people, the migration steps from the Python Hearth (`migrate`) and
+//! completion, through their own kubeconfig and RBAC. It only reads FournosClusters,
 //! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
 //! [`api`] does the I/O; everything written for a person goes through [`print`].
 
 pub mod api;
 pub mod cli;
+pub mod complete;
 pub mod error;
 pub mod explain;
 pub mod lock;
@@ -21,7 +23,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::api::Session;
-use crate::cli::{Cli, Command, MigrateStep, Output};
+use crate::cli::{Cli, Command, CompletionTarget, MigrateStep, Output};
 use crate::error::Failure;
 use crate::explain::{Explanation, Progress, Target};
 use crate::lock::Plan;
@@ -32,15 +34,8 @@ pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.global.output;
-    if let Command::Completion { shell } = cli.command {
-        let mut command = Cli::command();
-        clap_complete::generate(
-            shell,
-            &mut command,
-            "kubectl-fournos",
-            &mut std::io::stdout(),
-        );
-        return Ok(());
+    if let Command::Completion { target, dir } = cli.command {
+        return completion(target, dir);
     }
     let session = Session::connect(&cli.global).await?;
     match cli.command {
@@ -140,6 +135,47 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
     }
+}
+
+/// `completion install`: the kubectl_complete-fournos kubectl runs to complete
+/// `kubectl fournos …`; `completion <shell>`: that shell's script for `kubectl-fournos`.
+fn completion(target: CompletionTarget, dir: Option<std::path::PathBuf>) -> Result<()> {
+    use clap_complete::Shell;
+    let shell = match target {
+        CompletionTarget::Install => {
+            let dir = match dir {
+                Some(dir) => dir,
+                None => std::env::current_exe()?
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("the plugin's directory is unknown: pass --dir")
+                    })?,
+            };
+            let path = complete::install(&dir)?;
+            println!(
+                "Wrote {}. kubectl now completes `kubectl fournos …` wherever kubectl's own \
+                 completion is loaded (e.g. `source <(kubectl completion bash)`) and {} is on \
+                 $PATH.",
+                path.display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+        CompletionTarget::Bash => Shell::Bash,
+        CompletionTarget::Zsh => Shell::Zsh,
+        CompletionTarget::Fish => Shell::Fish,
+        CompletionTarget::Elvish => Shell::Elvish,
+        CompletionTarget::Powershell => Shell::PowerShell,
+    };
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "# Completion of the kubectl-fournos command. For `kubectl fournos …`, run \
+         `kubectl fournos completion install` once and load kubectl's own completion."
+    )?;
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-fournos", &mut out);
+    Ok(())
 }
 
 /// `--owner`, else who the apiserver says the user is.
