@@ -834,6 +834,40 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
     Ok(())
 }
 
+/// Issue 27: `helm template` without a cluster (ArgoCD, a person offline) renders, and
+/// what the chart is tested with is said in docs/support.md rather than claimed by a
+/// kubeVersion range nothing tests.
+#[test]
+fn plain_helm_template_renders_without_a_cluster_version() -> Result<()> {
+    let chart = chart_dir();
+    let out = helm(&["template", "hearth", chart.to_str().unwrap()])?;
+    ensure!(
+        out.status.success(),
+        "helm template without --kube-version: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chart_yaml = std::fs::read_to_string(chart.join("Chart.yaml"))?;
+    ensure!(
+        !chart_yaml.lines().any(|l| l.starts_with("kubeVersion:")),
+        "Chart.yaml claims a kubeVersion range: only what is tested goes in docs/support.md"
+    );
+    let pins = std::fs::read_to_string(repo().join("e2e/tools/kube/go.mod"))?;
+    let support = std::fs::read_to_string(repo().join("docs/support.md"))?;
+    for module in ["k8s.io/kubernetes", "sigs.k8s.io/kueue"] {
+        let version = pins
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{module} ")))
+            .with_context(|| format!("{module} is not pinned"))?;
+        ensure!(
+            support
+                .lines()
+                .any(|l| l.contains(version) && l.contains("tested in CI")),
+            "docs/support.md does not say that {module} {version} (the pinned one) is tested"
+        );
+    }
+    Ok(())
+}
+
 /// Issue 27: namespaces.create makes the secrets and execution namespaces (never the
 /// release's), kept on uninstall and on an ArgoCD prune; off by default.
 #[test]
@@ -869,6 +903,172 @@ fn namespaces_are_created_only_when_asked() -> Result<()> {
         names_of(&in_release, "Namespace") == ["psap-automation"],
         "the release's namespace is Helm's to make: {:?}",
         names_of(&in_release, "Namespace")
+    );
+    Ok(())
+}
+
+/// `kubectl fournos doctor` as an administrator: exit code and stdout.
+async fn doctor(plane: &ControlPlane, args: &[&str]) -> Result<(i32, String)> {
+    hearth_e2e::hearth::ensure_built().await?;
+    let out = tokio::process::Command::new(hearth_e2e::plane::hearth_binary(
+        hearth_e2e::hearth::PLUGIN,
+    )?)
+    .arg("doctor")
+    .args(args)
+    .arg("--kubeconfig")
+    .arg(plane.management_kubeconfig())
+    .env_remove("KUBECONFIG")
+    .output()
+    .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok((out.status.code().unwrap_or(-1), format!("{stdout}{stderr}")))
+}
+
+/// `helm install` of the chart into `namespace` with `sets`; Err carries helm's message.
+fn helm_install(
+    kubeconfig: &Path,
+    release: &str,
+    namespace: &str,
+    sets: &[String],
+) -> Result<std::process::Output> {
+    let chart = chart_dir();
+    let mut args = vec!["install", release, chart.to_str().unwrap()];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    helm_on(kubeconfig, namespace, &args)
+}
+
+/// Issue 27: on a fresh cluster the chart makes the namespaces it needs when asked, and
+/// keeps them on uninstall; the doctor passes on that install. Without namespaces.create
+/// and with a namespace missing, the install fails naming it, and the doctor names each
+/// missing piece (the namespace, the ClusterQueue, the LocalQueue) with what to do and
+/// exits non-zero.
+#[tokio::test]
+async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("chart_doctor").await?;
+    let kubeconfig = plane.management_kubeconfig();
+    // Namespaces nobody made: the chart's to create.
+    let (secrets, exec) = (
+        format!("{}-s", iso.namespace),
+        format!("{}-x", iso.namespace),
+    );
+    let release = format!("doctor-{}", iso.id);
+    let out = helm_install(
+        &kubeconfig,
+        &release,
+        &iso.namespace,
+        &[
+            "namespaces.create=true".into(),
+            format!("config.secretsNamespace={secrets}"),
+            format!("config.executionNamespace={exec}"),
+            format!("config.clusterQueueName={}", iso.cluster_queue),
+        ],
+    )?;
+    ensure!(
+        out.status.success(),
+        "helm install with namespaces.create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let good = [
+        "-n",
+        &iso.namespace,
+        "--secrets-namespace",
+        &secrets,
+        "--execution-namespace",
+        &exec,
+        "--cluster-queue",
+        &iso.cluster_queue,
+    ];
+    let (code, text) = doctor(plane, &good).await?;
+    println!("$ kubectl fournos doctor (good)\n{text}");
+    ensure!(code == 0, "doctor on a good install exited {code}:\n{text}");
+    for needle in [
+        "ok      Kueue serves kueue.x-k8s.io/v1beta2".to_owned(),
+        "ok      the FournosCluster CRD".to_owned(),
+        "ok      the FournosJob CRD".to_owned(),
+        format!("ok      namespace {secrets} exists"),
+        format!("ok      namespace {exec} exists"),
+        format!("ok      ClusterQueue {} exists", iso.cluster_queue),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    // Uninstalled, the release leaves its namespaces (and so the Secrets and locks).
+    let out = helm_on(&kubeconfig, &iso.namespace, &["uninstall", &release])?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = plane.management_client().await?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    for ns in [&secrets, &exec] {
+        ensure!(
+            namespaces.get_opt(ns).await?.is_some(),
+            "helm uninstall deleted namespace {ns}, which the chart created"
+        );
+    }
+
+    // Broken: the execution namespace does not exist and namespaces.create is off; the
+    // ClusterQueue named does not exist either.
+    let gone = format!("{}-gone", iso.namespace);
+    let out = helm_install(
+        &kubeconfig,
+        &format!("broken-{}", iso.id),
+        &iso.namespace,
+        &[
+            format!("config.secretsNamespace={}", iso.secrets_namespace),
+            format!("config.executionNamespace={gone}"),
+            "config.clusterQueueName=no-such-queue".into(),
+        ],
+    )?;
+    let refusal = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && refusal.contains(&format!("namespaces \"{gone}\" not found")),
+        "helm install into a missing namespace: {refusal}"
+    );
+    let (code, text) = doctor(
+        plane,
+        &[
+            "-n",
+            &iso.namespace,
+            "--secrets-namespace",
+            &iso.secrets_namespace,
+            "--execution-namespace",
+            &gone,
+            "--cluster-queue",
+            "no-such-queue",
+            "--sentinel",
+            "workload",
+            "--local-queue",
+            "no-such-local-queue",
+        ],
+    )
+    .await?;
+    println!("$ kubectl fournos doctor (broken)\n{text}");
+    ensure!(
+        code == 4,
+        "doctor on a broken install exited {code}:\n{text}"
+    );
+    for needle in [
+        format!("MISSING namespace {gone} does not exist; it is the lock sentinels' namespace"),
+        format!(
+            "`kubectl create namespace {gone}`, or install the chart with namespaces.create=true"
+        ),
+        "MISSING ClusterQueue no-such-queue does not exist: Hearth publishes the fleet's quota \
+         into it but does not create it"
+            .to_owned(),
+        format!("MISSING LocalQueue no-such-local-queue in namespace {gone} does not exist"),
+        format!("ok      namespace {} exists", iso.secrets_namespace),
+        "3 prerequisite(s) missing".to_owned(),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    ensure!(
+        !text.contains("FournosJob CRD"),
+        "workload sentinels need no FournosJob CRD:\n{text}"
     );
     Ok(())
 }

@@ -447,7 +447,9 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
         "{installed:?}"
     );
     let verbs = complete(&[""]).await?;
-    for verb in ["lock\t", "unlock\t", "status\t", "why\t", "wait\t"] {
+    for verb in [
+        "lock\t", "unlock\t", "status\t", "why\t", "wait\t", "doctor\t",
+    ] {
         ensure!(
             verbs.lines().any(|l| l.starts_with(verb)),
             "{verb:?} not completed:\n{verbs}"

@@ -103,6 +103,10 @@ pub enum Command {
         #[command(subcommand)]
         step: MigrateStep,
     },
+    /// Check what Hearth needs on this cluster: Kueue's API, the ClusterQueue, the
+    /// namespaces, the CRDs (FournosJob's when sentinels are FournosJobs). Exits non-zero
+    /// and says what to do when something is missing.
+    Doctor(DoctorArgs),
     /// `install`: let kubectl complete `kubectl fournos …` (writes a
     /// kubectl_complete-fournos next to the plugin). A shell name: print that shell's
     /// completion script for the kubectl-fournos command itself.
@@ -124,6 +128,32 @@ pub enum CompletionTarget {
     Fish,
     Elvish,
     Powershell,
+}
+
+/// The settings `doctor` checks, named as the chart's values set them.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Namespace of the kubeconfig Secrets (chart: config.secretsNamespace).
+    #[arg(long, env = "HEARTH_SECRETS_NAMESPACE", default_value = defaults::SECRETS_NAMESPACE)]
+    pub secrets_namespace: String,
+    /// The shared ClusterQueue (chart: config.clusterQueueName).
+    #[arg(long, env = "HEARTH_KUEUE_CLUSTER_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
+    pub cluster_queue: String,
+    /// The lock sentinel's kind (chart: config.sentinel).
+    #[arg(long, env = "HEARTH_SENTINEL", value_enum, default_value_t = Sentinel::Fournosjob)]
+    pub sentinel: Sentinel,
+    /// The LocalQueue of workload sentinels, in the execution namespace (chart:
+    /// config.localQueueName).
+    #[arg(long, env = "HEARTH_LOCAL_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
+    pub local_queue: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Sentinel {
+    /// A FournosJob (needs Fournos).
+    Fournosjob,
+    /// A bare Kueue Workload through a LocalQueue.
+    Workload,
 }
 
 #[derive(Debug, Subcommand)]

@@ -179,7 +179,15 @@ mod tests {
     #[test]
     fn verbs_complete_first() {
         let (verbs, directive) = names(&[""]);
-        for verb in ["lock", "unlock", "status", "why", "wait", "completion"] {
+        for verb in [
+            "lock",
+            "unlock",
+            "status",
+            "why",
+            "wait",
+            "doctor",
+            "completion",
+        ] {
             assert!(verbs.contains(&verb.to_owned()), "{verbs:?}");
         }
         assert!(!verbs.contains(&"help".to_owned()));
@@ -203,6 +211,10 @@ mod tests {
         assert_eq!(names(&["status", "--output", "j"]).0, ["json"]);
         assert_eq!(names(&["status", "--output=y"]).0, ["--output=yaml"]);
         assert_eq!(names(&["completion", "i"]).0, ["install"]);
+        assert_eq!(
+            names(&["doctor", "--sentinel", ""]).0,
+            ["fournosjob", "workload"]
+        );
         // A flag's value is not taken for a verb: `-n lock` names a namespace.
         assert_eq!(names(&["-n", "lock", "st"]).0, ["status"]);
         // The kubeconfig is a file: the shell completes it.

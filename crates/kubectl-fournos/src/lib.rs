@@ -1,6 +1,6 @@
 //! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
-//! wait) for people, the migration steps from the Python Hearth (`migrate`) and
-//! completion, through their own kubeconfig and RBAC. It only reads FournosClusters,
+//! wait) for people, the prerequisites check (`doctor`), the migration steps from the
+//! Python Hearth (`migrate`) and completion, through their own kubeconfig and RBAC. It only reads FournosClusters,
 //! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
 //! [`api`] does the I/O; everything written for a person goes through [`print`].
@@ -8,6 +8,7 @@
 pub mod api;
 pub mod cli;
 pub mod complete;
+pub mod doctor;
 pub mod error;
 pub mod explain;
 pub mod lock;
@@ -40,6 +41,19 @@ pub async fn run(cli: Cli) -> Result<()> {
     let session = Session::connect(&cli.global).await?;
     match cli.command {
         Command::Completion { .. } => unreachable!("handled above"),
+        Command::Doctor(args) => {
+            let settings = doctor::Settings {
+                namespace: cli.global.namespace.clone(),
+                secrets_namespace: args.secrets_namespace,
+                execution_namespace: cli.global.execution_namespace.clone(),
+                cluster_queue: args.cluster_queue,
+                sentinel: args.sentinel,
+                local_queue: args.local_queue,
+            };
+            let checks = doctor::diagnose(&settings, &session.observe(&settings).await);
+            emit(output, &checks, &doctor::render(&checks))?;
+            Ok(doctor::outcome(&checks)?)
+        }
         Command::Migrate { step } => {
             let report = match step {
                 MigrateStep::ScrubSecrets {
