@@ -383,7 +383,64 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
         completion.contains("kubectl-fournos") && completion.contains("unlock"),
         "{completion}"
     );
+    // kubectl completes the cluster names, read with the namespace and kubeconfig typed.
+    let shim_dir =
+        std::env::temp_dir().join(format!("hearth-completion-flow-{}", std::process::id()));
+    let path = completion_path(&shim_dir)?;
+    install_shim(&shim_dir).await?;
+    let kubeconfig = plane.management_kubeconfig();
+    let names = kubectl_with_path(
+        &path,
+        &[
+            "__complete",
+            "fournos",
+            "lock",
+            "-n",
+            &scope.namespace,
+            "--kubeconfig",
+            kubeconfig.to_str().context("kubeconfig path")?,
+            "",
+        ],
+    )
+    .await?;
+    std::fs::remove_dir_all(&shim_dir)?;
+    for cluster in [&a, &b] {
+        ensure!(
+            names.lines().any(|l| l == cluster.as_str()),
+            "{cluster} not completed:\n{names}"
+        );
+    }
     Ok(())
+}
+
+/// $PATH as a user has it for completion: the plugin's directory, `shim_dir` (made here,
+/// for kubectl_complete-fournos) and /bin for the shim's sh.
+fn completion_path(shim_dir: &Path) -> Result<std::ffi::OsString> {
+    std::fs::create_dir_all(shim_dir)?;
+    let plugin = hearth_binary(hearth::PLUGIN)?;
+    let plugin_dir = plugin.parent().context("the plugin's directory")?;
+    Ok(std::env::join_paths([
+        plugin_dir,
+        shim_dir,
+        Path::new("/bin"),
+        Path::new("/usr/bin"),
+    ])?)
+}
+
+/// `kubectl-fournos completion install --dir <shim_dir>`; its stdout.
+async fn install_shim(shim_dir: &Path) -> Result<String> {
+    hearth::ensure_built().await?;
+    let out = tokio::process::Command::new(hearth_binary(hearth::PLUGIN)?)
+        .args(["completion", "install", "--dir"])
+        .arg(shim_dir)
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "completion install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `kubectl <args>` with `path` as $PATH; stdout.
@@ -409,16 +466,8 @@ async fn kubectl_with_path(path: &std::ffi::OsStr, args: &[&str]) -> Result<Stri
 async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<()> {
     hearth::ensure_built().await?;
     let plugin = hearth_binary(hearth::PLUGIN)?;
-    let plugin_dir = plugin.parent().context("the plugin's directory")?;
     let shim_dir = std::env::temp_dir().join(format!("hearth-completion-{}", std::process::id()));
-    std::fs::create_dir_all(&shim_dir)?;
-    // $PATH as a user has it: the plugin, a directory for the shim, and /bin for its sh.
-    let path = std::env::join_paths([
-        plugin_dir,
-        &shim_dir,
-        Path::new("/bin"),
-        Path::new("/usr/bin"),
-    ])?;
+    let path = completion_path(&shim_dir)?;
     let complete = |words: &'static [&'static str]| {
         let path = path.clone();
         async move {
@@ -432,19 +481,10 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
         !before.lines().any(|l| l.starts_with("lock")),
         "completed without the shim?\n{before}"
     );
-    let installed = tokio::process::Command::new(&plugin)
-        .args(["completion", "install", "--dir"])
-        .arg(&shim_dir)
-        .output()
-        .await?;
+    let installed = install_shim(&shim_dir).await?;
     ensure!(
-        installed.status.success(),
-        "{}",
-        String::from_utf8_lossy(&installed.stderr)
-    );
-    ensure!(
-        String::from_utf8_lossy(&installed.stdout).contains("kubectl_complete-fournos"),
-        "{installed:?}"
+        installed.contains("kubectl_complete-fournos"),
+        "{installed}"
     );
     let verbs = complete(&[""]).await?;
     for verb in [
@@ -460,12 +500,7 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
     let output = complete(&["status", "-o", "j"]).await?;
     ensure!(output.lines().next() == Some("json"), "{output}");
     // Installed twice, the shim is replaced, not refused.
-    let again = tokio::process::Command::new(&plugin)
-        .args(["completion", "install", "--dir"])
-        .arg(&shim_dir)
-        .status()
-        .await?;
-    ensure!(again.success());
+    install_shim(&shim_dir).await?;
     std::fs::remove_dir_all(&shim_dir)?;
 
     let usage = tokio::process::Command::new(&plugin)

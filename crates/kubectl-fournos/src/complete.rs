@@ -49,8 +49,30 @@ pub fn install(dir: &Path) -> std::io::Result<PathBuf> {
     Ok(path)
 }
 
-/// Cobra's answer for `words` (the last one is being typed): candidates and directive.
-pub fn complete(root: Command, words: &[String]) -> (Vec<String>, u32) {
+/// What [`complete`] answers.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub candidates: Vec<String>,
+    pub directive: u32,
+    /// The word is a FournosCluster's name: the caller lists the clusters (the one read
+    /// completion makes) and adds those that start with the word.
+    pub clusters: Option<ClusterQuery>,
+}
+
+/// Where to list FournosClusters from: the global flags typed so far.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ClusterQuery {
+    pub prefix: String,
+    /// `--namespace`, `--kubeconfig`, `--context` as typed, for the same connection as
+    /// the command would make.
+    pub flags: Vec<String>,
+}
+
+/// The flags that choose the cluster and namespace the command reads.
+const CONNECTION_FLAGS: [&str; 3] = ["namespace", "kubeconfig", "context"];
+
+/// Cobra's answer for `words` (the last one is being typed).
+pub fn complete(root: Command, words: &[String]) -> Answer {
     let mut root = root;
     root.build();
     let (current, typed) = match words.split_last() {
@@ -60,13 +82,25 @@ pub fn complete(root: Command, words: &[String]) -> (Vec<String>, u32) {
     let mut command = &root;
     let mut awaiting_value: Option<&Arg> = None;
     let mut positionals = 0;
+    let mut connection = Vec::new();
+    let mut remember = |arg: &Arg, value: &str| {
+        if let Some(long) = arg.get_long().filter(|l| CONNECTION_FLAGS.contains(l)) {
+            connection.push(format!("--{long}={value}"));
+        }
+    };
     for word in typed {
-        if awaiting_value.take().is_some() {
+        if let Some(arg) = awaiting_value.take() {
+            remember(arg, word);
             continue;
         }
         if let Some(flag) = word.strip_prefix("--") {
-            if !flag.contains('=') {
-                awaiting_value = find_long(command, flag).filter(|a| takes_value(a));
+            match flag.split_once('=') {
+                Some((flag, value)) => {
+                    if let Some(arg) = find_long(command, flag) {
+                        remember(arg, value);
+                    }
+                }
+                None => awaiting_value = find_long(command, flag).filter(|a| takes_value(a)),
             }
         } else if let Some(short) = word.strip_prefix('-').filter(|s| s.len() == 1) {
             awaiting_value = command
@@ -80,6 +114,7 @@ pub fn complete(root: Command, words: &[String]) -> (Vec<String>, u32) {
             positionals += 1;
         }
     }
+    let mut clusters = None;
     let (candidates, directive) = if let Some(arg) = awaiting_value {
         values(arg, "")
     } else if let Some((flag, _)) = current.strip_prefix("--").and_then(|f| f.split_once('=')) {
@@ -101,6 +136,12 @@ pub fn complete(root: Command, words: &[String]) -> (Vec<String>, u32) {
             .map(|s| described(s.get_name(), s.get_about()))
             .collect();
         if let Some(arg) = command.get_positionals().nth(positionals) {
+            if arg.get_id() == "cluster" {
+                clusters = Some(ClusterQuery {
+                    prefix: current.to_owned(),
+                    flags: connection,
+                });
+            }
             candidates.extend(values(arg, "").0);
         }
         (candidates, NO_FILES)
@@ -109,7 +150,11 @@ pub fn complete(root: Command, words: &[String]) -> (Vec<String>, u32) {
         .into_iter()
         .filter(|c| c.starts_with(current))
         .collect();
-    (candidates, directive)
+    Answer {
+        candidates,
+        directive,
+        clusters,
+    }
 }
 
 /// [`complete`]'s answer as kubectl reads it.
@@ -166,14 +211,19 @@ mod tests {
     use super::*;
     use crate::cli::Cli;
 
-    fn names(words: &[&str]) -> (Vec<String>, u32) {
+    fn answer(words: &[&str]) -> Answer {
         let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
-        let (candidates, directive) = complete(Cli::command(), &words);
-        let names = candidates
+        complete(Cli::command(), &words)
+    }
+
+    fn names(words: &[&str]) -> (Vec<String>, u32) {
+        let answer = answer(words);
+        let names = answer
+            .candidates
             .iter()
             .map(|c| c.split('\t').next().unwrap_or_default().to_owned())
             .collect();
-        (names, directive)
+        (names, answer.directive)
     }
 
     #[test]
@@ -219,6 +269,36 @@ mod tests {
         assert_eq!(names(&["-n", "lock", "st"]).0, ["status"]);
         // The kubeconfig is a file: the shell completes it.
         assert_eq!(names(&["status", "--kubeconfig", ""]).1, FILES);
+    }
+
+    #[test]
+    fn a_cluster_is_asked_for_with_the_connection_typed_so_far() {
+        for verb in ["lock", "unlock", "status", "why", "wait"] {
+            let query = answer(&[verb, "gp"]).clusters.expect(verb);
+            assert_eq!(query.prefix, "gp");
+        }
+        let query = answer(&[
+            "-n",
+            "fleet",
+            "why",
+            "--kubeconfig",
+            "/k",
+            "--context=c",
+            "-o",
+            "json",
+            "",
+        ])
+        .clusters
+        .unwrap();
+        assert_eq!(
+            query.flags,
+            ["--namespace=fleet", "--kubeconfig=/k", "--context=c"]
+        );
+        // Not where a cluster goes: the verb, a flag's value, a second positional.
+        assert_eq!(answer(&[""]).clusters, None);
+        assert_eq!(answer(&["lock", "--ttl", ""]).clusters, None);
+        assert_eq!(answer(&["lock", "a", ""]).clusters, None);
+        assert_eq!(answer(&["completion", ""]).clusters, None);
     }
 
     #[test]

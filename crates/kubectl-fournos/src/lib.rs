@@ -19,7 +19,7 @@ pub mod view;
 use std::io::Write as _;
 
 use anyhow::Result;
-use clap::CommandFactory as _;
+use clap::{CommandFactory as _, Parser as _};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -150,6 +150,31 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
     }
 }
+
+/// The FournosClusters whose names start with the query's prefix, read as the command
+/// would (same kubeconfig, context, namespace), for completion. Quiet: nothing when they
+/// cannot be read within [`COMPLETION_READ_LIMIT`].
+pub async fn cluster_names(query: &complete::ClusterQuery) -> Vec<String> {
+    let argv = ["kubectl-fournos", "status"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(query.flags.iter().cloned());
+    let Ok(cli) = Cli::try_parse_from(argv) else {
+        return Vec::new();
+    };
+    let list = async { Session::connect(&cli.global).await?.list().await };
+    match tokio::time::timeout(COMPLETION_READ_LIMIT, list).await {
+        Ok(Ok(clusters)) => clusters
+            .into_iter()
+            .filter_map(|fc| fc.metadata.name)
+            .filter(|name| name.starts_with(&query.prefix))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How long completion waits for the apiserver: a TAB that hangs is worse than none.
+const COMPLETION_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// `completion install`: the kubectl_complete-fournos kubectl runs to complete
 /// `kubectl fournos …`; `completion <shell>`: that shell's script for `kubectl-fournos`.

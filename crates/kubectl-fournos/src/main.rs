@@ -13,8 +13,13 @@ async fn main() -> ExitCode {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     if args.get(1).map(String::as_str) == Some(complete::REQUEST) {
-        let (candidates, directive) = complete::complete(Cli::command(), &args[2..]);
-        print!("{}", complete::render(&candidates, directive));
+        let mut answer = complete::complete(Cli::command(), &args[2..]);
+        if let Some(query) = &answer.clusters {
+            answer
+                .candidates
+                .extend(kubectl_fournos::cluster_names(query).await);
+        }
+        print!("{}", complete::render(&answer.candidates, answer.directive));
         return ExitCode::SUCCESS;
     }
     let cli = Cli::parse();
