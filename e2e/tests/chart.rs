@@ -941,7 +941,8 @@ fn helm_install(
 }
 
 /// Issue 27: on a fresh cluster the chart makes the namespaces it needs when asked, and
-/// keeps them on uninstall; the doctor passes on that install. Without namespaces.create
+/// keeps them on uninstall; the doctor, run as NOTES.txt prints it, passes on that
+/// install. Without namespaces.create
 /// and with a namespace missing, the install fails naming it, and the doctor names each
 /// missing piece (the namespace, the ClusterQueue, the LocalQueue) with what to do and
 /// exits non-zero.
@@ -972,16 +973,14 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         "helm install with namespaces.create: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let good = [
-        "-n",
-        &iso.namespace,
-        "--secrets-namespace",
-        &secrets,
-        "--execution-namespace",
-        &exec,
-        "--cluster-queue",
-        &iso.cluster_queue,
-    ];
+    // NOTES.txt prints the doctor's command with the values installed: run it as given.
+    let notes = String::from_utf8_lossy(&out.stdout);
+    let good: Vec<&str> = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kubectl fournos doctor "))
+        .with_context(|| format!("NOTES.txt gives no doctor command:\n{notes}"))?
+        .split_whitespace()
+        .collect();
     let (code, text) = doctor(plane, &good).await?;
     println!("$ kubectl fournos doctor (good)\n{text}");
     ensure!(code == 0, "doctor on a good install exited {code}:\n{text}");
