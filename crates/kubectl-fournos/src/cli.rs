@@ -103,12 +103,17 @@ pub enum Command {
         #[command(subcommand)]
         step: MigrateStep,
     },
-    /// Check what Hearth needs on this cluster: Kueue's API, the ClusterQueue, the
-    /// namespaces, the CRDs (FournosJob's when sentinels are FournosJobs). Exits non-zero
-    /// and says what to do when something is missing.
+    /// Check what Hearth needs on this cluster, and say what to do about what is missing.
+    ///
+    /// Kueue's API, the ClusterQueue, the namespaces, the CRDs (FournosJob's when
+    /// sentinels are FournosJobs), the LocalQueue of workload sentinels. Says what to do
+    /// about each missing piece; exits 4 when something is missing, 5 when a read was
+    /// refused. `helm install` prints the command with the values it installed.
     Doctor(DoctorArgs),
-    /// `install`: let kubectl complete `kubectl fournos …` (writes a
-    /// kubectl_complete-fournos next to the plugin). A shell name: print that shell's
+    /// Completion: `install` lets kubectl complete `kubectl fournos …`.
+    ///
+    /// `install` writes kubectl_complete-fournos next to the plugin (or into --dir), which
+    /// kubectl runs to complete `kubectl fournos …`. A shell name prints that shell's
     /// completion script for the kubectl-fournos command itself.
     Completion {
         #[arg(value_enum)]
