@@ -942,10 +942,10 @@ fn helm_install(
 
 /// Issue 27: on a fresh cluster the chart makes the namespaces it needs when asked, and
 /// keeps them on uninstall; the doctor, run as NOTES.txt prints it, passes on that
-/// install. Without namespaces.create
-/// and with a namespace missing, the install fails naming it, and the doctor names each
-/// missing piece (the namespace, the ClusterQueue, the LocalQueue) with what to do and
-/// exits non-zero.
+/// install, the controllers' rights included. Checked with values the install does not
+/// match (a ClusterQueue that does not exist, a missing LocalQueue), it names each missing
+/// piece with what to do and exits non-zero. Without namespaces.create and with a
+/// namespace missing, the install fails naming it, and so does the doctor.
 #[tokio::test]
 async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Result<()> {
     let plane = ControlPlane::shared().await?;
@@ -991,9 +991,62 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         format!("ok      namespace {secrets} exists"),
         format!("ok      namespace {exec} exists"),
         format!("ok      ClusterQueue {} exists", iso.cluster_queue),
+        format!("ok      hearth-discovery may watch secrets in namespace {secrets}"),
+        format!(
+            "ok      hearth-kueue-sync may update clusterqueues {}",
+            iso.cluster_queue
+        ),
+        format!("ok      hearth-lock-manager may create fournosjobs in namespace {exec}"),
+        format!(
+            "ok      hearth-lock-manager may patch fournosclusters in namespace {}",
+            iso.namespace
+        ),
     ] {
         ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
     }
+
+    // The same install checked with values it was not installed with.
+    let (code, text) = doctor(
+        plane,
+        &[
+            "-n",
+            &iso.namespace,
+            "--secrets-namespace",
+            &secrets,
+            "--execution-namespace",
+            &exec,
+            "--cluster-queue",
+            "no-such-queue",
+            "--sentinel",
+            "workload",
+            "--local-queue",
+            "no-such-local-queue",
+        ],
+    )
+    .await?;
+    println!("$ kubectl fournos doctor (other values)\n{text}");
+    ensure!(code == 4, "doctor with other values exited {code}:\n{text}");
+    for needle in [
+        "MISSING ClusterQueue no-such-queue does not exist: Hearth publishes the fleet's quota \
+         into it but does not create it"
+            .to_owned(),
+        format!("MISSING LocalQueue no-such-local-queue in namespace {exec} does not exist"),
+        format!(
+            "MISSING hearth-kueue-sync (ServiceAccount {}/hearth-kueue-sync) may not update \
+             clusterqueues no-such-queue: the chart was installed with another \
+             config.clusterQueueName",
+            iso.namespace
+        ),
+        format!("ok      hearth-lock-manager may create workloads in namespace {exec}"),
+        "3 prerequisite(s) missing".to_owned(),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    ensure!(
+        !text.contains("FournosJob CRD"),
+        "workload sentinels need no FournosJob CRD:\n{text}"
+    );
+
     // Uninstalled, the release leaves its namespaces (and so the Secrets and locks).
     let out = helm_on(&kubeconfig, &iso.namespace, &["uninstall", &release])?;
     ensure!(
@@ -1010,8 +1063,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         );
     }
 
-    // Broken: the execution namespace does not exist and namespaces.create is off; the
-    // ClusterQueue named does not exist either.
+    // Broken: the execution namespace does not exist and namespaces.create is off.
     let gone = format!("{}-gone", iso.namespace);
     let out = helm_install(
         &kubeconfig,
@@ -1020,7 +1072,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         &[
             format!("config.secretsNamespace={}", iso.secrets_namespace),
             format!("config.executionNamespace={gone}"),
-            "config.clusterQueueName=no-such-queue".into(),
+            format!("config.clusterQueueName={}", iso.cluster_queue),
         ],
     )?;
     let refusal = String::from_utf8_lossy(&out.stderr);
@@ -1038,11 +1090,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
             "--execution-namespace",
             &gone,
             "--cluster-queue",
-            "no-such-queue",
-            "--sentinel",
-            "workload",
-            "--local-queue",
-            "no-such-local-queue",
+            &iso.cluster_queue,
         ],
     )
     .await?;
@@ -1056,18 +1104,9 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         format!(
             "`kubectl create namespace {gone}`, or install the chart with namespaces.create=true"
         ),
-        "MISSING ClusterQueue no-such-queue does not exist: Hearth publishes the fleet's quota \
-         into it but does not create it"
-            .to_owned(),
-        format!("MISSING LocalQueue no-such-local-queue in namespace {gone} does not exist"),
         format!("ok      namespace {} exists", iso.secrets_namespace),
-        "3 prerequisite(s) missing".to_owned(),
     ] {
         ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
     }
-    ensure!(
-        !text.contains("FournosJob CRD"),
-        "workload sentinels need no FournosJob CRD:\n{text}"
-    );
     Ok(())
 }

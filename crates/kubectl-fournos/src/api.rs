@@ -10,7 +10,10 @@ use hearth_api::kueue::workload_conditions::{ADMITTED, QUOTA_RESERVED};
 use hearth_api::kueue::{ClusterQueue, KUEUE_GROUP, LocalQueue, Workload};
 use hearth_api::names::{self, CLUSTER_LOCK_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret, ServiceAccount};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
@@ -523,7 +526,13 @@ impl Session {
         } else {
             (None, None)
         };
+        let mut rights = Vec::new();
+        for right in doctor::rights(settings) {
+            let allowed = self.allowed(&settings.install_namespace, &right).await;
+            rights.push((right, allowed));
+        }
         doctor::Observed {
+            rights,
             kubernetes_version,
             kueue_versions,
             fournos_resources,
@@ -534,16 +543,71 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Whether the controller's ServiceAccount in `namespace` has `right`: a
+    /// SubjectAccessReview, the apiserver's own authorizer.
+    async fn allowed(&self, namespace: &str, right: &doctor::Right) -> doctor::Allowed {
+        let accounts = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace);
+        match seen(
+            accounts.get_opt(right.controller).await,
+            "get",
+            "serviceaccounts",
+        ) {
+            doctor::Seen::Present => {}
+            doctor::Seen::Missing => return doctor::Allowed::NoServiceAccount,
+            doctor::Seen::Unknown(why) => return doctor::Allowed::Unknown(why),
+        }
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!(
+                    "system:serviceaccount:{namespace}:{}",
+                    right.controller
+                )),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".into(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(right.verb.into()),
+                    group: Some(right.group.into()),
+                    resource: Some(right.resource.into()),
+                    name: right.name.clone(),
+                    namespace: right.namespace.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await;
+        match answer {
+            Ok(review) if review.status.as_ref().is_some_and(|s| s.allowed) => doctor::Allowed::Yes,
+            Ok(_) => doctor::Allowed::No,
+            Err(e) => doctor::Allowed::Unknown(unanswered(e, "create", "subjectaccessreviews")),
+        }
+    }
+}
+
 /// An object's existence from a `get_opt`; a refusal says what right is missing.
 fn seen<K>(answer: kube::Result<Option<K>>, verb: &str, resource: &str) -> doctor::Seen {
     match answer {
         Ok(Some(_)) => doctor::Seen::Present,
         Ok(None) => doctor::Seen::Missing,
-        Err(kube::Error::Api(status)) if status.code == 403 => doctor::Seen::Unknown(format!(
+        Err(e) => doctor::Seen::Unknown(unanswered(e, verb, resource)),
+    }
+}
+
+/// Why the doctor could not tell: the right the user lacks, or the error (bounded).
+fn unanswered(error: kube::Error, verb: &str, resource: &str) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
             "you may not {verb} {resource} (`kubectl auth can-i {verb} {resource}`): run the \
              doctor as a user who may"
-        )),
-        Err(e) => doctor::Seen::Unknown(hearth_api::text::bounded(&e.to_string(), 400)),
+        ),
+        e => hearth_api::text::bounded(&e.to_string(), 400),
     }
 }
 

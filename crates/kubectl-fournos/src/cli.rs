@@ -151,6 +151,10 @@ pub struct DoctorArgs {
     /// config.localQueueName).
     #[arg(long, env = "HEARTH_LOCAL_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
     pub local_queue: String,
+    /// Where the chart is installed (its ServiceAccounts), when not the FournosClusters'
+    /// namespace (chart: config.namespace set).
+    #[arg(long)]
+    pub install_namespace: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -22,6 +22,82 @@ pub struct Settings {
     pub cluster_queue: String,
     pub sentinel: Sentinel,
     pub local_queue: String,
+    /// Where the chart's ServiceAccounts are.
+    pub install_namespace: String,
+}
+
+/// One right a controller needs for these settings, asked of the apiserver for the
+/// controller's ServiceAccount: a chart installed with other values (or RBAC changed
+/// since) shows here, before the controller fails at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Right {
+    /// The controller, and so its ServiceAccount's name.
+    pub controller: &'static str,
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    /// The chart value that decides where the right is granted.
+    pub value: &'static str,
+}
+
+/// What the apiserver answered about a [`Right`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    Yes,
+    No,
+    /// The controller's ServiceAccount does not exist: not installed (yet), disabled, or
+    /// installed in another namespace.
+    NoServiceAccount,
+    Unknown(String),
+}
+
+/// The rights the chart grants that depend on the values the doctor checks.
+pub fn rights(settings: &Settings) -> Vec<Right> {
+    use hearth_api::names::controllers::{DISCOVERY, KUEUE_SYNC, LOCK_MANAGER};
+    let sentinel = match settings.sentinel {
+        Sentinel::Fournosjob => ("fournos.dev", "fournosjobs"),
+        Sentinel::Workload => ("kueue.x-k8s.io", "workloads"),
+    };
+    vec![
+        Right {
+            controller: DISCOVERY,
+            verb: "watch",
+            group: "",
+            resource: "secrets",
+            name: None,
+            namespace: Some(settings.secrets_namespace.clone()),
+            value: "config.secretsNamespace",
+        },
+        Right {
+            controller: KUEUE_SYNC,
+            verb: "update",
+            group: "kueue.x-k8s.io",
+            resource: "clusterqueues",
+            name: Some(settings.cluster_queue.clone()),
+            namespace: None,
+            value: "config.clusterQueueName",
+        },
+        Right {
+            controller: LOCK_MANAGER,
+            verb: "create",
+            group: sentinel.0,
+            resource: sentinel.1,
+            name: None,
+            namespace: Some(settings.execution_namespace.clone()),
+            value: "config.executionNamespace",
+        },
+        Right {
+            controller: LOCK_MANAGER,
+            verb: "patch",
+            group: "fournos.dev",
+            resource: "fournosclusters",
+            name: None,
+            namespace: Some(settings.namespace.clone()),
+            value: "config.namespace",
+        },
+    ]
 }
 
 /// Whether an object exists, or why it could not be told.
@@ -48,6 +124,8 @@ pub struct Observed {
     pub cluster_queue: Option<Seen>,
     /// Only for workload sentinels.
     pub local_queue: Option<Seen>,
+    /// Each of [`rights`], answered.
+    pub rights: Vec<(Right, Allowed)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -249,6 +327,53 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
             ),
         ));
     }
+    let install = &settings.install_namespace;
+    for (right, allowed) in &observed.rights {
+        let Right {
+            controller,
+            verb,
+            resource,
+            value,
+            ..
+        } = right;
+        let object = match (&right.name, &right.namespace) {
+            (Some(name), _) => format!("{resource} {name}"),
+            (None, Some(ns)) => format!("{resource} in namespace {ns}"),
+            (None, None) => (*resource).to_owned(),
+        };
+        checks.push(match allowed {
+            Allowed::Yes => check(
+                "rbac",
+                Verdict::Ok,
+                format!("{controller} may {verb} {object}"),
+            ),
+            Allowed::No => check(
+                "rbac",
+                Verdict::Missing,
+                format!(
+                    "{controller} (ServiceAccount {install}/{controller}) may not {verb} {object}: \
+                     the chart was installed with another {value}, or its RBAC is missing \
+                     (a namespace made after the install gets its Role only with `helm \
+                     upgrade`). Check with the values installed (`helm get values`), or \
+                     upgrade the release with this one."
+                ),
+            ),
+            Allowed::NoServiceAccount => check(
+                "rbac",
+                Verdict::Warning,
+                format!(
+                    "{controller} is not installed in namespace {install} (no ServiceAccount): \
+                     its rights were not checked. Disabled, not installed yet, or installed \
+                     elsewhere (--install-namespace)."
+                ),
+            ),
+            Allowed::Unknown(why) => check(
+                "rbac",
+                Verdict::Unknown,
+                format!("cannot tell whether {controller} may {verb} {object}: {why}"),
+            ),
+        });
+    }
     checks
 }
 
@@ -299,6 +424,7 @@ mod tests {
             cluster_queue: "fournos-queue".into(),
             sentinel,
             local_queue: "fournos-queue".into(),
+            install_namespace: "hearth".into(),
         }
     }
 
@@ -313,6 +439,10 @@ mod tests {
                 .collect(),
             cluster_queue: Some(Seen::Present),
             local_queue: Some(Seen::Present),
+            rights: rights(settings)
+                .into_iter()
+                .map(|r| (r, Allowed::Yes))
+                .collect(),
         }
     }
 
@@ -390,6 +520,40 @@ mod tests {
         o.cluster_queue = Some(Seen::Present);
         o.local_queue = Some(Seen::Present);
         assert_eq!(outcome(&diagnose(&s, &o)).unwrap_err().exit_code(), 5);
+    }
+
+    #[test]
+    fn rights_the_install_lacks_for_these_values_are_named() {
+        let s = settings(Sentinel::Workload);
+        let mut o = good(&s);
+        assert!(
+            o.rights
+                .iter()
+                .any(|(r, _)| r.resource == "workloads" && r.verb == "create")
+        );
+        o.rights[1].1 = Allowed::No;
+        o.rights[0].1 = Allowed::NoServiceAccount;
+        let checks = diagnose(&s, &o);
+        let text = render(&checks);
+        assert!(
+            text.contains(
+                "MISSING hearth-kueue-sync (ServiceAccount hearth/hearth-kueue-sync) may not \
+                 update clusterqueues fournos-queue: the chart was installed with another \
+                 config.clusterQueueName"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning hearth-discovery is not installed in namespace hearth"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "ok      hearth-lock-manager may create workloads in namespace psap-automation"
+            ),
+            "{text}"
+        );
+        assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
     }
 
     #[test]

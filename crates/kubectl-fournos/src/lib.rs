@@ -49,6 +49,9 @@ pub async fn run(cli: Cli) -> Result<()> {
                 cluster_queue: args.cluster_queue,
                 sentinel: args.sentinel,
                 local_queue: args.local_queue,
+                install_namespace: args
+                    .install_namespace
+                    .unwrap_or_else(|| cli.global.namespace.clone()),
             };
             let checks = doctor::diagnose(&settings, &session.observe(&settings).await);
             emit(output, &checks, &doctor::render(&checks))?;
