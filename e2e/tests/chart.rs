@@ -1006,6 +1006,8 @@ async fn doctor(plane: &ControlPlane, args: &[&str]) -> Result<(i32, String)> {
 }
 
 /// `helm install` of the chart into `namespace` with `sets`; Err carries helm's message.
+/// Without the cluster-scoped WorkloadPriorityClasses: on this shared plane they belong to
+/// the release of `helm_installs_with_defaults_each_controller_disabled_and_three_replicas`.
 fn helm_install(
     kubeconfig: &Path,
     release: &str,
@@ -1013,7 +1015,13 @@ fn helm_install(
     sets: &[String],
 ) -> Result<std::process::Output> {
     let chart = chart_dir();
-    let mut args = vec!["install", release, chart.to_str().unwrap()];
+    let mut args = vec![
+        "install",
+        release,
+        chart.to_str().unwrap(),
+        "--set",
+        "workloadPriorityClasses.enabled=false",
+    ];
     for s in sets {
         args.extend(["--set", s]);
     }
