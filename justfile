@@ -59,8 +59,8 @@ unit:
     cargo test --workspace --exclude hearth-e2e
 
 # The e2e tests run the controllers' binaries, so every binary is built first;
-# e2e/tests/images.rs runs the images built here, and must (not skip) when podman is
-# installed.
+# e2e/tests/images.rs runs the images built here, and e2e/tests/release.rs checks the
+# release folder; both must (not skip) when podman is installed.
 # Everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
 test:
     #!/usr/bin/env bash
@@ -78,8 +78,11 @@ test:
         phase images just images
         # The image test runs them under chroot, which needs root.
         if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
+        phase release just release
+        export HEARTH_E2E_REQUIRE_RELEASE=1
     else
         echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
+        echo "phase release: skipped: podman is not installed"
     fi
     phase build cargo build --workspace --bins
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
@@ -92,6 +95,13 @@ test:
 # Build the three controller images, localhost/<binary>:<workspace version>.
 images:
     tools/images.sh
+
+# Checks that the versions agree (tools/versions.sh), then writes dist/<version>/: the three
+# images as OCI archives (those `just images` built for this commit), the packaged chart,
+# kubectl-fournos and its krew archive and manifest, SHA256SUMS (docs/release.md).
+# The release folder: images, chart, plugin and krew manifest, with SHA-256 sums.
+release:
+    tools/release.sh
 
 # Remakes the Debian-made base image (e.g. for the archive's security updates).
 base-image:
@@ -106,11 +116,12 @@ e2e: tools
 # `just up --fournos` also runs the real Fournos (../shared/peers/fournos) with fournosjob sentinels.
 up *flags: tools
     cargo build --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug {{flags}}
+    bin="$(tools/target-dir.sh)/debug" && HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
+        "$bin/hearth-plane" up --state-dir .hearth/plane --hearth-bin-dir "$bin" {{flags}}
 
 # Stop everything `just up` started.
 down:
-    target/debug/hearth-plane down --state-dir .hearth/plane
+    "$(tools/target-dir.sh)/debug/hearth-plane" down --state-dir .hearth/plane
 
 # Migration from the Python Hearth: report and remove the kopf annotations it left on the
 # kubeconfig Secrets (one holds a copy of the Secret's data). Stop the Python Hearth first.
@@ -148,11 +159,11 @@ fuzz seconds="60":
 bench *flags: tools
     cargo build --release --workspace --bins
     HEARTH_E2E_MANAGEMENT_AUDIT=1 HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
-        target/release/hearth-bench {{flags}}
+        "$(tools/target-dir.sh)/release/hearth-bench" {{flags}}
 
 # 100 clusters are onboarded, 30 locked/unlocked and 20 offboarded; then the invariants
 # are checked from the live API (bench-results/<date>/CHAOS.md). Takes a few minutes.
 # Chaos: SIGKILL the controllers at random moments while clusters come and go.
 chaos: tools
     cargo build --release --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/release/hearth-chaos
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" "$(tools/target-dir.sh)/release/hearth-chaos"
