@@ -84,9 +84,14 @@ test:
         echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
         echo "phase release: skipped: podman is not installed"
     fi
-    phase build cargo build --workspace --bins
+    # Every target at once, so cargo resolves features as `cargo test --workspace` does
+    # (hearth-runtime's tests turn on tokio's test-util): the tests phase then compiles
+    # nothing. Built for the binaries alone, everything on tokio was compiled twice, and a
+    # third time by the e2e tests' own build of the controllers, which the binaries just
+    # built make unnecessary (HEARTH_E2E_NO_BUILD).
+    phase build cargo build --workspace --all-targets
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
-    export HEARTH_E2E_BIN_DIR
+    export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
     phase tests cargo test --workspace --no-fail-fast
 
 # Built with podman from the release binaries built here (tools/images.sh; Containerfile
