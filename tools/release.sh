@@ -107,7 +107,7 @@ spec:
           os: $os
           arch: $arch
       uri: $url/$plugin.tar.gz
-      sha256: $sha
+      sha256: "$sha"
       bin: kubectl-fournos
       files:
         - from: kubectl-fournos

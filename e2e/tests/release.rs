@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use hearth_e2e::hearth::{Controller, PLUGIN, chart_dir};
+use hearth_e2e::hearth::{Controller, PLUGIN, chart_dir, helm_template};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::stdout_of;
 use hearth_e2e::resources::parse_yaml_documents;
-use hearth_e2e::tools::Tools;
 use serde_json::Value;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -89,12 +88,7 @@ fn versions_agree_with_the_workspace_version() -> Result<()> {
     }
     // The images the chart runs are tagged with its appVersion, the tag tools/images.sh
     // gives them (e2e/tests/images.rs checks their version label).
-    let out = stdout_of(
-        Command::new(Tools::locate()?.helm)
-            .args(["template", "hearth"])
-            .arg(chart_dir()),
-    )?;
-    let docs = parse_yaml_documents(&String::from_utf8(out)?, "helm template")?;
+    let docs = helm_template("hearth", &[])?;
     for controller in Controller::ALL {
         let deployment = docs
             .iter()
