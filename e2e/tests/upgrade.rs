@@ -259,6 +259,7 @@ async fn upgrade_keeps_locks_and_quota_and_applies_the_new_crd_and_values() -> R
             "{controller:?} runs with {want}"
         );
     }
+    let _ = std::fs::remove_dir_all(&checkout);
     Ok(())
 }
 
