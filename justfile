@@ -11,7 +11,7 @@ default:
 build:
     cargo build --workspace --all-targets
 
-# Build the pinned control-plane binaries (kube-apiserver, etcd, kubectl, Kueue, helm, promtool) into ~/.cache/hearth-e2e.
+# Build the pinned control-plane binaries (kube-apiserver, kube-controller-manager, etcd, kubectl, Kueue, helm, promtool) into ~/.cache/hearth-e2e.
 tools:
     e2e/tools/build.sh
 
