@@ -357,7 +357,15 @@ pub fn classify(
         (SentinelState::Waiting(why), Some((_, job))) => {
             waiting_for_fournos(lock, sentinel, job, why.clone(), &expect, now)
         }
-        (SentinelState::Holding, _) => LockState::Held { lock, sentinel },
+        // `workload` sentinels: what the sentinel says is its own admission. (For
+        // `fournosjob` a kept sentinel is a readable live job, so it has its JobView.)
+        (SentinelState::Holding, _) if fournos.is_none() => LockState::Held { lock, sentinel },
+        (SentinelState::Holding, _) => LockState::Waiting {
+            lock,
+            sentinel,
+            why: None,
+            recheck_in: None,
+        },
         (SentinelState::Misplaced(problem), _) => LockState::Misplaced {
             lock,
             sentinel,
