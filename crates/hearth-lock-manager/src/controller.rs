@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::{lock_sentinel_name, sentinel_selector};
+use hearth_api::names::sentinel_selector;
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
@@ -21,7 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::Instrument as _;
@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::fournos_lock::{self, JOB_NAME_LABEL};
 use crate::holders;
 use crate::metrics::LockMetrics;
-use crate::plan::{ClusterView, FournosView, LockAction, LockPlan, LockState, plan_lock};
+use crate::plan::{ClusterView, LockState, plan_lock};
 use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
 
 /// Retry after the cluster changed under an expiry (the watch event usually comes first).
@@ -226,7 +226,7 @@ async fn reconcile_lock<K: Sentinel>(
         Some(workloads) => {
             // Planning from a half-filled Workload cache would call a lock lost.
             workloads.synced().await.map_err(|_| Error::CacheGone)?;
-            let facts = FournosFacts::observe(&workloads.store(), &name, &observed);
+            let facts = fournos_lock::FournosFacts::observe(&workloads.store(), &name, &observed);
             let plan = plan_lock(&view, &views, Some(&facts.view()), now);
             let owned = facts.owned_by_kept(&plan);
             (plan, owned)
@@ -282,76 +282,6 @@ async fn reconcile_lock<K: Sentinel>(
     };
     ctx.backoff.succeeded(&name);
     Ok(action)
-}
-
-/// What a `fournosjob` lock-manager sees behind a cluster's sentinels: the FournosJobs
-/// and the Workloads Fournos made for them (or under the canonical sentinel name).
-struct FournosFacts {
-    jobs: Vec<fournos_lock::JobView>,
-    views: Vec<fournos_lock::LockWorkloadView>,
-    workloads: Vec<Workload>,
-}
-
-impl FournosFacts {
-    fn observe<K: Sentinel>(
-        store: &Store<DeserializeGuard<Workload>>,
-        cluster: &str,
-        observed: &[Arc<DeserializeGuard<K>>],
-    ) -> Self {
-        let jobs: Vec<_> = observed
-            .iter()
-            .filter_map(|s| s.0.as_ref().ok()?.job_view())
-            .collect();
-        let canonical = lock_sentinel_name(cluster);
-        let names: Vec<&str> = jobs
-            .iter()
-            .map(|j| j.name.as_str())
-            .chain([canonical.as_str()])
-            .collect();
-        let uids: Vec<&str> = jobs.iter().filter_map(|j| j.uid.as_deref()).collect();
-        let mut workloads = Vec::new();
-        let mut views = Vec::new();
-        for w in store.state() {
-            if let Ok(w) = &w.0
-                && let Some(v) = fournos_lock::observe_workload(w)
-                && fournos_lock::belongs(&v, &names, &uids)
-            {
-                workloads.push(w.clone());
-                views.push(v);
-            }
-        }
-        Self {
-            jobs,
-            views,
-            workloads,
-        }
-    }
-
-    fn view(&self) -> FournosView<'_> {
-        FournosView {
-            jobs: &self.jobs,
-            workloads: &self.views,
-        }
-    }
-
-    /// The Workload of the sentinel the plan keeps (for its upkeep), unless the plan
-    /// replaces that sentinel.
-    fn owned_by_kept(&self, plan: &LockPlan) -> Option<Workload> {
-        let kept = plan.state.kept().filter(|kept| {
-            !plan
-                .actions
-                .iter()
-                .any(|a| matches!(a, LockAction::DeleteSentinel { name } if *name == kept.name))
-        })?;
-        let job = self
-            .jobs
-            .iter()
-            .find(|j| j.name == kept.name && j.deleting_since.is_none())?;
-        self.workloads
-            .iter()
-            .zip(&self.views)
-            .find_map(|(w, v)| (job.uid.is_some() && v.owner_uid == job.uid).then(|| w.clone()))
-    }
 }
 
 /// `PodsReady=True` on the kept sentinel's admitted Workload, as for a `workload`

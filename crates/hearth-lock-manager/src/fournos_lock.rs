@@ -19,8 +19,16 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{Workload, quantity_to_i64, workload_conditions};
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, LOCK_SENTINEL_PREFIX};
 use k8s_openapi::jiff::Timestamp;
+use std::sync::Arc;
+
+use hearth_api::names::lock_sentinel_name;
 use kube::ResourceExt as _;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::Store;
 use serde_json::Value;
+
+use crate::plan::{FournosView, LockAction, LockPlan};
+use crate::sentinel::Sentinel;
 
 /// Event recorded when a held lock's Workload is found missing or evicted.
 pub const WORKLOAD_LOST_EVENT: &str = "LockWorkloadLost";
@@ -72,6 +80,76 @@ pub struct LockWorkloadView {
     /// Kueue's latest explanation, when it gave one.
     pub message: Option<String>,
     pub deleting: bool,
+}
+
+/// What a `fournosjob` lock-manager sees behind a cluster's sentinels: the FournosJobs
+/// and the Workloads Fournos made for them (or under the canonical sentinel name).
+pub struct FournosFacts {
+    jobs: Vec<JobView>,
+    views: Vec<LockWorkloadView>,
+    workloads: Vec<Workload>,
+}
+
+impl FournosFacts {
+    pub fn observe<K: Sentinel>(
+        store: &Store<DeserializeGuard<Workload>>,
+        cluster: &str,
+        observed: &[Arc<DeserializeGuard<K>>],
+    ) -> Self {
+        let jobs: Vec<_> = observed
+            .iter()
+            .filter_map(|s| s.0.as_ref().ok()?.job_view())
+            .collect();
+        let canonical = lock_sentinel_name(cluster);
+        let names: Vec<&str> = jobs
+            .iter()
+            .map(|j| j.name.as_str())
+            .chain([canonical.as_str()])
+            .collect();
+        let uids: Vec<&str> = jobs.iter().filter_map(|j| j.uid.as_deref()).collect();
+        let mut workloads = Vec::new();
+        let mut views = Vec::new();
+        for w in store.state() {
+            if let Ok(w) = &w.0
+                && let Some(v) = observe_workload(w)
+                && belongs(&v, &names, &uids)
+            {
+                workloads.push(w.clone());
+                views.push(v);
+            }
+        }
+        Self {
+            jobs,
+            views,
+            workloads,
+        }
+    }
+
+    pub fn view(&self) -> FournosView<'_> {
+        FournosView {
+            jobs: &self.jobs,
+            workloads: &self.views,
+        }
+    }
+
+    /// The Workload of the sentinel the plan keeps (for its upkeep), unless the plan
+    /// replaces that sentinel.
+    pub fn owned_by_kept(&self, plan: &LockPlan) -> Option<Workload> {
+        let kept = plan.state.kept().filter(|kept| {
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, LockAction::DeleteSentinel { name } if *name == kept.name))
+        })?;
+        let job = self
+            .jobs
+            .iter()
+            .find(|j| j.name == kept.name && j.deleting_since.is_none())?;
+        self.workloads
+            .iter()
+            .zip(&self.views)
+            .find_map(|(w, v)| (job.uid.is_some() && v.owner_uid == job.uid).then(|| w.clone()))
+    }
 }
 
 /// Whether `workload` belongs to the lock of `cluster`: Fournos's Workload of one of
