@@ -453,16 +453,13 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
                 ..DeleteParams::background()
             };
             let _ = workloads.delete(&attack_name, &precondition).await;
-            // The name is free once Kueue has let the old one go.
-            let created = until("the forgery created", DEADLINE, || async {
-                Ok(
-                    match workloads.create(&PostParams::default(), &forged).await {
-                        Ok(w) => Ok(w),
-                        Err(e) => Err(e.to_string()),
-                    },
-                )
-            })
-            .await?;
+            // Taken again (the old one still terminating, or lock-manager was quicker to
+            // make a new one): the next sentinel that appears is swapped instead.
+            let created = match workloads.create(&PostParams::default(), &forged).await {
+                Ok(created) => created,
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            };
             let recorded = clusters
                 .get(&attack_cluster)
                 .await?
