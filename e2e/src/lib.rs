@@ -120,6 +120,7 @@ pub mod peers;
 pub mod plane;
 pub mod process;
 pub mod protocol;
+pub mod reaction;
 pub mod release;
 pub mod resources;
 pub mod supervisor;
