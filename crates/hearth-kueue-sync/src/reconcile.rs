@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
-use hearth_runtime::kit::{Cache, Changes, ReportedOnce};
+use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
@@ -51,8 +51,6 @@ pub(crate) const MAX_ATTEMPTS: usize = 5;
 const CACHE_LAG: Duration = Duration::from_secs(2);
 /// How long to wait for the caches to show this reconcile's own writes.
 const CATCH_UP: Duration = Duration::from_secs(5);
-/// Status writes in flight at once.
-const STATUS_CONCURRENCY: usize = 8;
 
 /// The three watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
@@ -101,6 +99,7 @@ impl Context {
             }
             self.report_invalid(&snapshot).await;
             let plan = plan(&snapshot.input);
+            log_planned(&plan);
             if plan.is_noop() {
                 self.writer.metrics.published(&plan);
                 return Ok(0);
@@ -148,10 +147,9 @@ impl Context {
         })
     }
 
-    /// Creates, repairs and adopts the planned flavors: what was written, and the errors.
+    /// Creates, repairs and adopts the planned flavors, [`WRITES_IN_FLIGHT`] at a time
+    /// (flavors are independent objects): what was written, and the errors.
     async fn apply_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
-        let mut errors = Vec::new();
-        let mut written = Vec::new();
         let flavors = plan
             .flavors_to_create
             .iter()
@@ -166,8 +164,15 @@ impl Context {
                     .iter()
                     .map(|f| (f, FlavorAction::Adopt)),
             );
-        for (flavor, action) in flavors {
-            match self.writer.apply_flavor(flavor, action).await {
+        let results: Vec<_> = futures::stream::iter(flavors)
+            .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut errors = Vec::new();
+        let mut written = Vec::new();
+        for result in results {
+            match result {
                 Ok(applied) => {
                     written.extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)))
                 }
@@ -231,21 +236,29 @@ impl Context {
         }
     }
 
-    /// Deletes the orphaned flavors the plan lists; returns how many went.
+    /// Deletes the orphaned flavors the plan lists, [`WRITES_IN_FLIGHT`] at a time;
+    /// returns how many went.
     async fn delete_flavors(
         &self,
         snapshot: &Snapshot,
         plan: &Plan,
         errors: &mut Vec<Error>,
     ) -> usize {
+        let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
+            .map(|name| {
+                let (uid, rv) = snapshot
+                    .flavor_versions
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default();
+                self.writer.delete_flavor(name, uid, rv)
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut deletes = 0;
-        for name in &plan.flavors_to_delete {
-            let (uid, rv) = snapshot
-                .flavor_versions
-                .get(name)
-                .cloned()
-                .unwrap_or_default();
-            match self.writer.delete_flavor(name, uid, rv).await {
+        for result in results {
+            match result {
                 Ok(()) => deletes += 1,
                 Err(error) => errors.push(error),
             }
@@ -311,7 +324,7 @@ impl Context {
                 }
             }
         })
-        .buffer_unordered(STATUS_CONCURRENCY)
+        .buffer_unordered(WRITES_IN_FLIGHT)
         .collect()
         .await;
         let mut written = Vec::new();
@@ -417,6 +430,23 @@ impl Context {
                 "the caches do not show every write yet"
             );
         }
+    }
+}
+
+/// One debug line per cluster whose status this plan changes: when kueue-sync saw what
+/// a cluster's status will say (the benchmark's stage table reads it).
+fn log_planned(plan: &Plan) {
+    if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
+        return;
+    }
+    for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
+        tracing::debug!(
+            target: "hearth_kueue_sync::plan",
+            %cluster,
+            reason = sync.reason(),
+            synced = sync.condition.status.as_str(),
+            "planned"
+        );
     }
 }
 
