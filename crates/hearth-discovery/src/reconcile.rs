@@ -132,7 +132,7 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
         log_status_change(&outcome, &plan.status);
     }
     ctx.remember(cluster, current, written);
-    publish_events(cluster, ctx, &plan.events).await;
+    publish_events(cluster, ctx, &plan.events);
 
     let next = until_due(
         plan.status.next_probe_at.as_ref().map(|t| t.0),
@@ -189,7 +189,7 @@ async fn run_probe(
         SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
         SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
         SecretKubeconfig::Usable { kubeconfig, expiry } => {
-            (probe(&kubeconfig, ctx.settings.probe).await, expiry)
+            (probe(&kubeconfig, &ctx.settings.probe).await, expiry)
         }
     };
     let elapsed = started.elapsed();
@@ -207,7 +207,8 @@ fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
     );
 }
 
-async fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
+/// The Events of a probe, in the background: the status they report is written.
+fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
     let reference = cluster.object_ref(&());
     for event in events {
         let event = Event {
@@ -216,7 +217,7 @@ async fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[Plann
             action: "Probe",
             note: event.message.clone(),
         };
-        ctx.events.publish(&reference, &event).await;
+        ctx.events.publish_in_background(reference.clone(), event);
     }
 }
 

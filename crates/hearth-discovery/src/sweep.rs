@@ -366,7 +366,9 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
                 "Onboard",
                 format!("created from Secret {secret}{owner}"),
             );
-            ctx.events.publish(&created.object_ref(&()), &event).await;
+            // In the background: the next create must not wait for a best-effort write.
+            ctx.events
+                .publish_in_background(created.object_ref(&()), event);
             ctx.changes.bump();
             Ok(())
         }

@@ -313,8 +313,10 @@ impl Context {
                             reason = sync.reason(),
                             "wrote status"
                         );
+                        // In the background: the other statuses must not wait for it.
                         if let Some(event) = event_for(cluster, sync) {
-                            self.writer.publish(&cluster.object_ref(&()), &event).await;
+                            self.writer
+                                .publish_in_background(cluster.object_ref(&()), event);
                         }
                         Ok(version_of(&updated).map(|(name, rv)| Written::Cluster(name, rv)))
                     }
