@@ -7,8 +7,9 @@
 //!   errors and skipped: one bad object never stops a watch.
 //! - A kube [`Controller`] over FournosClusters runs [`crate::reconcile`] through the
 //!   kit's [`Runner`] (span, metrics, per-cluster retry backoff). A Secret change is
-//!   mapped to the clusters that use it, so rotation is probed at once. Concurrency is
-//!   bounded by `--discovery-concurrency`; each probe by its deadline.
+//!   mapped to the clusters that use it, so rotation is probed at once. Reconciles run
+//!   [`WRITES_IN_FLIGHT`] at a time, node pages from targets `--discovery-concurrency`
+//!   at a time (memory), each probe within its deadline.
 //! - The onboarding sweep ([`crate::sweep`]) runs apart, since the Controller never
 //!   reconciles a cluster that does not exist yet.
 //! - Reads come from the caches only. Only the lease holder probes and writes; a replica
@@ -22,7 +23,7 @@ use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
-use hearth_runtime::kit::{Cache, Changes, Runner, WatchContext};
+use hearth_runtime::kit::{Cache, Changes, Runner, WRITES_IN_FLIGHT, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
@@ -41,6 +42,9 @@ use crate::probe::ProbeSettings;
 pub(crate) use hearth_runtime::kit::ClusterObject;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
 
+/// Clusters reconciled at once (kube's `u16`).
+const RECONCILES_AT_ONCE: u16 = WRITES_IN_FLIGHT as u16;
+
 /// Secrets per list page: at most about 7 MiB of JSON at a time.
 const SECRET_LIST_PAGE: u32 = 5;
 
@@ -54,7 +58,8 @@ pub struct Settings {
     pub probe: ProbeSettings,
     pub failure_threshold: u32,
     pub expiry_window: Duration,
-    pub concurrency: u16,
+    /// Node pages read from targets at once (`--discovery-concurrency`).
+    pub pages_at_once: usize,
     /// Resync safety net: no cluster waits longer than this for a reconcile.
     pub resync: Duration,
     /// How long a locked auto-discovered cluster outlives its Secret.
@@ -70,10 +75,13 @@ impl Settings {
             pattern: SecretPattern::new(&config.kubeconfig_secret_pattern)
                 .expect("the pattern holds {cluster} once"),
             default_interval: Duration::from_secs(config.gpu_discovery_default_interval_sec),
-            probe: ProbeSettings::new(Duration::from_secs(config.gpu_discovery_timeout_sec)),
+            probe: ProbeSettings::with_pages_at_once(
+                Duration::from_secs(config.gpu_discovery_timeout_sec),
+                config.discovery_concurrency.get(),
+            ),
             failure_threshold: config.failure_threshold,
             expiry_window: config.credentials_expiry_warning,
-            concurrency: u16::try_from(config.discovery_concurrency.get()).unwrap_or(u16::MAX),
+            pages_at_once: config.discovery_concurrency.get(),
             resync: resync.max(Duration::from_secs(1)),
             offboard_locked_grace: Duration::from_secs(config.offboard_locked_grace_sec),
         }
@@ -161,7 +169,8 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         pattern = settings.pattern.as_str(),
         default_interval_sec = settings.default_interval.as_secs(),
         timeout_sec = settings.probe.timeout.as_secs(),
-        concurrency = settings.concurrency,
+        pages_at_once = settings.pages_at_once,
+        reconciles_at_once = RECONCILES_AT_ONCE,
         failure_threshold = settings.failure_threshold,
         offboard_locked_grace_sec = settings.offboard_locked_grace.as_secs(),
         "discovery settings"
@@ -202,7 +211,10 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
 
     let mapper_ctx = ctx.clone();
     let controller = Controller::for_stream(cluster_objects, clusters.store())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
+        // Reconciles (each a probe and then one status write) run WRITES_IN_FLIGHT at a
+        // time: what bounds discovery's writes, so 100 new targets are probed in a few
+        // rounds, not one queue. Memory from targets is bounded apart, per node page.
+        .with_config(ControllerConfig::default().concurrency(RECONCILES_AT_ONCE))
         .watches_stream(secret_objects, move |secret| {
             clusters_using(&mapper_ctx, &secret.name_any())
         })
