@@ -1,13 +1,15 @@
 //! One global reconcile: snapshot (the caches) → [`plan`] → apply (with its writeback),
 //! in the order the plan requires:
 //!
-//! 1. create and repair ResourceFlavors (an entry may only name an existing flavor);
+//! 1. repair and adopt existing ResourceFlavors (an entry may name them this round);
 //! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
 //!    Conflict, wait briefly for the cache to show the other writer's version (one GET
 //!    if it does not), re-plan from that and try again, a bounded number of times;
-//! 3. delete orphaned flavors (the plan lists only those no entry references);
-//! 4. only once the ClusterQueue write succeeded: each changed cluster's status, and an
-//!    Event when its news changed.
+//! 3. at the same time, since none waits for another: create the new flavors (no entry
+//!    names a flavor in the round that creates it, so the queue write never waits for
+//!    them), delete orphaned flavors (the plan lists only those no entry references),
+//!    and, only once the ClusterQueue write succeeded, each changed cluster's status,
+//!    with an Event when its news changed.
 //!
 //! Then it waits (bounded) until the caches show its own writes, so that the reconcile
 //! those writes trigger plans from them instead of racing them into a conflict.
@@ -72,6 +74,14 @@ pub(crate) struct Context {
     pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
 }
 
+/// Which of the planned flavor writes: those of flavors that exist (before the queue
+/// write, whose entries may name them) or the new ones (no entry names them yet).
+#[derive(Clone, Copy)]
+enum Flavors {
+    Existing,
+    New,
+}
+
 /// A write whose result the caches should show before the next reconcile.
 #[derive(Debug)]
 enum Written {
@@ -110,7 +120,7 @@ impl Context {
                 "plan"
             );
 
-            let (mut written, mut errors) = self.apply_flavors(&plan).await;
+            let (mut written, mut errors) = self.apply_flavors(&plan, Flavors::Existing).await;
             let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
                 QueueWrite::Unchanged => true,
                 QueueWrite::Written(rv) => {
@@ -127,15 +137,25 @@ impl Context {
                 }
                 QueueWrite::NotLeader => return Ok(written.len()),
             };
-            let deletes = self.delete_flavors(&snapshot, &plan, &mut errors).await;
-
             // The statuses describe the world after the ClusterQueue write.
-            if queue_written {
-                let (statuses, status_error) = self.write_statuses(&snapshot, &plan).await;
-                written.extend(statuses);
-                errors.extend(status_error);
+            let statuses = async {
+                if !queue_written {
+                    return (Vec::new(), None);
+                }
+                let written = self.write_statuses(&snapshot, &plan).await;
                 self.writer.metrics.published(&plan);
-            }
+                written
+            };
+            let ((created, create_errors), (deletes, delete_errors), (statuses, status_error)) = tokio::join!(
+                self.apply_flavors(&plan, Flavors::New),
+                self.delete_flavors(&snapshot, &plan),
+                statuses,
+            );
+            written.extend(created);
+            written.extend(statuses);
+            errors.extend(create_errors);
+            errors.extend(delete_errors);
+            errors.extend(status_error);
 
             let writes = written.len() + deletes;
             self.catch_up(&written).await;
@@ -147,23 +167,26 @@ impl Context {
         })
     }
 
-    /// Creates, repairs and adopts the planned flavors, [`WRITES_IN_FLIGHT`] at a time
-    /// (flavors are independent objects): what was written, and the errors.
-    async fn apply_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
-        let flavors = plan
-            .flavors_to_create
-            .iter()
-            .map(|f| (f, FlavorAction::Create))
-            .chain(
-                plan.flavors_to_repair
-                    .iter()
-                    .map(|f| (f, FlavorAction::Repair)),
-            )
-            .chain(
-                plan.flavors_to_adopt
-                    .iter()
-                    .map(|f| (f, FlavorAction::Adopt)),
-            );
+    /// Writes the planned flavors of one kind, [`WRITES_IN_FLIGHT`] at a time (flavors
+    /// are independent objects): what was written, and the errors.
+    async fn apply_flavors(&self, plan: &Plan, which: Flavors) -> (Vec<Written>, Vec<Error>) {
+        let flavors: Vec<_> = match which {
+            Flavors::New => plan
+                .flavors_to_create
+                .iter()
+                .map(|f| (f, FlavorAction::Create))
+                .collect(),
+            Flavors::Existing => plan
+                .flavors_to_repair
+                .iter()
+                .map(|f| (f, FlavorAction::Repair))
+                .chain(
+                    plan.flavors_to_adopt
+                        .iter()
+                        .map(|f| (f, FlavorAction::Adopt)),
+                )
+                .collect(),
+        };
         let results: Vec<_> = futures::stream::iter(flavors)
             .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -237,13 +260,8 @@ impl Context {
     }
 
     /// Deletes the orphaned flavors the plan lists, [`WRITES_IN_FLIGHT`] at a time;
-    /// returns how many went.
-    async fn delete_flavors(
-        &self,
-        snapshot: &Snapshot,
-        plan: &Plan,
-        errors: &mut Vec<Error>,
-    ) -> usize {
+    /// returns how many went, and the errors.
+    async fn delete_flavors(&self, snapshot: &Snapshot, plan: &Plan) -> (usize, Vec<Error>) {
         let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
             .map(|name| {
                 let (uid, rv) = snapshot
@@ -257,13 +275,14 @@ impl Context {
             .collect()
             .await;
         let mut deletes = 0;
+        let mut errors = Vec::new();
         for result in results {
             match result {
                 Ok(()) => deletes += 1,
                 Err(error) => errors.push(error),
             }
         }
-        deletes
+        (deletes, errors)
     }
 
     /// The ClusterQueue to re-plan from after a conflict on version `sent`: the cache's,
