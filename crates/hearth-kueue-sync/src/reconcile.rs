@@ -87,6 +87,12 @@ enum Flavors {
 enum Written {
     Queue(String),
     Flavor(String, String),
+    /// A flavor this reconcile created: shown only once the cache holds it. (For any
+    /// other write, an object missing from the cache was deleted since and shows it; a
+    /// new one is missing until its first event.) The next plan must see every new
+    /// flavor: one it misses is not ready, and a younger cluster whose flavor it sees
+    /// would take the older one's place in the queue, for good.
+    NewFlavor(String, String),
     Cluster(String, String),
 }
 
@@ -196,9 +202,10 @@ impl Context {
         let mut written = Vec::new();
         for result in results {
             match result {
-                Ok(applied) => {
-                    written.extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)))
-                }
+                Ok(applied) => written.extend(version_of(&applied).map(|(name, rv)| match which {
+                    Flavors::New => Written::NewFlavor(name, rv),
+                    Flavors::Existing => Written::Flavor(name, rv),
+                })),
                 Err(error) => errors.push(error),
             }
         }
@@ -439,6 +446,9 @@ impl Context {
                 written.iter().all(|w| match w {
                     Written::Queue(rv) => caches.queues.shows(queue, rv),
                     Written::Flavor(name, rv) => caches.flavors.shows(name, rv),
+                    Written::NewFlavor(name, rv) => {
+                        caches.flavors.named(name).is_some() && caches.flavors.shows(name, rv)
+                    }
                     Written::Cluster(name, rv) => caches.clusters.shows(name, rv),
                 })
             })
