@@ -44,14 +44,24 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
     pub rss_kib: u64,
+    /// Of `rss_kib`: anonymous memory (heap, stacks) and file pages (the binary's code).
+    #[serde(default)]
+    pub rss_anon_kib: u64,
+    #[serde(default)]
+    pub rss_file_kib: u64,
     pub cpu_seconds: f64,
 }
 
 /// `VmRSS` of `/proc/<pid>/status`, in KiB.
 pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmRSS:")
+}
+
+/// A `<field>   123 kB` line of `/proc/<pid>/status`, in KiB.
+pub fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()
@@ -88,6 +98,8 @@ pub fn usage(pid: u32, ticks_per_second: u64) -> std::io::Result<Usage> {
     let stat = std::fs::read_to_string(proc_dir.join("stat"))?;
     Ok(Usage {
         rss_kib: parse_vm_rss_kib(&status).ok_or_else(|| bad("status"))?,
+        rss_anon_kib: status_kib(&status, "RssAnon:").unwrap_or_default(),
+        rss_file_kib: status_kib(&status, "RssFile:").unwrap_or_default(),
         cpu_seconds: parse_stat_cpu_ticks(&stat).ok_or_else(|| bad("stat"))? as f64
             / ticks_per_second as f64,
     })
@@ -251,6 +263,76 @@ fn quota(value: &serde_json::Value) -> Option<i64> {
         .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
 }
 
+/// One line of a controller's JSON log (`HEARTH_LOG_FORMAT=json`) about one cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogEvent {
+    pub at: k8s_openapi::jiff::Timestamp,
+    pub message: String,
+    pub cluster: String,
+    /// The line's other fields.
+    pub fields: serde_json::Value,
+}
+
+/// The lines of `log` whose message is one of `messages` and that name a `cluster`; lines
+/// that are not JSON (or were cut at the log's line cap) are skipped.
+pub fn log_events(log: &str, messages: &[&str]) -> Vec<LogEvent> {
+    log.lines()
+        .filter(|line| messages.iter().any(|m| line.contains(m)))
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|v| {
+            let message = v["message"].as_str()?;
+            if !messages.contains(&message) {
+                return None;
+            }
+            Some(LogEvent {
+                at: v["timestamp"].as_str()?.parse().ok()?,
+                message: message.to_owned(),
+                cluster: v["cluster"].as_str()?.to_owned(),
+                fields: v.clone(),
+            })
+        })
+        .collect()
+}
+
+/// One stage of onboarding over a batch: when it happened, counted from the Secret's
+/// create request, and how long it took after the stage before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub stage: String,
+    /// Where the timestamp comes from (a watch event's arrival, a controller's log line).
+    pub source: String,
+    pub since_secret: Option<Summary>,
+    /// From the previous stage of the same cluster (both seen).
+    pub step: Option<Summary>,
+}
+
+/// Stages from per-cluster seconds since each Secret's create request: `columns` are
+/// `(stage, source, seconds per cluster)` in onboarding order, every column as long as
+/// the batch (`None`: not seen for that cluster).
+pub fn stages(columns: &[(&str, &str, Vec<Option<f64>>)]) -> Vec<Stage> {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, (stage, source, times))| {
+            let since: Vec<f64> = times.iter().flatten().copied().collect();
+            let step: Vec<f64> = match i.checked_sub(1).map(|p| &columns[p].2) {
+                None => since.clone(),
+                Some(previous) => times
+                    .iter()
+                    .zip(previous)
+                    .filter_map(|(t, p)| Some((*t)? - (*p)?))
+                    .collect(),
+            };
+            Stage {
+                stage: (*stage).to_owned(),
+                source: (*source).to_owned(),
+                since_secret: summarize(&since),
+                step: summarize(&step),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +347,37 @@ mod tests {
         let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = summarize(&hundred).unwrap();
         assert_eq!((s.p50, s.p95, s.p99), (50.0, 95.0, 99.0));
+    }
+
+    #[test]
+    fn stages_count_from_the_secret_and_from_the_stage_before() {
+        let s = stages(&[
+            ("a", "watch", vec![Some(1.0), Some(2.0)]),
+            ("b", "log", vec![Some(1.5), None]),
+            ("c", "watch", vec![Some(3.0), Some(4.0)]),
+        ]);
+        assert_eq!(s[0].step.as_ref().unwrap().p50, 1.0);
+        assert_eq!(s[1].since_secret.as_ref().unwrap().n, 1);
+        assert_eq!(s[1].step.as_ref().unwrap().max, 0.5);
+        // The second cluster has no b: its step to c is not counted.
+        let c = s[2].step.as_ref().unwrap();
+        assert_eq!((c.n, c.max), (1, 1.5));
+        assert_eq!(s[2].since_secret.as_ref().unwrap().max, 4.0);
+    }
+
+    #[test]
+    fn log_events_are_json_lines_naming_a_cluster() {
+        let log = concat!(
+            "{\"timestamp\":\"2026-11-25T03:00:00.250Z\",\"level\":\"DEBUG\",\"message\":\"probe started\",\"cluster\":\"c1\"}\n",
+            "2026-11-25T03:00:00Z INFO probe started cluster=c2\n",
+            "{\"timestamp\":\"2026-11-25T03:00:01Z\",\"message\":\"probe started\"}\n",
+            "{\"timestamp\":\"2026-11-25T03:00:01Z\",\"message\":\"probed\",\"cluster\":\"c1\",\"result\":\"Discovered\"}\n",
+        );
+        let events = log_events(log, &["probe started", "probed"]);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].cluster, "c1");
+        assert_eq!(events[0].at.to_string(), "2026-11-25T03:00:00.25Z");
+        assert_eq!(events[1].fields["result"], "Discovered");
     }
 
     #[test]

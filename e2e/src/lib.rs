@@ -96,6 +96,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod bench_peer;
+pub mod bench_watch;
 pub mod blackhole;
 pub mod certs;
 pub mod controller_manager;

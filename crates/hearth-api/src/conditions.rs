@@ -98,6 +98,15 @@ pub fn dedup_by_type<T: Clone>(
     )
 }
 
+/// Keeps only the conditions of `types`, for a cache that holds what one controller
+/// reads. A list where some type repeats (legacy state) is kept whole: its one repair
+/// (`hearth_runtime::status`) rewrites it from what the cache holds, every type of it.
+pub fn retain_types(conditions: &mut Vec<Condition>, types: &[&str]) {
+    if dedup_by_type(conditions, |c| Some(c.type_.as_str())).is_none() {
+        conditions.retain(|c| types.contains(&c.type_.as_str()));
+    }
+}
+
 /// Whether the condition of type `type_` is present with status `True`.
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == "True")
@@ -166,6 +175,32 @@ mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn retain_types_keeps_a_repeating_list_whole() {
+        let c = |t: &str| Condition {
+            type_: t.to_owned(),
+            status: "True".to_owned(),
+            reason: String::new(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        };
+        let mut one_each = vec![c("A"), c("B"), c("C")];
+        retain_types(&mut one_each, &["A", "C"]);
+        assert_eq!(
+            one_each
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect::<Vec<_>>(),
+            ["A", "C"]
+        );
+        let mut legacy = vec![c("A"), c("B"), c("B")];
+        retain_types(&mut legacy, &["A"]);
+        assert_eq!(legacy.len(), 3, "the repair needs every entry");
+    }
 
     fn at(secs: i64) -> Time {
         Time(Timestamp::from_second(1_790_000_000 + secs).unwrap())

@@ -59,7 +59,9 @@ pub struct DiscoveryConfig {
     )]
     pub gpu_discovery_timeout_sec: u64,
 
-    /// How many target clusters are probed at the same time.
+    /// How many node pages (up to 4 MiB each) discovery reads from targets at the same
+    /// time: the memory targets can make it hold. Probes themselves run 32 at a time;
+    /// connecting and `GET /version` need no page.
     #[arg(long, env = "HEARTH_DISCOVERY_CONCURRENCY", default_value = "8")]
     pub discovery_concurrency: NonZeroUsize,
 

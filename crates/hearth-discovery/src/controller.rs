@@ -5,11 +5,11 @@
 //!   the secrets namespace **with the kubeconfig label selector**, so only kubeconfig
 //!   Secrets are cached. Objects that do not decode are kept as [`DeserializeGuard`]
 //!   errors and skipped: one bad object never stops a watch.
-//! - A kube [`Controller`] over FournosClusters runs [`reconcile`]: probe when due
-//!   ([`probe_due`]), plan the status ([`plan_status`]), write it only when it differs
-//!   ([`diff_status`]), publish the transition Events, and requeue for the next probe.
-//!   A Secret change is mapped to the clusters that use it, so rotation is probed at
-//!   once. Concurrency is bounded by `--discovery-concurrency`; each probe by its deadline.
+//! - A kube [`Controller`] over FournosClusters runs [`crate::reconcile`] through the
+//!   kit's [`Runner`] (span, metrics, per-cluster retry backoff). A Secret change is
+//!   mapped to the clusters that use it, so rotation is probed at once. Reconciles run
+//!   [`WRITES_IN_FLIGHT`] at a time, node pages from targets `--discovery-concurrency`
+//!   at a time (memory), each probe within its deadline.
 //! - The onboarding sweep ([`crate::sweep`]) runs apart, since the Controller never
 //!   reconciles a cluster that does not exist yet.
 //! - Reads come from the caches only. Only the lease holder probes and writes; a replica
@@ -19,40 +19,31 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt;
-use hearth_api::names::{KUBECONFIG_SECRET_SELECTOR, controllers::DISCOVERY};
+use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use hearth_runtime::Runtime;
-use hearth_runtime::events::{Event, Events};
-use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
+use hearth_runtime::events::Events;
+use hearth_runtime::kit::{Cache, Changes, Runner, WRITES_IN_FLIGHT, WatchContext};
 use hearth_runtime::leadership::on_acquired;
-use hearth_runtime::status::apply_status;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Resource as _, ResourceExt as _};
-use tracing::info_span;
 
 use crate::config::DiscoveryConfig;
-use crate::credentials::Expiry;
-use crate::error::Error;
 use crate::memory::{Cached, Memory, Written};
 use crate::metrics::Metrics;
-use crate::onboarding::{ObservedCluster, SecretPattern, lock_holder};
-use crate::probe::{ProbeSettings, probe};
-use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
-use crate::secret::{SecretKubeconfig, fingerprint};
-use crate::status::{
-    EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
-    plan_status,
-};
+use crate::onboarding::SecretPattern;
+use crate::probe::ProbeSettings;
 
-pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
+pub(crate) use hearth_runtime::kit::ClusterObject;
 pub(crate) type SecretObject = DeserializeGuard<Secret>;
+
+/// Clusters reconciled at once (kube's `u16`).
+const RECONCILES_AT_ONCE: u16 = WRITES_IN_FLIGHT as u16;
 
 /// Secrets per list page: at most about 7 MiB of JSON at a time.
 const SECRET_LIST_PAGE: u32 = 5;
@@ -67,7 +58,8 @@ pub struct Settings {
     pub probe: ProbeSettings,
     pub failure_threshold: u32,
     pub expiry_window: Duration,
-    pub concurrency: u16,
+    /// Node pages read from targets at once (`--discovery-concurrency`).
+    pub pages_at_once: usize,
     /// Resync safety net: no cluster waits longer than this for a reconcile.
     pub resync: Duration,
     /// How long a locked auto-discovered cluster outlives its Secret.
@@ -83,10 +75,13 @@ impl Settings {
             pattern: SecretPattern::new(&config.kubeconfig_secret_pattern)
                 .expect("the pattern holds {cluster} once"),
             default_interval: Duration::from_secs(config.gpu_discovery_default_interval_sec),
-            probe: ProbeSettings::new(Duration::from_secs(config.gpu_discovery_timeout_sec)),
+            probe: ProbeSettings::with_pages_at_once(
+                Duration::from_secs(config.gpu_discovery_timeout_sec),
+                config.discovery_concurrency.get(),
+            ),
             failure_threshold: config.failure_threshold,
             expiry_window: config.credentials_expiry_warning,
-            concurrency: u16::try_from(config.discovery_concurrency.get()).unwrap_or(u16::MAX),
+            pages_at_once: config.discovery_concurrency.get(),
             resync: resync.max(Duration::from_secs(1)),
             offboard_locked_grace: Duration::from_secs(config.offboard_locked_grace_sec),
         }
@@ -104,8 +99,6 @@ pub(crate) struct Context {
     pub metrics: Metrics,
     /// Bumped on every change either cache sees; wakes the sweep.
     pub changes: Changes,
-    /// Consecutive failures per cluster, for the retry delay.
-    backoff: Backoff,
     memory: Mutex<Memory>,
 }
 
@@ -141,7 +134,10 @@ impl Context {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn recall(&self, cluster: &FournosCluster) -> (Option<u64>, Option<FournosClusterStatus>) {
+    pub(crate) fn recall(
+        &self,
+        cluster: &FournosCluster,
+    ) -> (Option<u64>, Option<FournosClusterStatus>) {
         let uid = cluster.uid().unwrap_or_default();
         let name = cluster.name_any();
         let delivered = |written: &str| self.clusters.shows(&name, written);
@@ -153,7 +149,12 @@ impl Context {
         })
     }
 
-    fn remember(&self, cluster: &FournosCluster, fingerprint: u64, written: Option<Written>) {
+    pub(crate) fn remember(
+        &self,
+        cluster: &FournosCluster,
+        fingerprint: u64,
+        written: Option<Written>,
+    ) {
         let uid = cluster.uid().unwrap_or_default();
         self.lock_memory().remember(&uid, fingerprint, written);
     }
@@ -168,7 +169,8 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         pattern = settings.pattern.as_str(),
         default_interval_sec = settings.default_interval.as_secs(),
         timeout_sec = settings.probe.timeout.as_secs(),
-        concurrency = settings.concurrency,
+        pages_at_once = settings.pages_at_once,
+        reconciles_at_once = RECONCILES_AT_ONCE,
         failure_threshold = settings.failure_threshold,
         offboard_locked_grace_sec = settings.offboard_locked_grace.as_secs(),
         "discovery settings"
@@ -179,7 +181,8 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     };
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
+    let (clusters, cluster_objects) =
+        watch.fournos_clusters_trimmed(&rt, crate::cluster_cache::trim);
     // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
     // discovery reads. Listed five at a time: a Secret may be 1 MiB, and a list page is
     // held whole in memory while it is decoded.
@@ -203,30 +206,26 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         secrets,
         metrics,
         changes: watch.changes.clone(),
-        backoff: Backoff::default(),
         memory: Mutex::default(),
     });
 
     let mapper_ctx = ctx.clone();
     let controller = Controller::for_stream(cluster_objects, clusters.store())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.concurrency))
+        // Reconciles (each a probe and then one status write) run WRITES_IN_FLIGHT at a
+        // time: what bounds discovery's writes, so 100 new targets are probed in a few
+        // rounds, not one queue. Memory from targets is bounded apart, per node page.
+        .with_config(ControllerConfig::default().concurrency(RECONCILES_AT_ONCE))
         .watches_stream(secret_objects, move |secret| {
             clusters_using(&mapper_ctx, &secret.name_any())
         })
         .reconcile_all_on(on_acquired(rt.leader()))
         .graceful_shutdown_on(rt.shutdown().cancelled_owned());
 
-    let reconciles = controller
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|result| async move {
-            match result {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ReconcilerFailed(error, object)) => {
-                    tracing::warn!(cluster = %object.name, reason = error.reason(), error = %error, "reconcile failed");
-                }
-                Err(error) => tracing::debug!(error = %error, "controller"),
-            }
-        });
+    let reconciles = Runner::new(ctx.metrics.controller.clone()).run(
+        controller,
+        ctx.clone(),
+        |object, ctx| async move { crate::reconcile::reconcile(&object, &ctx).await },
+    );
     let sweeps = crate::sweep::run(ctx.clone());
     let forget = forget_writes_when_leadership_moves(ctx.clone());
     tokio::join!(reconciles, sweeps, forget);
@@ -268,230 +267,4 @@ fn clusters_using(ctx: &Context, name: &str) -> Vec<ObjectRef<ClusterObject>> {
         }
     }
     refs
-}
-
-fn error_policy(object: Arc<ClusterObject>, _: &Error, ctx: Arc<Context>) -> Action {
-    Action::requeue(ctx.backoff.failed(object.name_any()))
-}
-
-/// One reconcile, in its span, timed and counted.
-async fn reconcile(object: Arc<ClusterObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = info_span!("reconcile", cluster = %object.name_any());
-    let metrics = ctx.metrics.controller.clone();
-    let action = metrics
-        .reconcile(span, reconcile_object(&object, &ctx))
-        .await?;
-    ctx.backoff.succeeded(&object.name_any());
-    Ok(action)
-}
-
-/// Probes one cluster if due, and writes what changed.
-async fn reconcile_object(object: &ClusterObject, ctx: &Context) -> Result<Action, Error> {
-    // Clusters that do not decode are reported by the sweep; nothing to probe.
-    let Ok(cluster) = &object.0 else {
-        return Ok(Action::await_change());
-    };
-    if cluster.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
-    // Before the Secret cache is full, every Secret would look missing. The caches fill
-    // together, so this waits a moment at startup and never after.
-    if !ctx.wait_synced().await {
-        return Ok(Action::await_change());
-    }
-    if !ctx.rt.is_leader() {
-        // Standing by: the new leader reconciles everything when it takes over.
-        return Ok(Action::await_change());
-    }
-    reconcile_cluster(cluster, ctx).await
-}
-
-async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
-    let settings = &ctx.settings;
-    let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
-    let interval = probe_interval(
-        cluster.spec.gpu_discovery_interval.as_deref(),
-        settings.default_interval,
-    );
-    let (remembered, previous) = ctx.recall(cluster);
-
-    let due = probe_due(&DueInput {
-        now: Timestamp::now(),
-        interval,
-        status: previous.as_ref(),
-        remembered,
-        fingerprint: current,
-        secret: kubeconfig.view(),
-        generation: cluster.metadata.generation,
-    });
-    let kubeconfig_changed = match due {
-        ProbeDue::After(wait) => {
-            tracing::debug!(
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                "not due yet"
-            );
-            ctx.remember(cluster, current, None);
-            return Ok(Action::requeue(wait.min(settings.resync)));
-        }
-        ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
-    };
-
-    let (outcome, credentials, elapsed) = run_probe(kubeconfig, ctx).await;
-    let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
-    // Only a cluster the sweep would delete has its offboarding held back.
-    let holder = ObservedCluster::is_auto_discovered(cluster.metadata.labels.as_ref())
-        .then(|| lock_holder(cluster))
-        .flatten();
-    let plan = plan_status(&PlanInput {
-        outcome: &outcome,
-        previous: previous.as_ref(),
-        generation: cluster.metadata.generation,
-        now: Timestamp::now(),
-        secret: &secret_ref,
-        credentials,
-        interval,
-        failure_threshold: settings.failure_threshold,
-        expiry_window: settings.expiry_window,
-        kubeconfig_changed,
-        offboard_hold: holder.as_deref().map(|holder| OffboardHold {
-            holder,
-            grace: settings.offboard_locked_grace,
-        }),
-    });
-    let diff = diff_status(previous.as_ref(), &plan.status);
-    tracing::event!(
-        target: "hearth_discovery::probe",
-        tracing::Level::DEBUG,
-        result = outcome.result_label(),
-        elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-        kubeconfig_changed,
-        ?diff,
-        "probed"
-    );
-
-    let written = match diff {
-        StatusDiff::Same => None,
-        StatusDiff::TimestampsOnly | StatusDiff::Changed => {
-            if !ctx.rt.is_leader() {
-                return Ok(Action::await_change());
-            }
-            match write_status(ctx, cluster, &plan.status).await? {
-                Some(written) => Some(written),
-                // Deleted while it was probed: nothing left to report on.
-                None => return Ok(Action::await_change()),
-            }
-        }
-    };
-    if diff == StatusDiff::Changed {
-        log_status_change(&outcome, &plan.status);
-    }
-    ctx.remember(cluster, current, written);
-    publish_events(cluster, ctx, &plan.events).await;
-
-    let next = until_due(
-        plan.status.next_probe_at.as_ref().map(|t| t.0),
-        Timestamp::now(),
-    );
-    Ok(Action::requeue(
-        next.min(settings.resync).max(Duration::from_millis(100)),
-    ))
-}
-
-/// The cluster's kubeconfig as the Secret cache shows it, with the fingerprint that tells
-/// a rotation apart.
-fn read_kubeconfig(cluster: &FournosCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
-    let secret_name = &cluster.spec.kubeconfig_secret;
-    let cached = ctx.secret(secret_name);
-    let secret = match cached.as_deref().map(|s| &s.0) {
-        None => None,
-        Some(Ok(secret)) => Some(secret),
-        Some(Err(_)) => {
-            // Never print the decode error: it may quote the Secret's data.
-            tracing::warn!(secret = %ctx.secret_ref(secret_name), "the Secret does not decode; treating it as holding no kubeconfig");
-            None
-        }
-    };
-    let current = fingerprint(secret_name, secret);
-    let kubeconfig = match (cached.is_some(), secret) {
-        (true, None) => SecretKubeconfig::KeyMissing,
-        (_, secret) => SecretKubeconfig::read_for(
-            secret,
-            secret_name,
-            &cluster.name_any(),
-            &ctx.settings.pattern,
-        ),
-    };
-    (current, kubeconfig)
-}
-
-/// Probes a usable kubeconfig; a missing or refused one is the outcome without a call.
-async fn run_probe(
-    kubeconfig: SecretKubeconfig,
-    ctx: &Context,
-) -> (ProbeOutcome, Option<Expiry>, Duration) {
-    let started = std::time::Instant::now();
-    let (outcome, credentials) = match kubeconfig {
-        SecretKubeconfig::SecretMissing => (ProbeOutcome::SecretMissing, None),
-        SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
-        SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
-        SecretKubeconfig::Usable { kubeconfig, expiry } => {
-            (probe(&kubeconfig, ctx.settings.probe).await, expiry)
-        }
-    };
-    let elapsed = started.elapsed();
-    ctx.metrics.probed(outcome.result_label(), elapsed);
-    (outcome, credentials, elapsed)
-}
-
-fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
-    tracing::info!(
-        result = outcome.result_label(),
-        kubeconfig_status = status.kubeconfig_status.map_or("", |s| s.as_str()),
-        gpus = status.gpu_summary.as_deref().unwrap_or_default(),
-        consecutive_failures = status.hardware.as_ref().map(|h| h.consecutive_failures),
-        "status changed"
-    );
-}
-
-async fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
-    let reference = cluster.object_ref(&());
-    for event in events {
-        let event = Event {
-            warning: event.type_ == EventType::Warning,
-            reason: event.reason,
-            action: "Probe",
-            note: event.message.clone(),
-        };
-        ctx.events.publish(&reference, &event).await;
-    }
-}
-
-/// Applies discovery's status fields; `None` when the cluster is gone.
-async fn write_status(
-    ctx: &Context,
-    cluster: &FournosCluster,
-    status: &FournosClusterStatus,
-) -> Result<Option<Written>, Error> {
-    let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
-    let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
-        cluster: name.clone(),
-        source,
-    })?;
-    match apply_status(&ctx.cluster_api, cluster, DISCOVERY, value).await {
-        Ok(applied) => {
-            ctx.metrics.status_write(true);
-            Ok(Some(Written {
-                resource_version: applied.resource_version(),
-                status: status.clone(),
-            }))
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(source) => {
-            ctx.metrics.status_write(false);
-            Err(Error::StatusWrite {
-                cluster: name,
-                source,
-            })
-        }
-    }
 }

@@ -9,6 +9,7 @@
 //! I/O around it: [`probe`] (one probe of one target), [`controller`] (watches and the
 //! per-cluster probe loop), `sweep` (onboarding and offboarding), [`metrics`].
 
+pub mod cluster_cache;
 pub mod config;
 pub mod controller;
 pub mod credentials;
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod node_page;
 pub mod onboarding;
 pub mod probe;
+mod reconcile;
 pub mod schedule;
 pub mod secret;
 pub mod short_name;

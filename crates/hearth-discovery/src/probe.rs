@@ -9,12 +9,14 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes};
 use http_body_util::BodyExt as _;
 use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
+use tokio::sync::Semaphore;
 use tokio::time::{Instant, timeout_at};
 
 use crate::gpus::{GpuTally, MAX_GPU_MODELS};
@@ -40,21 +42,35 @@ pub const MAX_PAGE_BYTES: usize = 4 * 1024 * 1024;
 /// all Hearth quotes.
 const MAX_ERROR_BYTES: usize = 16 * 1024;
 
+/// Node pages read at once when nothing else is said: `HEARTH_DISCOVERY_CONCURRENCY`'s
+/// default.
+pub const PAGES_AT_ONCE: usize = 8;
+
 /// How a probe runs.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ProbeSettings {
     /// Deadline of the whole probe: connect, TLS, `/version` and every page.
     pub timeout: Duration,
     pub page_size: u32,
     pub max_pages: u32,
+    /// Permits to hold a node page (up to [`MAX_PAGE_BYTES`]) while it is read and
+    /// decoded, shared by every probe: what protects discovery's memory from targets.
+    /// Connecting, TLS and `GET /version` need none, so a target that never answers
+    /// holds no permit and delays no other probe.
+    pub pages: Arc<Semaphore>,
 }
 
 impl ProbeSettings {
     pub fn new(timeout: Duration) -> Self {
+        Self::with_pages_at_once(timeout, PAGES_AT_ONCE)
+    }
+
+    pub fn with_pages_at_once(timeout: Duration, pages: usize) -> Self {
         Self {
             timeout,
             page_size: PAGE_SIZE,
             max_pages: MAX_PAGES,
+            pages: Arc::new(Semaphore::new(pages.max(1))),
         }
     }
 }
@@ -63,7 +79,7 @@ impl ProbeSettings {
 /// Every string in the outcome that came from the target (its version, the message
 /// of an error, GPU model names) has passed the kubeconfig's [`Redactor`] where it was
 /// read; the rest is Hearth's own words.
-pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: ProbeSettings) -> ProbeOutcome {
+pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: &ProbeSettings) -> ProbeOutcome {
     let redactor = &Redactor::new(kubeconfig);
     let deadline = Instant::now() + settings.timeout;
     // Built per probe from the validated fields alone (see kubeconfig::client_config);
@@ -206,7 +222,7 @@ enum NodeFailure {
 
 async fn count_nodes(
     client: &kube::Client,
-    settings: ProbeSettings,
+    settings: &ProbeSettings,
     redactor: &Redactor,
 ) -> Result<GpuTally, NodeFailure> {
     let nodes = kube::core::Request::new("/api/v1/nodes");
@@ -221,6 +237,9 @@ async fn count_nodes(
         let request = nodes.list(&params).map_err(|_| {
             NodeFailure::Failed("the target's continue token cannot be sent back".into())
         })?;
+        // Held until the page is decoded and dropped (end of this iteration). The
+        // semaphore is never closed, so the permit always comes.
+        let _page = settings.pages.acquire().await;
         let body = get(client, request, MAX_PAGE_BYTES, redactor)
             .await
             .map_err(|failure| match failure {
@@ -718,7 +737,7 @@ mod tests {
         });
         let kc = validate(kubeconfig(cluster, token_user()).to_string().as_bytes()).unwrap();
         let started = std::time::Instant::now();
-        let outcome = probe(&kc, ProbeSettings::new(Duration::from_millis(500))).await;
+        let outcome = probe(&kc, &ProbeSettings::new(Duration::from_millis(500))).await;
         let elapsed = started.elapsed();
         drop(listener);
         assert!(
@@ -739,7 +758,7 @@ mod tests {
             "certificate-authority-data": b64(cert().cert_pem),
         });
         let kc = validate(kubeconfig(cluster, token_user()).to_string().as_bytes()).unwrap();
-        let outcome = probe(&kc, ProbeSettings::new(Duration::from_secs(5))).await;
+        let outcome = probe(&kc, &ProbeSettings::new(Duration::from_secs(5))).await;
         assert_eq!(
             outcome,
             ProbeOutcome::Unreachable {

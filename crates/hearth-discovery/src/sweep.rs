@@ -12,12 +12,13 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
 use hearth_api::{FournosCluster, FournosClusterSpec};
 use hearth_runtime::events::Event;
-use hearth_runtime::kit::{Triggers, bounded};
+use hearth_runtime::kit::{Triggers, WRITES_IN_FLIGHT, bounded};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Resource as _, ResourceExt as _};
@@ -221,17 +222,23 @@ fn record_and_forget(
         .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
 }
 
-/// Creates the planned clusters; false when leadership was lost on the way.
+/// Creates the planned clusters, [`WRITES_IN_FLIGHT`] at a time (each is its own
+/// object: one slow create must not hold up the rest); false when leadership was lost on
+/// the way (creates not yet sent are not sent).
 async fn onboard_all(ctx: &Context, create: Vec<NewCluster>) -> bool {
-    for new in create {
-        if !ctx.rt.is_leader() {
-            return false;
-        }
-        if let Err(error) = onboard(ctx, &new).await {
-            tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
-        }
-    }
-    true
+    futures::stream::iter(create)
+        .map(|new| async move {
+            if !ctx.rt.is_leader() {
+                return false;
+            }
+            if let Err(error) = onboard(ctx, &new).await {
+                tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+            }
+            true
+        })
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .fold(true, |all, led| std::future::ready(all && led))
+        .await
 }
 
 /// Deletes the planned clusters, each once; false when leadership was lost on the way.
@@ -359,7 +366,9 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
                 "Onboard",
                 format!("created from Secret {secret}{owner}"),
             );
-            ctx.events.publish(&created.object_ref(&()), &event).await;
+            // In the background: the next create must not wait for a best-effort write.
+            ctx.events
+                .publish_in_background(created.object_ref(&()), event);
             ctx.changes.bump();
             Ok(())
         }

@@ -178,6 +178,10 @@ impl Writer {
     pub async fn publish(&self, regarding: &ObjectReference, event: &EventSpec) {
         self.events.publish(regarding, event).await;
     }
+
+    pub fn publish_in_background(&self, regarding: ObjectReference, event: EventSpec) {
+        self.events.publish_in_background(regarding, event);
+    }
 }
 
 /// The object to `PUT`: the ClusterQueue as observed (`resourceVersion`, labels,

@@ -5,9 +5,10 @@
 //!   selector on its name) and all ResourceFlavors (foreign ones matter to the plan).
 //!   Objects that do not decode stay in the caches as errors (see [`crate::snapshot`]).
 //! - Triggers ([`Triggers`]): any cache change, gaining the Lease, and the resync
-//!   interval. A trigger starts a reconcile after [`DEBOUNCE`], so a burst of changes
-//!   (many clusters at once) becomes one reconcile and one ClusterQueue write. Changes
-//!   during a reconcile start another one after it. A failed reconcile is retried with
+//!   interval. A trigger starts a reconcile at once (no debounce): one reconcile runs at
+//!   a time, so the changes that arrive while it writes are taken together by the next
+//!   one, and a burst of clusters becomes a few ClusterQueue writes, not one per
+//!   cluster, without making the first of them wait. A failed reconcile is retried with
 //!   the kit's backoff (1 s doubling to a minute); any trigger retries sooner.
 //! - Readiness: one gate per watch, opened once its cache is filled. No reconcile runs
 //!   before all three are: with a partial view the plan would sweep live flavors.
@@ -28,8 +29,10 @@ use crate::metrics::Metrics;
 use crate::reconcile::{Caches, Context};
 use crate::snapshot::Stores;
 
-/// How long a trigger waits for more changes before the reconcile starts.
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long a trigger waits for more changes before the reconcile starts: not at all.
+/// Batching comes from running one reconcile at a time (see the module docs); a wait
+/// here would only add itself to every cluster's way to quota.
+pub const DEBOUNCE: Duration = Duration::ZERO;
 
 /// Runs kueue-sync until shutdown.
 pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
@@ -37,7 +40,8 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let metrics = Metrics::register(&mut rt.metrics().registry());
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
+    let (clusters, cluster_objects) =
+        watch.fournos_clusters_trimmed(&rt, crate::snapshot::trim_cluster);
     let (queues, queue_objects) = Cache::watch(
         "ClusterQueue",
         Api::all(client.clone()),

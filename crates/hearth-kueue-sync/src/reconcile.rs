@@ -1,13 +1,15 @@
 //! One global reconcile: snapshot (the caches) → [`plan`] → apply (with its writeback),
 //! in the order the plan requires:
 //!
-//! 1. create and repair ResourceFlavors (an entry may only name an existing flavor);
+//! 1. repair and adopt existing ResourceFlavors (an entry may name them this round);
 //! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
 //!    Conflict, wait briefly for the cache to show the other writer's version (one GET
 //!    if it does not), re-plan from that and try again, a bounded number of times;
-//! 3. delete orphaned flavors (the plan lists only those no entry references);
-//! 4. only once the ClusterQueue write succeeded: each changed cluster's status, and an
-//!    Event when its news changed.
+//! 3. at the same time, since none waits for another: create the new flavors (no entry
+//!    names a flavor in the round that creates it, so the queue write never waits for
+//!    them), delete orphaned flavors (the plan lists only those no entry references),
+//!    and, only once the ClusterQueue write succeeded, each changed cluster's status,
+//!    with an Event when its news changed.
 //!
 //! Then it waits (bounded) until the caches show its own writes, so that the reconcile
 //! those writes trigger plans from them instead of racing them into a conflict.
@@ -19,7 +21,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
-use hearth_runtime::kit::{Cache, Changes, ReportedOnce};
+use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
@@ -51,8 +53,6 @@ pub(crate) const MAX_ATTEMPTS: usize = 5;
 const CACHE_LAG: Duration = Duration::from_secs(2);
 /// How long to wait for the caches to show this reconcile's own writes.
 const CATCH_UP: Duration = Duration::from_secs(5);
-/// Status writes in flight at once.
-const STATUS_CONCURRENCY: usize = 8;
 
 /// The three watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
@@ -74,11 +74,25 @@ pub(crate) struct Context {
     pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
 }
 
+/// Which of the planned flavor writes: those of flavors that exist (before the queue
+/// write, whose entries may name them) or the new ones (no entry names them yet).
+#[derive(Clone, Copy)]
+enum Flavors {
+    Existing,
+    New,
+}
+
 /// A write whose result the caches should show before the next reconcile.
 #[derive(Debug)]
 enum Written {
     Queue(String),
     Flavor(String, String),
+    /// A flavor this reconcile created: shown only once the cache holds it. (For any
+    /// other write, an object missing from the cache was deleted since and shows it; a
+    /// new one is missing until its first event.) The next plan must see every new
+    /// flavor: one it misses is not ready, and a younger cluster whose flavor it sees
+    /// would take the older one's place in the queue, for good.
+    NewFlavor(String, String),
     Cluster(String, String),
 }
 
@@ -101,6 +115,7 @@ impl Context {
             }
             self.report_invalid(&snapshot).await;
             let plan = plan(&snapshot.input);
+            log_planned(&plan);
             if plan.is_noop() {
                 self.writer.metrics.published(&plan);
                 return Ok(0);
@@ -111,7 +126,7 @@ impl Context {
                 "plan"
             );
 
-            let (mut written, mut errors) = self.apply_flavors(&plan).await;
+            let (mut written, mut errors) = self.apply_flavors(&plan, Flavors::Existing).await;
             let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
                 QueueWrite::Unchanged => true,
                 QueueWrite::Written(rv) => {
@@ -128,15 +143,25 @@ impl Context {
                 }
                 QueueWrite::NotLeader => return Ok(written.len()),
             };
-            let deletes = self.delete_flavors(&snapshot, &plan, &mut errors).await;
-
             // The statuses describe the world after the ClusterQueue write.
-            if queue_written {
-                let (statuses, status_error) = self.write_statuses(&snapshot, &plan).await;
-                written.extend(statuses);
-                errors.extend(status_error);
+            let statuses = async {
+                if !queue_written {
+                    return (Vec::new(), None);
+                }
+                let written = self.write_statuses(&snapshot, &plan).await;
                 self.writer.metrics.published(&plan);
-            }
+                written
+            };
+            let ((created, create_errors), (deletes, delete_errors), (statuses, status_error)) = tokio::join!(
+                self.apply_flavors(&plan, Flavors::New),
+                self.delete_flavors(&snapshot, &plan),
+                statuses,
+            );
+            written.extend(created);
+            written.extend(statuses);
+            errors.extend(create_errors);
+            errors.extend(delete_errors);
+            errors.extend(status_error);
 
             let writes = written.len() + deletes;
             self.catch_up(&written).await;
@@ -148,29 +173,39 @@ impl Context {
         })
     }
 
-    /// Creates, repairs and adopts the planned flavors: what was written, and the errors.
-    async fn apply_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
+    /// Writes the planned flavors of one kind, [`WRITES_IN_FLIGHT`] at a time (flavors
+    /// are independent objects): what was written, and the errors.
+    async fn apply_flavors(&self, plan: &Plan, which: Flavors) -> (Vec<Written>, Vec<Error>) {
+        let flavors: Vec<_> = match which {
+            Flavors::New => plan
+                .flavors_to_create
+                .iter()
+                .map(|f| (f, FlavorAction::Create))
+                .collect(),
+            Flavors::Existing => plan
+                .flavors_to_repair
+                .iter()
+                .map(|f| (f, FlavorAction::Repair))
+                .chain(
+                    plan.flavors_to_adopt
+                        .iter()
+                        .map(|f| (f, FlavorAction::Adopt)),
+                )
+                .collect(),
+        };
+        let results: Vec<_> = futures::stream::iter(flavors)
+            .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut errors = Vec::new();
         let mut written = Vec::new();
-        let flavors = plan
-            .flavors_to_create
-            .iter()
-            .map(|f| (f, FlavorAction::Create))
-            .chain(
-                plan.flavors_to_repair
-                    .iter()
-                    .map(|f| (f, FlavorAction::Repair)),
-            )
-            .chain(
-                plan.flavors_to_adopt
-                    .iter()
-                    .map(|f| (f, FlavorAction::Adopt)),
-            );
-        for (flavor, action) in flavors {
-            match self.writer.apply_flavor(flavor, action).await {
-                Ok(applied) => {
-                    written.extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)))
-                }
+        for result in results {
+            match result {
+                Ok(applied) => written.extend(version_of(&applied).map(|(name, rv)| match which {
+                    Flavors::New => Written::NewFlavor(name, rv),
+                    Flavors::Existing => Written::Flavor(name, rv),
+                })),
                 Err(error) => errors.push(error),
             }
         }
@@ -231,26 +266,30 @@ impl Context {
         }
     }
 
-    /// Deletes the orphaned flavors the plan lists; returns how many went.
-    async fn delete_flavors(
-        &self,
-        snapshot: &Snapshot,
-        plan: &Plan,
-        errors: &mut Vec<Error>,
-    ) -> usize {
+    /// Deletes the orphaned flavors the plan lists, [`WRITES_IN_FLIGHT`] at a time;
+    /// returns how many went, and the errors.
+    async fn delete_flavors(&self, snapshot: &Snapshot, plan: &Plan) -> (usize, Vec<Error>) {
+        let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
+            .map(|name| {
+                let (uid, rv) = snapshot
+                    .flavor_versions
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_default();
+                self.writer.delete_flavor(name, uid, rv)
+            })
+            .buffer_unordered(WRITES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut deletes = 0;
-        for name in &plan.flavors_to_delete {
-            let (uid, rv) = snapshot
-                .flavor_versions
-                .get(name)
-                .cloned()
-                .unwrap_or_default();
-            match self.writer.delete_flavor(name, uid, rv).await {
+        let mut errors = Vec::new();
+        for result in results {
+            match result {
                 Ok(()) => deletes += 1,
                 Err(error) => errors.push(error),
             }
         }
-        deletes
+        (deletes, errors)
     }
 
     /// The ClusterQueue to re-plan from after a conflict on version `sent`: the cache's,
@@ -300,8 +339,10 @@ impl Context {
                             reason = sync.reason(),
                             "wrote status"
                         );
+                        // In the background: the other statuses must not wait for it.
                         if let Some(event) = event_for(cluster, sync) {
-                            self.writer.publish(&cluster.object_ref(&()), &event).await;
+                            self.writer
+                                .publish_in_background(cluster.object_ref(&()), event);
                         }
                         Ok(version_of(&updated).map(|(name, rv)| Written::Cluster(name, rv)))
                     }
@@ -311,7 +352,7 @@ impl Context {
                 }
             }
         })
-        .buffer_unordered(STATUS_CONCURRENCY)
+        .buffer_unordered(WRITES_IN_FLIGHT)
         .collect()
         .await;
         let mut written = Vec::new();
@@ -405,6 +446,9 @@ impl Context {
                 written.iter().all(|w| match w {
                     Written::Queue(rv) => caches.queues.shows(queue, rv),
                     Written::Flavor(name, rv) => caches.flavors.shows(name, rv),
+                    Written::NewFlavor(name, rv) => {
+                        caches.flavors.named(name).is_some() && caches.flavors.shows(name, rv)
+                    }
                     Written::Cluster(name, rv) => caches.clusters.shows(name, rv),
                 })
             })
@@ -417,6 +461,23 @@ impl Context {
                 "the caches do not show every write yet"
             );
         }
+    }
+}
+
+/// One debug line per cluster whose status this plan changes: when kueue-sync saw what
+/// a cluster's status will say (the benchmark's stage table reads it).
+fn log_planned(plan: &Plan) {
+    if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
+        return;
+    }
+    for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
+        tracing::debug!(
+            target: "hearth_kueue_sync::plan",
+            %cluster,
+            reason = sync.reason(),
+            synced = sync.condition.status.as_str(),
+            "planned"
+        );
     }
 }
 

@@ -25,6 +25,36 @@ pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type QueueObject = DeserializeGuard<ClusterQueue>;
 pub(crate) type FlavorObject = DeserializeGuard<ResourceFlavor>;
 
+/// Trims a watched FournosCluster to what kueue-sync reads ([`ObservedCluster`], the
+/// status write and its Events): metadata but the annotations, `spec.kubeconfigSecret`
+/// and the legacy `spec.hardware`, and of the status `kubeconfigStatus`, the counted
+/// GPUs, its own `kueue` and `KueueSynced`. Discovery's and lock-manager's other fields
+/// and conditions never reach kueue-sync's heap.
+pub(crate) fn trim_cluster(cluster: &mut FournosCluster) {
+    cluster.metadata.annotations = None;
+    cluster.spec.owner = None;
+    cluster.spec.ttl = None;
+    cluster.spec.gpu_discovery_interval = None;
+    let Some(status) = cluster.status.take() else {
+        return;
+    };
+    let mut kept = hearth_api::FournosClusterStatus {
+        kubeconfig_status: status.kubeconfig_status,
+        hardware: status.hardware.map(|h| hearth_api::Hardware {
+            last_error: None,
+            ..h
+        }),
+        kueue: status.kueue,
+        conditions: status.conditions,
+        ..Default::default()
+    };
+    hearth_api::conditions::retain_types(
+        &mut kept.conditions,
+        &[hearth_api::names::condition_types::KUEUE_SYNCED],
+    );
+    cluster.status = Some(kept);
+}
+
 /// The three watch caches.
 #[derive(Clone)]
 pub(crate) struct Stores {
@@ -388,5 +418,51 @@ mod tests {
         assert!(snapshot.input.flavors[0].is_hearths(&Default::default()));
         assert!(snapshot.input.flavors[0].node_labels.is_empty());
         assert_eq!(snapshot.invalid[0].kind, "ResourceFlavor");
+    }
+
+    #[test]
+    fn the_cache_keeps_what_the_plan_reads() {
+        use hearth_api::{FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+        let condition = |t: &str| Condition {
+            type_: t.to_owned(),
+            status: "True".to_owned(),
+            reason: String::new(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        };
+        let mut cluster = FournosCluster::new(
+            "a",
+            hearth_api::FournosClusterSpec {
+                kubeconfig_secret: "s".to_owned(),
+                owner: Some("bob".to_owned()),
+                ..Default::default()
+            },
+        );
+        cluster.metadata.annotations = Some([("k".to_owned(), "v".to_owned())].into());
+        cluster.status = Some(FournosClusterStatus {
+            kubeconfig_status: Some(KubeconfigStatus::Valid),
+            hardware: Some(Hardware {
+                gpus: vec![GpuInfo::default()],
+                last_discovery: Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+                last_error: Some("x".repeat(300)),
+                ..Hardware::default()
+            }),
+            gpu_summary: Some("8x".to_owned()),
+            locked: Some(true),
+            conditions: vec![condition("KubeconfigValid"), condition("KueueSynced")],
+            ..FournosClusterStatus::default()
+        });
+        let before = crate::plan::ObservedCluster::from_cluster(&cluster);
+        trim_cluster(&mut cluster);
+        assert_eq!(crate::plan::ObservedCluster::from_cluster(&cluster), before);
+        let status = cluster.status.as_ref().unwrap();
+        assert!(status.gpu_summary.is_none() && status.locked.is_none());
+        assert_eq!(status.conditions.len(), 1);
+        assert!(status.hardware.as_ref().unwrap().last_error.is_none());
+        assert!(cluster.metadata.annotations.is_none() && cluster.spec.owner.is_none());
     }
 }

@@ -1,9 +1,13 @@
 //! Kubernetes Events, best effort: an Event that cannot be written is logged and
 //! never fails a reconcile. Only the lease holder publishes, like every write.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+
+use crate::kit::WRITES_IN_FLIGHT;
 
 /// Longest note the Events API accepts (1 kB); longer notes are cut, not refused.
 const MAX_NOTE: usize = 1024;
@@ -43,6 +47,8 @@ pub struct Events {
     client: kube::Client,
     reporter: Reporter,
     leader: watch::Receiver<bool>,
+    /// Bounds the Events written in the background ([`Self::publish_in_background`]).
+    in_flight: Arc<Semaphore>,
 }
 
 impl Events {
@@ -60,7 +66,24 @@ impl Events {
             client,
             reporter,
             leader,
+            in_flight: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
         }
+    }
+
+    /// [`Self::publish`] without waiting for it: a task of its own writes the Event, at
+    /// most [`WRITES_IN_FLIGHT`] at a time (the apiserver). For the onboarding path,
+    /// where the object write the Event reports has landed already and the next write
+    /// must not wait behind a best-effort one. Events of one object may land in another
+    /// order than published.
+    pub fn publish_in_background(&self, regarding: ObjectReference, event: Event) {
+        if !*self.leader.borrow() {
+            return;
+        }
+        let events = self.clone();
+        tokio::spawn(async move {
+            let _permit = events.in_flight.acquire().await;
+            events.publish(&regarding, &event).await;
+        });
     }
 
     /// Publishes `event` about `regarding`, if this replica leads.

@@ -10,18 +10,16 @@
 //!     common: hearth_runtime::CommonArgs,
 //! }
 //!
-//! #[tokio::main]
-//! async fn main() -> anyhow::Result<()> {
+//! fn main() -> anyhow::Result<()> {
 //!     let args = Args::parse();
-//!     hearth_runtime::run("hearth-example", args.common, |rt| async move {
+//!     hearth_runtime::block_on(hearth_runtime::run("hearth-example", args.common, |rt| async move {
 //!         let synced = rt.readiness().gate("fournosclusters");
 //!         // ... start watches; call synced.ready() once their caches are full;
 //!         // write only while rt.is_leader() ...
 //!         synced.ready();
 //!         rt.shutdown().cancelled().await;
 //!         Ok(())
-//!     })
-//!     .await
+//!     }))
 //! }
 //! ```
 
@@ -57,6 +55,26 @@ pub use crate::{
     shutdown::{SignalError, on_signal},
     telemetry::{OtlpConfig, Telemetry, TelemetryConfig, TelemetryError},
 };
+
+/// Runs `future` (a controller's [`run`]) to completion on the Tokio runtime every
+/// controller uses: one thread. The work is waiting on the apiserver and the targets,
+/// and the CPU it takes (decoding watch events, planning a few thousand objects) is
+/// milliseconds per batch, so a second worker would not make onboarding faster; but
+/// every worker thread gets a malloc arena of its own that keeps what it freed, which
+/// was most of the difference between a controller's live heap and its RSS (see
+/// `bench-results/2026-11-25/MEMORY.md`). On one thread every allocation is in the main
+/// arena, which gives memory back from its top. Blocking work (DNS lookups, the last
+/// trace flush) still runs on Tokio's blocking pool.
+pub fn block_on<F>(future: F) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the Tokio runtime")?
+        .block_on(future)
+}
 
 /// How long the controller may take to return once shutdown is requested; past that it
 /// is dropped. Well inside Kubernetes' default 30s termination grace period, leaving room

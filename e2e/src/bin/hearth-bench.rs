@@ -6,7 +6,9 @@
 //! 1. **Onboarding latency** for N clusters created at once (`--sizes`): labeled Secret
 //!    created → FournosCluster `Valid` with GPUs and its flavor with quota in the
 //!    ClusterQueue (or, past Kueue's 64 flavors per group, a `KueueSynced=False` answer).
-//!    All clusters point at the plane's targets, round robin.
+//!    All clusters point at the plane's targets, round robin. Observed by watches
+//!    ([`hearth_e2e::bench_watch`]), each event timestamped as it arrives, and broken into
+//!    stages with the controllers' own log timestamps (the probe, kueue-sync's plan).
 //! 2. **Lock latency** on the scope of 10: `spec.owner` set → `status.locked=true`
 //!    (workload sentinel, idle cluster), one cluster at a time.
 //! 3. **Memory and CPU** of each controller after each phase (`/proc/<pid>`).
@@ -22,24 +24,28 @@
 //!    owner set → its own `status.locked=true`, and owner set → that Workload admitted.
 //! 6. **Scale**: `--scale` FournosClusters in one scope: time until every one has its
 //!    three conditions, what the ones beyond Kueue's limit say, whether the queue is
-//!    still valid, and memory/CPU.
+//!    still valid, and memory/CPU. The run fails when more clusters ever had quota than
+//!    fit, or one lost it to another.
 //!
 //! Controllers run with production intervals (resync 30 s, discovery every 5 min) and
-//! leader election at log level info. Build first: `cargo build --release --workspace --bins`.
+//! leader election, logging JSON at level info plus the debug lines the stage table reads. Build first: `cargo build --release --workspace --bins`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
+
 use anyhow::{Context as _, Result, bail};
 use clap::Parser;
 use futures::{StreamExt as _, stream};
+use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::{ClusterQueue, Workload, quantity_to_i64};
-use hearth_api::names::condition_types::{GPU_DISCOVERED, KUEUE_SYNCED};
-use hearth_api::{FournosCluster, KubeconfigStatus};
-use hearth_e2e::bench::{self, ApiLoad, Summary, Usage};
+use hearth_api::kueue::{ClusterQueue, Workload};
+use hearth_api::kueue_validity::MAX_FLAVORS_PER_GROUP;
+use hearth_e2e::bench::{self, ApiLoad, Stage, Summary, Usage};
 use hearth_e2e::bench_peer::{self, PyHearth};
+use hearth_e2e::bench_watch::{Done, FINAL_REFUSALS, Observer};
 use hearth_e2e::fournos_real::{self, Fournos};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants::workload_is;
@@ -48,7 +54,7 @@ use hearth_e2e::plane::env;
 use hearth_e2e::protocol::{PIDS_FILE, Pids};
 use hearth_e2e::reaction;
 use hearth_e2e::{ControlPlane, Isolated, PlaneOptions};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde::Serialize;
 use serde_json::json;
 
@@ -102,8 +108,17 @@ const BENCH_ENV: &[(&str, &str)] = &[
     ("HEARTH_RECONCILE_INTERVAL_SEC", "30"),
     // Leader election on, with the default Lease timings, as the chart deploys it.
     ("HEARTH_LEADER_ELECTION", "true"),
-    ("HEARTH_LOG_LEVEL", "info"),
+    // Info, plus the two per-cluster debug lines the stage table reads: discovery's
+    // probe start and end, kueue-sync's plan for a cluster. JSON, for their timestamps.
+    (
+        "HEARTH_LOG_LEVEL",
+        "info,hearth_discovery::probe=debug,hearth_kueue_sync::plan=debug",
+    ),
+    ("HEARTH_LOG_FORMAT", "json"),
 ];
+
+/// How long the bench's own watches may take to list.
+const WATCH_SYNC: Duration = Duration::from_secs(60);
 
 #[derive(Serialize, Default)]
 struct Results {
@@ -124,7 +139,16 @@ struct Results {
     /// The idle batch's ClusterQueue once the idle window is over.
     queue_after_idle: Option<QueueCheck>,
     python: PythonSide,
+    /// `/proc/loadavg` when each phase started: the machine is shared.
+    load: Vec<(String, String)>,
     notes: Vec<String>,
+}
+
+/// `/proc/loadavg` now (1, 5 and 15 minute load averages, running/total tasks).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// The same measurements on the real Python Hearth.
@@ -173,6 +197,8 @@ struct Onboarding {
     with_quota: usize,
     kueue_synced_false: BTreeMap<String, usize>,
     queue_valid: bool,
+    /// Where the time goes, stage by stage.
+    stages: Vec<Stage>,
 }
 
 #[derive(Serialize)]
@@ -200,6 +226,16 @@ struct Scale {
     kueue_synced_false: BTreeMap<String, usize>,
     queue_valid: bool,
     queue_active: bool,
+    /// How many fit: Kueue's flavors per resource group (all in one group here).
+    fit: usize,
+    /// Clusters whose flavor had GPU quota in any version of the queue the bench's watch
+    /// saw: more than `fit` means quota was taken from one cluster and given to another.
+    ever_with_quota: usize,
+    /// Clusters whose `KueueSynced` went from True to a final refusal.
+    lost_quota: Vec<String>,
+    /// Times the bench's watches had to list again (changes in between unseen).
+    watch_relists: usize,
+    stages: Vec<Stage>,
 }
 
 fn sh(cmd: &str, args: &[&str]) -> String {
@@ -295,6 +331,19 @@ struct Phase {
     python: Option<PyHearth>,
     clusters: Api<FournosCluster>,
     queues: Api<ClusterQueue>,
+    /// The bench's watches on the scope, started before any Secret.
+    observer: Observer,
+}
+
+/// When the bench sent a Secret's create request, and when the apiserver answered.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    at: Timestamp,
+    answered: Timestamp,
+}
+
+fn secs_between(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64()
 }
 
 impl Phase {
@@ -305,12 +354,20 @@ impl Phase {
             controllers.push(hearth::start(plane, &iso, c, "0", BENCH_ENV).await?);
         }
         let client = plane.management_client().await?;
+        let observer = Observer::start(
+            client.clone(),
+            &iso.namespace,
+            &iso.cluster_queue,
+            WATCH_SYNC,
+        )
+        .await?;
         Ok(Phase {
             clusters: Api::namespaced(client.clone(), &iso.namespace),
             queues: Api::all(client),
             iso,
             controllers,
             python: None,
+            observer,
         })
     }
 
@@ -319,6 +376,13 @@ impl Phase {
         let iso = plane.isolated(name).await?;
         let client = plane.management_client().await?;
         bench_peer::seed_resource_group(&client, &iso.cluster_queue).await?;
+        let observer = Observer::start(
+            client.clone(),
+            &iso.namespace,
+            &iso.cluster_queue,
+            WATCH_SYNC,
+        )
+        .await?;
         let py = PyHearth::start(plane, &iso, &peer.source, &peer.venv, PY_ENV).await?;
         Ok(Phase {
             clusters: Api::namespaced(client.clone(), &iso.namespace),
@@ -326,6 +390,7 @@ impl Phase {
             iso,
             controllers: Vec::new(),
             python: Some(py),
+            observer,
         })
     }
 
@@ -334,15 +399,15 @@ impl Phase {
     }
 
     /// Creates `n` kubeconfig Secrets at once (32 requests in flight); returns when each
-    /// was sent.
-    async fn onboard(&self, plane: &ControlPlane, n: usize) -> Result<BTreeMap<String, Instant>> {
+    /// was sent and answered.
+    async fn onboard(&self, plane: &ControlPlane, n: usize) -> Result<BTreeMap<String, Sent>> {
         let targets = plane.targets();
         let created = stream::iter(0..n)
             .map(|i| {
                 let name = self.cluster(i);
                 let target = &targets[i % targets.len()];
                 async move {
-                    let t0 = Instant::now();
+                    let at = Timestamp::now();
                     plane
                         .create_kubeconfig_secret(
                             &self.iso.secrets_namespace,
@@ -350,7 +415,8 @@ impl Phase {
                             target.node_reader_kubeconfig(),
                         )
                         .await?;
-                    Ok::<_, anyhow::Error>((name, t0))
+                    let answered = Timestamp::now();
+                    Ok::<_, anyhow::Error>((name, Sent { at, answered }))
                 }
             })
             .buffer_unordered(32)
@@ -412,43 +478,10 @@ impl Phase {
     }
 }
 
-fn condition<'a>(
-    c: &'a FournosCluster,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    c.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|x| x.type_ == type_)
-}
-
-fn discovered(c: &FournosCluster) -> bool {
-    c.status.as_ref().is_some_and(|s| {
-        s.kubeconfig_status == Some(KubeconfigStatus::Valid)
-            && s.hardware.as_ref().is_some_and(|h| h.total_gpus > 0)
-    }) && condition(c, GPU_DISCOVERED).is_some_and(|k| k.status == "True")
-}
-
-/// GPU quota of flavor `name` in the queue, if it has an entry with nonzero GPU quota.
-fn has_quota(cq: &ClusterQueue, name: &str) -> bool {
-    cq.spec
-        .resource_groups
-        .iter()
-        .flat_map(|g| &g.flavors)
-        .find(|f| f.name == name)
-        .is_some_and(|f| {
-            f.resources.iter().any(|q| {
-                q.name.starts_with("fournos/gpu-")
-                    && quantity_to_i64(&q.nominal_quota).is_some_and(|n| n > 0)
-            })
-        })
-}
-
 fn queue_valid(cq: &ClusterQueue) -> bool {
     cq.spec.resource_groups.iter().all(|g| {
         !g.flavors.is_empty()
-            && g.flavors.len() <= 64
+            && g.flavors.len() <= MAX_FLAVORS_PER_GROUP
             && g.covered_resources.len() <= 64
             && g.flavors.iter().all(|f| {
                 f.resources.iter().map(|q| &q.name).collect::<Vec<_>>()
@@ -465,107 +498,156 @@ fn queue_active(cq: &ClusterQueue) -> bool {
     })
 }
 
-/// `KueueSynced=False` reasons that are an answer, not a step on the way (unlike
-/// `WaitingForFlavor`, `Drained` or `Conflict`).
-const FINAL_REFUSALS: &[&str] = &[
-    "LimitReached",
-    "FlavorNotManaged",
-    "InvalidName",
-    "InvalidResourceName",
-];
-
-/// What a converged cluster looks like: discovered, and either with quota in the queue or
-/// with a `KueueSynced=False` answer (beyond Kueue's limit). Returns the reason in the
-/// second case.
-enum Done {
-    Quota,
-    Refused(String),
+/// What the watches showed of one batch once every cluster in it converged.
+struct Converged {
+    /// Secret sent → discovery's status (Valid with GPUs), per cluster.
+    discovered: Vec<f64>,
+    /// Secret sent → converged ([`Done`]), per cluster.
+    latency: Vec<f64>,
+    with_quota: usize,
+    refused: BTreeMap<String, usize>,
+    queue: ClusterQueue,
+    /// Clusters of the batch whose flavor ever had GPU quota in the queue.
+    ever_with_quota: usize,
+    lost_quota: Vec<String>,
+    relists: usize,
 }
 
-fn done(c: &FournosCluster, cq: Option<&ClusterQueue>) -> Option<Done> {
-    if !discovered(c) {
-        return None;
-    }
-    let name = c.metadata.name.as_deref()?;
-    if cq.is_some_and(|cq| has_quota(cq, name))
-        && condition(c, KUEUE_SYNCED).is_some_and(|k| k.status == "True")
-    {
-        return Some(Done::Quota);
-    }
-    condition(c, KUEUE_SYNCED)
-        .filter(|k| k.status == "False" && FINAL_REFUSALS.contains(&k.reason.as_str()))
-        .map(|k| Done::Refused(k.reason.clone()))
-}
-
-/// Polls every 250 ms until every cluster in `sent` is done; returns per cluster the
-/// seconds from its Secret to discovery and to done, and the refusals.
+/// Waits, on the bench's watches, until every cluster in `sent` converged ([`Done`]).
 async fn converge(
     phase: &Phase,
-    sent: &BTreeMap<String, Instant>,
+    sent: &BTreeMap<String, Sent>,
     timeout: Duration,
-) -> Result<(
-    Vec<f64>,
-    Vec<f64>,
-    usize,
-    BTreeMap<String, usize>,
-    ClusterQueue,
-)> {
-    let deadline = Instant::now() + timeout;
-    let mut discovered_at: BTreeMap<String, f64> = BTreeMap::new();
-    let mut done_at: BTreeMap<String, (f64, Option<String>)> = BTreeMap::new();
-    loop {
-        let list = phase.clusters.list(&ListParams::default()).await?.items;
-        let cq = phase.queues.get_opt(&phase.iso.cluster_queue).await?;
-        let now = Instant::now();
-        for c in &list {
-            let Some(name) = c.metadata.name.clone() else {
-                continue;
-            };
-            let Some(t0) = sent.get(&name) else { continue };
-            if discovered(c) && !discovered_at.contains_key(&name) {
-                discovered_at.insert(name.clone(), (now - *t0).as_secs_f64());
+) -> Result<Converged> {
+    phase
+        .observer
+        .wait_until(timeout, |seen| {
+            let tracks = || sent.keys().filter_map(|n| seen.clusters.get(n));
+            let done = tracks().filter(|t| t.done.is_some()).count();
+            if done == sent.len() {
+                return Ok(());
             }
-            if let std::collections::btree_map::Entry::Vacant(slot) = done_at.entry(name) {
-                let elapsed = (now - *t0).as_secs_f64();
-                match done(c, cq.as_ref()) {
-                    Some(Done::Quota) => {
-                        slot.insert((elapsed, None));
-                    }
-                    Some(Done::Refused(reason)) => {
-                        slot.insert((elapsed, Some(reason)));
-                    }
-                    None => {}
-                }
-            }
-        }
-        if done_at.len() == sent.len() {
-            let cq = cq.context("no ClusterQueue")?;
-            let mut refused = BTreeMap::new();
-            for (_, reason) in done_at.values() {
-                if let Some(r) = reason {
-                    *refused.entry(r.clone()).or_insert(0) += 1;
-                }
-            }
-            let with_quota = done_at.values().filter(|(_, r)| r.is_none()).count();
-            return Ok((
-                discovered_at.into_values().collect(),
-                done_at.into_values().map(|(t, _)| t).collect(),
-                with_quota,
-                refused,
-                cq,
-            ));
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "{} of {} clusters converged within {}s ({} discovered)",
-                done_at.len(),
+            Err(format!(
+                "{done} of {} clusters converged ({} discovered)",
                 sent.len(),
-                timeout.as_secs(),
-                discovered_at.len()
-            );
+                tracks().filter(|t| t.discovered.is_some()).count()
+            ))
+        })
+        .await
+        .map_err(|e| hearth::with_logs(e, &phase.controllers))?;
+    let seen = phase.observer.lock();
+    let mut out = Converged {
+        discovered: Vec::new(),
+        latency: Vec::new(),
+        with_quota: 0,
+        refused: BTreeMap::new(),
+        queue: serde_json::from_value(seen.queue.clone().context("no ClusterQueue")?)
+            .context("reading the ClusterQueue")?,
+        ever_with_quota: sent.keys().filter(|n| seen.ever_quota.contains(*n)).count(),
+        lost_quota: Vec::new(),
+        relists: seen.relists,
+    };
+    for (name, sent) in sent {
+        let track = &seen.clusters[name];
+        out.discovered
+            .extend(track.discovered.map(|at| secs_between(sent.at, at)));
+        if let Some((at, done)) = &track.done {
+            out.latency.push(secs_between(sent.at, *at));
+            match done {
+                Done::Quota => out.with_quota += 1,
+                Done::Refused(reason) => *out.refused.entry(reason.clone()).or_insert(0) += 1,
+            }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        if track.lost_quota() {
+            out.lost_quota.push(name.clone());
+        }
     }
+    Ok(out)
+}
+
+/// The stage table of one batch: the bench's watches (arrival of each event) and the
+/// controllers' own JSON log lines (their timestamps; same machine, same clock).
+fn onboarding_stages(phase: &Phase, sent: &BTreeMap<String, Sent>) -> Vec<Stage> {
+    let log_of = |c: Controller| {
+        phase
+            .controllers
+            .iter()
+            .find(|r| r.controller == c)
+            .map(|r| r.log())
+            .unwrap_or_default()
+    };
+    let discovery = bench::log_events(&log_of(Controller::Discovery), &["probe started", "probed"]);
+    let planned = bench::log_events(&log_of(Controller::KueueSync), &["planned"]);
+    let first =
+        |events: &[bench::LogEvent], name: &str, message: &str, after: Option<Timestamp>| {
+            events
+                .iter()
+                .filter(|e| e.cluster == name && e.message == message)
+                .map(|e| e.at)
+                .find(|at| after.is_none_or(|after| *at >= after))
+        };
+    let seen = phase.observer.lock();
+    let mut columns: Vec<(&str, &str, Vec<Option<f64>>)> = vec![
+        ("Secret created", "the bench: create answered", vec![]),
+        ("FournosCluster created", "bench watch", vec![]),
+        ("probe started", "discovery log", vec![]),
+        ("probe done", "discovery log", vec![]),
+        ("status written (Valid, GPUs)", "bench watch", vec![]),
+        ("kueue-sync planned it", "kueue-sync log", vec![]),
+        ("ClusterQueue written (GPU quota)", "bench watch", vec![]),
+        ("KueueSynced written (done)", "bench watch", vec![]),
+    ];
+    let mut reported = Vec::new();
+    for (name, sent) in sent {
+        let track = seen.clusters.get(name).cloned().unwrap_or_default();
+        let since = |at: Option<Timestamp>| at.map(|at| secs_between(sent.at, at));
+        let started = first(&discovery, name, "probe started", None);
+        let kueue = planned
+            .iter()
+            .filter(|e| e.cluster == *name)
+            .find(|e| {
+                e.fields["synced"] == "True"
+                    || e.fields["reason"]
+                        .as_str()
+                        .is_some_and(|r| FINAL_REFUSALS.contains(&r))
+            })
+            .map(|e| e.at);
+        let times = [
+            Some(sent.answered),
+            track.created,
+            started,
+            first(&discovery, name, "probed", started),
+            track.discovered,
+            kueue,
+            track.quota,
+            track.done.as_ref().map(|(at, _)| *at),
+        ];
+        for (column, at) in columns.iter_mut().zip(times) {
+            column.2.push(since(at));
+        }
+        reported.push(
+            track
+                .reported
+                .zip(track.quota)
+                .map(|(r, q)| secs_between(q, r)),
+        );
+    }
+    let mut stages = bench::stages(&columns);
+    // Kueue's own report follows the ClusterQueue write, not kueue-sync's status write.
+    let since: Vec<f64> = sent
+        .iter()
+        .filter_map(|(name, sent)| {
+            let at = seen.clusters.get(name)?.reported?;
+            Some(secs_between(sent.at, at))
+        })
+        .collect();
+    stages.push(Stage {
+        stage: "Kueue reports the flavor (after the ClusterQueue write)".to_owned(),
+        source: "bench watch: ClusterQueue status.flavorsReservation".to_owned(),
+        since_secret: bench::summarize(&since),
+        step: bench::summarize(&reported.into_iter().flatten().collect::<Vec<_>>()),
+    });
+    stages
 }
 
 async fn lock_latency(phase: &Phase, clusters: usize, samples: usize) -> Result<Vec<f64>> {
@@ -597,24 +679,22 @@ async fn lock_latency(phase: &Phase, clusters: usize, samples: usize) -> Result<
     Ok(out)
 }
 
+/// Waits on a watch of the cluster until `status.locked` is `locked` (and, for an
+/// unlock, its sentinel is gone from status).
 async fn wait_locked(phase: &Phase, name: &str, locked: bool) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let c = phase.clusters.get(name).await?;
-        let is = c.status.as_ref().and_then(|s| s.locked).unwrap_or(false);
-        let sentinel_gone = locked
-            || c.status
-                .as_ref()
-                .and_then(|s| s.lock_job_name.as_ref())
-                .is_none();
-        if is == locked && sentinel_gone {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{name}: locked={is}, wanted {locked}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let condition = move |c: Option<&FournosCluster>| {
+        let status = c.and_then(|c| c.status.as_ref());
+        let is = status.and_then(|s| s.locked).unwrap_or(false);
+        let sentinel_gone = locked || status.and_then(|s| s.lock_job_name.as_ref()).is_none();
+        is == locked && sentinel_gone
+    };
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        kube::runtime::wait::await_condition(phase.clusters.clone(), name, condition),
+    )
+    .await
+    .with_context(|| format!("{name}: not locked={locked} within 120 s"))??;
+    Ok(())
 }
 
 /// The real Fournos's source and venv, with its CRDs on the plane, or why the Python
@@ -870,26 +950,38 @@ async fn idle(
     })
 }
 
-/// Polls the queue every 250 ms until every cluster in `sent` has GPU quota or `timeout`
+/// Waits on the bench's watches until every cluster in `sent` has GPU quota or `timeout`
 /// passes; returns the seconds from each Secret to its quota, for those that got it.
 async fn converge_quota(
     phase: &Phase,
-    sent: &BTreeMap<String, Instant>,
+    sent: &BTreeMap<String, Sent>,
     timeout: Duration,
 ) -> Result<Vec<f64>> {
-    let deadline = Instant::now() + timeout;
-    let mut got: BTreeMap<String, f64> = BTreeMap::new();
-    while got.len() < sent.len() && Instant::now() < deadline {
-        let cq = phase.queue_json().await?;
-        let now = Instant::now();
-        for (name, t0) in sent {
-            if !got.contains_key(name) && bench::flavor_has_gpu_quota(&cq, name) {
-                got.insert(name.clone(), (now - *t0).as_secs_f64());
+    let all = phase
+        .observer
+        .wait_until(timeout, |seen| {
+            let got = sent
+                .keys()
+                .filter(|n| seen.clusters.get(*n).is_some_and(|t| t.quota.is_some()))
+                .count();
+            if got == sent.len() {
+                Ok(())
+            } else {
+                Err(format!("{got} of {} with GPU quota", sent.len()))
             }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        })
+        .await;
+    if let Err(e) = all {
+        eprintln!("Python Hearth: {e:#}");
     }
-    Ok(got.into_values().collect())
+    let seen = phase.observer.lock();
+    Ok(sent
+        .iter()
+        .filter_map(|(name, sent)| {
+            let at = seen.clusters.get(name)?.quota?;
+            Some(secs_between(sent.at, at))
+        })
+        .collect())
 }
 
 /// The Python Hearth's source and venv, or the one line that says why it is skipped.
@@ -1106,8 +1198,12 @@ fn summary_md(r: &Results) -> String {
     for (k, v) in r.machine.iter().chain(&r.versions) {
         md.push_str(&format!("- {k}: {v}\n"));
     }
+    md.push_str("\nLoad (`/proc/loadavg`) when each phase started; the machine's 2 CPUs are shared with other builds:\n\n");
+    for (phase, load) in &r.load {
+        md.push_str(&format!("- {phase}: {load}\n"));
+    }
     md.push_str("\nThe plane (etcd, management and target kube-apiservers, Kueue) runs on the same machine as the controllers; the controllers are release builds with production intervals (resync 30 s, discovery every 5 min), log level info.\n");
-    md.push_str("\n## Onboarding latency (s)\n\nLabeled Secret created → FournosCluster `Valid` with GPUs and its flavor with GPU quota in the ClusterQueue; clusters beyond Kueue's 64 flavors per resource group count as done when they get their `KueueSynced=False` answer. Polled every 250 ms.\n\n");
+    md.push_str("\n## Onboarding latency (s)\n\nLabeled Secret created → FournosCluster `Valid` with GPUs and its flavor with GPU quota in the ClusterQueue; clusters beyond Kueue's 64 flavors per resource group count as done when they get their `KueueSynced=False` answer. Observed by watches (a FournosCluster watch and a ClusterQueue watch), each event timestamped as it arrived; nothing is polled.\n\n");
     md.push_str("| clusters at once | p50 | p95 | max | n | discovery only p50 / p95 | with quota | KueueSynced=False | queue valid |\n|---|---|---|---|---|---|---|---|---|\n");
     for o in &r.onboarding {
         md.push_str(&format!(
@@ -1123,7 +1219,8 @@ fn summary_md(r: &Results) -> String {
             o.queue_valid
         ));
     }
-    md.push_str("\n## Lock latency (s)\n\n`spec.owner` set → `status.locked=true` (workload sentinel admitted by Kueue), idle cluster, one at a time. Polled every 50 ms.\n\n| p50 | p95 | max | n |\n|---|---|---|---|\n");
+    md.push_str(&stages_md(r));
+    md.push_str("\n## Lock latency (s)\n\n`spec.owner` set → `status.locked=true` (workload sentinel admitted by Kueue), idle cluster, one at a time. Observed by a watch on the cluster.\n\n| p50 | p95 | max | n |\n|---|---|---|---|\n");
     md.push_str(&format!("| {} |\n", fmt(&r.lock)));
     if r.python.lock_claimed.is_some() {
         md.push_str("\nThe Python Hearth, with the real Fournos, on its first batch (same polling): owner set → its own `status.locked=true` (written as it creates the sentinel), and owner set → the sentinel's Workload admitted by Kueue.\n\n| what | p50 | p95 | max | n |\n|---|---|---|---|---|\n");
@@ -1154,13 +1251,15 @@ fn summary_md(r: &Results) -> String {
             "\nCPU seconds per process during the idle window: {cpu}. The ClusterQueue after it: {queue}.\n"
         ));
     }
-    md.push_str("\n## Memory and CPU\n\nRSS (`VmRSS`) and CPU seconds (user+system since start) of each controller after the phase with that many FournosClusters in its namespace.\n\n| FournosClusters | controller | RSS (MiB) | CPU (s) |\n|---|---|---|---|\n");
+    md.push_str("\n## Memory and CPU\n\nRSS (`VmRSS`, split into anonymous memory and file pages such as the binary's code) and CPU seconds (user+system since start) of each controller after the phase with that many FournosClusters in its namespace.\n\n| FournosClusters | controller | RSS (MiB) | anon / file (MiB) | CPU (s) |\n|---|---|---|---|---|\n");
     for u in r.usage.iter().chain(&r.python.usage) {
         md.push_str(&format!(
-            "| {} | {} | {:.1} | {:.2} |\n",
+            "| {} | {} | {:.1} | {:.1} / {:.1} | {:.2} |\n",
             u.fournos_clusters,
             u.controller,
             u.usage.rss_kib as f64 / 1024.0,
+            u.usage.rss_anon_kib as f64 / 1024.0,
+            u.usage.rss_file_kib as f64 / 1024.0,
             u.usage.cpu_seconds
         ));
     }
@@ -1180,14 +1279,49 @@ fn summary_md(r: &Results) -> String {
     }
     if let Some(s) = &r.scale {
         md.push_str(&format!(
-            "\n## Scale\n\n{} FournosClusters created at once in one namespace and ClusterQueue: every one `Valid` with GPUs and a `KueueSynced` answer after **{:.1} s**. With quota: {}; `KueueSynced=False`: {}. ClusterQueue valid for Kueue: {}; Active: {}.\n",
-            s.clusters, s.converge_secs, s.with_quota, counts(&s.kueue_synced_false), s.queue_valid, s.queue_active
+            "\n## Scale\n\n{} FournosClusters created at once in one namespace and ClusterQueue: every one `Valid` with GPUs and a `KueueSynced` answer **{:.1} s** after the first Secret was sent. With quota: {}; `KueueSynced=False`: {}. ClusterQueue valid for Kueue: {}; Active: {}.\n\nQuota that stays: **{}** clusters ever had GPU quota in any version of the ClusterQueue the bench's watch saw, where {} fit; {} went from `KueueSynced=True` to a final refusal; the watches re-listed {} times. The run fails when more than fit ever had quota or any lost it.\n",
+            s.clusters, s.converge_secs, s.with_quota, counts(&s.kueue_synced_false), s.queue_valid, s.queue_active,
+            s.ever_with_quota, s.fit, s.lost_quota.len(), s.watch_relists
         ));
     }
     if !r.notes.is_empty() {
         md.push_str("\n## Notes\n\n");
         for n in &r.notes {
             md.push_str(&format!("- {n}\n"));
+        }
+    }
+    md
+}
+
+/// One table per batch: when each stage happened after the Secret was sent, and how long
+/// it took after the stage before it.
+fn stages_md(r: &Results) -> String {
+    let mut md = String::from(
+        "\n## Where the time goes (s)\n\nPer stage: seconds from the Secret's create request (p50 / p95), and from the stage before it for the same cluster (p50 / p95). Sources: *bench watch* is the arrival of the watch event at the bench; *discovery log* / *kueue-sync log* are the controllers' own JSON log timestamps (debug lines `probe started`, `probed`, `planned`; same machine, same clock). A step can be negative when two watchers see the same write in the other order.\n",
+    );
+    let batches = r
+        .onboarding
+        .iter()
+        .map(|o| (o.clusters, &o.stages))
+        .chain(r.scale.iter().map(|s| (s.clusters, &s.stages)));
+    for (clusters, stages) in batches {
+        md.push_str(&format!(
+            "\n### {clusters} at once\n\n| stage | source | since Secret p50 / p95 | step p50 / p95 | n |\n|---|---|---|---|---|\n"
+        ));
+        for s in stages {
+            let pair = |s: &Option<Summary>| {
+                s.as_ref()
+                    .map(|s| format!("{:.3} / {:.3}", s.p50, s.p95))
+                    .unwrap_or_else(|| "–".to_owned())
+            };
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {} |\n",
+                s.stage,
+                s.source,
+                pair(&s.since_secret),
+                pair(&s.step),
+                s.since_secret.as_ref().map_or(0, |x| x.n)
+            ));
         }
     }
     md
@@ -1320,16 +1454,18 @@ async fn main() -> Result<()> {
     let mut idle_phase = None;
     for &n in &args.sizes {
         eprintln!("onboarding {n} clusters at once…");
+        r.load.push((format!("onboarding {n}"), loadavg()));
         let mut phase = Phase::start(&plane, &format!("bench-onboard-{n}")).await?;
         let sent = phase.onboard(&plane, n).await?;
-        let (disc, lat, with_quota, refused, cq) = converge(&phase, &sent, timeout).await?;
+        let c = converge(&phase, &sent, timeout).await?;
         r.onboarding.push(Onboarding {
             clusters: n,
-            latency: bench::summarize(&lat),
-            discovered: bench::summarize(&disc),
-            with_quota,
-            kueue_synced_false: refused,
-            queue_valid: queue_valid(&cq) && queue_active(&cq),
+            latency: bench::summarize(&c.latency),
+            discovered: bench::summarize(&c.discovered),
+            with_quota: c.with_quota,
+            kueue_synced_false: c.refused,
+            queue_valid: queue_valid(&c.queue) && queue_active(&c.queue),
+            stages: onboarding_stages(&phase, &sent),
         });
         r.usage.extend(phase.usage(&plane, n).await?);
         if n == 10 && args.lock_samples > 0 {
@@ -1382,6 +1518,7 @@ async fn main() -> Result<()> {
             }
             for &n in args.py_sizes.iter().filter(|&&n| n > 0) {
                 eprintln!("Python Hearth: onboarding {n} clusters at once…");
+                r.load.push((format!("Python Hearth {n}"), loadavg()));
                 let mut phase =
                     Phase::start_python(&plane, &format!("bench-py-{n}"), &peer).await?;
                 let sent = phase.onboard(&plane, n).await?;
@@ -1441,20 +1578,54 @@ async fn main() -> Result<()> {
 
     if args.scale > 0 {
         eprintln!("scale: {} FournosClusters…", args.scale);
+        r.load.push((format!("scale {}", args.scale), loadavg()));
         let mut phase = Phase::start(&plane, "bench-scale").await?;
-        let t0 = Instant::now();
         let sent = phase.onboard(&plane, args.scale).await?;
-        let (_, _, with_quota, refused, cq) = converge(&phase, &sent, timeout).await?;
-        r.scale = Some(Scale {
+        let c = converge(&phase, &sent, timeout).await?;
+        let first_sent = sent.values().map(|s| s.at).min();
+        let last_done = {
+            let seen = phase.observer.lock();
+            sent.keys()
+                .filter_map(|n| Some(seen.clusters.get(n)?.done.as_ref()?.0))
+                .max()
+        };
+        let fit = args.scale.min(MAX_FLAVORS_PER_GROUP);
+        let scale = Scale {
             clusters: args.scale,
-            converge_secs: t0.elapsed().as_secs_f64(),
-            with_quota,
-            kueue_synced_false: refused,
-            queue_valid: queue_valid(&cq),
-            queue_active: queue_active(&cq),
-        });
+            converge_secs: first_sent
+                .zip(last_done)
+                .map_or(0.0, |(from, to)| secs_between(from, to)),
+            with_quota: c.with_quota,
+            kueue_synced_false: c.refused,
+            queue_valid: queue_valid(&c.queue),
+            queue_active: queue_active(&c.queue),
+            fit,
+            ever_with_quota: c.ever_with_quota,
+            lost_quota: c.lost_quota,
+            watch_relists: c.relists,
+            stages: onboarding_stages(&phase, &sent),
+        };
+        let moved = scale.ever_with_quota > fit || !scale.lost_quota.is_empty();
+        if moved {
+            r.notes.push(format!(
+                "FAILED: in the scale phase {} clusters ever had GPU quota where {fit} fit, and {} lost it to another cluster ({}).",
+                scale.ever_with_quota,
+                scale.lost_quota.len(),
+                scale.lost_quota.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        r.scale = Some(scale);
         r.usage.extend(phase.usage(&plane, args.scale).await?);
         phase.stop(&plane).await?;
+        if moved {
+            r.finished_at = k8s_openapi::jiff::Timestamp::now().to_string();
+            write(&out, &r)?;
+            plane.stop().await?;
+            bail!(
+                "quota moved between clusters in the scale phase: see {}",
+                out.display()
+            );
+        }
     }
 
     r.finished_at = k8s_openapi::jiff::Timestamp::now().to_string();

@@ -75,12 +75,26 @@ impl WatchContext {
         Cache<hearth_api::FournosCluster>,
         Objects<hearth_api::FournosCluster>,
     ) {
-        Cache::watch(
+        self.fournos_clusters_trimmed(rt, |_| {})
+    }
+
+    /// [`Self::fournos_clusters`], each trimmed by `trim` to what the controller reads
+    /// (see [`Cache::watch_trimmed`]).
+    pub fn fournos_clusters_trimmed(
+        &self,
+        rt: &crate::Runtime,
+        trim: fn(&mut hearth_api::FournosCluster),
+    ) -> (
+        Cache<hearth_api::FournosCluster>,
+        Objects<hearth_api::FournosCluster>,
+    ) {
+        Cache::watch_trimmed(
             "FournosCluster",
             Api::namespaced(rt.client(), rt.namespace()),
             watcher::Config::default(),
             rt.readiness().gate("fournosclusters"),
             self,
+            trim,
         )
     }
 }

@@ -9,17 +9,29 @@
 //!   controllers built on kube's [`Controller`](kube::runtime::Controller).
 //! - [`ControllerMetrics`]: reconciles, their errors (typed labels) and durations,
 //!   watch errors and undecodable objects; a span per reconcile.
+//! - [`Runner`]: the per-object run of a kube [`Controller`](kube::runtime::Controller)
+//!   over FournosClusters: span, metrics, the failure log and [`Backoff`], so a
+//!   controller's `controller.rs` only wires its watches to its reconcile.
 //! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
 //!   compares `resourceVersion`s for equality only.
 //! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
 
 mod cache;
 mod metrics;
+mod runner;
 mod trigger;
 
 pub use cache::{Cache, CacheGone, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
+pub use runner::{ClusterObject, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
+
+/// Writes one controller keeps in flight at once when many objects need one each (a
+/// batch of new clusters, flavors or statuses). This is what protects the apiserver:
+/// 32 is a sixth of its default `--max-mutating-requests-inflight` (200), so even the
+/// three controllers at full tilt leave most of it to everyone else, while a batch of
+/// 1000 small writes takes a few dozen round trips instead of a thousand.
+pub const WRITES_IN_FLIGHT: usize = 32;
 
 /// An error with a stable, CamelCase reason: a metric label and an Event reason.
 pub trait Reason {

@@ -1,0 +1,252 @@
+//! One reconcile of one FournosCluster: probe when due ([`probe_due`]), plan the status
+//! ([`plan_status`]), write it only when it differs ([`diff_status`]), publish the
+//! transition Events, and requeue for the next probe.
+//!
+//! Nothing here waits but the probe and the writes: a cluster that is due is probed at
+//! once, and the requeue is the time until its next probe (at most the resync interval,
+//! at least 100 ms so that a clock step never spins it).
+
+use std::time::Duration;
+
+use hearth_api::names::controllers::DISCOVERY;
+use hearth_api::{FournosCluster, FournosClusterStatus};
+use hearth_runtime::events::Event;
+use hearth_runtime::status::apply_status;
+use jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::{Resource as _, ResourceExt as _};
+
+use crate::controller::{ClusterObject, Context};
+use crate::credentials::Expiry;
+use crate::error::Error;
+use crate::memory::Written;
+use crate::onboarding::{ObservedCluster, lock_holder};
+use crate::probe::probe;
+use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
+use crate::secret::{SecretKubeconfig, fingerprint};
+use crate::status::{
+    EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
+    plan_status,
+};
+
+/// Probes one cluster if due, and writes what changed. Run by the kit's
+/// [`Runner`](hearth_runtime::kit::Runner): span, metrics and retries are its own.
+pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<Action, Error> {
+    // Clusters that do not decode are reported by the sweep; nothing to probe.
+    let Ok(cluster) = &object.0 else {
+        return Ok(Action::await_change());
+    };
+    if cluster.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    // Before the Secret cache is full, every Secret would look missing. The caches fill
+    // together, so this waits a moment at startup and never after.
+    if !ctx.wait_synced().await {
+        return Ok(Action::await_change());
+    }
+    if !ctx.rt.is_leader() {
+        // Standing by: the new leader reconciles everything when it takes over.
+        return Ok(Action::await_change());
+    }
+    reconcile_cluster(cluster, ctx).await
+}
+
+async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
+    let settings = &ctx.settings;
+    let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
+    let interval = probe_interval(
+        cluster.spec.gpu_discovery_interval.as_deref(),
+        settings.default_interval,
+    );
+    let (remembered, previous) = ctx.recall(cluster);
+
+    let due = probe_due(&DueInput {
+        now: Timestamp::now(),
+        interval,
+        status: previous.as_ref(),
+        remembered,
+        fingerprint: current,
+        secret: kubeconfig.view(),
+        generation: cluster.metadata.generation,
+    });
+    let kubeconfig_changed = match due {
+        ProbeDue::After(wait) => {
+            tracing::debug!(
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "not due yet"
+            );
+            ctx.remember(cluster, current, None);
+            return Ok(Action::requeue(wait.min(settings.resync)));
+        }
+        ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
+    };
+
+    let (outcome, credentials, elapsed) = run_probe(&cluster.name_any(), kubeconfig, ctx).await;
+    let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
+    // Only a cluster the sweep would delete has its offboarding held back.
+    let holder = ObservedCluster::is_auto_discovered(cluster.metadata.labels.as_ref())
+        .then(|| lock_holder(cluster))
+        .flatten();
+    let plan = plan_status(&PlanInput {
+        outcome: &outcome,
+        previous: previous.as_ref(),
+        generation: cluster.metadata.generation,
+        now: Timestamp::now(),
+        secret: &secret_ref,
+        credentials,
+        interval,
+        failure_threshold: settings.failure_threshold,
+        expiry_window: settings.expiry_window,
+        kubeconfig_changed,
+        offboard_hold: holder.as_deref().map(|holder| OffboardHold {
+            holder,
+            grace: settings.offboard_locked_grace,
+        }),
+    });
+    let diff = diff_status(previous.as_ref(), &plan.status);
+    tracing::event!(
+        target: "hearth_discovery::probe",
+        tracing::Level::DEBUG,
+        cluster = %cluster.name_any(),
+        result = outcome.result_label(),
+        elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        kubeconfig_changed,
+        ?diff,
+        "probed"
+    );
+
+    let written = match diff {
+        StatusDiff::Same => None,
+        StatusDiff::TimestampsOnly | StatusDiff::Changed => {
+            if !ctx.rt.is_leader() {
+                return Ok(Action::await_change());
+            }
+            match write_status(ctx, cluster, &plan.status).await? {
+                Some(written) => Some(written),
+                // Deleted while it was probed: nothing left to report on.
+                None => return Ok(Action::await_change()),
+            }
+        }
+    };
+    if diff == StatusDiff::Changed {
+        log_status_change(&outcome, &plan.status);
+    }
+    ctx.remember(cluster, current, written);
+    publish_events(cluster, ctx, &plan.events);
+
+    let next = until_due(
+        plan.status.next_probe_at.as_ref().map(|t| t.0),
+        Timestamp::now(),
+    );
+    Ok(Action::requeue(
+        next.min(settings.resync).max(Duration::from_millis(100)),
+    ))
+}
+
+/// The cluster's kubeconfig as the Secret cache shows it, with the fingerprint that tells
+/// a rotation apart.
+fn read_kubeconfig(cluster: &FournosCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
+    let secret_name = &cluster.spec.kubeconfig_secret;
+    let cached = ctx.secret(secret_name);
+    let secret = match cached.as_deref().map(|s| &s.0) {
+        None => None,
+        Some(Ok(secret)) => Some(secret),
+        Some(Err(_)) => {
+            // Never print the decode error: it may quote the Secret's data.
+            tracing::warn!(secret = %ctx.secret_ref(secret_name), "the Secret does not decode; treating it as holding no kubeconfig");
+            None
+        }
+    };
+    let current = fingerprint(secret_name, secret);
+    let kubeconfig = match (cached.is_some(), secret) {
+        (true, None) => SecretKubeconfig::KeyMissing,
+        (_, secret) => SecretKubeconfig::read_for(
+            secret,
+            secret_name,
+            &cluster.name_any(),
+            &ctx.settings.pattern,
+        ),
+    };
+    (current, kubeconfig)
+}
+
+/// Probes a usable kubeconfig; a missing or refused one is the outcome without a call.
+async fn run_probe(
+    cluster: &str,
+    kubeconfig: SecretKubeconfig,
+    ctx: &Context,
+) -> (ProbeOutcome, Option<Expiry>, Duration) {
+    // With `probed`, the two timestamps the benchmark's stage table reads.
+    tracing::event!(
+        target: "hearth_discovery::probe",
+        tracing::Level::DEBUG,
+        cluster,
+        "probe started"
+    );
+    let started = std::time::Instant::now();
+    let (outcome, credentials) = match kubeconfig {
+        SecretKubeconfig::SecretMissing => (ProbeOutcome::SecretMissing, None),
+        SecretKubeconfig::KeyMissing => (ProbeOutcome::KeyMissing, None),
+        SecretKubeconfig::Invalid(error) => (ProbeOutcome::Invalid(error), None),
+        SecretKubeconfig::Usable { kubeconfig, expiry } => {
+            (probe(&kubeconfig, &ctx.settings.probe).await, expiry)
+        }
+    };
+    let elapsed = started.elapsed();
+    ctx.metrics.probed(outcome.result_label(), elapsed);
+    (outcome, credentials, elapsed)
+}
+
+fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
+    tracing::info!(
+        result = outcome.result_label(),
+        kubeconfig_status = status.kubeconfig_status.map_or("", |s| s.as_str()),
+        gpus = status.gpu_summary.as_deref().unwrap_or_default(),
+        consecutive_failures = status.hardware.as_ref().map(|h| h.consecutive_failures),
+        "status changed"
+    );
+}
+
+/// The Events of a probe, in the background: the status they report is written.
+fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
+    let reference = cluster.object_ref(&());
+    for event in events {
+        let event = Event {
+            warning: event.type_ == EventType::Warning,
+            reason: event.reason,
+            action: "Probe",
+            note: event.message.clone(),
+        };
+        ctx.events.publish_in_background(reference.clone(), event);
+    }
+}
+
+/// Applies discovery's status fields; `None` when the cluster is gone.
+async fn write_status(
+    ctx: &Context,
+    cluster: &FournosCluster,
+    status: &FournosClusterStatus,
+) -> Result<Option<Written>, Error> {
+    let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
+    let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
+        cluster: name.clone(),
+        source,
+    })?;
+    match apply_status(&ctx.cluster_api, cluster, DISCOVERY, value).await {
+        Ok(applied) => {
+            ctx.metrics.status_write(true);
+            Ok(Some(Written {
+                resource_version: applied.resource_version(),
+                status: status.clone(),
+            }))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(source) => {
+            ctx.metrics.status_write(false);
+            Err(Error::StatusWrite {
+                cluster: name,
+                source,
+            })
+        }
+    }
+}
