@@ -117,6 +117,7 @@ pub mod peers;
 pub mod plane;
 pub mod process;
 pub mod protocol;
+pub mod published;
 pub mod resources;
 pub mod supervisor;
 pub mod takeover;

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder};
 use crate::conditions;
-use crate::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use crate::names::condition_types::{
+    GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED, SCHEDULABLE,
+};
 
 /// What hearth-discovery writes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -40,7 +42,9 @@ pub struct DiscoveryStatus {
 pub struct KueueSyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<KueueStatus>,
-    /// `KueueSynced`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_workloads: Option<i64>,
+    /// `KueueSynced` and `Schedulable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -100,7 +104,8 @@ impl KueueSyncStatus {
     pub fn of(status: &FournosClusterStatus) -> Self {
         Self {
             kueue: status.kueue.clone(),
-            conditions: own_conditions(status, &[KUEUE_SYNCED]),
+            admitted_workloads: status.admitted_workloads,
+            conditions: own_conditions(status, &[KUEUE_SYNCED, SCHEDULABLE]),
         }
     }
 }
@@ -169,6 +174,7 @@ mod tests {
                 consecutive_failures: 1,
                 last_error: Some("e".into()),
                 excluded_nodes: 1,
+                kubernetes_version: Some("v1.34.1".into()),
             }),
             credentials_expire_at: Some(t()),
             next_probe_at: Some(t()),
@@ -180,6 +186,7 @@ mod tests {
                 quotas: [("fournos/cluster-slot".to_owned(), 100)].into(),
                 cluster_slots: 100,
             }),
+            admitted_workloads: Some(2),
             locked: Some(true),
             lock_job_name: Some("cluster-lock-a".into()),
             lock_job_uid: Some("uid-a".into()),
@@ -192,9 +199,15 @@ mod tests {
                 owner: None,
                 slots: 100,
             }],
-            conditions: [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED, LOCKED]
-                .map(cond)
-                .to_vec(),
+            conditions: [
+                KUBECONFIG_VALID,
+                GPU_DISCOVERED,
+                KUEUE_SYNCED,
+                SCHEDULABLE,
+                LOCKED,
+            ]
+            .map(cond)
+            .to_vec(),
         }
     }
 

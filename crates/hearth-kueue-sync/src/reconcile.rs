@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,7 +30,7 @@ use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
 use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot, Stores};
-use crate::writeback::{INVALID_OBJECT, event_for};
+use crate::writeback::{INVALID_OBJECT, cordon_event_for, event_for};
 
 /// How the ClusterQueue step of one attempt ended.
 enum QueueWrite {
@@ -54,11 +54,12 @@ const CATCH_UP: Duration = Duration::from_secs(5);
 /// Status writes in flight at once.
 const STATUS_CONCURRENCY: usize = 8;
 
-/// The three watch caches (their stores are [`Stores`], what the snapshot reads).
+/// The four watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
     pub clusters: Cache<FournosCluster>,
     pub queues: Cache<ClusterQueue>,
     pub flavors: Cache<ResourceFlavor>,
+    pub workloads: Cache<Workload>,
 }
 
 /// Everything a reconcile needs.
@@ -300,7 +301,10 @@ impl Context {
                             reason = sync.reason(),
                             "wrote status"
                         );
-                        if let Some(event) = event_for(cluster, sync) {
+                        for event in [event_for(cluster, sync), cordon_event_for(cluster, sync)]
+                            .into_iter()
+                            .flatten()
+                        {
                             self.writer.publish(&cluster.object_ref(&()), &event).await;
                         }
                         Ok(version_of(&updated).map(|(name, rv)| Written::Cluster(name, rv)))

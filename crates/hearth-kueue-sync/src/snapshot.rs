@@ -14,23 +14,28 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hearth_api::FournosCluster;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
+use k8s_openapi::jiff::Timestamp;
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::reflector::Store;
 
 use crate::error::Error;
 use crate::plan::{ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
+use crate::workloads::admitted_per_flavor;
 
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type QueueObject = DeserializeGuard<ClusterQueue>;
 pub(crate) type FlavorObject = DeserializeGuard<ResourceFlavor>;
+pub(crate) type WorkloadObject = DeserializeGuard<Workload>;
 
-/// The three watch caches.
+/// The four watch caches.
 #[derive(Clone)]
 pub(crate) struct Stores {
     pub clusters: Store<ClusterObject>,
     pub queues: Store<QueueObject>,
     pub flavors: Store<FlavorObject>,
+    /// Every Workload, trimmed ([`crate::workloads::trim`]).
+    pub workloads: Store<WorkloadObject>,
 }
 
 impl Stores {
@@ -55,6 +60,8 @@ impl Stores {
             &self.clusters.state(),
             queue,
             &self.flavors.state(),
+            &self.workloads.state(),
+            Timestamp::now(),
         )
     }
 }
@@ -134,6 +141,8 @@ pub(crate) fn snapshot(
     clusters: &[Arc<ClusterObject>],
     queue: Option<Arc<QueueObject>>,
     flavors: &[Arc<FlavorObject>],
+    workloads: &[Arc<WorkloadObject>],
+    now: Timestamp,
 ) -> Result<Snapshot, Error> {
     let mut invalid = Vec::new();
     let mut observed_clusters = Vec::with_capacity(clusters.len());
@@ -191,6 +200,13 @@ pub(crate) fn snapshot(
             clusters: observed_clusters,
             cluster_queue,
             flavors: observed_flavors,
+            // A Workload that does not decode is not counted: Kueue could not read it
+            // either, so it holds no quota.
+            admitted: admitted_per_flavor(
+                workloads.iter().filter_map(|w| w.0.as_ref().ok()),
+                &settings.namespace,
+            ),
+            now,
         },
         clusters: decoded,
         queue,
@@ -209,6 +225,7 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         generation: meta.generation,
+        labels: meta.labels.clone().unwrap_or_default(),
         kubeconfig_secret: String::new(),
         kubeconfig_status: None,
         counted: false,
@@ -216,6 +233,9 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         legacy_gpus: None,
         kueue: None,
         synced_condition: None,
+        cordon: None,
+        schedulable_condition: None,
+        admitted_workloads: None,
         undecodable: true,
     }
 }
@@ -282,6 +302,8 @@ mod tests {
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[flavor],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap();
         assert_eq!(snapshot.input.clusters.len(), 1);
@@ -325,6 +347,8 @@ mod tests {
                 hearth_flavor_object("b"),
                 hearth_flavor_object("c"),
             ],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap();
         let b = snapshot
@@ -369,6 +393,8 @@ mod tests {
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap_err();
         assert_eq!(error.reason(), "InvalidClusterQueue");
@@ -384,7 +410,15 @@ mod tests {
             "spec": {"nodeLabels": {"fournos.dev/cluster": 5}}
         }));
         assert!(flavor.0.is_err());
-        let snapshot = snapshot(&settings(), &[], None, &[flavor]).unwrap();
+        let snapshot = snapshot(
+            &settings(),
+            &[],
+            None,
+            &[flavor],
+            &[],
+            Timestamp::UNIX_EPOCH,
+        )
+        .unwrap();
         assert!(snapshot.input.flavors[0].is_hearths(&Default::default()));
         assert!(snapshot.input.flavors[0].node_labels.is_empty());
         assert_eq!(snapshot.invalid[0].kind, "ResourceFlavor");

@@ -104,10 +104,16 @@ impl Session {
             .map_err(|e| api_error(&self.op("get", Some(name)), e))
     }
 
-    pub async fn list(&self) -> Result<Vec<FournosCluster>> {
+    /// The FournosClusters, those matching the label `selector` if given (e.g.
+    /// `fournos.dev/pool=b`), by name.
+    pub async fn list(&self, selector: Option<&str>) -> Result<Vec<FournosCluster>> {
+        let mut params = ListParams::default();
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
         let mut items = self
             .clusters()
-            .list(&ListParams::default())
+            .list(&params)
             .await
             .map_err(|e| api_error(&self.op("list", None), e))?
             .items;

@@ -53,11 +53,9 @@ pub struct Explanation {
 pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> String {
     let name = fc.metadata.name.clone().unwrap_or_default();
     let status = fc.status.clone().unwrap_or_default();
-    let mut sentences = vec![
-        kubeconfig_sentence(&name, &status),
-        quota_sentence(&status),
-        lock_sentence(fc, &name, &status, evidence, now),
-    ];
+    let mut sentences = vec![kubeconfig_sentence(&name, &status), quota_sentence(&status)];
+    sentences.extend(cordon_sentence(fc, &name));
+    sentences.push(lock_sentence(fc, &name, &status, evidence, now));
     sentences.extend(evidence_sentences(evidence, now));
     // Names, owners, reasons and GPU summaries come from the cluster as much as the
     // quoted messages do: each sentence is bounded whole.
@@ -87,7 +85,14 @@ fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
                 .filter(|c| c.reason.starts_with("Credentials"))
                 .map(|c| format!(" Careful: {}", quote(&c.message)))
                 .unwrap_or_default();
-            format!("{name}'s kubeconfig is Valid ({gpus}).{expiry}")
+            let facts = status
+                .hardware
+                .as_ref()
+                .map(view::platform_facts)
+                .filter(|f| !f.is_empty())
+                .map(|f| format!("; {f}"))
+                .unwrap_or_default();
+            format!("{name}'s kubeconfig is Valid ({gpus}{facts}).{expiry}")
         }
         Some(s) => format!(
             "{name}'s kubeconfig is {s}{} Kueue gets zero quota for it until it is Valid again.",
@@ -122,6 +127,38 @@ fn quota_sentence(status: &FournosClusterStatus) -> String {
             quote(&c.message)
         ),
     }
+}
+
+/// Cordon, in one sentence: who, why, until when, and how far the drain is.
+fn cordon_sentence(fc: &FournosCluster, name: &str) -> Option<String> {
+    let cordon = view::row(fc).cordon?;
+    let by = cordon
+        .by
+        .as_deref()
+        .map(|b| format!(" by {b}"))
+        .unwrap_or_default();
+    let until = cordon
+        .until
+        .as_deref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    let reason = bounded(&cordon.reason, MAX_QUOTE);
+    let left = match (cordon.state.as_str(), cordon.admitted_workloads) {
+        ("Drained", _) => {
+            "; no Workload is admitted there any more (Drained): ready for maintenance".to_owned()
+        }
+        ("CordonOverdue", n) => format!(
+            "; its end has passed and it is still on{}",
+            n.map(|n| format!(", with {n} Workload(s) still admitted"))
+                .unwrap_or_default()
+        ),
+        (_, Some(n)) => format!("; {n} Workload(s) admitted before the cordon still run there"),
+        _ => "; hearth-kueue-sync has not reported on the cordon yet".to_owned(),
+    };
+    Some(format!(
+        "{name} is cordoned{by}{until} (\"{reason}\"): Kueue admits no new job there{left}; \
+         `kubectl fournos uncordon {name}` lifts it."
+    ))
 }
 
 /// Lock.
@@ -358,6 +395,38 @@ mod tests {
              lock is not held yet (WaitingForAdmission): Sentinel cluster-lock-a waits for \
              Kueue to admit it: insufficient unused quota. Admitted on a now: exec/benchmark-1."
         );
+    }
+
+    #[test]
+    fn a_cordon_is_one_sentence_with_who_why_and_what_is_left() {
+        let mut fc = cluster("a");
+        fc.spec.cordon = Some(hearth_api::Cordon {
+            reason: "driver upgrade".into(),
+            by: Some("bob".into()),
+            since: None,
+            until: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-25T08:00:00Z".parse().unwrap(),
+            )),
+        });
+        let status = fc.status.as_mut().unwrap();
+        status.conditions.push(condition(
+            hearth_api::names::condition_types::SCHEDULABLE,
+            "False",
+            "Cordoned",
+            "cordoned",
+        ));
+        status.admitted_workloads = Some(1);
+        status.hardware.as_mut().unwrap().kubernetes_version = Some("v1.34.1".into());
+        let text = explain(&fc, &Evidence::default(), now());
+        assert!(
+            text.contains(
+                "a is cordoned by bob until 2026-11-25T08:00:00Z (\"driver upgrade\"): Kueue \
+                 admits no new job there; 1 Workload(s) admitted before the cordon still run \
+                 there; `kubectl fournos uncordon a` lifts it."
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Kubernetes v1.34.1"), "{text}");
     }
 
     #[test]

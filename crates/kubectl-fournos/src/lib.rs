@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod cordon;
 pub mod error;
 pub mod explain;
 pub mod lock;
@@ -55,16 +56,28 @@ pub async fn run(cli: Cli) -> Result<()> {
             };
             emit(output, &report, &report.render())
         }
-        Command::Status { cluster } => {
+        Command::Status {
+            cluster,
+            selector,
+            pool_label_keys,
+        } => {
             let clusters = match cluster {
                 Some(name) => vec![session.get(&name).await?],
-                None => session.list().await?,
+                None => session.list(selector.as_deref()).await?,
             };
-            let rows: Vec<_> = clusters.iter().map(view::row).collect();
+            let keys = view::pool_keys(&pool_label_keys);
+            let rows: Vec<_> = clusters
+                .iter()
+                .map(|fc| view::row(fc).with_pools(fc, &keys))
+                .collect();
             let text = if rows.is_empty() {
                 format!(
-                    "No FournosClusters in namespace {}.\n",
-                    cli.global.namespace
+                    "No FournosClusters in namespace {}{}.\n",
+                    cli.global.namespace,
+                    selector
+                        .as_deref()
+                        .map(|s| format!(" matching {}", hearth_api::text::bounded(s, 253)))
+                        .unwrap_or_default()
                 )
             } else {
                 view::table(&rows, Timestamp::now())
@@ -78,8 +91,33 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(&session, &cluster, output, |fc| {
-                lock::plan_lock(fc, &me, ttl.as_deref(), force)
+            write(
+                &session,
+                &cluster,
+                output,
+                "lock",
+                |fc| lock::plan_lock(fc, &me, ttl.as_deref(), force),
+                lock_done,
+            )
+            .await
+        }
+        Command::Cordon {
+            cluster,
+            reason,
+            until,
+            by,
+            force,
+        } => {
+            let me = owner_or_me(&session, by).await?;
+            write_cordon(&session, &cluster, output, |fc| {
+                cordon::plan_cordon(fc, &me, &reason, until.as_deref(), force, Timestamp::now())
+            })
+            .await
+        }
+        Command::Uncordon { cluster, by, force } => {
+            let me = owner_or_me(&session, by).await?;
+            write_cordon(&session, &cluster, output, |fc| {
+                cordon::plan_uncordon(fc, &me, force)
             })
             .await
         }
@@ -89,9 +127,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(&session, &cluster, output, |fc| {
-                lock::plan_unlock(fc, &me, force)
-            })
+            write(
+                &session,
+                &cluster,
+                output,
+                "lock",
+                |fc| lock::plan_unlock(fc, &me, force),
+                lock_done,
+            )
             .await
         }
         Command::Why { cluster } => {
@@ -150,12 +193,58 @@ async fn owner_or_me(session: &Session, owner: Option<String>) -> Result<String>
     }
 }
 
-/// Read, plan, patch guarded by the version read; on a conflict read and plan again.
-async fn write(
+/// What `lock`/`unlock` say once the patch is in.
+fn lock_done(cluster: &str, row: &view::ClusterRow) -> String {
+    match &row.lock.owner {
+        Some(owner) => format!(
+            "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
+             its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
+            row.lock
+                .ttl
+                .as_ref()
+                .map(|t| format!(" (ttl {t})"))
+                .unwrap_or_default()
+        ),
+        None => format!("{cluster} unlocked.\n"),
+    }
+}
+
+/// What `cordon`/`uncordon` say once the patch is in.
+fn cordon_done(cluster: &str, row: &view::ClusterRow) -> String {
+    match &row.cordon {
+        Some(c) => format!(
+            "{cluster} cordoned by {}{}: Kueue admits no new job there; admitted ones keep \
+             running. `kubectl fournos status {cluster}` shows how many are left (Drained \
+             once none is).\n",
+            c.by.as_deref().unwrap_or("?"),
+            c.until
+                .as_ref()
+                .map(|u| format!(" until {u}"))
+                .unwrap_or_default()
+        ),
+        None => format!("{cluster} uncordoned: Kueue admits new jobs there again.\n"),
+    }
+}
+
+/// [`write`] of a cordon.
+async fn write_cordon(
     session: &Session,
     cluster: &str,
     output: Output,
     plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
+) -> Result<()> {
+    write(session, cluster, output, "cordon", plan, cordon_done).await
+}
+
+/// Read, plan, patch guarded by the version read; on a conflict read and plan again.
+/// `what` (lock, cordon) names what `--force` took over; `done` says what was done.
+async fn write(
+    session: &Session,
+    cluster: &str,
+    output: Output,
+    what: &str,
+    plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
+    done: fn(&str, &view::ClusterRow) -> String,
 ) -> Result<()> {
     for _ in 0..CONFLICT_RETRIES {
         let fc = session.get(cluster).await?;
@@ -172,24 +261,12 @@ async fn write(
                     eprintln!(
                         "{}",
                         print::lines(&format!(
-                            "warning: took the lock of {cluster} from {previous} (--force)"
+                            "warning: took the {what} of {cluster} from {previous} (--force)"
                         ))
                     );
                 }
                 let row = view::row(&updated);
-                let text = match &row.lock.owner {
-                    Some(owner) => format!(
-                        "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
-                         its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
-                        row.lock
-                            .ttl
-                            .as_ref()
-                            .map(|t| format!(" (ttl {t})"))
-                            .unwrap_or_default()
-                    ),
-                    None => format!("{cluster} unlocked.\n"),
-                };
-                return emit(output, &row, &text);
+                return emit(output, &row, &done(cluster, &row));
             }
         }
     }
