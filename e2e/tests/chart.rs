@@ -22,6 +22,18 @@ fn helm(args: &[&str]) -> Result<std::process::Output> {
     Ok(Command::new(&tools.helm).args(args).output()?)
 }
 
+/// `helm <args>` against the plane, in `namespace`.
+fn helm_on(kubeconfig: &Path, namespace: &str, args: &[&str]) -> Result<std::process::Output> {
+    let mut args = args.to_vec();
+    args.extend([
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        namespace,
+    ]);
+    helm(&args)
+}
+
 /// `helm template` with `--set` values; Err carries helm's message.
 fn template(sets: &[&str]) -> Result<Vec<Value>> {
     let chart = chart_dir();
@@ -150,6 +162,207 @@ fn replicas_and_hardened_pods_render() -> Result<()> {
         ensure!(c["livenessProbe"]["httpGet"]["path"] == "/healthz");
         ensure!(c["readinessProbe"]["httpGet"]["path"] == "/readyz");
     }
+    Ok(())
+}
+
+/// Every pod spec a rendered document would run, with where it is (`Kind/name`): the
+/// Deployments, and any Pod (a `helm test` hook), Job or other workload added later.
+fn pod_specs(docs: &[Value]) -> Vec<(String, &Value)> {
+    docs.iter()
+        .filter_map(|d| {
+            let spec = match d["kind"].as_str()? {
+                "Pod" => &d["spec"],
+                "CronJob" => &d["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+                _ => d["spec"].get("template")?.get("spec")?,
+            };
+            Some((
+                format!(
+                    "{}/{}",
+                    d["kind"].as_str().unwrap_or_default(),
+                    d["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                spec,
+            ))
+        })
+        .collect()
+}
+
+/// What OpenShift's `restricted-v2` SCC and the Kubernetes `restricted` Pod Security
+/// profile (which includes `baseline`) refuse in one pod spec, field by field; empty when
+/// both admit it. restricted-v2: runAsUser MustRunAsRange and fsGroup MustRunAs (the
+/// namespace's range, unknowable when rendering: so unset), seLinuxContext MustRunAs
+/// (unset), no privileged or host namespaces or host ports, allowPrivilegeEscalation
+/// false, capabilities: drop ALL, add at most NET_BIND_SERVICE, seccomp runtime/default,
+/// volumes of the listed kinds. restricted: runAsNonRoot true at pod or container level,
+/// never runAsUser 0, allowPrivilegeEscalation false set explicitly, seccomp RuntimeDefault
+/// or Localhost, the same volumes, no hostProcess, procMount, unsafe sysctls, AppArmor
+/// unconfined.
+fn restricted_violations(spec: &Value) -> Vec<String> {
+    const VOLUMES: [&str; 8] = [
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    let mut bad = Vec::new();
+    let pod_sc = &spec["securityContext"];
+    for host in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[host] == true {
+            bad.push(format!("spec.{host} is true"));
+        }
+    }
+    for field in ["runAsUser", "fsGroup", "seLinuxOptions"] {
+        if !pod_sc[field].is_null() {
+            bad.push(format!(
+                "spec.securityContext.{field} is set ({}): restricted-v2 assigns it from the namespace",
+                pod_sc[field]
+            ));
+        }
+    }
+    if !pod_sc["sysctls"].is_null() {
+        bad.push("spec.securityContext.sysctls is set".into());
+    }
+    if pod_sc["windowsOptions"]["hostProcess"] == true {
+        bad.push("spec.securityContext.windowsOptions.hostProcess is true".into());
+    }
+    if !pod_sc["appArmorProfile"].is_null() && pod_sc["appArmorProfile"]["type"] == "Unconfined" {
+        bad.push("spec.securityContext.appArmorProfile is Unconfined".into());
+    }
+    let seccomp_ok = |sc: &Value| {
+        matches!(
+            sc["seccompProfile"]["type"].as_str(),
+            Some("RuntimeDefault")
+        )
+    };
+    for volume in spec["volumes"].as_array().into_iter().flatten() {
+        let name = volume["name"].as_str().unwrap_or_default();
+        let kinds: Vec<&String> = volume
+            .as_object()
+            .into_iter()
+            .flat_map(|o| o.keys())
+            .filter(|k| *k != "name")
+            .collect();
+        if !kinds.iter().all(|k| VOLUMES.contains(&k.as_str())) {
+            bad.push(format!("volume {name} is of kind {kinds:?}"));
+        }
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|list| spec[list].as_array().into_iter().flatten());
+    let mut count = 0;
+    for c in containers {
+        count += 1;
+        let name = c["name"].as_str().unwrap_or_default();
+        let sc = &c["securityContext"];
+        let at = |field: &str| format!("container {name}: securityContext.{field}");
+        if sc["privileged"] == true {
+            bad.push(format!("{} is true", at("privileged")));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            bad.push(format!("{} is not false", at("allowPrivilegeEscalation")));
+        }
+        let non_root = match sc["runAsNonRoot"].as_bool() {
+            Some(v) => v,
+            None => pod_sc["runAsNonRoot"] == true,
+        };
+        if !non_root {
+            bad.push(format!(
+                "{} is not true (nor the pod's)",
+                at("runAsNonRoot")
+            ));
+        }
+        for field in ["runAsUser", "seLinuxOptions"] {
+            if !sc[field].is_null() {
+                bad.push(format!("{} is set ({})", at(field), sc[field]));
+            }
+        }
+        if !(seccomp_ok(sc) || sc["seccompProfile"].is_null() && seccomp_ok(pod_sc)) {
+            bad.push(format!("{} is not RuntimeDefault", at("seccompProfile")));
+        }
+        if !sc["capabilities"]["drop"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|c| c == "ALL"))
+        {
+            bad.push(format!("{} lacks ALL", at("capabilities.drop")));
+        }
+        for cap in sc["capabilities"]["add"].as_array().into_iter().flatten() {
+            if cap != "NET_BIND_SERVICE" {
+                bad.push(format!("{} adds {cap}", at("capabilities.add")));
+            }
+        }
+        if sc["readOnlyRootFilesystem"] != true {
+            bad.push(format!("{} is not true", at("readOnlyRootFilesystem")));
+        }
+        if !sc["procMount"].is_null() && sc["procMount"] != "Default" {
+            bad.push(format!("{} is {}", at("procMount"), sc["procMount"]));
+        }
+        if sc["windowsOptions"]["hostProcess"] == true {
+            bad.push(format!("{} is true", at("windowsOptions.hostProcess")));
+        }
+        for port in c["ports"].as_array().into_iter().flatten() {
+            if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
+                bad.push(format!("container {name}: hostPort {}", port["hostPort"]));
+            }
+        }
+    }
+    if count == 0 {
+        bad.push("no containers".into());
+    }
+    bad
+}
+
+/// Issue 27: the chart runs under OpenShift's restricted-v2 SCC and the restricted Pod
+/// Security profile with OpenShift-style values (images from the internal registry, the
+/// optional monitoring objects on), and pins a UID only when a value asks for one.
+#[test]
+fn every_pod_is_admitted_by_restricted_v2_and_restricted_pod_security() -> Result<()> {
+    let openshift = [
+        "image.registry=image-registry.openshift-image-registry.svc:5000/hearth",
+        "imagePullSecrets[0].name=registry-pull",
+        "serviceMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "grafanaDashboard.enabled=true",
+        "discovery.replicas=2",
+    ];
+    let docs = template(&openshift)?;
+    let pods = pod_specs(&docs);
+    ensure!(
+        pods.len() == 3,
+        "one pod spec per controller: {:?}",
+        pods.iter().map(|(w, _)| w).collect::<Vec<_>>()
+    );
+    for (workload, spec) in &pods {
+        let bad = restricted_violations(spec);
+        ensure!(
+            bad.is_empty(),
+            "{workload} would be refused:\n{}",
+            bad.join("\n")
+        );
+    }
+    // The checker is not blind: a pinned UID (a value asks for it) is what restricted-v2
+    // refuses, and so is a container that may escalate.
+    let pinned = template(&[openshift[0], "podSecurityContext.runAsUser=65532"])?;
+    for (workload, spec) in pod_specs(&pinned) {
+        ensure!(spec["securityContext"]["runAsUser"] == 65532, "{workload}");
+        ensure!(
+            spec["securityContext"]["runAsNonRoot"] == true,
+            "{workload}"
+        );
+        let bad = restricted_violations(spec);
+        ensure!(
+            bad.len() == 1 && bad[0].contains("spec.securityContext.runAsUser"),
+            "{workload}: {bad:?}"
+        );
+    }
+    let mut escalating = pods[0].1.clone();
+    escalating["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = json!(null);
+    escalating["volumes"] = json!([{"name": "host", "hostPath": {"path": "/"}}]);
+    let bad = restricted_violations(&escalating);
+    ensure!(bad.len() == 2, "{bad:?}");
     Ok(())
 }
 
@@ -697,14 +910,11 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
             notes.contains("kubectl -n"),
             "NOTES.txt tells what to do next"
         );
-        let status = helm(&[
-            "status",
-            &format!("hearth-{case}"),
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--namespace",
+        let status = helm_on(
+            &kubeconfig,
             &iso.namespace,
-        ])?;
+            &["status", &format!("hearth-{case}")],
+        )?;
         ensure!(
             String::from_utf8_lossy(&status.stdout).contains("STATUS: deployed"),
             "{case} not deployed"
@@ -730,6 +940,291 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
             .await
             .with_context(|| format!("WorkloadPriorityClass {name}"))?;
         ensure!(class.data["value"] == value, "{name}: {:?}", class.data);
+    }
+    Ok(())
+}
+
+/// Issue 27: `helm template` without a cluster (ArgoCD, a person offline) renders, and
+/// what the chart is tested with is said in docs/support.md rather than claimed by a
+/// kubeVersion range nothing tests.
+#[test]
+fn plain_helm_template_renders_without_a_cluster_version() -> Result<()> {
+    let chart = chart_dir();
+    let out = helm(&["template", "hearth", chart.to_str().unwrap()])?;
+    ensure!(
+        out.status.success(),
+        "helm template without --kube-version: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chart_yaml = std::fs::read_to_string(chart.join("Chart.yaml"))?;
+    ensure!(
+        !chart_yaml.lines().any(|l| l.starts_with("kubeVersion:")),
+        "Chart.yaml claims a kubeVersion range: only what is tested goes in docs/support.md"
+    );
+    let pins = std::fs::read_to_string(repo().join("e2e/tools/kube/go.mod"))?;
+    let support = std::fs::read_to_string(repo().join("docs/support.md"))?;
+    for module in ["k8s.io/kubernetes", "sigs.k8s.io/kueue"] {
+        let version = pins
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{module} ")))
+            .with_context(|| format!("{module} is not pinned"))?;
+        ensure!(
+            support
+                .lines()
+                .any(|l| l.contains(version) && l.contains("tested in CI")),
+            "docs/support.md does not say that {module} {version} (the pinned one) is tested"
+        );
+    }
+    Ok(())
+}
+
+/// Issue 27: namespaces.create makes the secrets and execution namespaces (never the
+/// release's), kept on uninstall and on an ArgoCD prune; off by default.
+#[test]
+fn namespaces_are_created_only_when_asked() -> Result<()> {
+    ensure!(names_of(&template(&[])?, "Namespace").is_empty());
+    let docs = template(&["namespaces.create=true", "namespaces.labels.team=gpu"])?;
+    ensure!(
+        names_of(&docs, "Namespace") == ["psap-automation", "psap-secrets"],
+        "{:?}",
+        names_of(&docs, "Namespace")
+    );
+    for ns in docs.iter().filter(|d| d["kind"] == "Namespace") {
+        let annotations = &ns["metadata"]["annotations"];
+        ensure!(annotations["helm.sh/resource-policy"] == "keep", "{ns}");
+        ensure!(
+            annotations["argocd.argoproj.io/sync-options"] == "Prune=false",
+            "{ns}"
+        );
+        ensure!(ns["metadata"]["labels"]["team"] == "gpu", "{ns}");
+    }
+    let shared = template(&[
+        "namespaces.create=true",
+        "config.executionNamespace=psap-secrets",
+        "config.namespace=fleet",
+    ])?;
+    ensure!(
+        names_of(&shared, "Namespace") == ["fleet", "psap-secrets"],
+        "{:?}",
+        names_of(&shared, "Namespace")
+    );
+    let in_release = template(&["namespaces.create=true", "config.secretsNamespace=hearth"])?;
+    ensure!(
+        names_of(&in_release, "Namespace") == ["psap-automation"],
+        "the release's namespace is Helm's to make: {:?}",
+        names_of(&in_release, "Namespace")
+    );
+    Ok(())
+}
+
+/// `kubectl fournos doctor` as an administrator: exit code and stdout.
+async fn doctor(plane: &ControlPlane, args: &[&str]) -> Result<(i32, String)> {
+    hearth_e2e::hearth::ensure_built().await?;
+    let out = tokio::process::Command::new(hearth_e2e::plane::hearth_binary(
+        hearth_e2e::hearth::PLUGIN,
+    )?)
+    .arg("doctor")
+    .args(args)
+    .arg("--kubeconfig")
+    .arg(plane.management_kubeconfig())
+    .env_remove("KUBECONFIG")
+    .output()
+    .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Ok((out.status.code().unwrap_or(-1), format!("{stdout}{stderr}")))
+}
+
+/// `helm install` of the chart into `namespace` with `sets`; Err carries helm's message.
+/// Without the cluster-scoped WorkloadPriorityClasses: on this shared plane they belong to
+/// the release of `helm_installs_with_defaults_each_controller_disabled_and_three_replicas`.
+fn helm_install(
+    kubeconfig: &Path,
+    release: &str,
+    namespace: &str,
+    sets: &[String],
+) -> Result<std::process::Output> {
+    let chart = chart_dir();
+    let mut args = vec![
+        "install",
+        release,
+        chart.to_str().unwrap(),
+        "--set",
+        "workloadPriorityClasses.enabled=false",
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    helm_on(kubeconfig, namespace, &args)
+}
+
+/// Issue 27: on a fresh cluster the chart makes the namespaces it needs when asked, and
+/// keeps them on uninstall; the doctor, run as NOTES.txt prints it, passes on that
+/// install, the controllers' rights included. Checked with values the install does not
+/// match (a ClusterQueue that does not exist, a missing LocalQueue), it names each missing
+/// piece with what to do and exits non-zero. Without namespaces.create and with a
+/// namespace missing, the install fails naming it, and so does the doctor.
+#[tokio::test]
+async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let iso = plane.isolated("chart_doctor").await?;
+    let kubeconfig = plane.management_kubeconfig();
+    // Namespaces nobody made: the chart's to create.
+    let (secrets, exec) = (
+        format!("{}-s", iso.namespace),
+        format!("{}-x", iso.namespace),
+    );
+    let release = format!("doctor-{}", iso.id);
+    let out = helm_install(
+        &kubeconfig,
+        &release,
+        &iso.namespace,
+        &[
+            "namespaces.create=true".into(),
+            format!("config.secretsNamespace={secrets}"),
+            format!("config.executionNamespace={exec}"),
+            format!("config.clusterQueueName={}", iso.cluster_queue),
+        ],
+    )?;
+    ensure!(
+        out.status.success(),
+        "helm install with namespaces.create: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // NOTES.txt prints the doctor's command with the values installed: run it as given.
+    let notes = String::from_utf8_lossy(&out.stdout);
+    let good: Vec<&str> = notes
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kubectl fournos doctor "))
+        .with_context(|| format!("NOTES.txt gives no doctor command:\n{notes}"))?
+        .split_whitespace()
+        .collect();
+    let (code, text) = doctor(plane, &good).await?;
+    println!("$ kubectl fournos doctor (good)\n{text}");
+    ensure!(code == 0, "doctor on a good install exited {code}:\n{text}");
+    for needle in [
+        "ok      Kueue serves kueue.x-k8s.io/v1beta2".to_owned(),
+        "ok      the FournosCluster CRD".to_owned(),
+        "ok      the FournosJob CRD".to_owned(),
+        format!("ok      namespace {secrets} exists"),
+        format!("ok      namespace {exec} exists"),
+        format!("ok      ClusterQueue {} exists", iso.cluster_queue),
+        format!("ok      hearth-discovery may watch secrets in namespace {secrets}"),
+        format!(
+            "ok      hearth-kueue-sync may update clusterqueues {}",
+            iso.cluster_queue
+        ),
+        format!("ok      hearth-lock-manager may create fournosjobs in namespace {exec}"),
+        format!(
+            "ok      hearth-lock-manager may patch fournosclusters in namespace {}",
+            iso.namespace
+        ),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+
+    // The same install checked with values it was not installed with.
+    let (code, text) = doctor(
+        plane,
+        &[
+            "-n",
+            &iso.namespace,
+            "--secrets-namespace",
+            &secrets,
+            "--execution-namespace",
+            &exec,
+            "--cluster-queue",
+            "no-such-queue",
+            "--sentinel",
+            "workload",
+            "--local-queue",
+            "no-such-local-queue",
+        ],
+    )
+    .await?;
+    println!("$ kubectl fournos doctor (other values)\n{text}");
+    ensure!(code == 4, "doctor with other values exited {code}:\n{text}");
+    for needle in [
+        "MISSING ClusterQueue no-such-queue does not exist: Hearth publishes the fleet's quota \
+         into it but does not create it"
+            .to_owned(),
+        format!("MISSING LocalQueue no-such-local-queue in namespace {exec} does not exist"),
+        format!(
+            "MISSING hearth-kueue-sync (ServiceAccount {}/hearth-kueue-sync) may not update \
+             clusterqueues no-such-queue: the chart was installed with another \
+             config.clusterQueueName",
+            iso.namespace
+        ),
+        format!("ok      hearth-lock-manager may create workloads in namespace {exec}"),
+        "3 prerequisite(s) missing".to_owned(),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    ensure!(
+        !text.contains("FournosJob CRD"),
+        "workload sentinels need no FournosJob CRD:\n{text}"
+    );
+
+    // Uninstalled, the release leaves its namespaces (and so the Secrets and locks).
+    let out = helm_on(&kubeconfig, &iso.namespace, &["uninstall", &release])?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = plane.management_client().await?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    for ns in [&secrets, &exec] {
+        ensure!(
+            namespaces.get_opt(ns).await?.is_some(),
+            "helm uninstall deleted namespace {ns}, which the chart created"
+        );
+    }
+
+    // Broken: the execution namespace does not exist and namespaces.create is off.
+    let gone = format!("{}-gone", iso.namespace);
+    let out = helm_install(
+        &kubeconfig,
+        &format!("broken-{}", iso.id),
+        &iso.namespace,
+        &[
+            format!("config.secretsNamespace={}", iso.secrets_namespace),
+            format!("config.executionNamespace={gone}"),
+            format!("config.clusterQueueName={}", iso.cluster_queue),
+        ],
+    )?;
+    let refusal = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && refusal.contains(&format!("namespaces \"{gone}\" not found")),
+        "helm install into a missing namespace: {refusal}"
+    );
+    let (code, text) = doctor(
+        plane,
+        &[
+            "-n",
+            &iso.namespace,
+            "--secrets-namespace",
+            &iso.secrets_namespace,
+            "--execution-namespace",
+            &gone,
+            "--cluster-queue",
+            &iso.cluster_queue,
+        ],
+    )
+    .await?;
+    println!("$ kubectl fournos doctor (broken)\n{text}");
+    ensure!(
+        code == 4,
+        "doctor on a broken install exited {code}:\n{text}"
+    );
+    for needle in [
+        format!("MISSING namespace {gone} does not exist; it is the lock sentinels' namespace"),
+        format!(
+            "`kubectl create namespace {gone}`, or install the chart with namespaces.create=true"
+        ),
+        format!("ok      namespace {} exists", iso.secrets_namespace),
+    ] {
+        ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
     }
     Ok(())
 }

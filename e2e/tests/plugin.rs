@@ -7,7 +7,7 @@
 //! cargo build --workspace --bins && cargo test -p hearth-e2e --test plugin
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -100,6 +100,23 @@ impl Plugin {
         })
         .await
     }
+}
+
+/// A test's scope with one FournosCluster `<base>-<id>`, created as a person would (no
+/// controllers run): its API and its name.
+async fn scope_with_cluster(
+    plane: &ControlPlane,
+    test: &str,
+    base: &str,
+) -> Result<(Isolated, Api<FournosCluster>, String)> {
+    let scope = plane.isolated(test).await?;
+    let client = plane.management_client().await?;
+    let clusters: Api<FournosCluster> = Api::namespaced(client, &scope.namespace);
+    let cluster = scope.cluster(base);
+    let mut fc = FournosCluster::new(&cluster, Default::default());
+    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
+    clusters.create(&PostParams::default(), &fc).await?;
+    Ok((scope, clusters, cluster))
 }
 
 async fn whoami(client: &kube::Client) -> Result<String> {
@@ -351,6 +368,224 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
         completion.contains("kubectl-fournos") && completion.contains("unlock"),
         "{completion}"
     );
+    // kubectl completes the cluster names, read with the namespace and kubeconfig typed.
+    let shim_dir =
+        std::env::temp_dir().join(format!("hearth-completion-flow-{}", std::process::id()));
+    let path = completion_path(&shim_dir)?;
+    install_shim(&shim_dir).await?;
+    let kubeconfig = plane.management_kubeconfig();
+    let names = kubectl_with_path(
+        &path,
+        &[
+            "__complete",
+            "fournos",
+            "lock",
+            "-n",
+            &scope.namespace,
+            "--kubeconfig",
+            kubeconfig.to_str().context("kubeconfig path")?,
+            "",
+        ],
+    )
+    .await?;
+    std::fs::remove_dir_all(&shim_dir)?;
+    for cluster in [&a, &b] {
+        ensure!(
+            names.lines().any(|l| l == cluster.as_str()),
+            "{cluster} not completed:\n{names}"
+        );
+    }
+    Ok(())
+}
+
+/// $PATH as a user has it for completion: the plugin's directory, `shim_dir` (made here,
+/// for kubectl_complete-fournos) and /bin for the shim's sh.
+fn completion_path(shim_dir: &Path) -> Result<std::ffi::OsString> {
+    std::fs::create_dir_all(shim_dir)?;
+    let plugin = hearth_binary(hearth::PLUGIN)?;
+    let plugin_dir = plugin.parent().context("the plugin's directory")?;
+    Ok(std::env::join_paths([
+        plugin_dir,
+        shim_dir,
+        Path::new("/bin"),
+        Path::new("/usr/bin"),
+    ])?)
+}
+
+/// `kubectl-fournos completion install --dir <shim_dir>`; its stdout.
+async fn install_shim(shim_dir: &Path) -> Result<String> {
+    hearth::ensure_built().await?;
+    let out = tokio::process::Command::new(hearth_binary(hearth::PLUGIN)?)
+        .args(["completion", "install", "--dir"])
+        .arg(shim_dir)
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "completion install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `kubectl <args>` with `path` as $PATH; stdout.
+async fn kubectl_with_path(path: &std::ffi::OsStr, args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new(Tools::locate()?.kubectl)
+        .args(args)
+        .env("PATH", path)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Issue 27: the real kubectl completes `kubectl fournos …` once `completion install` has
+/// written kubectl_complete-fournos (and not before), and the plugin's usage lines say
+/// `kubectl fournos`.
+#[tokio::test]
+async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<()> {
+    hearth::ensure_built().await?;
+    let plugin = hearth_binary(hearth::PLUGIN)?;
+    let shim_dir = std::env::temp_dir().join(format!("hearth-completion-{}", std::process::id()));
+    let path = completion_path(&shim_dir)?;
+    let complete = |words: &'static [&'static str]| {
+        let path = path.clone();
+        async move {
+            let mut args = vec!["__complete", "fournos"];
+            args.extend(words);
+            kubectl_with_path(&path, &args).await
+        }
+    };
+    let before = complete(&[""]).await?;
+    ensure!(
+        !before.lines().any(|l| l.starts_with("lock")),
+        "completed without the shim?\n{before}"
+    );
+    let installed = install_shim(&shim_dir).await?;
+    ensure!(
+        installed.contains("kubectl_complete-fournos"),
+        "{installed}"
+    );
+    let verbs = complete(&[""]).await?;
+    for verb in [
+        "lock\t", "unlock\t", "status\t", "why\t", "wait\t", "doctor\t",
+    ] {
+        ensure!(
+            verbs.lines().any(|l| l.starts_with(verb)),
+            "{verb:?} not completed:\n{verbs}"
+        );
+    }
+    let ttl = complete(&["lock", "mycluster", "--t"]).await?;
+    ensure!(ttl.lines().any(|l| l.starts_with("--ttl")), "{ttl}");
+    let output = complete(&["status", "-o", "j"]).await?;
+    ensure!(output.lines().next() == Some("json"), "{output}");
+    // Installed twice, the shim is replaced, not refused.
+    install_shim(&shim_dir).await?;
+    std::fs::remove_dir_all(&shim_dir)?;
+
+    let usage = tokio::process::Command::new(&plugin)
+        .arg("lock")
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&usage.stderr);
+    ensure!(
+        usage.status.code() == Some(2) && stderr.contains("Usage: kubectl fournos lock"),
+        "{stderr}"
+    );
+    let help = tokio::process::Command::new(&plugin)
+        .arg("--help")
+        .output()
+        .await?;
+    let help = String::from_utf8_lossy(&help.stdout);
+    ensure!(
+        help.contains("Usage: kubectl fournos [OPTIONS] <COMMAND>"),
+        "{help}"
+    );
+    Ok(())
+}
+
+/// Issue 27: one duration grammar wherever a duration is typed: `--ttl 1h30m` as
+/// `--timeout 1h30m`. What `--ttl` writes is what the real apiserver's CRD pattern admits
+/// (in one unit: 1h30m as 90m); what it refuses is refused before anything is sent. And
+/// the field itself: the apiserver admits exactly what the controllers' parser reads.
+#[tokio::test]
+async fn ttl_and_timeout_take_the_same_durations_and_the_crd_agrees() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let (scope, clusters, cluster) = scope_with_cluster(plane, "plugin_durations", "d").await?;
+    let admin = Plugin {
+        kubeconfig: plane.management_kubeconfig(),
+        scope: scope.clone(),
+    };
+    for (typed, stored) in [
+        ("1h30m", Some("90m")),
+        ("90m", Some("90m")),
+        ("2d12h", Some("60h")),
+        ("120s", Some("2m")),
+        ("99999d", Some("99999d")),
+        ("90s", None),
+        ("0m", None),
+        ("100000m", None),
+        ("1 hour", None),
+        ("4x", None),
+    ] {
+        let run = admin
+            .run(&["lock", &cluster, "--owner", "dana", "--ttl", typed])
+            .await?;
+        match stored {
+            Some(stored) => {
+                run.ok()?;
+                assert_eq!(
+                    owner_of(&clusters, &cluster).await?,
+                    (Some("dana".into()), Some(stored.into())),
+                    "--ttl {typed}"
+                );
+            }
+            None => {
+                let run = run.failed_with(3, &["--ttl"])?;
+                ensure!(!run.stderr.contains("apiserver"), "{typed}: sent: {run:?}");
+            }
+        }
+    }
+    // --timeout reads the same grammar: the lock is not held (no controllers), so the
+    // wait times out after the 1s it was given, whichever way that is written.
+    for typed in ["1s", "0m1s"] {
+        admin
+            .run(&["wait", &cluster, "--locked", "--timeout", typed])
+            .await?
+            .failed_with(6, &[&format!("timed out after {typed}")])?;
+    }
+    admin
+        .run(&["wait", &cluster, "--locked", "--timeout", "1 hour"])
+        .await?
+        .failed_with(3, &["--timeout \"1 hour\""])?;
+
+    // The field as stored: the apiserver's pattern and the parser the controllers read it
+    // with give the same answer on every input.
+    for ttl in [
+        "1m", "90m", "99999d", "100000m", "0m", "05m", "1h30m", "30s", " 5m", "5m ", "5", "5M",
+    ] {
+        let accepted = clusters
+            .patch(
+                &cluster,
+                &PatchParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &Patch::Merge(json!({"spec": {"ttl": ttl}})),
+            )
+            .await
+            .is_ok();
+        ensure!(
+            accepted == hearth_api::duration::parse_duration(ttl).is_ok(),
+            "spec.ttl {ttl:?}: the apiserver {} it, the parser does not agree",
+            if accepted { "admits" } else { "refuses" }
+        );
+    }
     Ok(())
 }
 
@@ -474,13 +709,7 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
 #[tokio::test]
 async fn a_lock_taken_between_read_and_write_is_not_overwritten() -> Result<()> {
     let plane = ControlPlane::shared().await?;
-    let scope = plane.isolated("plugin_race").await?;
-    let client = plane.management_client().await?;
-    let clusters: Api<FournosCluster> = Api::namespaced(client.clone(), &scope.namespace);
-    let cluster = scope.cluster("r");
-    let mut fc = FournosCluster::new(&cluster, Default::default());
-    fc.spec.kubeconfig_secret = format!("kubeconfig-{cluster}");
-    clusters.create(&PostParams::default(), &fc).await?;
+    let (scope, clusters, cluster) = scope_with_cluster(plane, "plugin_race", "r").await?;
 
     let session = Session::connect(&Global {
         namespace: scope.namespace.clone(),

@@ -6,11 +6,14 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow};
 use futures::TryStreamExt as _;
 use hearth_api::FournosCluster;
-use hearth_api::kueue::Workload;
 use hearth_api::kueue::workload_conditions::{ADMITTED, QUOTA_RESERVED};
-use hearth_api::names::{CLUSTER_LOCK_LABEL, KUBECONFIG_SECRET_SELECTOR};
+use hearth_api::kueue::{ClusterQueue, KUEUE_GROUP, LocalQueue, Workload};
+use hearth_api::names::{self, CLUSTER_LOCK_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret, ServiceAccount};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
@@ -18,6 +21,7 @@ use kube::{Client, Config};
 
 use crate::CONFLICT_RETRIES;
 use crate::cli::Global;
+use crate::doctor;
 use crate::error::{Failure, Op, describe};
 use crate::explain::{self, EventLine, Evidence, Progress, Target};
 use crate::scrub::{self, Kind, Report};
@@ -480,6 +484,139 @@ where
 }
 
 /// An API error as a [`crate::error::Failure`] when the user can act on it.
+impl Session {
+    /// What `doctor` checks, as this user sees it. Each read that fails is an unknown
+    /// (said, with the reason), never a pass.
+    pub async fn observe(&self, settings: &doctor::Settings) -> doctor::Observed {
+        let client = &self.client;
+        let kubernetes_version = client.apiserver_version().await.ok().map(|v| v.git_version);
+        let kueue_versions: Vec<String> = client
+            .list_api_groups()
+            .await
+            .map(|list| {
+                list.groups
+                    .into_iter()
+                    .filter(|g| g.name == KUEUE_GROUP)
+                    .flat_map(|g| g.versions.into_iter().map(|v| v.version))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let fournos_resources: Vec<String> = client
+            .list_api_group_resources(&format!("{}/{}", names::GROUP, names::VERSION))
+            .await
+            .map(|list| list.resources.into_iter().map(|r| r.name).collect())
+            .unwrap_or_default();
+        let mut namespaces = Vec::new();
+        for name in doctor::namespaces(settings) {
+            let seen = seen(
+                Api::<Namespace>::all(client.clone()).get_opt(&name).await,
+                "get",
+                "namespaces",
+            );
+            namespaces.push((name, seen));
+        }
+        let kueue_served = kueue_versions
+            .iter()
+            .any(|v| doctor::KUEUE_API.ends_with(&format!("/{v}")));
+        let (cluster_queue, local_queue) = if kueue_served {
+            let cq = Api::<ClusterQueue>::all(client.clone())
+                .get_opt(&settings.cluster_queue)
+                .await;
+            let lq = Api::<LocalQueue>::namespaced(client.clone(), &settings.execution_namespace)
+                .get_opt(&settings.local_queue)
+                .await;
+            (
+                Some(seen(cq, "get", "clusterqueues.kueue.x-k8s.io")),
+                Some(seen(lq, "get", "localqueues.kueue.x-k8s.io")),
+            )
+        } else {
+            (None, None)
+        };
+        let mut rights = Vec::new();
+        for right in doctor::rights(settings) {
+            let allowed = self.allowed(&settings.install_namespace, &right).await;
+            rights.push((right, allowed));
+        }
+        doctor::Observed {
+            rights,
+            kubernetes_version,
+            kueue_versions,
+            fournos_resources,
+            namespaces,
+            cluster_queue,
+            local_queue,
+        }
+    }
+}
+
+impl Session {
+    /// Whether the controller's ServiceAccount in `namespace` has `right`: a
+    /// SubjectAccessReview, the apiserver's own authorizer.
+    async fn allowed(&self, namespace: &str, right: &doctor::Right) -> doctor::Allowed {
+        let accounts = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace);
+        match seen(
+            accounts.get_opt(right.controller).await,
+            "get",
+            "serviceaccounts",
+        ) {
+            doctor::Seen::Present => {}
+            doctor::Seen::Missing => return doctor::Allowed::NoServiceAccount,
+            doctor::Seen::Unknown(why) => return doctor::Allowed::Unknown(why),
+        }
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!(
+                    "system:serviceaccount:{namespace}:{}",
+                    right.controller
+                )),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{namespace}"),
+                    "system:authenticated".into(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(right.verb.into()),
+                    group: Some(right.group.into()),
+                    resource: Some(right.resource.into()),
+                    name: right.name.clone(),
+                    namespace: right.namespace.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await;
+        match answer {
+            Ok(review) if review.status.as_ref().is_some_and(|s| s.allowed) => doctor::Allowed::Yes,
+            Ok(_) => doctor::Allowed::No,
+            Err(e) => doctor::Allowed::Unknown(unanswered(e, "create", "subjectaccessreviews")),
+        }
+    }
+}
+
+/// An object's existence from a `get_opt`; a refusal says what right is missing.
+fn seen<K>(answer: kube::Result<Option<K>>, verb: &str, resource: &str) -> doctor::Seen {
+    match answer {
+        Ok(Some(_)) => doctor::Seen::Present,
+        Ok(None) => doctor::Seen::Missing,
+        Err(e) => doctor::Seen::Unknown(unanswered(e, verb, resource)),
+    }
+}
+
+/// Why the doctor could not tell: the right the user lacks, or the error (bounded).
+fn unanswered(error: kube::Error, verb: &str, resource: &str) -> String {
+    match error {
+        kube::Error::Api(status) if status.code == 403 => format!(
+            "you may not {verb} {resource} (`kubectl auth can-i {verb} {resource}`): run the \
+             doctor as a user who may"
+        ),
+        e => hearth_api::text::bounded(&e.to_string(), 400),
+    }
+}
+
 fn api_error(op: &Op<'_>, error: kube::Error) -> anyhow::Error {
     match &error {
         kube::Error::Api(status) => match describe(op, status.code, &status.message) {

@@ -8,7 +8,8 @@ use hearth_api::names::{POOL_LABEL, defaults};
 /// Lock, unlock and inspect the GPU clusters Hearth manages (FournosClusters), with your
 /// own kubeconfig and RBAC.
 #[derive(Debug, Parser)]
-#[command(name = "kubectl-fournos", bin_name = "kubectl-fournos", version)]
+// bin_name: kubectl runs the plugin as `kubectl fournos`, so usage and help say that.
+#[command(name = "kubectl-fournos", bin_name = "kubectl fournos", version)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -38,7 +39,7 @@ pub struct Global {
     pub execution_namespace: String,
 
     /// Kubeconfig file (default: $KUBECONFIG, then ~/.kube/config, then in-cluster).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_hint = clap::ValueHint::FilePath)]
     pub kubeconfig: Option<PathBuf>,
 
     /// Kubeconfig context to use (default: the current context).
@@ -63,8 +64,8 @@ pub enum Command {
     /// Lock a cluster for yourself (sets spec.owner and spec.ttl).
     Lock {
         cluster: String,
-        /// How long the lock lasts: a number followed by m, h or d (30m, 4h, 2d).
-        /// Without it the lock lasts until you unlock.
+        /// How long the lock lasts, in whole minutes: e.g. 30m, 4h, 1h30m, 2d (written to
+        /// spec.ttl in one unit: 1h30m as 90m). Without it the lock lasts until you unlock.
         #[arg(long)]
         ttl: Option<String>,
         /// Lock in this name (default: your user name as the apiserver knows it).
@@ -133,7 +134,7 @@ pub enum Command {
         cluster: String,
         #[command(flatten)]
         until: WaitUntil,
-        /// Give up after this long (e.g. 30s, 10m, 2h).
+        /// Give up after this long (e.g. 30s, 10m, 1h30m).
         #[arg(long, default_value = "10m")]
         timeout: String,
     },
@@ -142,11 +143,66 @@ pub enum Command {
         #[command(subcommand)]
         step: MigrateStep,
     },
-    /// Print a shell completion script.
+    /// Check what Hearth needs on this cluster, and say what to do about what is missing.
+    ///
+    /// Kueue's API, the ClusterQueue, the namespaces, the CRDs (FournosJob's when
+    /// sentinels are FournosJobs), the LocalQueue of workload sentinels. Says what to do
+    /// about each missing piece; exits 4 when something is missing, 5 when a read was
+    /// refused. `helm install` prints the command with the values it installed.
+    Doctor(DoctorArgs),
+    /// Completion: `install` lets kubectl complete `kubectl fournos …`.
+    ///
+    /// `install` writes kubectl_complete-fournos next to the plugin (or into --dir), which
+    /// kubectl runs to complete `kubectl fournos …`. A shell name prints that shell's
+    /// completion script for the kubectl-fournos command itself.
     Completion {
         #[arg(value_enum)]
-        shell: clap_complete::Shell,
+        target: CompletionTarget,
+        /// With `install`: where to write kubectl_complete-fournos (a directory on $PATH;
+        /// default: the plugin's own directory).
+        #[arg(long, value_hint = clap::ValueHint::DirPath)]
+        dir: Option<PathBuf>,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CompletionTarget {
+    Install,
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
+}
+
+/// The settings `doctor` checks, named as the chart's values set them.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Namespace of the kubeconfig Secrets (chart: config.secretsNamespace).
+    #[arg(long, env = "HEARTH_SECRETS_NAMESPACE", default_value = defaults::SECRETS_NAMESPACE)]
+    pub secrets_namespace: String,
+    /// The shared ClusterQueue (chart: config.clusterQueueName).
+    #[arg(long, env = "HEARTH_KUEUE_CLUSTER_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
+    pub cluster_queue: String,
+    /// The lock sentinel's kind (chart: config.sentinel).
+    #[arg(long, env = "HEARTH_SENTINEL", value_enum, default_value_t = Sentinel::Fournosjob)]
+    pub sentinel: Sentinel,
+    /// The LocalQueue of workload sentinels, in the execution namespace (chart:
+    /// config.localQueueName).
+    #[arg(long, env = "HEARTH_LOCAL_QUEUE_NAME", default_value = defaults::CLUSTER_QUEUE_NAME)]
+    pub local_queue: String,
+    /// Where the chart is installed (its ServiceAccounts), when not the FournosClusters'
+    /// namespace (chart: config.namespace set).
+    #[arg(long)]
+    pub install_namespace: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Sentinel {
+    /// A FournosJob (needs Fournos).
+    Fournosjob,
+    /// A bare Kueue Workload through a LocalQueue.
+    Workload,
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,14 +240,10 @@ pub struct WaitUntil {
     pub released: bool,
 }
 
-/// Parses `--timeout`: `90s`, `10m`, `2h`, `1h30m`.
+/// Parses `--timeout` in Hearth's one typed grammar: `90s`, `10m`, `2h`, `1h30m`.
 pub fn parse_timeout(input: &str) -> Result<std::time::Duration, String> {
-    let parsed: jiff::SignedDuration = input
-        .trim()
-        .parse()
-        .map_err(|e| format!("--timeout {input:?}: {e} (write e.g. 30s, 10m, 2h)"))?;
-    std::time::Duration::try_from(parsed)
-        .map_err(|_| format!("--timeout {input:?} must not be negative"))
+    hearth_api::duration::parse_flag_duration(input)
+        .map_err(|e| format!("--timeout {input:?}: {e}"))
 }
 
 #[cfg(test)]
@@ -253,5 +305,16 @@ mod tests {
             Ok(std::time::Duration::from_secs(5400))
         );
         assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("1 hour").is_err());
+    }
+
+    #[test]
+    fn usage_says_kubectl_fournos() {
+        let err = Cli::try_parse_from(["kubectl-fournos", "lock"]).unwrap_err();
+        let text = err.render().to_string();
+        assert!(text.contains("Usage: kubectl fournos lock"), "{text}");
+        let help = Cli::command().render_help().to_string();
+        assert!(help.contains("Usage: kubectl fournos"), "{help}");
+        assert!(!help.contains("kubectl-fournos ["), "{help}");
     }
 }

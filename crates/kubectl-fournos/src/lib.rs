@@ -1,12 +1,15 @@
-//! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
-//! wait) for people, and the migration steps from the Python Hearth (`migrate`), through their own kubeconfig and RBAC. It only reads FournosClusters,
-//! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
+//! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, cordon, uncordon,
+//! status, why, wait) for people, the prerequisites check (`doctor`), the migration steps from the
+//! Python Hearth (`migrate`) and completion, through their own kubeconfig and RBAC. It only reads FournosClusters,
+//! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`/`spec.cordon`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
 //! [`api`] does the I/O; everything written for a person goes through [`print`].
 
 pub mod api;
 pub mod cli;
+pub mod complete;
 pub mod cordon;
+pub mod doctor;
 pub mod error;
 pub mod explain;
 pub mod lock;
@@ -17,12 +20,12 @@ pub mod view;
 use std::io::Write as _;
 
 use anyhow::Result;
-use clap::CommandFactory as _;
+use clap::{CommandFactory as _, Parser as _};
 use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::api::Session;
-use crate::cli::{Cli, Command, MigrateStep, Output};
+use crate::cli::{Cli, Command, CompletionTarget, MigrateStep, Output};
 use crate::error::Failure;
 use crate::explain::{Explanation, Progress, Target};
 use crate::lock::Plan;
@@ -33,19 +36,28 @@ pub(crate) const CONFLICT_RETRIES: usize = 3;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.global.output;
-    if let Command::Completion { shell } = cli.command {
-        let mut command = Cli::command();
-        clap_complete::generate(
-            shell,
-            &mut command,
-            "kubectl-fournos",
-            &mut std::io::stdout(),
-        );
-        return Ok(());
+    if let Command::Completion { target, dir } = cli.command {
+        return completion(target, dir);
     }
     let session = Session::connect(&cli.global).await?;
     match cli.command {
         Command::Completion { .. } => unreachable!("handled above"),
+        Command::Doctor(args) => {
+            let settings = doctor::Settings {
+                namespace: cli.global.namespace.clone(),
+                secrets_namespace: args.secrets_namespace,
+                execution_namespace: cli.global.execution_namespace.clone(),
+                cluster_queue: args.cluster_queue,
+                sentinel: args.sentinel,
+                local_queue: args.local_queue,
+                install_namespace: args
+                    .install_namespace
+                    .unwrap_or_else(|| cli.global.namespace.clone()),
+            };
+            let checks = doctor::diagnose(&settings, &session.observe(&settings).await);
+            emit(output, &checks, &doctor::render(&checks))?;
+            Ok(doctor::outcome(&checks)?)
+        }
         Command::Migrate { step } => {
             let report = match step {
                 MigrateStep::ScrubSecrets {
@@ -183,6 +195,72 @@ pub async fn run(cli: Cli) -> Result<()> {
             }
         }
     }
+}
+
+/// The FournosClusters whose names start with the query's prefix, read as the command
+/// would (same kubeconfig, context, namespace), for completion. Quiet: nothing when they
+/// cannot be read within [`COMPLETION_READ_LIMIT`].
+pub async fn cluster_names(query: &complete::ClusterQuery) -> Vec<String> {
+    let argv = ["kubectl-fournos", "status"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(query.flags.iter().cloned());
+    let Ok(cli) = Cli::try_parse_from(argv) else {
+        return Vec::new();
+    };
+    let list = async { Session::connect(&cli.global).await?.list(None).await };
+    match tokio::time::timeout(COMPLETION_READ_LIMIT, list).await {
+        Ok(Ok(clusters)) => clusters
+            .into_iter()
+            .filter_map(|fc| fc.metadata.name)
+            .filter(|name| name.starts_with(&query.prefix))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// How long completion waits for the apiserver: a TAB that hangs is worse than none.
+const COMPLETION_READ_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `completion install`: the kubectl_complete-fournos kubectl runs to complete
+/// `kubectl fournos …`; `completion <shell>`: that shell's script for `kubectl-fournos`.
+fn completion(target: CompletionTarget, dir: Option<std::path::PathBuf>) -> Result<()> {
+    use clap_complete::Shell;
+    let shell = match target {
+        CompletionTarget::Install => {
+            let dir = match dir {
+                Some(dir) => dir,
+                None => std::env::current_exe()?
+                    .parent()
+                    .map(std::path::Path::to_path_buf)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("the plugin's directory is unknown: pass --dir")
+                    })?,
+            };
+            let path = complete::install(&dir)?;
+            println!(
+                "Wrote {}. kubectl now completes `kubectl fournos …` wherever kubectl's own \
+                 completion is loaded (e.g. `source <(kubectl completion bash)`) and {} is on \
+                 $PATH.",
+                path.display(),
+                dir.display()
+            );
+            return Ok(());
+        }
+        CompletionTarget::Bash => Shell::Bash,
+        CompletionTarget::Zsh => Shell::Zsh,
+        CompletionTarget::Fish => Shell::Fish,
+        CompletionTarget::Elvish => Shell::Elvish,
+        CompletionTarget::Powershell => Shell::PowerShell,
+    };
+    let mut out = std::io::stdout();
+    writeln!(
+        out,
+        "# Completion of the kubectl-fournos command. For `kubectl fournos …`, run \
+         `kubectl fournos completion install` once and load kubectl's own completion."
+    )?;
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-fournos", &mut out);
+    Ok(())
 }
 
 /// `--owner`, else who the apiserver says the user is.

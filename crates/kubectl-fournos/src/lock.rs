@@ -3,7 +3,7 @@
 //! someone else took in between is never overwritten) or why not. Pure.
 
 use hearth_api::FournosCluster;
-use hearth_api::duration::parse_duration;
+use hearth_api::duration::typed_to_field;
 use serde_json::{Value, json};
 
 use crate::view::owner;
@@ -28,11 +28,13 @@ pub fn plan_lock(fc: &FournosCluster, me: &str, ttl: Option<&str>, force: bool) 
     if me.is_empty() {
         return Plan::Refused("the owner must not be empty: pass --owner <name>".into());
     }
-    if let Some(ttl) = ttl
-        && let Err(e) = parse_duration(ttl)
-    {
-        return Plan::Refused(format!("--ttl: {e}"));
-    }
+    // Typed in the plugin's one duration grammar (`1h30m`), stored in the one unit the
+    // CRD's pattern admits (`90m`).
+    let ttl = match ttl.map(typed_to_field).transpose() {
+        Ok(ttl) => ttl,
+        Err(e) => return Plan::Refused(format!("--ttl: {e}")),
+    };
+    let ttl = ttl.as_deref();
     let patch = |taken_from: Option<String>| Plan::Patch {
         patch: guarded(fc, json!({ "owner": me, "ttl": ttl })),
         taken_from,
@@ -169,6 +171,36 @@ mod tests {
             plan_lock(&read(cluster("a")), "", None, false),
             Plan::Refused(_)
         ));
+    }
+
+    #[test]
+    fn a_typed_ttl_is_written_in_the_one_unit_the_crd_holds() {
+        for (typed, stored) in [
+            ("1h30m", "90m"),
+            ("4h", "4h"),
+            ("2d12h", "60h"),
+            ("120s", "2m"),
+        ] {
+            let Plan::Patch { patch, .. } =
+                plan_lock(&read(cluster("a")), "alice", Some(typed), false)
+            else {
+                panic!("{typed}: expected a patch");
+            };
+            assert_eq!(patch["spec"]["ttl"], stored, "{typed}");
+        }
+        // Relocking with the same duration typed differently changes nothing.
+        let mut fc = read(cluster("a"));
+        fc.spec.owner = Some("alice".into());
+        fc.spec.ttl = Some("90m".into());
+        assert!(matches!(
+            plan_lock(&fc, "alice", Some("1h30m"), false),
+            Plan::Unchanged(m) if m.contains("(ttl 90m)")
+        ));
+        let Plan::Refused(message) = plan_lock(&read(cluster("a")), "alice", Some("90s"), false)
+        else {
+            panic!("expected a refusal");
+        };
+        assert!(message.contains("whole number of minutes"), "{message}");
     }
 
     #[test]

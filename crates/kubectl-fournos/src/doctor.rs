@@ -1,0 +1,584 @@
+//! `kubectl fournos doctor`: what Hearth needs on the management cluster, checked rather
+//! than guessed, each missing piece said with what to do. [`diagnose`] decides from what
+//! was observed (pure); `api` observes.
+
+use serde::Serialize;
+
+use crate::cli::Sentinel;
+use crate::error::Failure;
+
+/// The Kubernetes minor version Hearth's end-to-end tests run (e2e/tools/kube/go.mod; a
+/// test keeps them equal). Another version is not refused, only said.
+pub const TESTED_KUBERNETES: (u32, u32) = (1, 36);
+/// The Kueue API version Hearth reads and writes.
+pub const KUEUE_API: &str = "kueue.x-k8s.io/v1beta2";
+
+/// What the doctor is asked to check, as the chart's values name it.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub namespace: String,
+    pub secrets_namespace: String,
+    pub execution_namespace: String,
+    pub cluster_queue: String,
+    pub sentinel: Sentinel,
+    pub local_queue: String,
+    /// Where the chart's ServiceAccounts are.
+    pub install_namespace: String,
+}
+
+/// One right a controller needs for these settings, asked of the apiserver for the
+/// controller's ServiceAccount: a chart installed with other values (or RBAC changed
+/// since) shows here, before the controller fails at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Right {
+    /// The controller, and so its ServiceAccount's name.
+    pub controller: &'static str,
+    pub verb: &'static str,
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    /// The chart value that decides where the right is granted.
+    pub value: &'static str,
+}
+
+/// What the apiserver answered about a [`Right`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    Yes,
+    No,
+    /// The controller's ServiceAccount does not exist: not installed (yet), disabled, or
+    /// installed in another namespace.
+    NoServiceAccount,
+    Unknown(String),
+}
+
+/// The rights the chart grants that depend on the values the doctor checks.
+pub fn rights(settings: &Settings) -> Vec<Right> {
+    use hearth_api::names::controllers::{DISCOVERY, KUEUE_SYNC, LOCK_MANAGER};
+    let sentinel = match settings.sentinel {
+        Sentinel::Fournosjob => ("fournos.dev", "fournosjobs"),
+        Sentinel::Workload => ("kueue.x-k8s.io", "workloads"),
+    };
+    vec![
+        Right {
+            controller: DISCOVERY,
+            verb: "watch",
+            group: "",
+            resource: "secrets",
+            name: None,
+            namespace: Some(settings.secrets_namespace.clone()),
+            value: "config.secretsNamespace",
+        },
+        Right {
+            controller: KUEUE_SYNC,
+            verb: "update",
+            group: "kueue.x-k8s.io",
+            resource: "clusterqueues",
+            name: Some(settings.cluster_queue.clone()),
+            namespace: None,
+            value: "config.clusterQueueName",
+        },
+        Right {
+            controller: LOCK_MANAGER,
+            verb: "create",
+            group: sentinel.0,
+            resource: sentinel.1,
+            name: None,
+            namespace: Some(settings.execution_namespace.clone()),
+            value: "config.executionNamespace",
+        },
+        Right {
+            controller: LOCK_MANAGER,
+            verb: "patch",
+            group: "fournos.dev",
+            resource: "fournosclusters",
+            name: None,
+            namespace: Some(settings.namespace.clone()),
+            value: "config.namespace",
+        },
+    ]
+}
+
+/// Whether an object exists, or why it could not be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    Present,
+    Missing,
+    /// The apiserver would not say (RBAC, an error): the text says what it answered.
+    Unknown(String),
+}
+
+/// What the doctor observed on the cluster.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The apiserver's gitVersion (`v1.36.3`), if it answered.
+    pub kubernetes_version: Option<String>,
+    /// The versions of kueue.x-k8s.io the apiserver serves (empty: none).
+    pub kueue_versions: Vec<String>,
+    /// The resources fournos.dev/v1 serves (fournosclusters, fournosjobs…).
+    pub fournos_resources: Vec<String>,
+    /// Each namespace checked, in [`Settings`] order.
+    pub namespaces: Vec<(String, Seen)>,
+    /// `None` when not checked (Kueue's API is not served).
+    pub cluster_queue: Option<Seen>,
+    /// Only for workload sentinels.
+    pub local_queue: Option<Seen>,
+    /// Each of [`rights`], answered.
+    pub rights: Vec<(Right, Allowed)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    /// Present but not what Hearth is tested with: said, not failed.
+    Warning,
+    Missing,
+    /// Could not be told (e.g. RBAC): fails, since it may be missing.
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub check: String,
+    pub verdict: Verdict,
+    pub message: String,
+}
+
+fn check(check: &str, verdict: Verdict, message: String) -> Check {
+    Check {
+        check: check.to_owned(),
+        verdict,
+        message,
+    }
+}
+
+/// The check of an object Hearth needs and does not make: `what` names it, `missing`
+/// ends the sentence that says it does not exist with what to do. `None`: not looked
+/// for, since Kueue's API is not served.
+fn presence(name: &str, what: &str, seen: Option<&Seen>, missing: &str) -> Check {
+    match seen {
+        Some(Seen::Present) => check(name, Verdict::Ok, format!("{what} exists")),
+        Some(Seen::Missing) => check(
+            name,
+            Verdict::Missing,
+            format!("{what} does not exist{missing}"),
+        ),
+        Some(Seen::Unknown(why)) => check(
+            name,
+            Verdict::Unknown,
+            format!("cannot tell whether {what} exists: {why}"),
+        ),
+        None => check(
+            name,
+            Verdict::Unknown,
+            format!("{what} not checked: Kueue's API is not served"),
+        ),
+    }
+}
+
+/// The namespaces to check: the FournosClusters', the Secrets', the sentinels'.
+pub fn namespaces(settings: &Settings) -> Vec<String> {
+    let mut names = vec![
+        settings.namespace.clone(),
+        settings.secrets_namespace.clone(),
+        settings.execution_namespace.clone(),
+    ];
+    let mut seen = Vec::new();
+    names.retain(|n| {
+        let fresh = !seen.contains(n);
+        seen.push(n.clone());
+        fresh
+    });
+    names
+}
+
+/// `(major, minor)` of a gitVersion such as `v1.36.3` or `v1.32.5+ocp`.
+fn minor_version(git_version: &str) -> Option<(u32, u32)> {
+    let mut parts = git_version.strip_prefix('v')?.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor: String = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+/// Every check, in the order a person fixes them.
+pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let (tested_major, tested_minor) = TESTED_KUBERNETES;
+    let tested = format!("{tested_major}.{tested_minor}");
+    checks.push(match observed.kubernetes_version.as_deref() {
+        Some(v) if minor_version(v) == Some(TESTED_KUBERNETES) => check(
+            "kubernetes",
+            Verdict::Ok,
+            format!("Kubernetes {v} (tested: {tested}.x)"),
+        ),
+        Some(v) => check(
+            "kubernetes",
+            Verdict::Warning,
+            format!(
+                "Kubernetes {v} is not a version Hearth is tested on (tested: {tested}.x); it may \
+                 work. docs/support.md lists what is tested."
+            ),
+        ),
+        None => check(
+            "kubernetes",
+            Verdict::Unknown,
+            "the apiserver did not say its version (/version)".into(),
+        ),
+    });
+    let (_, kueue_version) = KUEUE_API.split_once('/').unwrap_or_default();
+    let kueue_served = observed.kueue_versions.iter().any(|v| v == kueue_version);
+    checks.push(if kueue_served {
+        check("kueue", Verdict::Ok, format!("Kueue serves {KUEUE_API}"))
+    } else if observed.kueue_versions.is_empty() {
+        check(
+            "kueue",
+            Verdict::Missing,
+            format!(
+                "Kueue is not installed: no kueue.x-k8s.io API is served. Install Kueue (tested: \
+                 v0.19.2, which serves {KUEUE_API}); see docs/support.md."
+            ),
+        )
+    } else {
+        check(
+            "kueue",
+            Verdict::Missing,
+            format!(
+                "Kueue serves kueue.x-k8s.io {}, not {KUEUE_API}, which Hearth uses: upgrade \
+                 Kueue (tested: v0.19.2).",
+                observed.kueue_versions.join(", ")
+            ),
+        )
+    });
+    let crd = |resource: &str| observed.fournos_resources.iter().any(|r| r == resource);
+    checks.push(if crd("fournosclusters") {
+        check(
+            "fournosclusters-crd",
+            Verdict::Ok,
+            "the FournosCluster CRD (fournosclusters.fournos.dev/v1) is installed".into(),
+        )
+    } else {
+        check(
+            "fournosclusters-crd",
+            Verdict::Missing,
+            "the FournosCluster CRD is not installed: `helm install` installs it from the chart's \
+             crds/, or `kubectl apply -f manifests/crd.yaml`."
+                .into(),
+        )
+    });
+    if settings.sentinel == Sentinel::Fournosjob {
+        checks.push(if crd("fournosjobs") {
+            check(
+                "fournosjobs-crd",
+                Verdict::Ok,
+                "the FournosJob CRD (fournosjobs.fournos.dev/v1) is installed".into(),
+            )
+        } else {
+            check(
+                "fournosjobs-crd",
+                Verdict::Missing,
+                "the FournosJob CRD is not installed, and lock sentinels are FournosJobs \
+                 (config.sentinel=fournosjob): install Fournos, or set config.sentinel=workload \
+                 to lock with bare Kueue Workloads."
+                    .into(),
+            )
+        });
+    }
+    for (name, seen) in &observed.namespaces {
+        let role = if *name == settings.secrets_namespace {
+            "the kubeconfig Secrets' namespace (config.secretsNamespace)"
+        } else if *name == settings.execution_namespace {
+            "the lock sentinels' namespace (config.executionNamespace)"
+        } else {
+            "the FournosClusters' namespace"
+        };
+        checks.push(presence(
+            "namespace",
+            &format!("namespace {name}"),
+            Some(seen),
+            &format!(
+                "; it is {role}: `kubectl create namespace {name}`, or install the chart with \
+                 namespaces.create=true."
+            ),
+        ));
+    }
+    let queue = &settings.cluster_queue;
+    checks.push(presence(
+        "clusterqueue",
+        &format!("ClusterQueue {queue}"),
+        observed.cluster_queue.as_ref(),
+        ": Hearth publishes the fleet's quota into it but does not create it. Create it \
+         (docs/support.md shows one), or point config.clusterQueueName at yours.",
+    ));
+    if settings.sentinel == Sentinel::Workload {
+        let (lq, ns) = (&settings.local_queue, &settings.execution_namespace);
+        checks.push(presence(
+            "localqueue",
+            &format!("LocalQueue {lq} in namespace {ns}"),
+            observed.local_queue.as_ref(),
+            &format!(
+                "; workload sentinels (config.sentinel=workload) queue through it: create it, \
+                 pointing at ClusterQueue {queue}."
+            ),
+        ));
+    }
+    let install = &settings.install_namespace;
+    for (right, allowed) in &observed.rights {
+        let Right {
+            controller,
+            verb,
+            resource,
+            value,
+            ..
+        } = right;
+        let object = match (&right.name, &right.namespace) {
+            (Some(name), _) => format!("{resource} {name}"),
+            (None, Some(ns)) => format!("{resource} in namespace {ns}"),
+            (None, None) => (*resource).to_owned(),
+        };
+        checks.push(match allowed {
+            Allowed::Yes => check(
+                "rbac",
+                Verdict::Ok,
+                format!("{controller} may {verb} {object}"),
+            ),
+            Allowed::No => check(
+                "rbac",
+                Verdict::Missing,
+                format!(
+                    "{controller} (ServiceAccount {install}/{controller}) may not {verb} {object}: \
+                     the chart was installed with another {value}, or its RBAC is missing \
+                     (a namespace made after the install gets its Role only with `helm \
+                     upgrade`). Check with the values installed (`helm get values`), or \
+                     upgrade the release with this one."
+                ),
+            ),
+            Allowed::NoServiceAccount => check(
+                "rbac",
+                Verdict::Warning,
+                format!(
+                    "{controller} is not installed in namespace {install} (no ServiceAccount): \
+                     its rights were not checked. Disabled, not installed yet, or installed \
+                     elsewhere (--install-namespace)."
+                ),
+            ),
+            Allowed::Unknown(why) => check(
+                "rbac",
+                Verdict::Unknown,
+                format!("cannot tell whether {controller} may {verb} {object}: {why}"),
+            ),
+        });
+    }
+    checks
+}
+
+/// One line a check, and a last line that sums up.
+pub fn render(checks: &[Check]) -> String {
+    let mut out = String::new();
+    for c in checks {
+        let tag = match c.verdict {
+            Verdict::Ok => "ok",
+            Verdict::Warning => "warning",
+            Verdict::Missing => "MISSING",
+            Verdict::Unknown => "UNKNOWN",
+        };
+        out.push_str(&format!("{tag:<8}{}\n", c.message));
+    }
+    out
+}
+
+/// How a run ends: nothing missing; something missing (exit 4); nothing missing but
+/// something could not be read (exit 5).
+pub fn outcome(checks: &[Check]) -> Result<(), Failure> {
+    let count = |verdict| checks.iter().filter(|c| c.verdict == verdict).count();
+    match (count(Verdict::Missing), count(Verdict::Unknown)) {
+        (0, 0) => Ok(()),
+        (0, u) => Err(Failure::Forbidden(format!(
+            "{u} prerequisite(s) not checked: the UNKNOWN lines need a user who may read them \
+             (e.g. a cluster admin)"
+        ))),
+        (m, 0) => Err(Failure::NotFound(format!(
+            "{m} prerequisite(s) missing: fix the MISSING lines above"
+        ))),
+        (m, u) => Err(Failure::NotFound(format!(
+            "{m} prerequisite(s) missing and {u} not checked: fix the MISSING lines; the \
+             UNKNOWN ones need a user who may read them (e.g. a cluster admin)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(sentinel: Sentinel) -> Settings {
+        Settings {
+            namespace: "hearth".into(),
+            secrets_namespace: "psap-secrets".into(),
+            execution_namespace: "psap-automation".into(),
+            cluster_queue: "fournos-queue".into(),
+            sentinel,
+            local_queue: "fournos-queue".into(),
+            install_namespace: "hearth".into(),
+        }
+    }
+
+    fn good(settings: &Settings) -> Observed {
+        Observed {
+            kubernetes_version: Some("v1.36.3".into()),
+            kueue_versions: vec!["v1beta2".into(), "v1beta1".into()],
+            fournos_resources: vec!["fournosclusters".into(), "fournosjobs".into()],
+            namespaces: namespaces(settings)
+                .into_iter()
+                .map(|n| (n, Seen::Present))
+                .collect(),
+            cluster_queue: Some(Seen::Present),
+            local_queue: Some(Seen::Present),
+            rights: rights(settings)
+                .into_iter()
+                .map(|r| (r, Allowed::Yes))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_good_install_passes_every_check() {
+        for sentinel in [Sentinel::Fournosjob, Sentinel::Workload] {
+            let s = settings(sentinel);
+            let checks = diagnose(&s, &good(&s));
+            assert!(
+                checks.iter().all(|c| c.verdict == Verdict::Ok),
+                "{checks:?}"
+            );
+            assert!(outcome(&checks).is_ok());
+        }
+    }
+
+    #[test]
+    fn each_missing_piece_is_named_with_what_to_do() {
+        let s = settings(Sentinel::Fournosjob);
+        let mut o = good(&s);
+        o.kueue_versions = vec!["v1beta1".into()];
+        o.fournos_resources = vec!["fournosclusters".into()];
+        o.namespaces[1].1 = Seen::Missing;
+        o.cluster_queue = Some(Seen::Missing);
+        let text = render(&diagnose(&s, &o));
+        for needle in [
+            "MISSING Kueue serves kueue.x-k8s.io v1beta1, not kueue.x-k8s.io/v1beta2",
+            "MISSING the FournosJob CRD is not installed",
+            "install Fournos, or set config.sentinel=workload",
+            "MISSING namespace psap-secrets does not exist",
+            "`kubectl create namespace psap-secrets`, or install the chart with namespaces.create=true",
+            "MISSING ClusterQueue fournos-queue does not exist",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+        }
+        let failure = outcome(&diagnose(&s, &o)).unwrap_err();
+        assert_eq!(failure.exit_code(), 4);
+        assert!(
+            failure.to_string().starts_with("4 prerequisite"),
+            "{failure}"
+        );
+    }
+
+    #[test]
+    fn an_untested_kubernetes_is_said_not_failed() {
+        let s = settings(Sentinel::Fournosjob);
+        let mut o = good(&s);
+        o.kubernetes_version = Some("v1.32.5+ocp".into());
+        let checks = diagnose(&s, &o);
+        assert_eq!(checks[0].verdict, Verdict::Warning);
+        assert!(checks[0].message.contains("tested: 1.36.x"), "{checks:?}");
+        assert!(outcome(&checks).is_ok());
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_not_passed() {
+        let s = settings(Sentinel::Workload);
+        let mut o = good(&s);
+        o.kueue_versions.clear();
+        o.cluster_queue = None;
+        o.local_queue = None;
+        o.namespaces[0].1 = Seen::Unknown("you may not get namespaces".into());
+        let checks = diagnose(&s, &o);
+        assert!(checks.iter().all(|c| c.check != "fournosjobs-crd"));
+        let text = render(&checks);
+        assert!(text.contains("MISSING Kueue is not installed"), "{text}");
+        assert!(
+            text.contains("UNKNOWN cannot tell whether namespace hearth"),
+            "{text}"
+        );
+        let failure = outcome(&checks).unwrap_err();
+        assert!(failure.to_string().contains("not checked"), "{failure}");
+        assert_eq!(failure.exit_code(), 4);
+        o.kueue_versions = vec!["v1beta2".into()];
+        o.cluster_queue = Some(Seen::Present);
+        o.local_queue = Some(Seen::Present);
+        assert_eq!(outcome(&diagnose(&s, &o)).unwrap_err().exit_code(), 5);
+    }
+
+    #[test]
+    fn rights_the_install_lacks_for_these_values_are_named() {
+        let s = settings(Sentinel::Workload);
+        let mut o = good(&s);
+        assert!(
+            o.rights
+                .iter()
+                .any(|(r, _)| r.resource == "workloads" && r.verb == "create")
+        );
+        o.rights[1].1 = Allowed::No;
+        o.rights[0].1 = Allowed::NoServiceAccount;
+        let checks = diagnose(&s, &o);
+        let text = render(&checks);
+        assert!(
+            text.contains(
+                "MISSING hearth-kueue-sync (ServiceAccount hearth/hearth-kueue-sync) may not \
+                 update clusterqueues fournos-queue: the chart was installed with another \
+                 config.clusterQueueName"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("warning hearth-discovery is not installed in namespace hearth"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "ok      hearth-lock-manager may create workloads in namespace psap-automation"
+            ),
+            "{text}"
+        );
+        assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
+    }
+
+    #[test]
+    fn each_namespace_is_checked_once() {
+        let mut s = settings(Sentinel::Fournosjob);
+        s.execution_namespace = "psap-secrets".into();
+        assert_eq!(namespaces(&s), ["hearth", "psap-secrets"]);
+    }
+
+    /// The version said as tested is the one the e2e plane runs.
+    #[test]
+    fn the_tested_kubernetes_is_the_pinned_one() {
+        let pins = include_str!("../../../e2e/tools/kube/go.mod");
+        let pinned = pins
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+            .expect("k8s.io/kubernetes in e2e/tools/kube/go.mod");
+        assert_eq!(minor_version(pinned), Some(TESTED_KUBERNETES), "{pinned}");
+        let kueue = pins
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("sigs.k8s.io/kueue "))
+            .expect("sigs.k8s.io/kueue in e2e/tools/kube/go.mod");
+        let s = settings(Sentinel::Fournosjob);
+        let mut o = good(&s);
+        o.kueue_versions.clear();
+        assert!(render(&diagnose(&s, &o)).contains(&format!("tested: {kueue}")));
+    }
+}
