@@ -152,7 +152,9 @@ async fn a_cordon_keeps_admitted_work_admits_nothing_new_and_counts_down_to_drai
     wait_event(&k.client, &scope.namespace, &a, "CordonDrained").await?;
     let status = plugin(plane, &scope, &["status", &a]).await?;
     ensure!(status.stdout.contains("drained"), "{}", status.stdout);
+    eprintln!("$ kubectl fournos status {a}\n{}", status.stdout);
     let why = plugin(plane, &scope, &["why", &a]).await?;
+    eprintln!("$ kubectl fournos why {a}\n{}", why.stdout);
     ensure!(
         why.stdout.contains("is cordoned by ops-alice") && why.stdout.contains("Drained"),
         "{}",
@@ -226,5 +228,75 @@ async fn a_cordon_past_its_end_is_reported_and_stays() -> Result<()> {
     let cluster = k.clusters.get(&a).await?;
     ensure!(cluster.spec.cordon.is_some(), "never lifted by Hearth");
     ensure!(tainted(&k, &a).await?);
+    Ok(ks.stop_cleanly(plane).await?)
+}
+
+/// The maintenance path with a lock: cordon, lock (a workload sentinel, which tolerates the
+/// cordon taint), wait. The lock waits while a job still runs there, and is held once the
+/// cluster is drained; the sentinel is not counted as work left, and a new job still stays
+/// out.
+#[tokio::test]
+async fn a_lock_taken_during_a_cordon_is_held_once_drained() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("cordon_lock").await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let a = scope.cluster("a");
+    onboard(&k.clusters, &a, &[gpu("a100", 8)]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    // The plane starts controllers with HEARTH_SENTINEL=workload.
+    let lm = hearth::start(plane, &scope, Controller::LockManager, "main", &[]).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    apply(&k.client, &slot_workload(&scope, "running", &a, 1)).await?;
+    wait_admitted(&k.workloads, "running").await?;
+
+    k.clusters
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cordon": {"reason": "firmware", "by": "ops-alice"}}})),
+        )
+        .await?;
+    wait_schedulable(&k.clusters, &a, "Cordoned", Some(1), &ks).await?;
+    k.clusters
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"owner": "ops-alice"}})),
+        )
+        .await?;
+    let waiting = lm
+        .until("the lock waits for the running job", DEADLINE, || async {
+            let c = k.clusters.get(&a).await?;
+            let locked = c.status.as_ref().and_then(|s| {
+                hearth_api::conditions::find(&s.conditions, "Locked").map(|l| l.reason.clone())
+            });
+            Ok(match locked.as_deref() {
+                Some("WaitingForAdmission") => Ok(c),
+                other => Err(format!("{other:?}")),
+            })
+        })
+        .await?;
+    ensure!(
+        waiting.status.and_then(|s| s.locked) != Some(true),
+        "not held while a job runs there"
+    );
+
+    k.workloads
+        .delete("running", &DeleteParams::default())
+        .await?;
+    lm.until("the lock held once drained", DEADLINE, || async {
+        let c = k.clusters.get(&a).await?;
+        Ok(if c.status.as_ref().and_then(|s| s.locked) == Some(true) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", schedulable(&c)))
+        })
+    })
+    .await?;
+    // The sentinel is the operator's own: the cluster stays Drained, not Cordoned.
+    wait_schedulable(&k.clusters, &a, "Drained", Some(0), &ks).await?;
+    apply(&k.client, &slot_workload(&scope, "late", &a, 1)).await?;
+    wait_pending(&k.workloads, "late", &[]).await?;
+    lm.stop_cleanly(plane).await?;
     Ok(ks.stop_cleanly(plane).await?)
 }

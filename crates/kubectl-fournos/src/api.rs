@@ -216,7 +216,14 @@ impl Session {
             let job = fc.status.as_ref().and_then(|s| s.lock_job_name.clone());
             match self.workloads().await {
                 Ok(workloads) => {
-                    let (sentinel, admitted) = sentinel_and_admitted(&workloads, &name, job);
+                    let (sentinel, admitted) =
+                        sentinel_and_admitted(&workloads, &name, job.clone());
+                    evidence.sentinel_tolerates_cordon = sentinel.as_ref().and_then(|(id, _)| {
+                        workloads
+                            .iter()
+                            .find(|w| w.metadata.name.as_deref() == id.rsplit('/').next())
+                            .map(crate::explain::tolerates_cordon)
+                    });
                     evidence.sentinel = sentinel;
                     evidence.admitted_on_cluster = admitted;
                 }

@@ -27,6 +27,10 @@ pub struct Evidence {
     pub warnings: Vec<EventLine>,
     /// The `QuotaReserved` condition of the lock sentinel's Workload, with its name.
     pub sentinel: Option<(String, Option<Condition>)>,
+    /// Whether the lock's Workload tolerates the cordon taint (`fournos.dev/cordoned`):
+    /// Hearth's workload sentinels do, the Workload Fournos makes of a FournosJob
+    /// sentinel does not. `None` when no such Workload was found.
+    pub sentinel_tolerates_cordon: Option<bool>,
     /// Other Workloads admitted on the cluster's flavor (`namespace/name`).
     pub admitted_on_cluster: Vec<String>,
     /// What could not be read (RBAC, for instance), said at the end.
@@ -54,7 +58,7 @@ pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> Stri
     let name = fc.metadata.name.clone().unwrap_or_default();
     let status = fc.status.clone().unwrap_or_default();
     let mut sentences = vec![kubeconfig_sentence(&name, &status), quota_sentence(&status)];
-    sentences.extend(cordon_sentence(fc, &name));
+    sentences.extend(cordon_sentence(fc, &name, evidence));
     sentences.push(lock_sentence(fc, &name, &status, evidence, now));
     sentences.extend(evidence_sentences(evidence, now));
     // Names, owners, reasons and GPU summaries come from the cluster as much as the
@@ -130,8 +134,9 @@ fn quota_sentence(status: &FournosClusterStatus) -> String {
 }
 
 /// Cordon, in one sentence: who, why, until when, and how far the drain is.
-fn cordon_sentence(fc: &FournosCluster, name: &str) -> Option<String> {
-    let cordon = view::row(fc).cordon?;
+fn cordon_sentence(fc: &FournosCluster, name: &str, evidence: &Evidence) -> Option<String> {
+    let row = view::row(fc);
+    let cordon = row.cordon?;
     let by = cordon
         .by
         .as_deref()
@@ -155,10 +160,42 @@ fn cordon_sentence(fc: &FournosCluster, name: &str) -> Option<String> {
         (_, Some(n)) => format!("; {n} Workload(s) admitted before the cordon still run there"),
         _ => "; hearth-kueue-sync has not reported on the cordon yet".to_owned(),
     };
+    // A lock wanted and not held: whether it gets in before the uncordon.
+    let lock = match (row.lock.state, evidence.sentinel_tolerates_cordon) {
+        (LockState::Waiting, Some(true)) => {
+            "; the lock's sentinel tolerates the cordon, so it is held once the cluster is \
+             drained"
+        }
+        (LockState::Waiting, Some(false)) => {
+            "; the lock's Workload (made by Fournos) does not tolerate the cordon, so the lock \
+             waits for the uncordon"
+        }
+        _ => "",
+    };
     Some(format!(
-        "{name} is cordoned{by}{until} (\"{reason}\"): Kueue admits no new job there{left}; \
+        "{name} is cordoned{by}{until} (\"{reason}\"): Kueue admits no new job there{left}{lock}; \
          `kubectl fournos uncordon {name}` lifts it."
     ))
+}
+
+/// Whether `w`'s pod sets tolerate the cordon taint (`fournos.dev/cordoned`, NoSchedule).
+pub fn tolerates_cordon(w: &hearth_api::kueue::Workload) -> bool {
+    use hearth_api::names::CORDON_TAINT_KEY;
+    !w.spec.pod_sets.is_empty()
+        && w.spec.pod_sets.iter().all(|ps| {
+            ps.template
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        let key = t.key.as_deref();
+                        let exists = t.operator.as_deref() == Some("Exists");
+                        (key == Some(CORDON_TAINT_KEY) || (key.is_none() && exists))
+                            && t.effect.as_deref().is_none_or(|e| e == "NoSchedule")
+                    })
+                })
+        })
 }
 
 /// Lock.
@@ -427,6 +464,46 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("Kubernetes v1.34.1"), "{text}");
+    }
+
+    #[test]
+    fn a_lock_waiting_on_a_cordoned_cluster_says_whether_it_gets_in() {
+        let mut fc = with_lock(cluster("a"), "alice", false);
+        fc.spec.cordon = Some(hearth_api::Cordon {
+            reason: "upgrade".into(),
+            ..Default::default()
+        });
+        let fournos = Evidence {
+            sentinel_tolerates_cordon: Some(false),
+            ..Default::default()
+        };
+        let text = explain(&fc, &fournos, now());
+        assert!(text.contains("the lock waits for the uncordon"), "{text}");
+        let workload = Evidence {
+            sentinel_tolerates_cordon: Some(true),
+            ..Default::default()
+        };
+        let text = explain(&fc, &workload, now());
+        assert!(text.contains("held once the cluster is drained"), "{text}");
+
+        let sentinel: hearth_api::kueue::Workload = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "cluster-lock-a"},
+            "spec": {"podSets": [{"name": "lock", "count": 1, "template": {"spec": {
+                "containers": [],
+                "tolerations": [{"key": "fournos.dev/cordoned", "operator": "Exists", "effect": "NoSchedule"}],
+            }}}]},
+        }))
+        .unwrap();
+        assert!(tolerates_cordon(&sentinel));
+        let mut fournos_made = sentinel.clone();
+        fournos_made.spec.pod_sets[0]
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .tolerations = None;
+        assert!(!tolerates_cordon(&fournos_made));
     }
 
     #[test]
