@@ -11,7 +11,7 @@ default:
 build:
     cargo build --workspace --all-targets
 
-# Build the pinned control-plane binaries (kube-apiserver, etcd, kubectl, Kueue, helm, promtool) into ~/.cache/hearth-e2e.
+# Build the pinned control-plane binaries (kube-apiserver, kube-controller-manager, etcd, kubectl, Kueue, helm, promtool) into ~/.cache/hearth-e2e.
 tools:
     e2e/tools/build.sh
 
@@ -59,8 +59,8 @@ unit:
     cargo test --workspace --exclude hearth-e2e
 
 # The e2e tests run the controllers' binaries, so every binary is built first;
-# e2e/tests/images.rs runs the images built here, and must (not skip) when podman is
-# installed.
+# e2e/tests/images.rs runs the images built here, and e2e/tests/release.rs checks the
+# release folder; both must (not skip) when podman is installed.
 # Run everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
 test:
     #!/usr/bin/env bash
@@ -78,12 +78,20 @@ test:
         phase images just images
         # The image test runs them under chroot, which needs root.
         if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
+        phase release just release
+        export HEARTH_E2E_REQUIRE_RELEASE=1
     else
         echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
+        echo "phase release: skipped: podman is not installed"
     fi
-    phase build cargo build --workspace --bins
+    # Every target at once, so cargo resolves features as `cargo test --workspace` does
+    # (hearth-runtime's tests turn on tokio's test-util): the tests phase then compiles
+    # nothing. Built for the binaries alone, everything on tokio was compiled twice, and a
+    # third time by the e2e tests' own build of the controllers, which the binaries just
+    # built make unnecessary (HEARTH_E2E_NO_BUILD).
+    phase build cargo build --workspace --all-targets
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
-    export HEARTH_E2E_BIN_DIR
+    export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
     phase tests cargo test --workspace --no-fail-fast
 
 # Built with podman from the release binaries built here (tools/images.sh; Containerfile
@@ -92,6 +100,13 @@ test:
 # Build the three controller images, localhost/<binary>:<workspace version>.
 images:
     tools/images.sh
+
+# Checks that the versions agree (tools/versions.sh), then writes dist/<version>/: the three
+# images as OCI archives (those `just images` built for this commit), the packaged chart,
+# kubectl-fournos and its krew archive and manifest, SHA256SUMS (docs/release.md).
+# Write the release folder: images, chart, plugin and krew manifest, with SHA-256 sums.
+release:
+    tools/release.sh
 
 # Remake the Debian-made base image (e.g. for the archive's security updates).
 base-image:
@@ -107,11 +122,12 @@ e2e: tools
 # Start the local control plane, an emulated GPU fleet and Hearth (state in .hearth/plane).
 up *flags: tools
     cargo build --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/debug/hearth-plane up --state-dir .hearth/plane --hearth-bin-dir target/debug {{flags}}
+    bin="$(tools/target-dir.sh)/debug" && HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
+        "$bin/hearth-plane" up --state-dir .hearth/plane --hearth-bin-dir "$bin" {{flags}}
 
 # Stop everything `just up` started.
 down:
-    target/debug/hearth-plane down --state-dir .hearth/plane
+    "$(tools/target-dir.sh)/debug/hearth-plane" down --state-dir .hearth/plane
 
 # One holds a copy of the Secret's data. Stop the Python Hearth first. `--dry-run` only
 # reports; other flags as `kubectl fournos migrate scrub-secrets` takes them.
@@ -149,11 +165,11 @@ fuzz seconds="60":
 bench *flags: tools
     cargo build --release --workspace --bins
     HEARTH_E2E_MANAGEMENT_AUDIT=1 HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" \
-        target/release/hearth-bench {{flags}}
+        "$(tools/target-dir.sh)/release/hearth-bench" {{flags}}
 
 # 100 clusters are onboarded, 30 locked/unlocked and 20 offboarded; then the invariants
 # are checked from the live API. Takes a few minutes.
 # Chaos: SIGKILL the controllers while clusters come and go (bench-results/<date>/CHAOS.md).
 chaos: tools
     cargo build --release --workspace --bins
-    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" target/release/hearth-chaos
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)" "$(tools/target-dir.sh)/release/hearth-chaos"

@@ -19,12 +19,9 @@ declare -A containerfile=(
     [hearth-lock-manager]=Containerfile.lock
 )
 
-version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
-[ -n "$version" ] || { echo "images: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
-revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-if [ "$revision" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-    revision="$revision-dirty"
-fi
+# The workspace version, once the chart and the crates agree with it.
+version=$(tools/versions.sh)
+revision=$(tools/revision.sh)
 source=${HEARTH_IMAGE_SOURCE:-$(git remote get-url origin 2>/dev/null || echo unknown)}
 
 base=${HEARTH_BASE_IMAGE:-localhost/hearth-base:bookworm}
@@ -32,16 +29,13 @@ if [ -z "${HEARTH_BASE_IMAGE:-}" ] && ! "${podman[@]}" image exists "$base"; the
     tools/base-image.sh "$base"
 fi
 
-packages=()
-for bin in "${binaries[@]}"; do packages+=(-p "$bin" --bin "$bin"); done
-cargo build --release --locked "${packages[@]}"
+release_dir=$(tools/release-binaries.sh)
 # The Containerfiles COPY target/release/<binary> from the build context (the repository);
-# with the target cache elsewhere (CARGO_TARGET_DIR, e.g. kept across CI clones), the
-# binaries are copied there first.
-target_dir=$(cargo metadata --no-deps --format-version 1 | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-if [ "$(realpath -m "$target_dir")" != "$(realpath -m target)" ]; then
+# with the target cache elsewhere (CARGO_TARGET_DIR, e.g. the one .ci/run keeps across
+# clones), the binaries are copied there first.
+if [ "$(realpath -m "$release_dir")" != "$(realpath -m target/release)" ]; then
     mkdir -p target/release
-    for bin in "${binaries[@]}"; do cp -p "$target_dir/release/$bin" target/release/; done
+    for bin in "${binaries[@]}"; do cp -p "$release_dir/$bin" target/release/; done
 fi
 
 build() {

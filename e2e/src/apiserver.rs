@@ -109,8 +109,10 @@ impl ApiServer {
             .arg("--advertise-address=127.0.0.1")
             .arg("--service-cluster-ip-range=10.0.0.0/24")
             .arg("--allow-privileged=true")
-            // No controller manager mounts tokens into pods, so the admission plugin would only
-            // reject pods; Kubernetes' own integration tests disable it the same way.
+            // No kubelet mounts tokens into pods, so the admission plugin would only add volumes
+            // nobody mounts and refuse pods whose ServiceAccount does not exist yet (also with
+            // kube-controller-manager: Pod Security judges the pod spec as written).
+            // Kubernetes' own integration tests disable it the same way.
             .arg("--disable-admission-plugins=ServiceAccount")
             .arg("--authorization-mode=RBAC")
             .arg(format!("--service-account-issuer={}/", self.url()))

@@ -3,11 +3,12 @@
 //! each `lockOnly` FournosJob, a Workload named like it, labeled `fournos.dev/job-name`
 //! and owned by it (as Fournos makes it), requesting all of the cluster's slots, and the
 //! job's `status.phase` (with Kueue's message while pending) mirrored from Kueue's
-//! admission. Unlike Fournos it recreates a missing Workload, has no finalizer and
-//! deletes the Workloads of jobs that are gone at once (standing in for the garbage
-//! collector too): lost Workloads, finalizers and adoption are tested against the real
-//! one. Nothing runs pods on the plane, so it also reports admitted Workloads' pods
-//! ready, as a running job would, which keeps Kueue's WaitForPodsReady from evicting them.
+//! admission. Unlike Fournos it recreates a missing Workload and has no finalizer: lost
+//! Workloads, finalizers and adoption are tested against the real one. Like Fournos it
+//! leaves the Workload of a job that is gone to the garbage collector (the ownerReference):
+//! run it on a plane with kube-controller-manager. Nothing runs pods on the plane, so it
+//! also reports admitted Workloads' pods ready, as a running job would, which keeps
+//! Kueue's WaitForPodsReady from evicting them.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::invariants::{workload_condition, workload_is};
@@ -92,8 +93,7 @@ pub async fn run(
             }
         }
         for workload in workloads.list(&ListParams::default()).await?.items {
-            let job = workload.labels().get(JOB_LABEL).cloned();
-            let ours = job.is_some();
+            let ours = workload.labels().contains_key(JOB_LABEL);
             if (ours || pods_ready == PodsReady::AllWorkloads)
                 && workload_is(&workload, "Admitted")
                 && !workload_is(&workload, "PodsReady")
@@ -111,14 +111,6 @@ pub async fn run(
                         &PatchParams::apply("fournos-stand-in").force(),
                         &Patch::Apply(&patch),
                     )
-                    .await?;
-            }
-            // Workloads of jobs that are gone (there is no garbage collector on the plane).
-            if let Some(job) = job
-                && !current.iter().any(|j| j.name_any() == job)
-            {
-                workloads
-                    .delete(&workload.name_any(), &DeleteParams::default())
                     .await?;
             }
         }

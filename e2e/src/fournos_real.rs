@@ -6,21 +6,23 @@
 //! management apiserver. Its log goes to the plane's logs directory and into failure
 //! messages.
 //!
-//! The plane has no kubelet, no Tekton and no controller manager. What Fournos needs of
-//! them is supplied by [`World`], and nothing more:
+//! Fournos needs a plane with kube-controller-manager
+//! ([`PlaneOptions::controller_manager`](crate::PlaneOptions::controller_manager)): it relies
+//! on the real garbage collector (background propagation) to delete a lockOnly job's
+//! Workload and its resolve Job once their FournosJob is gone (it never deletes the former
+//! itself; its own label-based sweep runs only every `FOURNOS_GC_INTERVAL_SEC`, 300 s by
+//! default). The plane has no kubelet and no Tekton. What Fournos needs of them is supplied
+//! by [`World`], and nothing more:
 //! - **Tekton's API**: CRDs `pipelines` and `pipelineruns` (`tekton.dev/v1`) without a
 //!   schema, and Fournos's own mock Pipelines (`dev/mock-pipelines`), whose
 //!   `fournos.dev/resolve-image` annotation the resolve step reads. No Tekton controller:
 //!   a PipelineRun runs until a test finishes it ([`finish_pipeline_run`]).
-//! - **The resolve Job**: no kubelet runs it, so the world marks each Job Fournos creates
-//!   complete, as a resolve that added nothing to the spec (Fournos accepts that).
+//! - **The resolve Job**: the job controller gives it a Pod, but no kubelet runs it, so the
+//!   world reports that Pod `Succeeded` (as the kubelet would for a resolve that added
+//!   nothing to the spec, which Fournos accepts) and the job controller completes the Job.
 //! - **Ready pods**: Kueue's WaitForPodsReady wants a running job's pods ready; the world
 //!   reports `PodsReady` on the Workload of a job Fournos has `Running` (a PipelineRun
 //!   exists). Never on a lockOnly job's: keeping that one admitted is lock-manager's job.
-//! - **Owner-reference garbage collection** (kube-controller-manager's garbage collector,
-//!   background propagation): a Workload or Job whose owning FournosJob (by UID) is gone is
-//!   deleted. Fournos relies on it: it never deletes a lockOnly job's Workload itself (its
-//!   own label-based sweep runs every `FOURNOS_GC_INTERVAL_SEC`, 300 s by default).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,9 +31,10 @@ use std::time::Duration;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::error::{Context as _, Result};
@@ -196,16 +199,21 @@ fn workload_is(w: &Workload, type_: &str) -> bool {
     })
 }
 
-fn owner_job(
-    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    refs.iter().find(|o| o.kind == "FournosJob")
+type OwnerReference = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+/// The (lockOnly, phase) of the listed FournosJob among `refs`' owners, if any.
+fn owning_job<'a>(
+    refs: &[OwnerReference],
+    jobs: &'a HashMap<String, (bool, Option<String>)>,
+) -> Option<&'a (bool, Option<String>)> {
+    refs.iter()
+        .filter(|o| o.kind == "FournosJob")
+        .find_map(|o| jobs.get(o.uid.as_str()))
 }
 
-fn owner_job_uid(
-    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
-) -> Option<&str> {
-    owner_job(refs).map(|o| o.uid.as_str())
+/// Owned by a FournosJob that is not (or no longer) listed: the garbage collector's.
+fn orphaned(refs: &[OwnerReference], jobs: &HashMap<String, (bool, Option<String>)>) -> bool {
+    refs.iter().any(|o| o.kind == "FournosJob") && owning_job(refs, jobs).is_none()
 }
 
 /// What the plane lacks for Fournos, in one namespace (see the module docs).
@@ -213,6 +221,7 @@ pub struct World {
     jobs: Api<FournosJob>,
     workloads: Api<Workload>,
     batch: Api<Job>,
+    pods: Api<Pod>,
 }
 
 impl World {
@@ -221,6 +230,7 @@ impl World {
             jobs: Api::namespaced(client.clone(), namespace),
             workloads: Api::namespaced(client.clone(), namespace),
             batch: Api::namespaced(client.clone(), namespace),
+            pods: Api::namespaced(client.clone(), namespace),
         }
     }
 
@@ -235,41 +245,6 @@ impl World {
             // The world's own pace, as a controller's; nothing waits on it by sleeping.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-    }
-
-    async fn delete_orphan<K>(api: &Api<K>, name: &str, uid: Option<String>) -> anyhow::Result<()>
-    where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-    {
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid,
-                resource_version: None,
-            }),
-            ..DeleteParams::background()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => {
-                tracing::info!(name, "garbage-collected (owner FournosJob gone)");
-                Ok(())
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Whether the FournosJob `owner` names is really gone. The list of jobs was taken
-    /// before the list of dependents, so a dependent made meanwhile for a newer job is
-    /// not in it: like the real garbage collector, look the owner up live before
-    /// deleting anything for it.
-    async fn owner_gone(
-        &self,
-        owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
-    ) -> anyhow::Result<bool> {
-        Ok(match self.jobs.get_opt(&owner.name).await? {
-            Some(job) => job.uid().as_deref() != Some(owner.uid.as_str()),
-            None => true,
-        })
     }
 
     async fn round(&self) -> anyhow::Result<()> {
@@ -292,44 +267,31 @@ impl World {
             })
             .collect();
         for w in self.workloads.list(&ListParams::default()).await?.items {
-            let Some(owner) = owner_job_uid(w.owner_references()) else {
+            // A Workload whose job is gone is the garbage collector's.
+            let Some((false, Some(phase))) = owning_job(w.owner_references(), &jobs) else {
                 continue;
             };
-            match jobs.get(owner) {
-                None => {
-                    let owner = owner_job(w.owner_references()).expect("found above");
-                    if self.owner_gone(owner).await? {
-                        Self::delete_orphan(&self.workloads, &w.name_any(), w.uid()).await?;
-                    }
-                }
-                Some((false, Some(phase))) if phase == "Running" => {
-                    if workload_is(&w, "Admitted") && !workload_is(&w, "PodsReady") {
-                        let patch = json!({
-                            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-                            "status": { "conditions": [{
-                                "type": "PodsReady", "status": "True", "reason": "Started",
-                                "message": "the job's pods run (kubelet stand-in)", "lastTransitionTime": now(),
-                            }]},
-                        });
-                        self.workloads
-                            .patch_status(
-                                &w.name_any(),
-                                &PatchParams::apply(WORLD).force(),
-                                &Patch::Apply(&patch),
-                            )
-                            .await?;
-                    }
-                }
-                Some(_) => {}
+            if phase == "Running" && workload_is(&w, "Admitted") && !workload_is(&w, "PodsReady") {
+                let patch = json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                    "status": { "conditions": [{
+                        "type": "PodsReady", "status": "True", "reason": "Started",
+                        "message": "the job's pods run (kubelet stand-in)", "lastTransitionTime": now(),
+                    }]},
+                });
+                self.workloads
+                    .patch_status(
+                        &w.name_any(),
+                        &PatchParams::apply(WORLD).force(),
+                        &Patch::Apply(&patch),
+                    )
+                    .await?;
             }
         }
         let managed = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         for job in self.batch.list(&managed).await?.items {
-            if let Some(owner) = owner_job(job.owner_references())
-                && !jobs.contains_key(owner.uid.as_str())
-                && self.owner_gone(owner).await?
-            {
-                Self::delete_orphan(&self.batch, &job.name_any(), job.uid()).await?;
+            // A Job whose FournosJob is gone is the garbage collector's.
+            if orphaned(job.owner_references(), &jobs) {
                 continue;
             }
             let done = job
@@ -340,18 +302,23 @@ impl World {
                     cs.iter()
                         .any(|c| c.type_ == "Complete" && c.status == "True")
                 });
-            if !done {
-                let at = now();
+            if done {
+                continue;
+            }
+            // The job controller made its Pod; the kubelet would run it to completion.
+            let own = ListParams::default()
+                .labels(&format!("batch.kubernetes.io/job-name={}", job.name_any()));
+            for pod in self.pods.list(&own).await?.items {
+                if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded") {
+                    continue;
+                }
                 let patch = json!({ "status": {
-                    "startTime": at, "completionTime": at, "succeeded": 1, "ready": 0, "active": 0,
-                    "conditions": [
-                        { "type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "resolve stand-in", "lastTransitionTime": at },
-                        { "type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "resolve stand-in", "lastTransitionTime": at },
-                    ],
+                    "phase": "Succeeded",
+                    "conditions": [{ "type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now() }],
                 }});
-                self.batch
+                self.pods
                     .patch_status(
-                        &job.name_any(),
+                        &pod.name_any(),
                         &PatchParams::default(),
                         &Patch::Merge(&patch),
                     )

@@ -65,13 +65,24 @@ pub async fn own_plane(
         .map_err(|e| anyhow!("the plane failed to start: {e}"))
 }
 
+/// For [`own_plane`]: the environment's options with kube-controller-manager.
+pub fn with_controller_manager(options: PlaneOptions) -> Result<PlaneOptions> {
+    Ok(PlaneOptions {
+        controller_manager: true,
+        ..options
+    })
+}
+
 /// The plane of a lock test binary: Kueue with WaitForPodsReady on, timeout
-/// [`WAIT_FOR_PODS_READY_SECS`].
+/// [`WAIT_FOR_PODS_READY_SECS`], and kube-controller-manager, whose garbage collector
+/// deletes a lockOnly job's Workload once the job is gone (the real Fournos relies on
+/// it, and [`crate::fournos`]'s stand-in does as Fournos does).
 pub async fn lock_plane() -> Result<&'static ControlPlane> {
     static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
     own_plane(&PLANE, |options| {
         Ok(PlaneOptions {
             wait_for_pods_ready: WaitForPodsReady::Timeout(WAIT_FOR_PODS_READY_SECS),
+            controller_manager: true,
             ..options
         })
     })

@@ -50,7 +50,8 @@
 //!   with [`Target::issue_node_reader`] and revokes that.
 //! - The `<id>` contains the test name and a run token, so reruns against a long-lived plane
 //!   (`HEARTH_E2E_PLANE_DIR` pointing at `hearth-plane up`'s state dir) do not collide with
-//!   leftovers: without a controller manager namespaces never finish deleting, so tests do
+//!   leftovers: without a controller manager (a plane runs one only when asked,
+//!   [`PlaneOptions::controller_manager`]) namespaces never finish deleting, so tests do
 //!   not clean up namespaces; a test plane is discarded as a whole.
 //! - A test that must own the whole plane (tear-down, base scope) starts its own with
 //!   [`ControlPlane::start`], in a test binary of its own.
@@ -97,6 +98,8 @@ pub mod bench;
 pub mod bench_peer;
 pub mod blackhole;
 pub mod certs;
+pub mod controller_manager;
+pub mod docs;
 pub mod error;
 pub mod etcd;
 pub mod fixtures;
@@ -118,6 +121,7 @@ pub mod plane;
 pub mod process;
 pub mod protocol;
 pub mod published;
+pub mod release;
 pub mod resources;
 pub mod supervisor;
 pub mod takeover;

@@ -71,6 +71,12 @@ pub struct PlaneOptions {
     pub fournos_cluster_crd: Option<PathBuf>,
     /// Also run the real Fournos for the base scope (`hearth-plane --fournos`).
     pub fournos: bool,
+    /// Also run kube-controller-manager for the management cluster (garbage collector,
+    /// Deployments, ReplicaSets, Jobs, namespaces, ServiceAccounts; no kubelet): see
+    /// [`crate::controller_manager`]. Off by default: it adds no start time worth measuring
+    /// (`bench-results/2026-11-25/plane-start.md`) but changes what a plane does
+    /// (namespaces finish deleting, owned objects are collected).
+    pub controller_manager: bool,
     /// Deadline for the whole plane to be ready.
     pub start_timeout: Duration,
     /// Deadline for each component (and each control request) inside the supervisor.
@@ -88,6 +94,7 @@ impl Default for PlaneOptions {
             supervisor: None,
             fournos_cluster_crd: None,
             fournos: false,
+            controller_manager: false,
             start_timeout: Duration::from_secs(300),
             component_timeout: Duration::from_secs(120),
         }
@@ -448,6 +455,9 @@ fn start_blocking(options: PlaneOptions) -> Result<ControlPlane> {
     }
     if options.fournos {
         command.arg("--fournos");
+    }
+    if options.controller_manager {
+        command.arg("--controller-manager");
     }
     let mut child = command
         .spawn()

@@ -282,6 +282,23 @@ pub fn free_port() -> Result<u16> {
     Err(PlaneError::Invalid("no free loopback port".into()))
 }
 
+/// The stdout of a short command run to completion (no stdin); an error carrying its exit
+/// status and stderr when it fails.
+pub fn stdout_of(command: &mut std::process::Command) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context as _;
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{command:?}: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}
+
 /// The last `lines` lines of a (log) file, for error messages.
 pub fn tail(path: &Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};

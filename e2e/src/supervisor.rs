@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::apiserver::ApiServer;
 use crate::certs::write_private;
+use crate::controller_manager::ControllerManager;
 use crate::error::{Context, PlaneError, Result};
 use crate::etcd::Etcd;
 use crate::fixtures;
@@ -62,6 +63,9 @@ pub struct SupervisorOptions {
     /// Also run the real Fournos ([`crate::fournos_real`]) for the base scope, and
     /// lock-manager with `fournosjob` sentinels.
     pub fournos: bool,
+    /// Also run kube-controller-manager for the management cluster
+    /// ([`crate::controller_manager`]); implied by `fournos`.
+    pub controller_manager: bool,
     /// Read [`Command`]s from stdin and write [`Response`]s to stdout.
     pub control: bool,
     /// Stop everything when stdin reaches EOF (the owner of the pipe died).
@@ -123,10 +127,11 @@ struct Plane {
     management: Option<ApiServer>,
     targets: Vec<Target>,
     kueue: Option<Kueue>,
+    controller_manager: Option<ControllerManager>,
     controllers: Vec<Controller>,
     reported_exits: Vec<u32>,
     /// With `--fournos`: the real Fournos, and the world beside it (what stands in for the
-    /// kubelet, Tekton and the garbage collector).
+    /// kubelet and Tekton; the plane then runs kube-controller-manager too).
     fournos: Option<(
         crate::fournos_real::Fournos,
         tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -166,6 +171,7 @@ pub async fn run(opts: SupervisorOptions) -> Result<()> {
         management: None,
         targets: Vec::new(),
         kueue: None,
+        controller_manager: None,
         controllers: Vec::new(),
         reported_exits: Vec::new(),
         fournos: None,
@@ -318,11 +324,28 @@ impl Plane {
         )?;
         tracing::info!("apiservers ready");
 
-        let (kueue, readers) = tokio::try_join!(
+        let wants_manager = self.opts.controller_manager || self.opts.fournos;
+        let manager = async {
+            if !wants_manager {
+                return Ok(None);
+            }
+            ControllerManager::start(
+                &tools.kube_controller_manager,
+                management,
+                &self.opts.state_dir.join("pki").join(MANAGEMENT),
+                self.logs.join("kube-controller-manager.log"),
+                timeout,
+            )
+            .await
+            .map(Some)
+        };
+        let (kueue, readers, manager) = tokio::try_join!(
             start_kueue(management, &self.opts, &self.opts.state_dir, &self.logs),
-            try_join_all(self.targets.iter().map(populate_target))
+            try_join_all(self.targets.iter().map(populate_target)),
+            manager
         )?;
         self.kueue = Some(kueue);
+        self.controller_manager = manager;
         for (target, reader) in self.targets.iter_mut().zip(readers) {
             target.node_reader = reader;
         }
@@ -631,6 +654,7 @@ impl Plane {
                 .filter_map(|t| t.server.process.as_mut()),
         );
         children.extend(self.kueue.as_mut().map(|k| &mut k.process));
+        children.extend(self.controller_manager.as_mut().map(|m| &mut m.process));
         children.extend(
             self.controllers
                 .iter_mut()
@@ -658,6 +682,9 @@ impl Plane {
         .await;
         if let Some(kueue) = self.kueue.as_mut() {
             kueue.process.stop(grace).await;
+        }
+        if let Some(manager) = self.controller_manager.as_mut() {
+            manager.process.stop(grace).await;
         }
         futures::future::join_all(self.targets.iter_mut().map(|t| t.server.stop())).await;
         if let Some(management) = self.management.as_mut() {

@@ -8,7 +8,7 @@
 //! [`crate::invariants`], like every other e2e test.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -29,6 +29,7 @@ use crate::invariants::{
     cluster_condition, covered, entry, is_active, last_discovery, nonzero, resource_order,
     workload_is,
 };
+use crate::release::Sampler;
 use crate::world::World;
 
 /// `fournos/cluster-slot` per cluster, in the Python Hearth's queue entries and Hearth's.
@@ -125,17 +126,8 @@ pub async fn sample(world: &World<'_>, inv: &Invariants) -> Result<Vec<String>> 
     Ok(bad)
 }
 
-#[derive(Default)]
-struct Watch {
-    samples: usize,
-    violations: Vec<String>,
-}
-
 /// Samples the invariants in the background until [`finish`](Watcher::finish).
-pub struct Watcher {
-    task: tokio::task::JoinHandle<()>,
-    watch: Arc<Mutex<Watch>>,
-}
+pub struct Watcher(Sampler);
 
 impl Watcher {
     /// Checks the invariants hold now (else the legacy state itself breaks them), then
@@ -146,47 +138,18 @@ impl Watcher {
             first.is_empty(),
             "the legacy state itself breaks the invariants: {first:?}"
         );
-        let watch = Arc::new(Mutex::new(Watch::default()));
-        let task = {
-            let watch = watch.clone();
-            tokio::spawn(async move {
-                loop {
-                    let result = sample(&world, &invariants).await;
-                    {
-                        let mut w = watch.lock().expect("poisoned");
-                        w.samples += 1;
-                        match result {
-                            Ok(bad) => w.violations.extend(bad),
-                            Err(e) => w.violations.push(format!("sampling failed: {e:#}")),
-                        }
-                    }
-                    // The sampling pace; nothing waits on it.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            })
-        };
-        Ok(Watcher { task, watch })
+        let watched = Arc::new((world, invariants));
+        Ok(Watcher(Sampler::start(move || {
+            let watched = watched.clone();
+            async move { sample(&watched.0, &watched.1).await }
+        })))
     }
 
     /// Stops sampling; fails with every violation seen, or when too few samples were
     /// taken to mean anything.
     pub fn finish(self) -> Result<()> {
-        self.task.abort();
-        let watched = std::mem::take(&mut *self.watch.lock().expect("poisoned"));
-        println!(
-            "the watcher took {} samples during the takeover",
-            watched.samples
-        );
-        ensure!(
-            watched.violations.is_empty(),
-            "during the takeover: {:#?}",
-            watched.violations
-        );
-        ensure!(
-            watched.samples >= 10,
-            "too few samples: {}",
-            watched.samples
-        );
+        let samples = self.0.finish("the takeover")?;
+        println!("the watcher took {samples} samples during the takeover");
         Ok(())
     }
 }

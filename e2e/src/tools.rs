@@ -18,6 +18,9 @@ pub fn build_script() -> PathBuf {
 pub struct Tools {
     pub bin_dir: PathBuf,
     pub kube_apiserver: PathBuf,
+    /// Checked when a plane starts it ([`crate::controller_manager`]), not here: a bin dir
+    /// built before it was added still serves every other plane.
+    pub kube_controller_manager: PathBuf,
     pub etcd: PathBuf,
     pub kueue: PathBuf,
     pub kubectl: PathBuf,
@@ -33,6 +36,7 @@ impl Tools {
         let tools = Tools {
             bin_dir: bin_dir.to_path_buf(),
             kube_apiserver: bin_dir.join("kube-apiserver"),
+            kube_controller_manager: bin_dir.join("kube-controller-manager"),
             etcd: bin_dir.join("etcd"),
             kueue: bin_dir.join("kueue"),
             kubectl: bin_dir.join("kubectl"),

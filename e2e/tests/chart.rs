@@ -4,12 +4,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use std::time::Duration;
+
 use anyhow::{Context as _, Result, bail, ensure};
-use hearth_e2e::ControlPlane;
 use hearth_e2e::hearth::{Controller, chart_dir, service_account_kubeconfig};
+use hearth_e2e::lab::{own_plane, with_controller_manager};
+use hearth_e2e::process::until;
 use hearth_e2e::resources::parse_yaml_documents;
 use hearth_e2e::tools::Tools;
+use hearth_e2e::{ControlPlane, Isolated};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tokio::sync::OnceCell;
 
 const KUBE_VERSION: &str = "1.36.3";
 
@@ -748,7 +757,7 @@ fn can_i(
 
 #[tokio::test]
 async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
+    let plane = plane().await?;
     let iso = plane.isolated("chart_rbac").await?;
     // Applies the chart's ServiceAccounts and RBAC for this scope.
     service_account_kubeconfig(plane, &iso, Controller::Discovery).await?;
@@ -855,11 +864,45 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
     Ok(())
 }
 
+/// This binary's plane: with kube-controller-manager, so that the Deployments Helm
+/// installs become ReplicaSets and Pods (which Pod Security admission then judges).
+async fn plane() -> Result<&'static ControlPlane> {
+    static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+    own_plane(&PLANE, with_controller_manager).await
+}
+
+/// [`helm_install`] of `release` into `iso`'s namespace with its scope's values and
+/// `sets`; returns helm's stdout (the NOTES).
+fn install_in_scope(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    release: &str,
+    sets: &[&str],
+) -> Result<String> {
+    let mut all = vec![
+        format!("config.secretsNamespace={}", iso.secrets_namespace),
+        format!("config.executionNamespace={}", iso.execution_namespace),
+        format!("config.clusterQueueName={}", iso.cluster_queue),
+    ];
+    all.extend(sets.iter().map(|s| (*s).to_owned()));
+    let out = helm_install(
+        &plane.management_kubeconfig(),
+        release,
+        &iso.namespace,
+        &all,
+    )?;
+    ensure!(
+        out.status.success(),
+        "helm install {release}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 #[tokio::test]
 async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
+    let plane = plane().await?;
     let kubeconfig = plane.management_kubeconfig();
-    let chart = chart_dir();
     // The cluster-scoped WorkloadPriorityClasses come from the first release only: a
     // second release creating them would be refused by Helm (another release owns them).
     const NO_CLASSES: &str = "workloadPriorityClasses.enabled=false";
@@ -880,32 +923,7 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
     ];
     for (case, sets) in cases {
         let iso = plane.isolated(&format!("helm_{case}")).await?;
-        let mut args = vec![
-            "install".to_owned(),
-            format!("hearth-{case}"),
-            chart.display().to_string(),
-            "--kubeconfig".into(),
-            kubeconfig.display().to_string(),
-            "--namespace".into(),
-            iso.namespace.clone(),
-            "--set".into(),
-            format!("config.secretsNamespace={}", iso.secrets_namespace),
-            "--set".into(),
-            format!("config.executionNamespace={}", iso.execution_namespace),
-            "--set".into(),
-            format!("config.clusterQueueName={}", iso.cluster_queue),
-        ];
-        for s in sets {
-            args.extend(["--set".into(), (*s).to_owned()]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = helm(&args)?;
-        ensure!(
-            out.status.success(),
-            "helm install ({case}): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let notes = String::from_utf8_lossy(&out.stdout);
+        let notes = install_in_scope(plane, &iso, &format!("hearth-{case}"), sets)?;
         ensure!(
             notes.contains("kubectl -n"),
             "NOTES.txt tells what to do next"
@@ -1066,7 +1084,7 @@ fn helm_install(
 /// namespace missing, the install fails naming it, and so does the doctor.
 #[tokio::test]
 async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
+    let plane = plane().await?;
     let iso = plane.isolated("chart_doctor").await?;
     let kubeconfig = plane.management_kubeconfig();
     // Namespaces nobody made: the chart's to create.
@@ -1081,6 +1099,8 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         &iso.namespace,
         &[
             "namespaces.create=true".into(),
+            // The cluster-scoped classes belong to another release on this plane.
+            "workloadPriorityClasses.enabled=false".into(),
             format!("config.secretsNamespace={secrets}"),
             format!("config.executionNamespace={exec}"),
             format!("config.clusterQueueName={}", iso.cluster_queue),
@@ -1188,6 +1208,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         &format!("broken-{}", iso.id),
         &iso.namespace,
         &[
+            "workloadPriorityClasses.enabled=false".into(),
             format!("config.secretsNamespace={}", iso.secrets_namespace),
             format!("config.executionNamespace={gone}"),
             format!("config.clusterQueueName={}", iso.cluster_queue),
@@ -1225,6 +1246,99 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         format!("ok      namespace {} exists", iso.secrets_namespace),
     ] {
         ensure!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    Ok(())
+}
+
+/// Installed with Helm into namespaces that enforce Pod Security's `restricted` profile,
+/// every controller's Deployment gets a Pod: kube-controller-manager's ReplicaSet
+/// controller creates it and the apiserver's Pod Security admission lets it in (a refused
+/// Pod is never stored; its ReplicaSet would say `ReplicaFailure` with the refusal). There
+/// is no kubelet on the plane, so the Pods stay `Pending`, unscheduled: admission is what
+/// this checks, not that they run. In the same namespace a Pod without the restricted
+/// settings is refused, so the label is enforced and not merely present.
+#[tokio::test]
+async fn restricted_pod_security_admits_every_controller_pod() -> Result<()> {
+    let plane = plane().await?;
+    let iso = plane.isolated("chart_restricted").await?;
+    let client = plane.management_client().await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [
+        &iso.namespace,
+        &iso.secrets_namespace,
+        &iso.execution_namespace,
+    ] {
+        let label = json!({ "metadata": { "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }}});
+        namespaces
+            .patch(ns, &PatchParams::default(), &Patch::Merge(&label))
+            .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &iso.namespace);
+    let privileged: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "not-restricted" },
+        "spec": { "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }] },
+    }))?;
+    match pods.create(&PostParams::default(), &privileged).await {
+        Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("restricted") => {}
+        other => bail!("a Pod without the restricted settings was not refused: {other:?}"),
+    }
+
+    // The cluster-scoped WorkloadPriorityClasses belong to another release on this plane.
+    install_in_scope(
+        plane,
+        &iso,
+        "hearth",
+        &["workloadPriorityClasses.enabled=false"],
+    )?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &iso.namespace);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &iso.namespace);
+    let names: Vec<String> = deployments
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|d| d.name_any())
+        .collect();
+    ensure!(
+        names.len() == Controller::ALL.len(),
+        "one Deployment per controller: {names:?}"
+    );
+    for name in &names {
+        let selector = format!("app.kubernetes.io/name={name}");
+        let pod = until(
+            &format!("a Pod of {name}"),
+            Duration::from_secs(90),
+            || async {
+                let found = pods.list(&ListParams::default().labels(&selector)).await?;
+                if let Some(pod) = found.items.into_iter().next() {
+                    return Ok(Ok(pod));
+                }
+                // Why not, in words: the ReplicaSet's ReplicaFailure names the refusal.
+                let sets = replica_sets
+                    .list(&ListParams::default().labels(&selector))
+                    .await?;
+                let failures: Vec<String> = sets
+                    .items
+                    .iter()
+                    .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
+                    .map(|c| format!("{}: {}", c.type_, c.message.clone().unwrap_or_default()))
+                    .collect();
+                Ok(Err(format!(
+                    "{} ReplicaSet(s), conditions {failures:?}",
+                    sets.items.len()
+                )))
+            },
+        )
+        .await?;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        ensure!(
+            phase.as_deref() == Some("Pending"),
+            "{name}: without a kubelet its Pod stays Pending, got {phase:?}"
+        );
     }
     Ok(())
 }

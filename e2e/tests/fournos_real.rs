@@ -3,8 +3,9 @@
 //! local plane's real apiserver and Kueue. Without that folder every test prints one
 //! `skipped:` line and passes.
 //!
-//! What stands in for the kubelet, Tekton and the garbage collector is
-//! [`hearth_e2e::fournos_real::World`] (see its docs). The plane runs Kueue with
+//! The plane runs the real kube-controller-manager, whose garbage collector deletes what
+//! Fournos leaves to it (a lockOnly job's Workload); what stands in for the kubelet and
+//! Tekton is [`hearth_e2e::fournos_real::World`] (see its docs). The plane runs Kueue with
 //! WaitForPodsReady on and a short timeout, so a lock Workload that nobody reports ready
 //! is evicted while a test watches.
 //!

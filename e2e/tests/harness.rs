@@ -8,11 +8,15 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{KUBECONFIG_SECRET_KEY, KUBECONFIG_SECRET_LABEL};
 use hearth_e2e::fleet::NodeSpec;
 use hearth_e2e::kubeconfig::{Credentials, client_from_yaml, kubeconfig_yaml};
+use hearth_e2e::lab::{own_plane, with_controller_manager};
 use hearth_e2e::plane::hearth_binary;
-use hearth_e2e::process::{is_alive, poll};
+use hearth_e2e::process::{is_alive, poll, until};
 use hearth_e2e::{BlackHole, ControlPlane, PlaneError, TargetFleet};
-use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::api::{Api, ListParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, ServiceAccount};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+use tokio::sync::OnceCell;
 
 async fn list_nodes(kubeconfig: &str) -> Result<usize, kube::Error> {
     let client = client_from_yaml(kubeconfig)
@@ -204,5 +208,82 @@ async fn controllers_run_under_the_supervisor_and_can_be_killed() -> Result<()> 
     assert_ne!(second, pid);
     plane.stop_controller(&name).await?;
     assert!(!is_alive(second));
+    Ok(())
+}
+
+/// A plane asked for kube-controller-manager has a working one, and only such a plane:
+/// there a ConfigMap owned by another is collected once its owner is deleted (garbage
+/// collector), a new namespace gets its `default` ServiceAccount (serviceaccount
+/// controller), and a deleted namespace with something in it is emptied and goes
+/// (namespace controller). On the shared plane, which does not ask, a deleted namespace
+/// stays `Terminating`.
+#[tokio::test]
+async fn controller_manager_runs_only_where_asked() -> Result<()> {
+    static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
+    let with = own_plane(&PLANE, with_controller_manager).await?;
+    let without = ControlPlane::shared().await?;
+    let deadline = Duration::from_secs(60);
+
+    let client = with.management_client().await?;
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = "kcm-probe";
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
+        )
+        .await?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let owner = maps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": "owner" } }))?,
+        )
+        .await?;
+    let dependent: ConfigMap = serde_json::from_value(json!({ "metadata": {
+        "name": "dependent",
+        "ownerReferences": [{ "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid() }],
+    }}))?;
+    maps.create(&PostParams::default(), &dependent).await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    until("the default ServiceAccount", deadline, || async {
+        Ok(accounts
+            .get_opt("default")
+            .await?
+            .map(drop)
+            .ok_or("none yet".to_owned()))
+    })
+    .await?;
+    maps.delete("owner", &DeleteParams::default()).await?;
+    until("the dependent collected", deadline, || async {
+        Ok(match maps.get_opt("dependent").await? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        })
+    })
+    .await?;
+    namespaces.delete(ns, &DeleteParams::default()).await?;
+    until("the namespace gone", deadline, || async {
+        Ok(match namespaces.get_opt(ns).await? {
+            None => Ok(()),
+            Some(n) => Err(format!("{:?}", n.status.and_then(|s| s.phase))),
+        })
+    })
+    .await?;
+
+    let namespaces: Api<Namespace> = Api::all(without.management_client().await?);
+    let ns = format!("kcm-absent-{}", std::process::id());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
+        )
+        .await?;
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    let left = namespaces.get(&ns).await?;
+    ensure!(
+        left.status.and_then(|s| s.phase).as_deref() == Some("Terminating"),
+        "without kube-controller-manager a deleted namespace stays Terminating"
+    );
     Ok(())
 }

@@ -24,7 +24,7 @@ use hearth_e2e::ControlPlane;
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants::{cluster_condition, entry, is_active, kueue_problems};
 use hearth_e2e::lab::{is_held, lock_state};
-use hearth_e2e::process::until;
+use hearth_e2e::process::{stdout_of, until};
 use hearth_e2e::world::World;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -47,17 +47,7 @@ fn podman() -> Command {
 }
 
 fn run(command: &mut Command) -> Result<String> {
-    let out = command
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{command:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    Ok(String::from_utf8(stdout_of(command)?)?)
 }
 
 fn image_ref(controller: Controller) -> String {

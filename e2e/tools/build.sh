@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Builds the pinned control-plane binaries (kube-apiserver, etcd, kubectl, Kueue,
-# helm) and promtool (alert rule tests) from the Go modules under this directory and
-# caches them under ${HEARTH_E2E_CACHE:-~/.cache/hearth-e2e}/<hash of the pins>/bin.
-# A second run with unchanged pins does nothing. Prints the bin directory.
+# Builds the pinned control-plane binaries (kube-apiserver, kube-controller-manager,
+# etcd, kubectl, Kueue, helm) and promtool (alert rule tests) from the Go modules under
+# this directory and caches them under
+# ${HEARTH_E2E_CACHE:-~/.cache/hearth-e2e}/<hash of the pins and this script>/bin.
+# A second run with unchanged pins does nothing. After a change (a new tool, a new pin), a
+# binary that an older cache directory holds is reused when its embedded build info says
+# it is exactly what this script would build (see `reuse`), so only what changed is
+# built. Prints the bin directory.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${HEARTH_E2E_CACHE:-$HOME/.cache/hearth-e2e}
 key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/go.mod "$here"/helm/go.sum \
   "$here"/prometheus/go.mod "$here"/prometheus/go.sum | sha256sum | cut -c1-16)
 bin="$cache_root/$key/bin"
-want=(kube-apiserver etcd kubectl kueue helm promtool)
+want=(kube-apiserver kube-controller-manager etcd kubectl kueue helm promtool)
 
 crds="$cache_root/$key/kueue-crds"
 have_all() {
@@ -34,15 +38,58 @@ ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version \
   -X k8s.io/client-go/pkg/version.gitVersion=$k8s_version \
   -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
+# The modules the pins put into package $2 built in module dir $1 with tags $3, as "path
+# version" lines (a replaced module under its own path with the replacement's version, as
+# `go version -m` shows it). Read-only: looking must not rewrite a go.sum (that would
+# change the cache key).
+linked() {
+  (cd "$here/$1" && GOFLAGS=-mod=readonly go list -deps -tags "$3" \
+    -f '{{with .Module}}{{.Path}} {{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}{{end}}' "$2" 2>/dev/null | sort -u)
+}
+
+# Hard-links into $bin a binary named $out from another cache directory whose build info
+# (`go version -m`) names the same package, Go toolchain, -ldflags, -tags, CGO_ENABLED=0
+# and the same modules at the same versions as the pins link into that package now: what
+# `go build` would produce here. A cold build of the Kubernetes binaries takes tens of minutes on
+# two cores; a new tool or pin must not cost that for binaries it does not change.
+reuse() { # dir out pkg ldflags tags
+  local dir=$1 out=$2 pkg=$3 flags=$4 tags=$5 candidate info modules expect line
+  expect=$(printf '\tpath\t%s\n\tbuild\t-ldflags="%s"\n\tbuild\tCGO_ENABLED=0' "$pkg" "$flags")
+  [ -n "$tags" ] && expect+=$(printf '\n\tbuild\t-tags=%s' "$tags")
+  for candidate in "$cache_root"/*/bin/"$out"; do
+    [ -x "$candidate" ] && [ "$candidate" != "$bin/$out" ] || continue
+    info=$(go version -m "$candidate" 2>/dev/null) || continue
+    [ "$(head -1 <<<"$info")" = "$candidate: $(go env GOVERSION)" ] || continue
+    while IFS= read -r line; do grep -qxF -- "$line" <<<"$info" || continue 2; done <<<"$expect"
+    # A binary built with tags has a -tags line; one built without must have none.
+    [ -z "$tags" ] && grep -q $'^\tbuild\t-tags=' <<<"$info" && continue
+    modules=$(awk -F'\t' '
+      $2 == "mod" || $2 == "dep" { if (p != "") print p " " v; p = $3; v = $4; next }
+      $2 == "=>" { v = $4 }
+      END { if (p != "") print p " " v }' <<<"$info")
+    [ -n "$modules" ] || continue
+    [ "$(sort -u <<<"$modules")" = "$(linked "$dir" "$pkg" "$tags" | grep -v '^hearth.dev/')" ] || continue
+    ln -f "$candidate" "$bin/$out.tmp" 2>/dev/null || cp "$candidate" "$bin/$out.tmp"
+    mv "$bin/$out.tmp" "$bin/$out"
+    echo "reused $out from ${candidate%/bin/*} (same build info)" >&2
+    return 0
+  done
+  return 1
+}
+
 build() { # dir out pkg [ldflags] [tags]
   local dir=$1 out=$2 pkg=$3 flags=${4:-"-s -w"} tags=${5:-} t0=$SECONDS
   [ -x "$bin/$out" ] && return 0
+  reuse "$dir" "$out" "$pkg" "$flags" "$tags" && return 0
   echo "building $out ($pkg)..." >&2
   (cd "$here/$dir" && go build -tags "$tags" -ldflags "$flags" -o "$bin/$out.tmp" "$pkg")
   mv "$bin/$out.tmp" "$bin/$out"
   echo "built $out in $((SECONDS - t0))s" >&2
 }
 build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
+# Garbage collection, Deployments → ReplicaSets → Pods, Jobs and namespace deletion for
+# planes that ask for it (PlaneOptions::controller_manager); no kubelet runs the Pods.
+build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
 build kube etcd go.etcd.io/etcd/server/v3
 build kube kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
 # Both report a placeholder version (v0.0.0-main, v3.21) unless stamped.

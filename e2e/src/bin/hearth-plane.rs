@@ -78,6 +78,10 @@ struct PlaneArgs {
     /// ../shared/peers/fournos) and lock-manager with `fournosjob` sentinels.
     #[arg(long, env = "HEARTH_PLANE_FOURNOS")]
     fournos: bool,
+    /// Also run kube-controller-manager (garbage collector, Deployments, ReplicaSets, Jobs,
+    /// namespaces, ServiceAccounts; no kubelet, so Pods stay Pending). Implied by --fournos.
+    #[arg(long, env = "HEARTH_PLANE_CONTROLLER_MANAGER")]
+    controller_manager: bool,
     /// Deadline for each component to become ready.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
@@ -159,6 +163,7 @@ async fn run(args: RunArgs) -> Result<()> {
             .transpose()?,
         wait_for_pods_ready: args.plane.wait_for_pods_ready,
         fournos: args.plane.fournos,
+        controller_manager: args.plane.controller_manager,
         fournos_cluster_crd: Some(
             args.plane
                 .fournos_cluster_crd
@@ -219,6 +224,9 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
     }
     if args.fournos {
         command.arg("--fournos");
+    }
+    if args.controller_manager {
+        command.arg("--controller-manager");
     }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.
