@@ -32,7 +32,7 @@ use crate::lock::Plan;
 
 /// Reads and patches are retried this often when someone else changed the cluster
 /// between our read and our write (409 Conflict), each time re-deciding from the new state.
-pub(crate) const CONFLICT_RETRIES: usize = 3;
+pub(crate) const CONFLICT_RETRIES: usize = 5;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.global.output;
@@ -324,7 +324,12 @@ async fn write(
     plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
     done: fn(&str, &view::ClusterRow) -> String,
 ) -> Result<()> {
-    for _ in 0..CONFLICT_RETRIES {
+    for attempt in 0..CONFLICT_RETRIES {
+        if attempt > 0 {
+            // The controllers write a cluster's status in short bursts (a lock changing
+            // hands, a cordon): let a burst pass before reading again.
+            tokio::time::sleep(std::time::Duration::from_millis(150 << attempt)).await;
+        }
         let fc = session.get(cluster).await?;
         match plan(&fc) {
             Plan::Refused(message) => return Err(Failure::Refused(message).into()),
