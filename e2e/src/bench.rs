@@ -6,12 +6,15 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-/// p50/p95/max of a set of latencies, in seconds (nearest-rank percentiles).
+/// p50/p95/p99/max of a set of latencies, in seconds (nearest-rank percentiles).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub n: usize,
     pub p50: f64,
     pub p95: f64,
+    /// Absent from results written before it was measured.
+    #[serde(default)]
+    pub p99: f64,
     pub max: f64,
     pub mean: f64,
 }
@@ -31,6 +34,7 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
         n: sorted.len(),
         p50: rank(0.50),
         p95: rank(0.95),
+        p99: rank(0.99),
         max: sorted[sorted.len() - 1],
         mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
     })
@@ -260,7 +264,7 @@ mod tests {
         assert!(summarize(&[]).is_none());
         let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
         let s = summarize(&hundred).unwrap();
-        assert_eq!((s.p50, s.p95), (50.0, 95.0));
+        assert_eq!((s.p50, s.p95, s.p99), (50.0, 95.0, 99.0));
     }
 
     #[test]

@@ -905,9 +905,10 @@ async fn helm_installs_with_defaults_each_controller_disabled_and_three_replicas
     let kubeconfig = plane.management_kubeconfig();
     // The cluster-scoped WorkloadPriorityClasses come from the first release only: a
     // second release creating them would be refused by Helm (another release owns them).
+    // `helm_install` leaves them out unless asked, as here, for the defaults.
     const NO_CLASSES: &str = "workloadPriorityClasses.enabled=false";
     let cases: [(&str, &[&str]); 5] = [
-        ("defaults", &[]),
+        ("defaults", &["workloadPriorityClasses.enabled=true"]),
         ("nodiscovery", &["discovery.enabled=false", NO_CLASSES]),
         ("nokueuesync", &["kueueSync.enabled=false", NO_CLASSES]),
         ("nolock", &["lockManager.enabled=false", NO_CLASSES]),
@@ -1054,8 +1055,9 @@ async fn doctor(plane: &ControlPlane, args: &[&str]) -> Result<(i32, String)> {
 }
 
 /// `helm install` of the chart into `namespace` with `sets`; Err carries helm's message.
-/// Without the cluster-scoped WorkloadPriorityClasses: on this shared plane they belong to
-/// the release of `helm_installs_with_defaults_each_controller_disabled_and_three_replicas`.
+/// Without the cluster-scoped WorkloadPriorityClasses unless `sets` turns them on: on this
+/// shared plane they belong to the defaults release of
+/// `helm_installs_with_defaults_each_controller_disabled_and_three_replicas`.
 fn helm_install(
     kubeconfig: &Path,
     release: &str,

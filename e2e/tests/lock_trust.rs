@@ -74,6 +74,21 @@ fn requested_slots(w: &Workload) -> Result<String> {
         .to_owned())
 }
 
+/// A one-slot job under cluster `c`'s sentinel name with everything a name-and-label
+/// check looks at: Hearth's labels and alice's owner annotation.
+fn forgery(lab: &LockLab, c: &str) -> Result<Workload> {
+    let mut forged = slot_workload(
+        &lab.scope.execution_namespace,
+        &lock_sentinel_name(c),
+        &lab.scope.local_queue,
+        c,
+        1,
+    );
+    forged["metadata"]["labels"] = json!(sentinel_labels(c, &lab.scope.namespace));
+    forged["metadata"]["annotations"] = json!({ OWNER_ANNOTATION: "alice" });
+    Ok(serde_json::from_value(forged)?)
+}
+
 fn uid_of(w: &Workload) -> String {
     w.uid().unwrap_or_default()
 }
@@ -231,17 +246,9 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
     let c = cluster(&lab, "forge").await?;
     let name = lock_sentinel_name(&c);
     let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
-    let mut forged = slot_workload(
-        &lab.scope.execution_namespace,
-        &name,
-        &lab.scope.local_queue,
-        &c,
-        1,
-    );
-    forged["metadata"]["labels"] = json!(sentinel_labels(&c, &lab.scope.namespace));
-    forged["metadata"]["annotations"] = json!({ OWNER_ANNOTATION: "alice" });
-    let forged: Workload = serde_json::from_value(forged)?;
-    let forged = workloads.create(&PostParams::default(), &forged).await?;
+    let forged = workloads
+        .create(&PostParams::default(), &forgery(&lab, &c)?)
+        .await?;
     lab.wait_workload(&name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
         .await?;
     lab.mark_pods_ready(&name).await?;
@@ -392,5 +399,135 @@ async fn a_foreign_lock_is_named_in_status() -> Result<()> {
             .is_some_and(|s| s.slot_holders.is_empty())
     })
     .await?;
+    Ok(())
+}
+
+/// How many sentinels the swapping attacker replaces before it stops.
+const SWAPS: usize = 3;
+
+/// A Fournos user swaps the sentinel in the window between its creation and the moment
+/// lock-manager records its UID in `status.lockJobUID` (the window in which "the sentinel
+/// I just created" can only be told from a forgery by its UID, not by its name or
+/// labels). The attacker watches the sentinel's name with the chart's Fournos-user
+/// rights; each time lock-manager's sentinel appears it deletes it at once and creates
+/// its own under the same name, with Hearth's labels and the owner's annotation, asking
+/// for one slot. The cluster never says `locked=true` while a forgery is admitted, every
+/// forgery is deleted, and once the attacker stops the lock is held by lock-manager's
+/// own sentinel. How many swaps landed before the UID was recorded is printed (the race
+/// is the attacker's to win or lose; the promise holds either way).
+#[tokio::test]
+async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<()> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher::{self, Event};
+
+    let lab = lab("swap").await?;
+    let attacker = lab.fournos_user().await?;
+    let c = cluster(&lab, "swap").await?;
+    let name = lock_sentinel_name(&c);
+    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let forged = forgery(&lab, &c)?;
+
+    // The attacker: every sentinel that is not its own is swapped for a forgery.
+    let clusters = lab.clusters.clone();
+    let (attack_name, attack_cluster) = (name.clone(), c.clone());
+    let attack = tokio::spawn(async move {
+        let config = watcher::Config::default().fields(&format!("metadata.name={attack_name}"));
+        let mut events = std::pin::pin!(watcher::watcher(workloads.clone(), config));
+        let (mut forged_uids, mut in_window) = (Vec::<String>::new(), 0);
+        while forged_uids.len() < SWAPS {
+            let Some(event) = events.next().await else {
+                anyhow::bail!("the attacker's watch ended");
+            };
+            let (Ok(Event::Apply(w)) | Ok(Event::InitApply(w))) = event else {
+                continue;
+            };
+            let uid = uid_of(&w);
+            if forged_uids.contains(&uid) || w.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let precondition = DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            let _ = workloads.delete(&attack_name, &precondition).await;
+            // Taken again (the old one still terminating, or lock-manager was quicker to
+            // make a new one): the next sentinel that appears is swapped instead.
+            let created = match workloads.create(&PostParams::default(), &forged).await {
+                Ok(created) => created,
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let recorded = clusters
+                .get(&attack_cluster)
+                .await?
+                .status
+                .and_then(|s| s.lock_job_uid);
+            if recorded.as_deref() != Some(uid.as_str()) {
+                in_window += 1;
+            }
+            forged_uids.push(uid_of(&created));
+        }
+        Ok((forged_uids, in_window))
+    });
+
+    let _lm = lock_manager(&lab).await?;
+    lab.set_spec(&c, json!({ "owner": "alice" })).await?;
+    // Every sample while the attack goes on, and until the lock is held after it: never
+    // `locked=true` while a forgery is admitted.
+    let attack = std::sync::Mutex::new(Some(attack));
+    let forged_uids = std::sync::Mutex::new(Vec::<String>::new());
+    let (attack, forged_uids) = (&attack, &forged_uids);
+    let (lab, c, name) = (&lab, &c, &name);
+    let fc = until(
+        "held by lock-manager's own sentinel after the attack",
+        DEADLINE * 2,
+        || async move {
+            let finished = {
+                let mut running = attack.lock().expect("poisoned");
+                match running.as_ref().is_some_and(|a| a.is_finished()) {
+                    true => running.take(),
+                    false => None,
+                }
+            };
+            if let Some(done) = finished {
+                let (uids, in_window) = done.await??;
+                eprintln!(
+                    "swap: {} swaps, {in_window} before lock-manager recorded the UID",
+                    uids.len()
+                );
+                *forged_uids.lock().expect("poisoned") = uids;
+            }
+            let fc = lab.clusters.get(c).await?;
+            let live = lab.workloads.get_opt(name).await?;
+            let locked = fc.status.as_ref().and_then(|s| s.locked) == Some(true);
+            if let Some(w) = &live {
+                let recorded = fc.status.as_ref().and_then(|s| s.lock_job_uid.clone());
+                ensure!(
+                    !(locked && workload_is(w, "Admitted") && recorded != w.uid()),
+                    "{c} says locked=true while {} (not the recorded sentinel) is admitted: {}",
+                    uid_of(w),
+                    lock_state(&fc)
+                );
+            }
+            let forged = forged_uids.lock().expect("poisoned").clone();
+            let done = !forged.is_empty()
+                && is_held(&fc)
+                && live.is_some_and(|w| !forged.contains(&uid_of(&w)));
+            Ok(if done { Ok(fc) } else { Err(lock_state(&fc)) })
+        },
+    )
+    .await?;
+    let sentinel = lab.workloads.get(name).await?;
+    ensure!(
+        fc.status.and_then(|s| s.lock_job_uid) == sentinel.uid(),
+        "held by the sentinel lock-manager created"
+    );
+    ensure!(
+        requested_slots(&sentinel)? == SLOTS.to_string(),
+        "the sentinel asks for every slot"
+    );
     Ok(())
 }

@@ -299,6 +299,13 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admitted_workloads: Option<i64>,
 
+    /// The lock that ran out, while the cluster says `Locked=False/Expired` (until
+    /// someone locks it again): whose it was, when it expired and its ttl. The facts the
+    /// `Expired` message is made of, kept typed so that no later plan reads them back
+    /// from a message. Written by hearth-lock-manager.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_lock: Option<ExpiredLock>,
+
     /// Workloads other than this Hearth's lock that Kueue has admitted on the cluster's
     /// flavor, largest first (at most five): who holds its slots, so that nobody is told
     /// the cluster is free while a Fournos lock or an exclusive job holds it. Written by
@@ -392,6 +399,19 @@ pub struct GpuInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4))]
     pub driver_versions: Vec<String>,
+}
+
+/// A lock that ran out (see `FournosClusterStatus::expired_lock`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiredLock {
+    /// Its owner.
+    pub owner: String,
+    /// When it ran out (`ownerSetAt + ttl`).
+    pub expired_at: Time,
+    /// `spec.ttl` when it ran out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
 }
 
 /// A Workload admitted on a cluster's flavor (see `FournosClusterStatus::slot_holders`).

@@ -9,7 +9,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder};
+use crate::cluster::{
+    ExpiredLock, FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder,
+};
 use crate::conditions;
 use crate::names::condition_types::{
     GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED, SCHEDULABLE,
@@ -69,6 +71,8 @@ pub struct LockManagerStatus {
     pub lock_owner: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_expires_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expired_lock: Option<ExpiredLock>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slot_holders: Vec<SlotHolder>,
     /// `Locked`.
@@ -120,6 +124,7 @@ impl LockManagerStatus {
             owner_set_at: status.owner_set_at.clone(),
             lock_owner: status.lock_owner.clone(),
             lock_expires_at: status.lock_expires_at.clone(),
+            expired_lock: status.expired_lock.clone(),
             slot_holders: status.slot_holders.clone(),
             conditions: own_conditions(status, &[LOCKED]),
         }
@@ -193,6 +198,11 @@ mod tests {
             owner_set_at: Some(t()),
             lock_owner: Some("alice".into()),
             lock_expires_at: Some(t()),
+            expired_lock: Some(ExpiredLock {
+                owner: "bob".into(),
+                expired_at: t(),
+                ttl: Some("1h".into()),
+            }),
             slot_holders: vec![SlotHolder {
                 workload: "exec/job-1".into(),
                 job: Some("job-1".into()),

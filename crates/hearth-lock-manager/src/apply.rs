@@ -19,14 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hearth_api::FournosCluster;
-use hearth_api::conditions::DesiredCondition;
-use hearth_api::names::condition_types::LOCKED;
 use hearth_api::names::controllers::LOCK_MANAGER;
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, has_sentinel_labels,
     sentinel_labels,
 };
-use hearth_api::reasons::LockedReason;
 use hearth_runtime::events::{Event, Events};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -38,7 +35,7 @@ use serde_json::json;
 use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
-use crate::plan::{LockAction, LockEvent, LockPlan, LockStatus, reasons};
+use crate::plan::{LockAction, LockEvent, LockPlan, LockStatus, Refusal};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
 use crate::status::{became_held, status_patch, transition_events};
 
@@ -159,7 +156,15 @@ pub async fn apply_plan<K: Sentinel>(
     }
 
     let mut status = plan.status.clone();
-    let mut taken = None;
+    let mut taken = false;
+    let kind = K::kind(&()).into_owned();
+    let namespace = ctx.config.execution_namespace.clone();
+    let name_taken = |name: &str, why: String| Refusal::NameTaken {
+        kind: kind.clone(),
+        namespace: namespace.clone(),
+        name: name.to_owned(),
+        why,
+    };
     for action in &plan.actions {
         let LockAction::CreateSentinel { name, owner } = action else {
             continue;
@@ -168,12 +173,13 @@ pub async fn apply_plan<K: Sentinel>(
             Ok(Creation::Created { uid }) => status.lock_job_uid = Some(uid),
             Ok(Creation::Exists(Holder::Ours)) => {}
             Ok(Creation::Exists(Holder::Foreign(why))) => {
-                taken = Some((name.clone(), why));
+                taken = true;
+                status = refused(plan, name_taken(name, why));
             }
             Err(e) => {
                 // Said where people look (the Locked condition), not only in an Event.
-                status.locked = false;
-                status.condition = Some(create_failed(&e));
+                let error = e.to_string();
+                let status = refused(plan, Refusal::CreateFailed { error });
                 write_status(ctx, cluster, &regarding, &status, now).await?;
                 return Err(e);
             }
@@ -182,16 +188,8 @@ pub async fn apply_plan<K: Sentinel>(
     if let Some(name) = &plan.blocked_create
         && let Holder::Foreign(why) = holder_of(ctx, name).await?
     {
-        taken = Some((name.clone(), why));
-    }
-    if let Some((name, why)) = &taken {
-        name_taken(
-            &mut status,
-            &K::kind(&()),
-            &ctx.config.execution_namespace,
-            name,
-            why,
-        );
+        taken = true;
+        status = refused(plan, name_taken(name, why));
     }
 
     for sentinel in observed
@@ -207,29 +205,18 @@ pub async fn apply_plan<K: Sentinel>(
     }
 
     write_status(ctx, cluster, &regarding, &status, now).await?;
-    Ok(if taken.is_some() {
+    Ok(if taken {
         Applied::NameTaken
     } else {
         Applied::Done
     })
 }
 
-/// `Locked=False/SentinelNameTaken`: the sentinel's name belongs to an object this Hearth
-/// did not make. It is left alone (it may be someone's running job) and named, so a
-/// person can decide.
-fn name_taken(status: &mut LockStatus, kind: &str, namespace: &str, name: &str, why: &str) {
-    let owner = status.lock_owner.as_deref().unwrap_or_default();
-    status.locked = false;
-    status.lock_job_name = None;
-    status.lock_job_uid = None;
-    status.condition = Some(DesiredCondition::new(
-        LOCKED,
-        false,
-        LockedReason::SentinelNameTaken,
-        format!(
-            "{kind} {namespace}/{name} already exists and is not this Hearth's sentinel ({why}), so the cluster cannot be locked for {owner} under that name. If it is not in use, delete it; lock-manager looks again (at least once a minute) and then takes the lock on its own."
-        ),
-    ));
+/// The status of the state a refused create leads to (`SentinelNameTaken`: the name
+/// belongs to an object this Hearth did not make, which is left alone, as it may be
+/// someone's running job, and named; `SentinelCreateFailed`), from the state machine.
+fn refused(plan: &LockPlan, refusal: Refusal) -> LockStatus {
+    plan.refused(refusal).unwrap_or_else(|| plan.status.clone())
 }
 
 /// Who holds an object name among the sentinels.
@@ -379,25 +366,6 @@ async fn write_status<K: Sentinel>(
         publish(ctx, regarding, &event).await;
     }
     Ok(())
-}
-
-/// Longest message of a `SentinelCreateFailed` condition.
-const MAX_CREATE_FAILED_CHARS: usize = 1024;
-
-/// `Locked=False, SentinelCreateFailed` with the apiserver's reason, bounded.
-fn create_failed(error: &Error) -> DesiredCondition {
-    let mut message: String = format!(
-        "{error}. The lock is not held; Hearth tries again with backoff (a 422 means the \
-         sentinel is invalid: check spec.owner)."
-    )
-    .chars()
-    .map(|c| if c.is_control() { ' ' } else { c })
-    .collect();
-    if let Some((cut, _)) = message.char_indices().nth(MAX_CREATE_FAILED_CHARS) {
-        message.truncate(cut);
-        message.push('…');
-    }
-    DesiredCondition::new(LOCKED, false, reasons::SENTINEL_CREATE_FAILED, message)
 }
 
 /// `spec.owner = null`, only if the cluster is still at the observed resourceVersion.
@@ -620,9 +588,31 @@ mod tests {
             name: "cluster-lock-a".into(),
             source: kube::Error::Api(status.boxed()),
         };
-        let c = create_failed(&e);
-        assert_eq!(c.reason, reasons::SENTINEL_CREATE_FAILED);
-        assert_eq!(c.status, hearth_api::conditions::Status::False);
+        let cluster = FournosClusterStatus {
+            kueue: Some(KueueStatus::default()),
+            ..FournosClusterStatus::default()
+        };
+        let view = ClusterView {
+            name: "a",
+            owner: Some("alice"),
+            ttl: None,
+            deleting: false,
+            status: &cluster,
+        };
+        let plan = plan_lock(&view, &[], None, Timestamp::UNIX_EPOCH);
+        let refused = refused(
+            &plan,
+            Refusal::CreateFailed {
+                error: e.to_string(),
+            },
+        );
+        assert!(!refused.locked);
+        assert_eq!(refused.lock_owner.as_deref(), Some("alice"));
+        let c = refused.condition.expect("a Locked condition");
+        assert_eq!(
+            c.reason,
+            hearth_api::reasons::LockedReason::SentinelCreateFailed
+        );
         assert!(
             c.message.starts_with(
                 "cannot create sentinel cluster-lock-a: metadata.annotations: Too long"
@@ -631,7 +621,7 @@ mod tests {
             c.message
         );
         assert!(!c.message.contains('\n'));
-        assert!(c.message.chars().count() <= MAX_CREATE_FAILED_CHARS + 1);
+        assert!(c.message.chars().count() <= 1025);
     }
     use crate::config::SentinelKind;
     use crate::plan::{ClusterView, SentinelState, plan_lock};
@@ -787,6 +777,7 @@ mod tests {
                 status: &status,
             },
             &views,
+            None,
             now,
         )
     }

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
-use hearth_api::names::{lock_sentinel_name, sentinel_selector};
+use hearth_api::names::sentinel_selector;
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
@@ -21,7 +21,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Resource, ResourceExt};
 use tracing::Instrument as _;
@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::fournos_lock::{self, JOB_NAME_LABEL};
 use crate::holders;
 use crate::metrics::LockMetrics;
-use crate::plan::{ClusterView, LockAction, plan_lock};
+use crate::plan::{ClusterView, LockState, plan_lock};
 use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
 
 /// Retry after the cluster changed under an expiry (the watch event usually comes first).
@@ -222,15 +222,18 @@ async fn reconcile_lock<K: Sentinel>(
         status: &status,
     };
     let now = Timestamp::now();
-    let plan = plan_lock(&view, &views, now);
-    let (mut plan, lost, owned) = match &ctx.lock_workloads {
+    let (mut plan, owned) = match &ctx.lock_workloads {
         Some(workloads) => {
             // Planning from a half-filled Workload cache would call a lock lost.
             workloads.synced().await.map_err(|_| Error::CacheGone)?;
-            amend_from_workloads(&workloads.store(), &name, &expect, &observed, plan, now)
+            let facts = fournos_lock::FournosFacts::observe(&workloads.store(), &name, &observed);
+            let plan = plan_lock(&view, &views, Some(&facts.view()), now);
+            let owned = facts.owned_by_kept(&plan);
+            (plan, owned)
         }
-        None => (plan, false, None),
+        None => (plan_lock(&view, &views, None, now), None),
     };
+    let lost = matches!(plan.state, LockState::WorkloadLost { .. });
     if let Some(flavor) = status.kueue.as_ref().map(|k| k.flavor.as_str()) {
         ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
         // This Hearth's lock is not a foreign holder: its proven sentinels, and for
@@ -279,61 +282,6 @@ async fn reconcile_lock<K: Sentinel>(
     };
     ctx.backoff.succeeded(&name);
     Ok(action)
-}
-
-/// The plan corrected from Fournos's Workloads ([`fournos_lock::amend`]), whether a
-/// held lock was found lost, and the Workload of the kept sentinel (for its upkeep).
-fn amend_from_workloads<K: Sentinel>(
-    store: &Store<DeserializeGuard<Workload>>,
-    cluster: &str,
-    expect: &Expect<'_>,
-    observed: &[Arc<DeserializeGuard<K>>],
-    plan: crate::plan::LockPlan,
-    now: Timestamp,
-) -> (crate::plan::LockPlan, bool, Option<Workload>) {
-    let jobs: Vec<_> = observed
-        .iter()
-        .filter_map(|s| s.0.as_ref().ok()?.job_view())
-        .collect();
-    let canonical = lock_sentinel_name(cluster);
-    let names: Vec<&str> = jobs
-        .iter()
-        .map(|j| j.name.as_str())
-        .chain([canonical.as_str()])
-        .collect();
-    let uids: Vec<&str> = jobs.iter().filter_map(|j| j.uid.as_deref()).collect();
-    let mut workloads = Vec::new();
-    let mut views = Vec::new();
-    for w in store.state() {
-        if let Ok(w) = &w.0
-            && let Some(v) = fournos_lock::observe_workload(w)
-            && fournos_lock::belongs(&v, &names, &uids)
-        {
-            workloads.push(w.clone());
-            views.push(v);
-        }
-    }
-    let amended = fournos_lock::amend(plan, expect, &jobs, &views, now);
-    // The kept sentinel's own Workload, unless the plan replaces that sentinel.
-    let kept = amended.plan.status.lock_job_name.as_deref().filter(|kept| {
-        !amended
-            .plan
-            .actions
-            .iter()
-            .any(|a| matches!(a, LockAction::DeleteSentinel { name } if name == kept))
-    });
-    let owned = kept
-        .and_then(|kept| {
-            jobs.iter()
-                .find(|j| j.name == kept && j.deleting_since.is_none())
-        })
-        .and_then(|job| {
-            workloads
-                .iter()
-                .zip(&views)
-                .find_map(|(w, v)| (job.uid.is_some() && v.owner_uid == job.uid).then(|| w.clone()))
-        });
-    (amended.plan, amended.lost, owned)
 }
 
 /// `PodsReady=True` on the kept sentinel's admitted Workload, as for a `workload`

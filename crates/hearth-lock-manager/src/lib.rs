@@ -2,47 +2,81 @@
 //! that holds all of the cluster's Kueue slots, and releases it on unlock or expiry.
 //!
 //! Reconcile = observe → [`plan`] (pure) → [`apply`] → report ([`status`]); the
-//! sentinel kinds live in [`sentinel`], the orphan sweep in [`sweep`]; for `fournosjob`
-//! sentinels [`fournos_lock`] corrects the plan from the Workloads Fournos made.
+//! state machine is [`state`], the sentinel kinds live in [`sentinel`], the orphan sweep
+//! in [`sweep`]; for `fournosjob` sentinels [`fournos_lock`] observes the Workloads
+//! Fournos made.
 //!
 //! # The lock state machine
 //!
-//! [`plan::classify`] puts every cluster in one [`plan::LockState`]; [`plan::plan`]
-//! turns the state into actions and the status slice; [`status::transition_events`]
-//! compares the stored `Locked` reason with the new one ([`status::Transition`]). Checked
-//! in this order, the first row that matches wins:
+//! [`state::classify`] puts every cluster in one [`state::LockState`], from its spec and
+//! status, its sentinels and (for `fournosjob` sentinels) the FournosJobs and Workloads
+//! behind them; [`plan::plan`] turns the state into actions, Events and the status slice,
+//! whose words are made from the state's typed facts. Two states are entered by the
+//! apply step, when the create a state asked for is refused ([`state::LockState::refused`]).
+//! Nothing reads a planned reason or message back. Rows in the order [`state::classify`]
+//! checks them; the first that matches wins:
 //!
-//! | state              | when                                                          | actions                                  | `Locked` (`locked`)            | Event on entering |
-//! |--------------------|---------------------------------------------------------------|------------------------------------------|--------------------------------|-------------------|
-//! | `NeverLocked`      | no owner (or deleting); no `Locked`, lock field or sentinel   | delete every sentinel (there are none)   | nothing written                | — |
-//! | `Expired`          | no owner; stored `Expired`, or the stored expiry has passed   | delete every sentinel                    | False `Expired` (false)        | — |
+//! | state              | when                                                          | actions                                  | `Locked` (`locked`)            | Event |
+//! |--------------------|---------------------------------------------------------------|------------------------------------------|--------------------------------|-------|
+//! | `Expired`          | no owner (or deleting); `status.expiredLock` recorded, or (not deleting) the stored lock's expiry has passed | delete every sentinel | False `Expired` (false); " Still releasing: …" appended while a `fournosjob` release waits | — |
+//! | `Releasing`        | no owner, after a lock; `fournosjob`: a FournosJob of it, or a Workload of it holding quota, is still there | delete every sentinel | False `Releasing` (false) | — |
 //! | `Released`         | no owner, or the cluster is being deleted, after a lock       | delete every sentinel                    | False `Released` (false)       | `LockReleased` unless it was `Released`/`Expired` |
+//! | `NeverLocked`      | no owner; no `Locked`, lock field or sentinel                 | none                                     | nothing written                | — |
 //! | `InvalidOwner`     | `spec.owner` is one the CRD refuses                           | delete every sentinel                    | False `InvalidOwner` (false)   | — |
-//! | `Expiring`         | `ownerSetAt + ttl <= now`                                     | delete every sentinel, clear `spec.owner` (guarded by `resourceVersion`) | False `Expired` (false) | `LockExpired` |
-//! | `Held`             | the owner's proven sentinel is admitted in the cluster's queue, on its flavor, with every slot | delete every other sentinel | True `Held` (true)  | `LockHeld` |
-//! | `Misplaced`        | the owner's proven sentinel is admitted elsewhere, or asks for other slots than the cluster has | as for `Held`; wrong slots: delete it too (replaced) | False `WrongFlavor` / `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
-//! | `Waiting`          | a live sentinel of the owner waits for admission              | as for `Held`                            | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` for the same owner |
-//! | `WaitingForFlavor` | no sentinel of the owner; no `status.kueue` yet               | delete other owners' sentinels           | False `WaitingForFlavor` (false) | — |
-//! | `Replacing`        | no sentinel of the owner; another's still has the name        | delete other owners' sentinels           | False `WaitingForAdmission` (false) | — |
-//! | `Creating`         | no sentinel of the owner                                      | create `cluster-lock-<cluster>`          | False `WaitingForAdmission` (false) | — |
+//! | `Expiring`         | `ownerSetAt + ttl <= now`                                     | delete every sentinel, clear `spec.owner` (guarded by `resourceVersion`); record `expiredLock` | False `Expired` (false) | `LockExpired` |
+//! | `WaitingForFlavor` | no proven live sentinel of the owner; no `status.kueue` yet   | delete the others                        | False `WaitingForFlavor` (false) | — |
+//! | `Replacing`        | no proven sentinel of the owner; another still has the name   | delete the others                        | False `WaitingForAdmission`, or `WaitingForRelease` while a `fournosjob` release waits | — |
+//! | `OldWorkload`      | `fournosjob`: no sentinel of the owner; a Workload of the name still exists (Fournos would adopt it) | delete the others; the create is held back (`blocked_create`) | False `WaitingForRelease` (false) | — |
+//! | `Creating`         | no proven sentinel of the owner                               | create `cluster-lock-<cluster>`          | False `WaitingForAdmission`, or `WaitingForRelease` while older ones still go | — |
+//! | `NameTaken`        | (apply) the create, or the held-back one, meets an object of the name without this Hearth's labels | none; looked at again with backoff | False `SentinelNameTaken` (false), naming it | — |
+//! | `CreateFailed`     | (apply) the apiserver refused the create                      | none; retried with backoff               | False `SentinelCreateFailed` (false) | the failure's Warning |
+//! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload is admitted in another ClusterQueue or on another flavor | keep it, delete the others | False `WrongFlavor` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload holds fewer slots than the cluster's quota | keep it, delete the others | False `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `Held`             | `fournosjob`, Fournos says admitted: its own Workload (owner UID) is admitted, not evicted, in the queue, on the flavor, with every slot | keep it, delete the others | True `Held` (true) | `LockHeld` |
+//! | `AwaitingWorkload` | `fournosjob`, Fournos says admitted: no Workload of it in the cache, for under [`fournos_lock::REPAIR_GRACE`] | keep it, delete the others | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `WorkloadLost`     | `fournosjob`, Fournos says admitted: its own Workload is gone, evicted or not admitted | delete every sentinel (replaced) | False `WorkloadLost` (false) | `LockWorkloadLost` (Warning) |
+//! | `Misplaced`        | `fournosjob`, not admitted: the cluster has other slots than Fournos asks (100) | keep it, delete the others  | False `SlotsMismatch` (false)  | — |
+//! | `NotPickedUp`      | `fournosjob`, not admitted: no phase [`fournos_lock::PICKUP_GRACE`] after its creation | keep it, delete the others | False `SentinelNotPickedUp` (false), with Fournos's words | — |
+//! | `Waiting`          | `fournosjob`, not admitted otherwise                          | keep it, delete the others; look again when the pickup grace ends | False `WaitingForAdmission` (false), Fournos's words | `LockLost` (Warning) if it was `Held` for the same owner |
+//! | `Held`             | `workload`: admitted in the configured ClusterQueue, on the cluster's own flavor, not evicted, with at least the cluster's slot quota | keep it, delete the others | True `Held` (true) | `LockHeld` |
+//! | `Misplaced`        | `workload`: admitted in another ClusterQueue or on another flavor | keep it, delete the others           | False `WrongFlavor` (false)    | `LockLost` (Warning) if it was `Held` |
+//! | `Misplaced`        | `workload`: admitted with fewer slots, or waiting with another number, than the cluster has | delete every sentinel (replaced) | False `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `Waiting`          | `workload`: not admitted (or evicted)                         | keep it, delete the others               | False `WaitingForAdmission` (false), Kueue's words | `LockLost` (Warning) if it was `Held` for the same owner |
+//!
+//! The sentinel a row with an owner's sentinel keeps is the owner's *proven* one: its UID is
+//! `status.lockJobUID` (or this process created or adopted it), and it is still shaped as
+//! built (`lockOnly` with `spec.cluster` for a FournosJob; one pod set pinned to the cluster
+//! for a Workload). Each row has a line in the table test (`state::tests::state_table`),
+//! which also checks that every [`hearth_api::reasons::LockedReason`] is said by one.
 //!
 //! Only a *proven* sentinel can be kept: one carrying this Hearth's three labels (the watch
 //! sees no other) whose UID is `status.lockJobUID` or one this process created or adopted
-//! ([`apply::Created`]), and still shaped as built (`lockOnly` for this cluster; a Workload
-//! pinned to it). Any other labelled object is deleted. A create refused because the name
-//! is taken by an object without this Hearth's labels is `SentinelNameTaken`, naming it
+//! ([`apply::Created`]), and still shaped as built. Any other labelled object is deleted,
+//! and a foreign object that holds the sentinel's name is named, never touched
 //! ([`apply`]); an older controller's sentinel named in `status.lockJobName` is adopted
-//! once ([`apply::adopt_legacy`]). Every state also writes `slotHolders` ([`holders`]).
+//! once ([`apply::adopt_legacy`]). Every state also writes `slotHolders` ([`holders`]):
+//! whoever else (a Fournos `lockOnly` or exclusive job, any admitted Workload) holds the
+//! cluster's slots.
 //!
 //! Every state with an owner also writes `ownerSetAt` (kept while the owner stays the
-//! same), `lockOwner` and `lockExpiresAt`, and is looked at again at the expiry; a
-//! change of owner is Event `LockOwnerChanged`. Of several sentinels of the owner the
-//! canonical name is kept first, then one that is admitted (a legacy sentinel keeps its
-//! admission). For `fournosjob` sentinels [`fournos_lock::amend`] then refines `Held`,
-//! `Waiting` and the unowned states from the Workloads (`WorkloadLost`,
-//! `SlotsMismatch`, `WaitingForRelease`, `Releasing`, `SentinelNotPickedUp`); a
-//! refused create becomes `SentinelCreateFailed` in [`apply`]. Reason strings:
-//! [`hearth_api::reasons::LockedReason`].
+//! same), `lockOwner` and `lockExpiresAt`, and is looked at again at the expiry (and
+//! sooner when a `fournosjob` grace runs out); a change of owner is Event
+//! `LockOwnerChanged`. Of several sentinels of the owner the canonical name is kept
+//! first, then one that is admitted (a legacy sentinel keeps its admission).
+//!
+//! The Events of a change ([`status::transition_events`], [`status::Transition`]) compare
+//! the new state's typed reason with the one the stored `Locked` condition records (the
+//! API's record of the state before, read once into [`hearth_api::reasons::LockedReason`]).
+//! Reason strings: [`hearth_api::reasons::LockedReason`].
+//!
+//! # How fast `locked` goes false
+//!
+//! The controller is woken by the watch of the sentinels (and, for `fournosjob`, of
+//! Fournos's Workloads), with no debounce; nothing waits between a watch event and the
+//! status write but the reconcile itself. The only waits in the machine protect something
+//! named: [`fournos_lock::REPAIR_GRACE`] (the Workload watch trailing the FournosJob watch:
+//! not *held* meanwhile, only the repair waits) and [`fournos_lock::PICKUP_GRACE`]
+//! (Fournos's own time to give a job a phase). Measured: `bench-results/2026-11-25/LOCK-REACTION.md`.
 
 pub mod apply;
 pub mod config;
@@ -53,6 +87,7 @@ pub mod holders;
 pub mod metrics;
 pub mod plan;
 pub mod sentinel;
+pub mod state;
 pub mod status;
 pub mod summary;
 pub mod sweep;

@@ -1,17 +1,22 @@
-//! The lock plan: from a cluster's spec and status, its sentinels and the time, to
-//! the actions that make the lock true and the status that says where it stands.
-//! Pure: the reconciler observes, calls [`plan_lock`] ([`classify`] then [`plan`]), and
-//! applies the result. The rules are the state table in the crate docs, one
-//! [`LockState`] per row.
+//! The lock plan: from the state a cluster's lock is in ([`crate::state`]) to the
+//! actions that make it true and the status that says where it stands, the words made
+//! from the state's typed facts. Pure: the reconciler observes, calls [`plan_lock`]
+//! ([`classify`] then [`plan`]), and applies the result. The rules are the state table
+//! in the crate docs, one [`LockState`] per row.
 
 use std::time::Duration;
 
-use hearth_api::FournosClusterStatus;
-use hearth_api::conditions::DesiredCondition;
-use hearth_api::duration::parse_duration;
-use hearth_api::names::{CLUSTER_NODE_LABEL, condition_types::LOCKED, lock_sentinel_name};
+use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, lock_sentinel_name};
 use hearth_api::reasons::LockedReason;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use hearth_api::{ExpiredLock, FournosClusterStatus};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::fournos_lock::{
+    FOURNOS_EXCLUSIVE_SLOTS, PICKUP_GRACE, REPAIR_GRACE, WORKLOAD_LOST_EVENT,
+};
+pub use crate::state::{
+    FournosView, Kept, Lock, LockState, Lost, Mismatch, Refusal, Wait, classify,
+};
 
 /// Condition reasons of `Locked` (see [`hearth_api::reasons::LockedReason`]).
 pub mod reasons {
@@ -22,7 +27,6 @@ pub mod reasons {
     pub const EXPIRED: &str = L::Expired.as_str();
     pub const RELEASED: &str = L::Released.as_str();
     pub const INVALID_OWNER: &str = L::InvalidOwner.as_str();
-    /// Written by the apply step.
     pub const SENTINEL_CREATE_FAILED: &str = L::SentinelCreateFailed.as_str();
 }
 
@@ -40,7 +44,8 @@ pub struct ClusterView<'a> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SentinelState {
     /// Admitted in the cluster's ClusterQueue on the cluster's flavor with all of its
-    /// slots: it holds the cluster.
+    /// slots (for `fournosjob`: Fournos says it is admitted, which
+    /// [`crate::state::classify`] checks against its Workload): it holds the cluster.
     Holding,
     /// Admitted, but what it holds is not all of this cluster.
     Misplaced(Misplaced),
@@ -50,7 +55,8 @@ pub enum SentinelState {
     Terminating,
 }
 
-/// Why a sentinel does not hold its cluster, or cannot come to, with the words to say.
+/// Why a `workload` sentinel does not hold its cluster, or cannot come to, with the
+/// words to say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Misplaced {
     /// Admitted in another ClusterQueue or on another flavor (a foreign flavor with the
@@ -97,6 +103,13 @@ pub struct LockEvent {
     pub warning: bool,
 }
 
+/// The `Locked` condition a state says: a typed reason and its words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockCondition {
+    pub reason: LockedReason,
+    pub message: String,
+}
+
 /// The status fields hearth-lock-manager owns.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LockStatus {
@@ -108,8 +121,10 @@ pub struct LockStatus {
     pub owner_set_at: Option<Timestamp>,
     pub lock_expires_at: Option<Timestamp>,
     pub lock_owner: Option<String>,
+    /// The lock that ran out, in the `Expired` states.
+    pub expired_lock: Option<ExpiredLock>,
     /// `None` for a cluster that was never locked: nothing to say, nothing to write.
-    pub condition: Option<DesiredCondition>,
+    pub condition: Option<LockCondition>,
     /// Who else holds the cluster's slots ([`crate::holders`]); filled in by the
     /// reconciler from the Workload cache, whatever the lock's state.
     pub slot_holders: Vec<hearth_api::SlotHolder>,
@@ -117,10 +132,15 @@ pub struct LockStatus {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockPlan {
+    /// The state the plan makes true.
+    pub state: LockState,
+    /// The cluster's name, for the words of a state the apply step enters.
+    pub cluster: String,
     pub actions: Vec<LockAction>,
     pub events: Vec<LockEvent>,
     pub status: LockStatus,
-    /// When to look again even if nothing changes: the expiry.
+    /// When to look again even if nothing changes: the expiry, or sooner when a
+    /// `fournosjob` grace runs out.
     pub requeue_after: Option<Duration>,
     /// A create held back because something of the sentinel's name is still there
     /// (`fournosjob`: a Workload Fournos made). The apply step looks up that name: if an
@@ -128,16 +148,30 @@ pub struct LockPlan {
     pub blocked_create: Option<String>,
 }
 
-fn ts(t: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> Option<Timestamp> {
-    t.as_ref().map(|t| t.0)
+impl LockPlan {
+    /// The status to write instead when the apply step could not create the sentinel:
+    /// the state [`LockState::refused`] leads to, with the lock's term and the slot
+    /// holders kept. `None` when this plan's state has no lock.
+    pub fn refused(&self, refusal: Refusal) -> Option<LockStatus> {
+        let state = self.state.refused(refusal)?;
+        Some(LockStatus {
+            slot_holders: self.status.slot_holders.clone(),
+            ..status_of(&state, &self.cluster)
+        })
+    }
 }
 
 fn fmt_time(t: Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-fn delete_all(sentinels: &[SentinelView]) -> Vec<LockAction> {
-    delete_all_but(sentinels, None)
+/// Longest text taken from Kueue or Fournos into a message.
+const MAX_QUOTED: usize = 300;
+/// Longest message of a `SentinelCreateFailed` condition.
+const MAX_CREATE_FAILED_CHARS: usize = 1024;
+
+fn quoted(text: &str) -> String {
+    hearth_api::text::bounded(text, MAX_QUOTED)
 }
 
 /// Deletes every live sentinel except the one named `keep`.
@@ -151,425 +185,387 @@ fn delete_all_but(sentinels: &[SentinelView], keep: Option<&str>) -> Vec<LockAct
         .collect()
 }
 
-/// The owner's lock and its term: when it started and when it runs out.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lock {
-    pub owner: String,
-    /// Kept while the owner stays the same, reset when it changes.
-    pub owner_set_at: Timestamp,
-    /// `ownerSetAt + ttl`; `None` without a (valid) ttl.
-    pub expires_at: Option<Timestamp>,
-    /// Said in every message of the lock when the ttl is invalid and ignored.
-    pub ttl_note: Option<String>,
-}
-
-/// Where a cluster's lock stands: one variant per row of the state table in the crate
-/// docs. [`classify`] finds it, [`plan`] turns it into actions and status, and
-/// [`crate::status::transition_events`] says which changes of it deserve an Event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LockState {
-    /// No owner and nothing left of a lock: nothing to do or say.
-    NeverLocked,
-    /// No owner (or the cluster is being deleted) after a lock: every sentinel goes.
-    Released { deleting: bool },
-    /// The lock ran out before; the owner is cleared. Said until someone locks again.
-    Expired { message: String },
-    /// `spec.owner` is one the CRD refuses (stored by an older CRD): no lock is taken.
-    InvalidOwner { problem: String },
-    /// The ttl runs out now: every sentinel goes and `spec.owner` is cleared.
-    Expiring { lock: Lock, expired_at: Timestamp },
-    /// No sentinel of the owner, and kueue-sync has not published the cluster's flavor.
-    WaitingForFlavor { lock: Lock },
-    /// No sentinel of the owner, and another owner's sentinel still has the name: it
-    /// goes first, its name is reused once it is gone.
-    Replacing { lock: Lock },
-    /// No sentinel of the owner: one is created.
-    Creating { lock: Lock },
-    /// The owner's sentinel waits for Kueue to admit it (Kueue's words, if any).
-    Waiting {
-        lock: Lock,
-        sentinel: String,
-        uid: Option<String>,
-        why: Option<String>,
-    },
-    /// The owner's sentinel is admitted: it holds all of the cluster's slots.
-    Held {
-        lock: Lock,
-        sentinel: String,
-        uid: Option<String>,
-    },
-    /// The owner's sentinel is admitted, but not on all of this cluster.
-    Misplaced {
-        lock: Lock,
-        sentinel: String,
-        uid: Option<String>,
-        problem: Misplaced,
-    },
-}
-
-impl LockState {
-    /// The `Locked` reason this state says; `None` for a never-locked cluster.
-    pub fn reason(&self) -> Option<LockedReason> {
-        Some(match self {
-            Self::NeverLocked => return None,
-            Self::Released { .. } => LockedReason::Released,
-            Self::Expired { .. } | Self::Expiring { .. } => LockedReason::Expired,
-            Self::InvalidOwner { .. } => LockedReason::InvalidOwner,
-            Self::WaitingForFlavor { .. } => LockedReason::WaitingForFlavor,
-            Self::Replacing { .. } | Self::Creating { .. } | Self::Waiting { .. } => {
-                LockedReason::WaitingForAdmission
-            }
-            Self::Held { .. } => LockedReason::Held,
-            Self::Misplaced {
-                problem: Misplaced::WrongFlavor(_),
-                ..
-            } => LockedReason::WrongFlavor,
-            Self::Misplaced {
-                problem: Misplaced::WrongSlots(_),
-                ..
-            } => LockedReason::SlotsMismatch,
-        })
+/// The sentinel a state keeps (and its status names), unless it replaces it.
+fn kept_name(state: &LockState) -> Option<&Kept> {
+    match state {
+        LockState::Misplaced {
+            mismatch: Mismatch::WrongSlots { .. },
+            ..
+        }
+        | LockState::WorkloadLost { .. } => None,
+        _ => state.kept(),
     }
+}
 
-    fn lock(&self) -> Option<&Lock> {
-        match self {
-            Self::Expiring { lock, .. }
-            | Self::WaitingForFlavor { lock }
-            | Self::Replacing { lock }
-            | Self::Creating { lock }
-            | Self::Waiting { lock, .. }
-            | Self::Held { lock, .. }
-            | Self::Misplaced { lock, .. } => Some(lock),
-            _ => None,
+/// The status slice that says `state`.
+fn status_of(state: &LockState, cluster: &str) -> LockStatus {
+    let condition = message(state, cluster).map(|message| LockCondition {
+        reason: state.reason().expect("a state with words has a reason"),
+        message,
+    });
+    let expired_lock = match state {
+        LockState::Expired { lock, .. } => Some(lock.clone()),
+        LockState::Expiring { expired, .. } => Some(expired.clone()),
+        _ => None,
+    };
+    let Some(lock) = state.lock() else {
+        return LockStatus {
+            condition,
+            expired_lock,
+            ..LockStatus::default()
+        };
+    };
+    let (lock_job_name, lock_job_uid) = match state {
+        LockState::Creating { .. } | LockState::OldWorkload { .. } => {
+            (Some(lock_sentinel_name(cluster)), None)
+        }
+        // WorkloadLost names the sentinel it replaces until the new one exists.
+        LockState::WorkloadLost { sentinel, .. } => {
+            (Some(sentinel.name.clone()), sentinel.uid.clone())
+        }
+        _ => kept_name(state).map_or((None, None), |k| (Some(k.name.clone()), k.uid.clone())),
+    };
+    LockStatus {
+        locked: matches!(state, LockState::Held { .. }),
+        lock_job_name,
+        lock_job_uid,
+        owner_set_at: Some(lock.owner_set_at),
+        lock_expires_at: lock.expires_at,
+        lock_owner: Some(lock.owner.clone()),
+        expired_lock,
+        condition,
+        slot_holders: Vec::new(),
+    }
+}
+
+/// What a release still waits for, in words.
+fn waits_text(waits: &[Wait]) -> String {
+    let words: Vec<String> = waits
+        .iter()
+        .map(|w| match w {
+            Wait::JobDeleting {
+                job,
+                since,
+                finalizers,
+            } => format!(
+                "Fournos to let FournosJob {job} go (deleting since {}, finalizers: {}; is Fournos running?)",
+                fmt_time(*since),
+                if finalizers.is_empty() {
+                    "none".to_owned()
+                } else {
+                    quoted(&finalizers.join(", "))
+                }
+            ),
+            Wait::JobToDelete { job } => format!("FournosJob {job} to be deleted"),
+            Wait::WorkloadHoldsQuota { workload } => format!(
+                "Workload {workload} to be deleted by the garbage collector once its FournosJob is gone; it still holds the cluster's slots"
+            ),
+        })
+        .collect();
+    words.join("; ")
+}
+
+/// What `Locked` says once a lock ran out, from the typed record of it, and what the
+/// release still waits for.
+fn expired_message(lock: &ExpiredLock, waits: &[Wait]) -> String {
+    let ttl = lock
+        .ttl
+        .as_deref()
+        .map(|t| format!(" (ttl {t})"))
+        .unwrap_or_default();
+    let still = if waits.is_empty() {
+        String::new()
+    } else {
+        format!(" Still releasing: waiting for {}.", waits_text(waits))
+    };
+    format!(
+        "The lock of {} expired at {}{ttl}; the cluster was released and spec.owner cleared.{still}",
+        lock.owner,
+        fmt_time(lock.expired_at.0)
+    )
+}
+
+fn lost_text(lost: &Lost) -> String {
+    let said = |m: &Option<String>| {
+        m.as_deref()
+            .map(|m| format!(": {}", quoted(m)))
+            .unwrap_or_default()
+    };
+    match lost {
+        Lost::NoWorkload => "there is no Workload owned by it (deleted, or never made)".to_owned(),
+        Lost::Evicted { workload, said: s } => {
+            format!("Kueue evicted its Workload {workload}{}", said(s))
+        }
+        Lost::NotAdmitted { workload, said: s } => {
+            format!("its Workload {workload} is not admitted{}", said(s))
         }
     }
 }
 
-/// Where the lock of `cluster` stands, given its sentinels, at `now`.
-pub fn classify(
-    cluster: &ClusterView<'_>,
-    sentinels: &[SentinelView],
-    now: Timestamp,
-) -> LockState {
-    let owner = match cluster.owner.map(str::trim).filter(|o| !o.is_empty()) {
-        Some(o) if !cluster.deleting => o,
-        _ => return classify_unowned(cluster, sentinels, now),
-    };
-    if let Some(problem) = hearth_api::cluster::owner_problem(owner) {
-        return LockState::InvalidOwner { problem };
-    }
-    let lock = lock_of(cluster, owner, now);
-    if let Some(expired_at) = lock.expires_at.filter(|exp| *exp <= now) {
-        return LockState::Expiring { lock, expired_at };
-    }
-    let canonical = lock_sentinel_name(cluster.name);
-    match kept_sentinel(sentinels, owner, &canonical) {
-        Some(s) => match &s.state {
-            SentinelState::Holding => LockState::Held {
-                lock,
-                sentinel: s.name.clone(),
-                uid: s.uid.clone(),
-            },
-            SentinelState::Misplaced(problem) => LockState::Misplaced {
-                lock,
-                sentinel: s.name.clone(),
-                uid: s.uid.clone(),
-                problem: problem.clone(),
-            },
-            SentinelState::Waiting(why) => LockState::Waiting {
-                lock,
-                sentinel: s.name.clone(),
-                uid: s.uid.clone(),
-                why: why.clone(),
-            },
-            SentinelState::Terminating => unreachable!("kept_sentinel skips terminating ones"),
-        },
-        None if cluster.status.kueue.is_none() => LockState::WaitingForFlavor { lock },
-        None if sentinels.iter().any(|s| s.name == canonical) => LockState::Replacing { lock },
-        None => LockState::Creating { lock },
-    }
-}
-
-/// The lock of `owner`: its start kept while the owner stays the same, its expiry.
-fn lock_of(cluster: &ClusterView<'_>, owner: &str, now: Timestamp) -> Lock {
-    // A status from before `lockOwner` existed (the Python controller) has only
-    // ownerSetAt: it belongs to the current owner.
-    let same_owner = match cluster.status.lock_owner.as_deref() {
-        Some(o) => o == owner,
-        None => cluster.status.owner_set_at.is_some(),
-    };
-    // Whole seconds, as status stores times: the expiry computed now is the one every
-    // later plan computes from the stored `ownerSetAt`.
-    let owner_set_at = match ts(&cluster.status.owner_set_at) {
-        Some(t) if same_owner => t,
-        _ => Timestamp::from_second(now.as_second()).unwrap_or(now),
-    };
-    let (expires_at, ttl_note) = match cluster.ttl.map(parse_duration) {
-        None => (None, None),
-        Some(Ok(d)) => (
-            owner_set_at
-                .checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
-                .ok(),
-            None,
-        ),
-        Some(Err(e)) => (
-            None,
-            Some(format!(
-                " The ttl is ignored ({e}); set a valid ttl or remove it."
+/// The words of `Locked` in `state`; `None` for a never-locked cluster.
+fn message(state: &LockState, cluster: &str) -> Option<String> {
+    let Some(lock) = state.lock() else {
+        return match state {
+            LockState::NeverLocked => None,
+            LockState::Released { deleting: true } => {
+                Some("The cluster is being deleted; its lock was released.".to_owned())
+            }
+            LockState::Released { deleting: false } => {
+                Some("No owner: the cluster is not locked. Set spec.owner to lock it.".to_owned())
+            }
+            LockState::Releasing { waits } => Some(format!(
+                "The lock is being released: waiting for {}.",
+                waits_text(waits)
             )),
-        ),
+            LockState::Expired { lock, waits } => Some(expired_message(lock, waits)),
+            LockState::InvalidOwner { problem } => Some(format!(
+                "{problem}. The cluster is not locked until spec.owner is valid."
+            )),
+            _ => unreachable!("every state with a lock has one"),
+        };
     };
-    Lock {
-        owner: owner.to_owned(),
-        owner_set_at,
-        expires_at,
-        ttl_note,
-    }
-}
-
-/// The one live, proven sentinel of `owner` to keep: the canonical name first, then one
-/// that holds the quota (so an adopted legacy sentinel keeps its admission), then by
-/// name. An unproven one is never kept, whatever it says: anyone who may create the
-/// sentinel's kind can give an object its labels.
-fn kept_sentinel<'s>(
-    sentinels: &'s [SentinelView],
-    owner: &str,
-    canonical: &str,
-) -> Option<&'s SentinelView> {
-    sentinels
-        .iter()
-        .filter(|s| {
-            s.proven && s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner)
-        })
-        .min_by_key(|s| {
-            (
-                s.name != canonical,
-                s.state != SentinelState::Holding,
-                s.name.clone(),
+    let owner = &lock.owner;
+    let canonical = lock_sentinel_name(cluster);
+    let note = lock
+        .ttl_problem
+        .as_deref()
+        .map(|e| format!(" The ttl is ignored ({e}); set a valid ttl or remove it."))
+        .unwrap_or_default();
+    let until = lock
+        .expires_at
+        .map(|t| format!(" until {}", fmt_time(t)))
+        .unwrap_or_default();
+    Some(match state {
+        LockState::Expiring { expired, waits, .. } => expired_message(expired, waits),
+        LockState::WaitingForFlavor { .. } => format!(
+            "Waiting for hearth-kueue-sync to publish the cluster's ResourceFlavor and quota (status.kueue) before taking the lock for {owner}; check the KueueSynced condition.{note}"
+        ),
+        LockState::Replacing { waits, .. } | LockState::Creating { waits, .. }
+            if !waits.is_empty() =>
+        {
+            format!(
+                "Replacing the previous sentinel: waiting for {}.{note}",
+                waits_text(waits)
             )
-        })
+        }
+        LockState::Replacing { .. } => {
+            format!("Replacing the previous sentinel {canonical} with one for {owner}.{note}")
+        }
+        LockState::Creating { .. } => format!(
+            "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
+        ),
+        LockState::OldWorkload {
+            sentinel,
+            workload,
+            holds_quota,
+            ..
+        } => format!(
+            "Waiting for the previous lock's Workload {workload} to be deleted by the garbage collector (its FournosJob is gone){} before creating sentinel {sentinel} for {owner}: Fournos would adopt a Workload of that name.{note}",
+            if *holds_quota {
+                "; it still holds the cluster's slots"
+            } else {
+                ""
+            },
+        ),
+        LockState::NameTaken {
+            refusal:
+                Refusal::NameTaken {
+                    kind,
+                    namespace,
+                    name,
+                    why,
+                },
+            ..
+        } => format!(
+            "{kind} {namespace}/{name} already exists and is not this Hearth's sentinel ({why}), so the cluster cannot be locked for {owner} under that name. If it is not in use, delete it; lock-manager looks again (at least once a minute) and then takes the lock on its own."
+        ),
+        LockState::CreateFailed {
+            refusal: Refusal::CreateFailed { error },
+            ..
+        } => hearth_api::text::bounded(
+            &format!(
+                "{error}. The lock is not held; Hearth tries again with backoff (a 422 means the \
+                 sentinel is invalid: check spec.owner)."
+            ),
+            MAX_CREATE_FAILED_CHARS,
+        ),
+        LockState::NameTaken { .. } | LockState::CreateFailed { .. } => {
+            unreachable!("LockState::refused pairs each refusal with its state")
+        }
+        LockState::Waiting { sentinel, why, .. } => format!(
+            "Sentinel {} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
+            sentinel.name,
+            why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
+        ),
+        LockState::NotPickedUp {
+            sentinel,
+            created,
+            fournos_said,
+            ..
+        } => format!(
+            // The creation time, not the seconds waited: the message must not change
+            // from one reconcile to the next (each change is a status write).
+            "Fournos has not picked up sentinel {} (no status.phase since it was created at {}, over {}s ago).{} Check that Fournos runs and watches this namespace, and its log.{note}",
+            sentinel.name,
+            fmt_time(*created),
+            PICKUP_GRACE.as_secs(),
+            fournos_said
+                .as_deref()
+                .map(|m| format!(" Fournos said: {}", quoted(m)))
+                .unwrap_or_default(),
+        ),
+        LockState::AwaitingWorkload {
+            sentinel, phase, ..
+        } => format!(
+            "Sentinel {} says {} but {} yet.{note}",
+            sentinel.name,
+            phase.as_deref().unwrap_or("nothing"),
+            lost_text(&Lost::NoWorkload)
+        ),
+        LockState::WorkloadLost {
+            sentinel,
+            phase,
+            lost,
+            ..
+        } => format!(
+            "Sentinel {} says {} but {}: the cluster is not held. Replacing the sentinel so that Fournos makes a new Workload.{note}",
+            sentinel.name,
+            phase.as_deref().unwrap_or("nothing"),
+            lost_text(lost)
+        ),
+        LockState::Held { sentinel, .. } => format!(
+            "Locked for {owner}{until}: sentinel {} holds all of the cluster's slots.{note}",
+            sentinel.name
+        ),
+        LockState::Misplaced {
+            sentinel, mismatch, ..
+        } => match mismatch {
+            Mismatch::WrongFlavor { workload, why } => format!(
+                "{} is admitted but {why}: it does not hold this cluster, so the cluster is not locked for {owner}. Check which ResourceFlavors select {CLUSTER_NODE_LABEL}={cluster} and the ClusterQueue's cohort.{note}",
+                match workload {
+                    Some(w) => format!("Workload {w} of sentinel {}", sentinel.name),
+                    None => format!("Sentinel {}", sentinel.name),
+                }
+            ),
+            // Replaced by one that asks for every slot: it waits for admission again.
+            Mismatch::WrongSlots { why } => format!(
+                "Sentinel {} does not lock the cluster: {why}. Replacing it with one that requests exactly the cluster's slots; the cluster is not locked for {owner} meanwhile.{note}",
+                sentinel.name
+            ),
+            Mismatch::FournosTooFew {
+                workload,
+                holds,
+                cluster,
+            } => format!(
+                "Workload {workload} of sentinel {} holds {holds} {CLUSTER_SLOT_RESOURCE} but the cluster has {cluster}: other jobs can still be admitted, so the cluster is not locked. Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync.{note}",
+                sentinel.name
+            ),
+            Mismatch::FournosAsksOther { cluster } => format!(
+                "The cluster has {cluster} {CLUSTER_SLOT_RESOURCE} but Fournos requests {FOURNOS_EXCLUSIVE_SLOTS} for a lock, {}: set HEARTH_CLUSTER_SLOTS={FOURNOS_EXCLUSIVE_SLOTS} on hearth-kueue-sync.{note}",
+                if *cluster > FOURNOS_EXCLUSIVE_SLOTS {
+                    "which would leave room for other jobs"
+                } else {
+                    "more than the cluster's quota, so Kueue can never admit it"
+                }
+            ),
+        },
+        LockState::NeverLocked
+        | LockState::Released { .. }
+        | LockState::Releasing { .. }
+        | LockState::Expired { .. }
+        | LockState::InvalidOwner { .. } => unreachable!("states without a lock are said above"),
+    })
 }
 
-fn classify_unowned(
-    cluster: &ClusterView<'_>,
-    sentinels: &[SentinelView],
-    now: Timestamp,
-) -> LockState {
-    let previous = hearth_api::conditions::find(&cluster.status.conditions, LOCKED);
-    let was_locked = previous.is_some()
-        || cluster.status.owner_set_at.is_some()
-        || cluster.status.locked.is_some()
-        || !sentinels.is_empty();
-    let ran_out = ran_out(cluster.status, now).filter(|_| !cluster.deleting);
-    let previous_expired =
-        previous.filter(|c| LockedReason::parse(&c.reason) == Some(LockedReason::Expired));
-    match (previous_expired, ran_out) {
-        // An expired lock keeps saying so until someone locks again.
-        (Some(c), _) => LockState::Expired {
-            message: c.message.clone(),
-        },
-        (_, Some((owner, expired_at))) => LockState::Expired {
-            message: expired_message(owner, expired_at, cluster.ttl),
-        },
-        _ if was_locked => LockState::Released {
-            deleting: cluster.deleting,
-        },
-        _ => LockState::NeverLocked,
-    }
-}
-
-/// The actions and status that make `state` true.
+/// The actions, Events and status that make `state` true.
 pub fn plan(
     state: &LockState,
     cluster: &ClusterView<'_>,
     sentinels: &[SentinelView],
     now: Timestamp,
 ) -> LockPlan {
-    let Some(lock) = state.lock() else {
-        return plan_unowned(state, sentinels);
-    };
-    let mut status = LockStatus {
-        locked: false,
-        lock_job_name: None,
-        lock_job_uid: None,
-        owner_set_at: Some(lock.owner_set_at),
-        lock_expires_at: lock.expires_at,
-        lock_owner: Some(lock.owner.clone()),
-        condition: None,
-        slot_holders: Vec::new(),
-    };
-    let owner = &lock.owner;
-    let canonical = lock_sentinel_name(cluster.name);
-    let note = lock.ttl_note.as_deref().unwrap_or_default();
-    let until = lock
-        .expires_at
-        .map(|t| format!(" until {}", fmt_time(t)))
-        .unwrap_or_default();
-    let mut actions = delete_all_but(sentinels, None);
+    let status = status_of(state, cluster.name);
+    let mut actions = delete_all_but(sentinels, kept_name(state).map(|k| k.name.as_str()));
     let mut events = vec![];
-    let message = match state {
-        LockState::Expiring { expired_at, .. } => {
+    let event_message = || {
+        status
+            .condition
+            .as_ref()
+            .map(|c| c.message.clone())
+            .unwrap_or_default()
+    };
+    match state {
+        LockState::Expiring { lock, .. } => {
             actions.push(LockAction::ClearOwner {
-                owner: owner.clone(),
+                owner: lock.owner.clone(),
             });
-            let message = expired_message(owner, *expired_at, cluster.ttl);
             events.push(LockEvent {
                 reason: "LockExpired",
-                message: message.clone(),
+                message: event_message(),
                 warning: false,
             });
-            message
         }
-        LockState::WaitingForFlavor { .. } => format!(
-            "Waiting for hearth-kueue-sync to publish the cluster's ResourceFlavor and quota (status.kueue) before taking the lock for {owner}; check the KueueSynced condition.{note}"
-        ),
-        LockState::Replacing { .. } => {
-            format!("Replacing the previous sentinel {canonical} with one for {owner}.{note}")
-        }
-        LockState::Creating { .. } => {
-            actions.push(LockAction::CreateSentinel {
-                name: canonical.clone(),
-                owner: owner.clone(),
-            });
-            status.lock_job_name = Some(canonical.clone());
-            format!(
-                "Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}"
-            )
-        }
-        LockState::Waiting {
-            sentinel, why, uid, ..
-        } => {
-            actions = delete_all_but(sentinels, Some(sentinel));
-            status.lock_job_name = Some(sentinel.clone());
-            status.lock_job_uid = uid.clone();
-            format!(
-                "Sentinel {sentinel} waits for Kueue to admit it{}. The lock is held once running work on the cluster finishes.{note}",
-                why.as_deref().map(|w| format!(": {w}")).unwrap_or_default()
-            )
-        }
-        LockState::Held { sentinel, uid, .. } => {
-            actions = delete_all_but(sentinels, Some(sentinel));
-            status.lock_job_name = Some(sentinel.clone());
-            status.lock_job_uid = uid.clone();
-            status.locked = true;
-            format!(
-                "Locked for {owner}{until}: sentinel {sentinel} holds all of the cluster's slots.{note}"
-            )
-        }
-        LockState::Misplaced {
-            sentinel,
-            uid,
-            problem,
-            ..
-        } => match problem {
-            Misplaced::WrongFlavor(why) => {
-                actions = delete_all_but(sentinels, Some(sentinel));
-                status.lock_job_name = Some(sentinel.clone());
-                status.lock_job_uid = uid.clone();
-                format!(
-                    "Sentinel {sentinel} is admitted but {why}: it does not hold this cluster, so the cluster is not locked for {owner}. Check which ResourceFlavors select {CLUSTER_NODE_LABEL}={} and the ClusterQueue's cohort.{note}",
-                    cluster.name
-                )
-            }
-            // Replaced by one that asks for every slot: it waits for admission again.
-            Misplaced::WrongSlots(why) => format!(
-                "Sentinel {sentinel} does not lock the cluster: {why}. Replacing it with one that requests exactly the cluster's slots; the cluster is not locked for {owner} meanwhile.{note}"
-            ),
-        },
-        _ => unreachable!("states without a lock are planned by plan_unowned"),
+        LockState::Creating { lock, .. } => actions.push(LockAction::CreateSentinel {
+            name: lock_sentinel_name(cluster.name),
+            owner: lock.owner.clone(),
+        }),
+        LockState::WorkloadLost { .. } => events.push(LockEvent {
+            reason: WORKLOAD_LOST_EVENT,
+            message: event_message(),
+            warning: true,
+        }),
+        _ => {}
+    }
+    let until_expiry = state
+        .lock()
+        .filter(|_| !matches!(state, LockState::Expiring { .. }))
+        .and_then(|lock| lock.expires_at)
+        .map(|exp| Duration::try_from(exp.duration_since(now)).unwrap_or(Duration::ZERO));
+    let recheck = match state {
+        LockState::Waiting { recheck_in, .. } => *recheck_in,
+        LockState::AwaitingWorkload { .. } => Some(REPAIR_GRACE),
+        _ => None,
     };
-    let reason = state.reason().expect("a state with a lock has a reason");
-    status.condition = Some(DesiredCondition::new(
-        LOCKED,
-        status.locked,
-        reason,
-        message,
-    ));
-    let requeue_after = match state {
-        LockState::Expiring { .. } => None,
-        _ => lock
-            .expires_at
-            .map(|exp| Duration::try_from(exp.duration_since(now)).unwrap_or(Duration::ZERO)),
+    let requeue_after = match (until_expiry, recheck) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let blocked_create = match state {
+        LockState::OldWorkload { sentinel, .. } => Some(sentinel.clone()),
+        _ => None,
     };
     LockPlan {
+        state: state.clone(),
+        cluster: cluster.name.to_owned(),
         actions,
         events,
         status,
         requeue_after,
-        blocked_create: None,
+        blocked_create,
     }
 }
 
-/// Plans the states without an owner's lock: every sentinel goes, no lock field stays.
-fn plan_unowned(state: &LockState, sentinels: &[SentinelView]) -> LockPlan {
-    let message = match state {
-        LockState::NeverLocked => None,
-        LockState::Released { deleting: true } => {
-            Some("The cluster is being deleted; its lock was released.".to_owned())
-        }
-        LockState::Released { deleting: false } => {
-            Some("No owner: the cluster is not locked. Set spec.owner to lock it.".to_owned())
-        }
-        LockState::Expired { message } => Some(message.clone()),
-        LockState::InvalidOwner { problem } => Some(format!(
-            "{problem}. The cluster is not locked until spec.owner is valid."
-        )),
-        _ => unreachable!("states with a lock are planned by plan"),
-    };
-    let condition = message.map(|message| {
-        let reason = state.reason().expect("a state with a message has a reason");
-        DesiredCondition::new(LOCKED, false, reason, message)
-    });
-    LockPlan {
-        actions: delete_all(sentinels),
-        events: vec![],
-        status: LockStatus {
-            locked: false,
-            condition,
-            ..LockStatus::default()
-        },
-        requeue_after: None,
-        blocked_create: None,
-    }
-}
-
-/// [`classify`] then [`plan`].
+/// [`classify`] then [`plan`]. `fournos`: what a `fournosjob` lock-manager sees of the
+/// FournosJobs and Workloads behind the sentinels; `None` for `workload` sentinels.
 pub fn plan_lock(
     cluster: &ClusterView<'_>,
     sentinels: &[SentinelView],
+    fournos: Option<&FournosView<'_>>,
     now: Timestamp,
 ) -> LockPlan {
-    plan(&classify(cluster, sentinels, now), cluster, sentinels, now)
-}
-
-/// What `Locked` says once a lock ran out. Built only from what both the expiry and any
-/// later plan can see (the stored owner and expiry, the spec's ttl, which the expiry
-/// does not clear), so every plan of an expired lock says the same words.
-fn expired_message(owner: &str, expired_at: Timestamp, ttl: Option<&str>) -> String {
-    let ttl = ttl.map(|t| format!(" (ttl {t})")).unwrap_or_default();
-    format!(
-        "The lock of {owner} expired at {}{ttl}; the cluster was released and spec.owner cleared.",
-        fmt_time(expired_at)
-    )
-}
-
-/// The lock that this unlocked cluster last had, if it ended by running out: the stored
-/// status still names an owner and an expiry that has passed. This survives any order
-/// in which the watch delivers the expiry's two writes (`spec.owner` cleared, `Expired`
-/// status): a plan made from the cleared owner and the status from before the expiry
-/// still sees that the lock expired, rather than calling it a plain release.
-fn ran_out(status: &FournosClusterStatus, now: Timestamp) -> Option<(&str, Timestamp)> {
-    let expired_at = ts(&status.lock_expires_at).filter(|exp| *exp <= now)?;
-    let owner = status.lock_owner.as_deref().filter(|o| !o.is_empty())?;
-    Some((owner, expired_at))
+    let state = classify(cluster, sentinels, fournos, now);
+    plan(&state, cluster, sentinels, now)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use hearth_api::KueueStatus;
-    use hearth_api::conditions::{Status, next_condition};
+    use hearth_api::conditions::DesiredCondition;
+    use hearth_api::conditions::next_condition;
+    use hearth_api::names::condition_types::LOCKED;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::SignedDuration;
     use pretty_assertions::assert_eq;
 
     const T0: i64 = 1_790_000_000;
@@ -632,7 +628,16 @@ mod tests {
     }
 
     fn reason(plan: &LockPlan) -> &str {
-        &plan.status.condition.as_ref().unwrap().reason
+        plan.status.condition.as_ref().unwrap().reason.as_str()
+    }
+
+    /// A `workload` lock-manager's plan: no Fournos behind the sentinels.
+    fn plan_lock(
+        cluster: &ClusterView<'_>,
+        sentinels: &[SentinelView],
+        now: Timestamp,
+    ) -> LockPlan {
+        super::plan_lock(cluster, sentinels, None, now)
     }
 
     #[test]
@@ -678,7 +683,6 @@ mod tests {
         assert_eq!(plan.actions, vec![]);
         assert!(plan.status.locked);
         assert_eq!(reason(&plan), reasons::HELD);
-        assert_eq!(plan.status.condition.as_ref().unwrap().status, Status::True);
         assert_eq!(plan.status.owner_set_at, Some(at(0)), "ownerSetAt is kept");
     }
 
@@ -748,8 +752,23 @@ mod tests {
         let expired =
             DesiredCondition::new(LOCKED, false, reasons::EXPIRED, "The lock of alice expired");
         status.conditions = vec![next_condition(None, &expired, Some(1), &Time(at(60)))];
+        // A stored Expired condition alone (an older version's) is not read back.
+        let plan = plan_lock(&view(None, None, &status), &[], at(61));
+        assert_eq!(reason(&plan), reasons::RELEASED);
+        // The typed record of the expiry is.
+        status.expired_lock = Some(hearth_api::ExpiredLock {
+            owner: "alice".into(),
+            expired_at: Time(at(60)),
+            ttl: Some("1m".into()),
+        });
         let plan = plan_lock(&view(None, None, &status), &[], at(61));
         assert_eq!(reason(&plan), reasons::EXPIRED);
+        assert_eq!(
+            message(&plan),
+            "The lock of alice expired at 2026-09-21T14:14:20Z (ttl 1m); the cluster was released \
+             and spec.owner cleared."
+        );
+        assert_eq!(plan.status.expired_lock, status.expired_lock);
         assert_eq!(plan.status.owner_set_at, None);
         assert_eq!(plan.status.lock_expires_at, None);
     }
@@ -778,6 +797,7 @@ mod tests {
             owner_set_at: written.owner_set_at,
             lock_expires_at: written.lock_expires_at,
             lock_owner: written.lock_owner,
+            expired_lock: written.expired_lock,
             conditions,
             ..current.clone()
         }
@@ -919,7 +939,7 @@ mod tests {
         assert!(plan.actions.is_empty(), "{:?}", plan.actions);
         assert!(!plan.status.locked);
         let c = plan.status.condition.expect("a Locked condition");
-        assert_eq!(c.reason, reasons::INVALID_OWNER);
+        assert_eq!(c.reason.as_str(), reasons::INVALID_OWNER);
         assert!(c.message.contains("control or format"), "{}", c.message);
         assert!(!c.message.contains("mallory"), "{}", c.message);
     }
@@ -1187,84 +1207,5 @@ mod tests {
         let plan = plan_lock(&view(Some("alice"), Some("36500d"), &status), &s, at(0));
         assert!(plan.status.locked);
         assert!(plan.status.lock_expires_at.is_some());
-    }
-
-    /// One row per row of the state table in the crate docs: the state [`classify`]
-    /// finds, and what [`plan`] makes of it.
-    #[test]
-    fn state_table() {
-        let expired_status = {
-            let mut s = locked_since("alice", 0);
-            let expired = DesiredCondition::new(LOCKED, false, reasons::EXPIRED, "ran out");
-            s.conditions = vec![next_condition(None, &expired, Some(1), &Time(at(60)))];
-            s
-        };
-        let alice = |state| [sentinel("cluster-lock-a", "alice", state)];
-        let holding = alice(SentinelState::Holding);
-        let waiting = alice(SentinelState::Waiting(None));
-        let none: [SentinelView; 0] = [];
-        type Row<'a> = (
-            &'a str,
-            Option<&'a str>,
-            Option<&'a str>,
-            FournosClusterStatus,
-            &'a [SentinelView],
-            Option<&'a str>,
-            &'a [&'a str],
-            bool,
-        );
-        #[rustfmt::skip]
-        let rows: [Row; 10] = [
-            // state,           owner,              ttl,        status,                  sentinels, Locked reason,                     actions,                        locked
-            ("NeverLocked",      None,               None,       synced(),                &none,     None,                              &[],                             false),
-            ("Expired",          None,               None,       expired_status,          &none,     Some(reasons::EXPIRED),            &[],                             false),
-            ("Released",         None,               None,       locked_since("alice", 0), &holding, Some(reasons::RELEASED),           &["delete"],                     false),
-            ("InvalidOwner",     Some("a\nb"),       None,       locked_since("alice", 0), &holding, Some(reasons::INVALID_OWNER),      &["delete"],                     false),
-            ("Expiring",         Some("alice"),      Some("1m"), locked_since("alice", 0), &holding, Some(reasons::EXPIRED),            &["delete", "clear-owner"],      false),
-            ("Held",             Some("alice"),      None,       locked_since("alice", 0), &holding, Some(reasons::HELD),               &[],                             true),
-            ("Waiting",          Some("alice"),      None,       locked_since("alice", 0), &waiting, Some(reasons::WAITING_FOR_ADMISSION), &[],                          false),
-            ("WaitingForFlavor", Some("alice"),      None,       FournosClusterStatus::default(), &none, Some(reasons::WAITING_FOR_FLAVOR), &[],                          false),
-            ("Replacing",        Some("bob"),        None,       locked_since("alice", 0), &holding, Some(reasons::WAITING_FOR_ADMISSION), &["delete"],                  false),
-            ("Creating",         Some("alice"),      None,       synced(),                &none,     Some(reasons::WAITING_FOR_ADMISSION), &["create"],                  false),
-        ];
-        for (name, owner, ttl, status, sentinels, reason, actions, locked) in rows {
-            let cluster = view(owner, ttl, &status);
-            let state = classify(&cluster, sentinels, at(60));
-            assert!(
-                format!("{state:?}").starts_with(name),
-                "{name}: classified {state:?}"
-            );
-            assert_eq!(state.reason().map(LockedReason::as_str), reason, "{name}");
-            let plan = plan(&state, &cluster, sentinels, at(60));
-            assert_eq!(plan, plan_lock(&cluster, sentinels, at(60)), "{name}");
-            let kinds: Vec<&str> = plan
-                .actions
-                .iter()
-                .map(|a| match a {
-                    LockAction::CreateSentinel { .. } => "create",
-                    LockAction::DeleteSentinel { .. } => "delete",
-                    LockAction::ClearOwner { .. } => "clear-owner",
-                })
-                .collect();
-            assert_eq!(kinds, actions, "{name}");
-            assert_eq!(
-                plan.status.condition.as_ref().map(|c| c.reason.as_str()),
-                reason,
-                "{name}"
-            );
-            assert_eq!(plan.status.locked, locked, "{name}");
-            assert_eq!(
-                plan.status.lock_owner.is_some(),
-                state.lock().is_some(),
-                "{name}: the lock's fields are written exactly in the states with an owner"
-            );
-            let events: Vec<&str> = plan.events.iter().map(|e| e.reason).collect();
-            let expected: &[&str] = if name == "Expiring" {
-                &["LockExpired"]
-            } else {
-                &[]
-            };
-            assert_eq!(events, expected, "{name}");
-        }
     }
 }

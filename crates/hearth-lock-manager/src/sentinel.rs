@@ -97,7 +97,7 @@ pub trait Sentinel:
     /// (someone changed it, or made it), or `None` when it is one.
     fn shape_problem(&self, cluster: &str) -> Option<String>;
 
-    /// For a FournosJob sentinel, what [`crate::fournos_lock::amend`] needs of it.
+    /// For a FournosJob sentinel, what the state machine ([`crate::state`]) needs of it.
     fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
         None
     }

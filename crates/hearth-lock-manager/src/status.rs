@@ -1,7 +1,7 @@
 //! From the plan's [`LockStatus`] to what is written and said: the status patch (only
 //! when something changed) and the Events a change deserves. Pure.
 
-use hearth_api::conditions::{self, next_condition};
+use hearth_api::conditions::{self, DesiredCondition, next_condition};
 use hearth_api::names::condition_types::LOCKED;
 use hearth_api::reasons::LockedReason;
 use hearth_api::{FournosClusterStatus, LockManagerStatus};
@@ -34,10 +34,11 @@ pub fn status_patch(
             owner_set_at: desired.owner_set_at.map(Time),
             lock_owner: desired.lock_owner.clone(),
             lock_expires_at: desired.lock_expires_at.map(Time),
+            expired_lock: desired.expired_lock.clone(),
             slot_holders: desired.slot_holders.clone(),
             conditions: vec![next_condition(
                 stored.conditions.first(),
-                want,
+                &DesiredCondition::new(LOCKED, desired.locked, want.reason, want.message.clone()),
                 generation,
                 &Time(now),
             )],
@@ -119,11 +120,11 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
             warning: false,
         });
     }
+    // The state before, as the stored condition records it: read from the API object
+    // into the typed reason (an unknown one, from another version, is `Some(None)`).
     let from =
         conditions::find(&current.conditions, LOCKED).map(|c| LockedReason::parse(&c.reason));
-    let Some(to) = LockedReason::parse(&want.reason) else {
-        return events;
-    };
+    let to = want.reason;
     let same_owner = current.lock_owner == desired.lock_owner;
     match Transition::between(from, to, same_owner) {
         Some(Transition::Lost) => events.push(LockEvent {
@@ -148,8 +149,7 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::reasons;
-    use hearth_api::conditions::DesiredCondition;
+    use crate::plan::LockCondition;
     use pretty_assertions::assert_eq;
 
     const T0: i64 = 1_790_000_000;
@@ -166,12 +166,11 @@ mod tests {
             owner_set_at: Some(at(0)),
             lock_expires_at: Some(at(3600)),
             lock_owner: Some(owner.into()),
-            condition: Some(DesiredCondition::new(
-                LOCKED,
-                true,
-                reasons::HELD,
-                "Locked for alice",
-            )),
+            expired_lock: None,
+            condition: Some(LockCondition {
+                reason: LockedReason::Held,
+                message: "Locked for alice".into(),
+            }),
             slot_holders: vec![],
         }
     }
@@ -179,12 +178,10 @@ mod tests {
     fn waiting(owner: &str) -> LockStatus {
         LockStatus {
             locked: false,
-            condition: Some(DesiredCondition::new(
-                LOCKED,
-                false,
-                reasons::WAITING_FOR_ADMISSION,
-                "Sentinel waits",
-            )),
+            condition: Some(LockCondition {
+                reason: LockedReason::WaitingForAdmission,
+                message: "Sentinel waits".into(),
+            }),
             ..held(owner)
         }
     }
@@ -273,12 +270,10 @@ mod tests {
             .unwrap(),
         );
         let released = LockStatus {
-            condition: Some(DesiredCondition::new(
-                LOCKED,
-                false,
-                reasons::RELEASED,
-                "No owner",
-            )),
+            condition: Some(LockCondition {
+                reason: LockedReason::Released,
+                message: "No owner".into(),
+            }),
             ..LockStatus::default()
         };
         let patch = status_patch(&current, Some(1), &released, at(10)).unwrap();
@@ -353,12 +348,10 @@ mod tests {
             vec!["LockOwnerChanged"]
         );
         let released = LockStatus {
-            condition: Some(DesiredCondition::new(
-                LOCKED,
-                false,
-                reasons::RELEASED,
-                "No owner",
-            )),
+            condition: Some(LockCondition {
+                reason: LockedReason::Released,
+                message: "No owner".into(),
+            }),
             ..LockStatus::default()
         };
         assert_eq!(reasons_of(&held_status, &released), vec!["LockReleased"]);

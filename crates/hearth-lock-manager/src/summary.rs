@@ -62,8 +62,8 @@ pub fn plan_summary(plan: &LockPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{LockEvent, LockStatus};
-    use hearth_api::conditions::{DesiredCondition, Status};
+    use crate::plan::{LockCondition, LockEvent, LockState, LockStatus};
+    use hearth_api::reasons::LockedReason;
     use std::time::Duration;
 
     fn plan(sentinels: usize, message: &str) -> LockPlan {
@@ -75,6 +75,8 @@ mod tests {
             name: format!("stray-sentinel-{i}"),
         }));
         LockPlan {
+            state: LockState::NeverLocked,
+            cluster: "a".into(),
             actions,
             events: vec![LockEvent {
                 reason: "LockOwnerChanged",
@@ -82,12 +84,10 @@ mod tests {
                 warning: false,
             }],
             status: LockStatus {
-                condition: Some(DesiredCondition::new(
-                    "Locked",
-                    Status::False,
-                    "WaitingForAdmission",
-                    message,
-                )),
+                condition: Some(LockCondition {
+                    reason: LockedReason::WaitingForAdmission,
+                    message: message.into(),
+                }),
                 ..LockStatus::default()
             },
             requeue_after: Some(Duration::from_secs(3600)),

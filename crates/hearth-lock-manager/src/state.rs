@@ -1,0 +1,635 @@
+//! The lock state machine: where a cluster's lock stands ([`LockState`], one variant per
+//! row of the state table in the crate docs) and [`classify`], which finds it from what
+//! was observed. Every rule that decides a `Locked` reason is here, for both sentinel
+//! kinds: the reason of a state is [`LockState::reason`], its words are made from its
+//! typed facts by [`crate::plan`], and the two states only the apply step can know of
+//! (a create refused, a name taken) are entered through [`LockState::refused`]. Pure.
+
+use std::time::Duration;
+
+use hearth_api::names::lock_sentinel_name;
+use hearth_api::reasons::LockedReason;
+use hearth_api::{ExpiredLock, FournosClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::fournos_lock::{
+    FOURNOS_EXCLUSIVE_SLOTS, JobView, LockWorkloadView, PICKUP_GRACE, REPAIR_GRACE,
+};
+use crate::plan::{ClusterView, Misplaced, SentinelState, SentinelView};
+use crate::sentinel::Expect;
+
+/// What a `fournosjob` lock-manager knows besides the sentinels: the FournosJobs behind
+/// them and the Workloads Fournos made for them (what actually holds the slots).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FournosView<'a> {
+    /// The cluster's sentinels, as FournosJobs.
+    pub jobs: &'a [JobView],
+    /// The Workloads of those jobs and of the cluster's canonical sentinel name.
+    pub workloads: &'a [LockWorkloadView],
+}
+
+/// The owner's lock and its term: when it started and when it runs out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lock {
+    pub owner: String,
+    /// Kept while the owner stays the same, reset when it changes.
+    pub owner_set_at: Timestamp,
+    /// `ownerSetAt + ttl`; `None` without a (valid) ttl.
+    pub expires_at: Option<Timestamp>,
+    /// Why the ttl is ignored, when it is invalid: said in every message of the lock.
+    pub ttl_problem: Option<String>,
+}
+
+/// The sentinel a lock keeps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub name: String,
+    pub uid: Option<String>,
+}
+
+/// What a release (or a replacement) still waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// A FournosJob of the lock, not yet being deleted.
+    JobToDelete { job: String },
+    /// A FournosJob being deleted that Fournos's finalizer still holds.
+    JobDeleting {
+        job: String,
+        since: Timestamp,
+        finalizers: Vec<String>,
+    },
+    /// A Workload of the lock whose FournosJob is gone, still holding quota.
+    WorkloadHoldsQuota { workload: String },
+}
+
+/// Why the owner's sentinel is admitted, or asks to be, but cannot hold the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Admitted in another ClusterQueue or on another flavor (the sentinel itself, or
+    /// for `fournosjob` its Workload): replacing it would end the same way.
+    WrongFlavor {
+        workload: Option<String>,
+        why: String,
+    },
+    /// A `workload` sentinel that holds or asks for other slots than the cluster has: it
+    /// is replaced by one that asks for exactly the cluster's slots.
+    WrongSlots { why: String },
+    /// Fournos's Workload holds fewer slots than the cluster has: replacing cannot help.
+    FournosTooFew {
+        workload: String,
+        holds: i64,
+        cluster: i64,
+    },
+    /// The cluster has another number of slots than Fournos asks for a lock.
+    FournosAsksOther { cluster: i64 },
+}
+
+/// Why a `fournosjob` lock that Fournos calls admitted holds nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    NoWorkload,
+    Evicted {
+        workload: String,
+        said: Option<String>,
+    },
+    NotAdmitted {
+        workload: String,
+        said: Option<String>,
+    },
+}
+
+/// A create the apply step could not make: the state it leads to instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The name belongs to an object this Hearth did not make.
+    NameTaken {
+        kind: String,
+        namespace: String,
+        name: String,
+        why: String,
+    },
+    /// The apiserver refused the create (its words, as the error says them).
+    CreateFailed { error: String },
+}
+
+/// Where a cluster's lock stands: one variant per row of the state table in the crate
+/// docs, and every `Locked` reason is said by at least one of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LockState {
+    /// No owner and nothing left of a lock: nothing to do or say.
+    NeverLocked,
+    /// No owner (or the cluster is being deleted) after a lock: every sentinel goes.
+    Released { deleting: bool },
+    /// `fournosjob`: no owner, but a FournosJob of the lock or its Workload is still there.
+    Releasing { waits: Vec<Wait> },
+    /// The lock ran out; the owner is cleared. Said until someone locks again, with what
+    /// the release still waits for.
+    Expired { lock: ExpiredLock, waits: Vec<Wait> },
+    /// `spec.owner` is one the CRD refuses (stored by an older CRD): no lock is taken.
+    InvalidOwner { problem: String },
+    /// The ttl runs out now: every sentinel goes and `spec.owner` is cleared.
+    Expiring {
+        lock: Lock,
+        expired: ExpiredLock,
+        waits: Vec<Wait>,
+    },
+    /// No sentinel of the owner, and kueue-sync has not published the cluster's flavor.
+    WaitingForFlavor { lock: Lock },
+    /// No sentinel of the owner, and another owner's sentinel still has the name: it
+    /// goes first, its name is reused once it is gone.
+    Replacing { lock: Lock, waits: Vec<Wait> },
+    /// No sentinel of the owner: one is created (while older ones may still go).
+    Creating { lock: Lock, waits: Vec<Wait> },
+    /// `fournosjob`: no sentinel of the owner, and a Workload of its name still exists
+    /// (Fournos would adopt it): the create waits until the garbage collector took it.
+    OldWorkload {
+        lock: Lock,
+        sentinel: String,
+        workload: String,
+        holds_quota: bool,
+    },
+    /// The sentinel's name is taken by an object this Hearth did not make.
+    NameTaken { lock: Lock, refusal: Refusal },
+    /// The apiserver refused the sentinel.
+    CreateFailed { lock: Lock, refusal: Refusal },
+    /// The owner's sentinel waits for Kueue to admit it (Kueue's words, if any); for
+    /// `fournosjob`, look again at `recheck_in` whether Fournos picked it up.
+    Waiting {
+        lock: Lock,
+        sentinel: Kept,
+        why: Option<String>,
+        recheck_in: Option<Duration>,
+    },
+    /// `fournosjob`: Fournos has given the sentinel no phase in [`PICKUP_GRACE`].
+    NotPickedUp {
+        lock: Lock,
+        sentinel: Kept,
+        created: Timestamp,
+        fournos_said: Option<String>,
+    },
+    /// `fournosjob`: Fournos says admitted, and its Workload is not in the cache yet (the
+    /// Workload watch trails the FournosJob watch): not held, and not repaired yet.
+    AwaitingWorkload {
+        lock: Lock,
+        sentinel: Kept,
+        phase: Option<String>,
+    },
+    /// The owner's proven sentinel (for `fournosjob`: its own Workload) is admitted in
+    /// the cluster's ClusterQueue on its flavor with every slot: the cluster is held.
+    Held { lock: Lock, sentinel: Kept },
+    /// The owner's sentinel is admitted, or asks to be, but not for all of this cluster.
+    Misplaced {
+        lock: Lock,
+        sentinel: Kept,
+        mismatch: Mismatch,
+    },
+    /// `fournosjob`: Fournos says admitted but the Workload is gone, evicted or not
+    /// admitted: the sentinel is replaced so that Fournos makes a new one.
+    WorkloadLost {
+        lock: Lock,
+        sentinel: Kept,
+        phase: Option<String>,
+        lost: Lost,
+    },
+}
+
+impl LockState {
+    /// The `Locked` reason this state says; `None` for a never-locked cluster.
+    pub fn reason(&self) -> Option<LockedReason> {
+        use LockedReason as R;
+        Some(match self {
+            Self::NeverLocked => return None,
+            Self::Released { .. } => R::Released,
+            Self::Releasing { .. } => R::Releasing,
+            Self::Expired { .. } | Self::Expiring { .. } => R::Expired,
+            Self::InvalidOwner { .. } => R::InvalidOwner,
+            Self::WaitingForFlavor { .. } => R::WaitingForFlavor,
+            Self::Replacing { waits, .. } | Self::Creating { waits, .. } if !waits.is_empty() => {
+                R::WaitingForRelease
+            }
+            Self::OldWorkload { .. } => R::WaitingForRelease,
+            Self::Replacing { .. }
+            | Self::Creating { .. }
+            | Self::Waiting { .. }
+            | Self::AwaitingWorkload { .. } => R::WaitingForAdmission,
+            Self::NameTaken { .. } => R::SentinelNameTaken,
+            Self::CreateFailed { .. } => R::SentinelCreateFailed,
+            Self::NotPickedUp { .. } => R::SentinelNotPickedUp,
+            Self::Held { .. } => R::Held,
+            Self::Misplaced { mismatch, .. } => match mismatch {
+                Mismatch::WrongFlavor { .. } => R::WrongFlavor,
+                Mismatch::WrongSlots { .. }
+                | Mismatch::FournosTooFew { .. }
+                | Mismatch::FournosAsksOther { .. } => R::SlotsMismatch,
+            },
+            Self::WorkloadLost { .. } => R::WorkloadLost,
+        })
+    }
+
+    /// The owner's lock, in every state that has one.
+    pub fn lock(&self) -> Option<&Lock> {
+        match self {
+            Self::NeverLocked
+            | Self::Released { .. }
+            | Self::Releasing { .. }
+            | Self::Expired { .. }
+            | Self::InvalidOwner { .. } => None,
+            Self::Expiring { lock, .. }
+            | Self::WaitingForFlavor { lock }
+            | Self::Replacing { lock, .. }
+            | Self::Creating { lock, .. }
+            | Self::OldWorkload { lock, .. }
+            | Self::NameTaken { lock, .. }
+            | Self::CreateFailed { lock, .. }
+            | Self::Waiting { lock, .. }
+            | Self::NotPickedUp { lock, .. }
+            | Self::AwaitingWorkload { lock, .. }
+            | Self::Held { lock, .. }
+            | Self::Misplaced { lock, .. }
+            | Self::WorkloadLost { lock, .. } => Some(lock),
+        }
+    }
+
+    /// The sentinel this state keeps, if it keeps one.
+    pub fn kept(&self) -> Option<&Kept> {
+        match self {
+            Self::Waiting { sentinel, .. }
+            | Self::NotPickedUp { sentinel, .. }
+            | Self::AwaitingWorkload { sentinel, .. }
+            | Self::Held { sentinel, .. }
+            | Self::Misplaced { sentinel, .. }
+            | Self::WorkloadLost { sentinel, .. } => Some(sentinel),
+            _ => None,
+        }
+    }
+
+    /// The state after the apply step could not create the sentinel this state asked
+    /// for: `SentinelNameTaken` or `SentinelCreateFailed`, keeping the lock's term.
+    /// `None` for a state without a lock (it creates nothing).
+    pub fn refused(&self, refusal: Refusal) -> Option<LockState> {
+        let lock = self.lock()?.clone();
+        Some(match refusal {
+            Refusal::NameTaken { .. } => Self::NameTaken { lock, refusal },
+            Refusal::CreateFailed { .. } => Self::CreateFailed { lock, refusal },
+        })
+    }
+}
+
+fn ts(t: &Option<Time>) -> Option<Timestamp> {
+    t.as_ref().map(|t| t.0)
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    Duration::try_from(now.duration_since(since)).unwrap_or(Duration::ZERO)
+}
+
+/// Where the lock of `cluster` stands, given its sentinels (and, for `fournosjob`, the
+/// FournosJobs and Workloads behind them), at `now`. The first row of the state table
+/// that matches wins.
+pub fn classify(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    fournos: Option<&FournosView<'_>>,
+    now: Timestamp,
+) -> LockState {
+    let owner = match cluster.owner.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(o) if !cluster.deleting => o,
+        _ => return classify_unowned(cluster, sentinels, fournos, now),
+    };
+    if let Some(problem) = hearth_api::cluster::owner_problem(owner) {
+        return LockState::InvalidOwner { problem };
+    }
+    let lock = lock_of(cluster, owner, now);
+    let waits = || fournos.map(release_waits).unwrap_or_default();
+    if let Some(expired_at) = lock.expires_at.filter(|exp| *exp <= now) {
+        let expired = ExpiredLock {
+            owner: owner.to_owned(),
+            expired_at: Time(expired_at),
+            ttl: cluster.ttl.map(str::to_owned),
+        };
+        return LockState::Expiring {
+            lock,
+            expired,
+            waits: waits(),
+        };
+    }
+    let canonical = lock_sentinel_name(cluster.name);
+    let Some(kept) = kept_sentinel(sentinels, owner, &canonical) else {
+        if cluster.status.kueue.is_none() {
+            return LockState::WaitingForFlavor { lock };
+        }
+        if sentinels.iter().any(|s| s.name == canonical) {
+            return LockState::Replacing {
+                lock,
+                waits: waits(),
+            };
+        }
+        // Fournos adopts a Workload of the name it is about to make: none may be left.
+        if let Some(old) = fournos.and_then(|f| f.workloads.iter().find(|w| w.job == canonical)) {
+            return LockState::OldWorkload {
+                lock,
+                sentinel: canonical,
+                workload: old.name.clone(),
+                holds_quota: old.holds_quota,
+            };
+        }
+        return LockState::Creating {
+            lock,
+            waits: waits(),
+        };
+    };
+    let sentinel = Kept {
+        name: kept.name.clone(),
+        uid: kept.uid.clone(),
+    };
+    let expect = Expect::of(cluster.status);
+    let job = fournos.and_then(|f| {
+        f.jobs
+            .iter()
+            .find(|j| j.name == kept.name && j.deleting_since.is_none())
+            .map(|job| (f, job))
+    });
+    match (&kept.state, job) {
+        (SentinelState::Holding, Some((f, job))) => {
+            held_by_fournos(lock, sentinel, job, f.workloads, &expect, now)
+        }
+        (SentinelState::Waiting(why), Some((_, job))) => {
+            waiting_for_fournos(lock, sentinel, job, why.clone(), &expect, now)
+        }
+        // `workload` sentinels: what the sentinel says is its own admission. (For
+        // `fournosjob` a kept sentinel is a readable live job, so it has its JobView.)
+        (SentinelState::Holding, _) if fournos.is_none() => LockState::Held { lock, sentinel },
+        (SentinelState::Holding, _) => LockState::Waiting {
+            lock,
+            sentinel,
+            why: None,
+            recheck_in: None,
+        },
+        (SentinelState::Misplaced(problem), _) => LockState::Misplaced {
+            lock,
+            sentinel,
+            mismatch: match problem {
+                Misplaced::WrongFlavor(why) => Mismatch::WrongFlavor {
+                    workload: None,
+                    why: why.clone(),
+                },
+                Misplaced::WrongSlots(why) => Mismatch::WrongSlots { why: why.clone() },
+            },
+        },
+        (SentinelState::Waiting(why), _) => LockState::Waiting {
+            lock,
+            sentinel,
+            why: why.clone(),
+            recheck_in: None,
+        },
+        (SentinelState::Terminating, _) => unreachable!("kept_sentinel skips terminating ones"),
+    }
+}
+
+/// A `fournosjob` sentinel Fournos calls admitted holds the cluster only while the
+/// Workload owned by *this* job is admitted, not evicted, in the cluster's queue on its
+/// flavor, with at least the cluster's slots.
+fn held_by_fournos(
+    lock: Lock,
+    sentinel: Kept,
+    job: &JobView,
+    workloads: &[LockWorkloadView],
+    expect: &Expect<'_>,
+    now: Timestamp,
+) -> LockState {
+    let workload = workloads
+        .iter()
+        .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting);
+    let phase = job.phase.clone();
+    let lost = match workload {
+        None => Lost::NoWorkload,
+        Some(w) if w.evicted => Lost::Evicted {
+            workload: w.name.clone(),
+            said: w.message.clone(),
+        },
+        Some(w) if !w.admitted => Lost::NotAdmitted {
+            workload: w.name.clone(),
+            said: w.message.clone(),
+        },
+        Some(w) => {
+            if let Some(why) = expect.misplaced(
+                w.cluster_queue.as_deref().unwrap_or_default(),
+                w.slot_flavor.as_deref(),
+            ) {
+                let mismatch = Mismatch::WrongFlavor {
+                    workload: Some(w.name.clone()),
+                    why,
+                };
+                return LockState::Misplaced {
+                    lock,
+                    sentinel,
+                    mismatch,
+                };
+            }
+            let cluster = expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
+            if let Some(holds) = w.slots.filter(|s| *s < cluster) {
+                let mismatch = Mismatch::FournosTooFew {
+                    workload: w.name.clone(),
+                    holds,
+                    cluster,
+                };
+                return LockState::Misplaced {
+                    lock,
+                    sentinel,
+                    mismatch,
+                };
+            }
+            return LockState::Held { lock, sentinel };
+        }
+    };
+    let young = job
+        .admitted_at
+        .is_some_and(|t| elapsed(t, now) < REPAIR_GRACE);
+    if lost == Lost::NoWorkload && young {
+        // Most likely the Workload watch has not caught up yet.
+        return LockState::AwaitingWorkload {
+            lock,
+            sentinel,
+            phase,
+        };
+    }
+    LockState::WorkloadLost {
+        lock,
+        sentinel,
+        phase,
+        lost,
+    }
+}
+
+/// A `fournosjob` sentinel not admitted yet: a lock of another size than the cluster
+/// never becomes one, and a job Fournos never picked up says so after the grace.
+fn waiting_for_fournos(
+    lock: Lock,
+    sentinel: Kept,
+    job: &JobView,
+    why: Option<String>,
+    expect: &Expect<'_>,
+    now: Timestamp,
+) -> LockState {
+    if let Some(cluster) = expect.slots.filter(|s| *s != FOURNOS_EXCLUSIVE_SLOTS) {
+        return LockState::Misplaced {
+            lock,
+            sentinel,
+            mismatch: Mismatch::FournosAsksOther { cluster },
+        };
+    }
+    let mut recheck_in = None;
+    if job.phase.is_none()
+        && let Some(created) = job.created
+    {
+        let waited = elapsed(created, now);
+        if waited >= PICKUP_GRACE {
+            return LockState::NotPickedUp {
+                lock,
+                sentinel,
+                created,
+                fournos_said: job.fournos_said.clone(),
+            };
+        }
+        recheck_in = Some(PICKUP_GRACE - waited);
+    }
+    LockState::Waiting {
+        lock,
+        sentinel,
+        why,
+        recheck_in,
+    }
+}
+
+/// What a release still waits for, or nothing when it is done: every FournosJob of the
+/// lock still there, and every Workload of it that holds quota.
+pub fn release_waits(fournos: &FournosView<'_>) -> Vec<Wait> {
+    let jobs = fournos.jobs.iter().map(|j| match j.deleting_since {
+        Some(since) => Wait::JobDeleting {
+            job: j.name.clone(),
+            since,
+            finalizers: j.finalizers.clone(),
+        },
+        None => Wait::JobToDelete {
+            job: j.name.clone(),
+        },
+    });
+    let workloads =
+        fournos
+            .workloads
+            .iter()
+            .filter(|w| w.holds_quota)
+            .map(|w| Wait::WorkloadHoldsQuota {
+                workload: w.name.clone(),
+            });
+    jobs.chain(workloads).collect()
+}
+
+/// The lock of `owner`: its start kept while the owner stays the same, its expiry.
+fn lock_of(cluster: &ClusterView<'_>, owner: &str, now: Timestamp) -> Lock {
+    // A status from before `lockOwner` existed (the Python controller) has only
+    // ownerSetAt: it belongs to the current owner.
+    let same_owner = match cluster.status.lock_owner.as_deref() {
+        Some(o) => o == owner,
+        None => cluster.status.owner_set_at.is_some(),
+    };
+    // Whole seconds, as status stores times: the expiry computed now is the one every
+    // later plan computes from the stored `ownerSetAt`.
+    let owner_set_at = match ts(&cluster.status.owner_set_at) {
+        Some(t) if same_owner => t,
+        _ => Timestamp::from_second(now.as_second()).unwrap_or(now),
+    };
+    let (expires_at, ttl_problem) = match cluster.ttl.map(hearth_api::duration::parse_duration) {
+        None => (None, None),
+        Some(Ok(d)) => (
+            owner_set_at
+                .checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
+                .ok(),
+            None,
+        ),
+        Some(Err(e)) => (None, Some(e.to_string())),
+    };
+    Lock {
+        owner: owner.to_owned(),
+        owner_set_at,
+        expires_at,
+        ttl_problem,
+    }
+}
+
+/// The one live, proven sentinel of `owner` to keep: the canonical name first, then one
+/// that holds the quota (so an adopted legacy sentinel keeps its admission), then by
+/// name. An unproven one is never kept, whatever it says: anyone who may create the
+/// sentinel's kind can give an object its labels.
+fn kept_sentinel<'s>(
+    sentinels: &'s [SentinelView],
+    owner: &str,
+    canonical: &str,
+) -> Option<&'s SentinelView> {
+    sentinels
+        .iter()
+        .filter(|s| {
+            s.proven && s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner)
+        })
+        .min_by_key(|s| {
+            (
+                s.name != canonical,
+                s.state != SentinelState::Holding,
+                s.name.clone(),
+            )
+        })
+}
+
+fn classify_unowned(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    fournos: Option<&FournosView<'_>>,
+    now: Timestamp,
+) -> LockState {
+    let waits = fournos.map(release_waits).unwrap_or_default();
+    // An expired lock keeps saying so until someone locks again: from the record the
+    // expiry wrote, or (when the watch shows the cleared owner before that write) from
+    // the stored lock whose expiry has passed.
+    let ran_out = || ran_out(cluster.status, cluster.ttl, now).filter(|_| !cluster.deleting);
+    if let Some(lock) = cluster.status.expired_lock.clone().or_else(ran_out) {
+        return LockState::Expired { lock, waits };
+    }
+    let was_locked = hearth_api::conditions::find(
+        &cluster.status.conditions,
+        hearth_api::names::condition_types::LOCKED,
+    )
+    .is_some()
+        || cluster.status.owner_set_at.is_some()
+        || cluster.status.locked.is_some()
+        || !sentinels.is_empty();
+    match was_locked {
+        false => LockState::NeverLocked,
+        true if !waits.is_empty() => LockState::Releasing { waits },
+        true => LockState::Released {
+            deleting: cluster.deleting,
+        },
+    }
+}
+
+/// The lock that this unlocked cluster last had, if it ended by running out: the stored
+/// status still names an owner and an expiry that has passed. This survives any order
+/// in which the watch delivers the expiry's two writes (`spec.owner` cleared, `Expired`
+/// status): a plan made from the cleared owner and the status from before the expiry
+/// still sees that the lock expired, rather than calling it a plain release.
+fn ran_out(
+    status: &FournosClusterStatus,
+    ttl: Option<&str>,
+    now: Timestamp,
+) -> Option<ExpiredLock> {
+    let expired_at = ts(&status.lock_expires_at).filter(|exp| *exp <= now)?;
+    let owner = status.lock_owner.as_deref().filter(|o| !o.is_empty())?;
+    Some(ExpiredLock {
+        owner: owner.to_owned(),
+        expired_at: Time(expired_at),
+        ttl: ttl.map(str::to_owned),
+    })
+}
+
+#[cfg(test)]
+mod tests;
