@@ -52,6 +52,35 @@ pub struct Gpus {
     pub count: u32,
 }
 
+impl Gpus {
+    /// The driver version the node's labeller reports: NVIDIA's GFD as one label on most
+    /// models and as major/minor/revision labels on the H200 nodes (both forms Hearth
+    /// reads), AMD's labeller its own label.
+    pub fn driver_version(&self) -> &'static str {
+        match (self.vendor, self.model.contains("H200")) {
+            (GpuVendor::Nvidia, true) => "535.104.05",
+            (GpuVendor::Nvidia, false) => "550.54.15",
+            (GpuVendor::Amd, _) => "6.8.5",
+        }
+    }
+
+    /// The driver labels of [`Self::driver_version`].
+    fn driver_labels(&self) -> Vec<(String, String)> {
+        let version = self.driver_version();
+        match (self.vendor, self.model.contains("H200")) {
+            (GpuVendor::Nvidia, true) => ["major", "minor", "revision"]
+                .iter()
+                .zip(version.split('.'))
+                .map(|(part, v)| (format!("nvidia.com/cuda.driver-version.{part}"), v.into()))
+                .collect(),
+            (GpuVendor::Nvidia, false) => {
+                vec![("nvidia.com/cuda.driver-version.full".into(), version.into())]
+            }
+            (GpuVendor::Amd, _) => vec![("amd.com/gpu.driver-version".into(), version.into())],
+        }
+    }
+}
+
 /// One emulated Node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeSpec {
@@ -127,6 +156,7 @@ impl NodeSpec {
                 gpus.vendor.product_label().to_string(),
                 gpus.model.to_string(),
             );
+            labels.extend(gpus.driver_labels());
             match gpus.vendor {
                 GpuVendor::Nvidia => {
                     labels.insert("nvidia.com/gpu.present".into(), "true".into());

@@ -29,7 +29,7 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
-use crate::error::{PlaneError, Result};
+use crate::error::{Context as _, PlaneError, Result};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 use crate::plane::{ControlPlane, Isolated, hearth_binary};
 use crate::process::{http_get, tail, until};
@@ -198,6 +198,35 @@ fn build_binaries() -> Result<()> {
 
 /// The `kubectl fournos` plugin's binary.
 pub const PLUGIN: &str = "kubectl-fournos";
+
+/// What one run of the plugin printed.
+#[derive(Debug)]
+pub struct PluginRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the built `kubectl-fournos <args>` as a person does: with `kubeconfig` (nothing from
+/// the environment's `KUBECONFIG`), in `scope`'s namespaces.
+pub async fn run_plugin(kubeconfig: &Path, scope: &Isolated, args: &[&str]) -> Result<PluginRun> {
+    ensure_built().await?;
+    let out = tokio::process::Command::new(hearth_binary(PLUGIN)?)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HEARTH_NAMESPACE", &scope.namespace)
+        .env("HEARTH_EXECUTION_NAMESPACE", &scope.execution_namespace)
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .context(|| "running kubectl-fournos (cargo build --workspace --bins first)".into())?;
+    Ok(PluginRun {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
 
 /// A running controller: its name on the plane (for stop/kill), admin address and log.
 #[derive(Clone, Debug)]

@@ -121,6 +121,7 @@ pub mod peers;
 pub mod plane;
 pub mod process;
 pub mod protocol;
+pub mod published;
 pub mod reaction;
 pub mod release;
 pub mod resources;

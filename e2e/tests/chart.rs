@@ -387,6 +387,26 @@ fn env_of(docs: &[Value], deployment: &str, name: &str) -> Option<String> {
 }
 
 #[test]
+fn pool_label_keys_render_as_one_comma_list() -> Result<()> {
+    let key = "HEARTH_POOL_LABEL_KEYS";
+    let default = template(&[])?;
+    ensure!(env_of(&default, "hearth-kueue-sync", key).as_deref() == Some("fournos.dev/pool"));
+    let two = template(&["config.poolLabelKeys={fournos.dev/pool,example.com/team}"])?;
+    ensure!(
+        env_of(&two, "hearth-kueue-sync", key).as_deref()
+            == Some("fournos.dev/pool,example.com/team")
+    );
+    // `--set k={}` makes [""], which the schema refuses; null (or [] in a values file)
+    // turns pools off.
+    let none = template(&["config.poolLabelKeys=null"])?;
+    ensure!(
+        env_of(&none, "hearth-kueue-sync", key).as_deref() == Some(""),
+        "no keys turn pools off"
+    );
+    Ok(())
+}
+
+#[test]
 fn leader_election_can_be_switched_off_per_single_replica_controller() -> Result<()> {
     let all = template(&[])?;
     for c in Controller::ALL {
@@ -583,6 +603,13 @@ fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
             "workloadPriorityClasses/classes/0/value",
         ),
         ("workloadPriorityClasses.classes[0].priority=1", "priority"),
+        ("config.poolLabelKeys[0]=Not A Key", "poolLabelKeys/0"),
+        (
+            "config.poolLabelKeys[0]=fournos.dev/cluster",
+            "poolLabelKeys/0",
+        ),
+        ("config.poolLabelKeys={a,b,c,d,e,f,g,h}", "poolLabelKeys"),
+        ("config.poolLabelKeys={a,a}", "poolLabelKeys"),
     ] {
         match template(&[set]) {
             Ok(_) => bail!("{set} was accepted"),
@@ -780,6 +807,9 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
             false,
         ),
         (k, "delete", &cq, None, false),
+        (k, "list", "workloads.kueue.x-k8s.io", None, true),
+        (k, "watch", "workloads.kueue.x-k8s.io", None, true),
+        (k, "update", "workloads.kueue.x-k8s.io", Some(exec), false),
         (k, "get", "secrets", Some(secrets), false),
         (k, "list", "secrets", None, false),
         (

@@ -438,8 +438,31 @@ async fn onboards_the_whole_fleet_with_correct_gpu_counts() -> Result<()> {
         );
         let valid = condition(&found, KUBECONFIG_VALID).context("KubeconfigValid")?;
         ensure!(valid.status == "True", "{valid:?}");
+        // Driver versions per model, as the fleet's labellers write them (one label, or
+        // NVIDIA's major/minor/revision), and the target's Kubernetes version.
+        let hardware = status.hardware.as_ref().context("hardware")?;
+        for g in &hardware.gpus {
+            let fleet_driver = target
+                .fleet()
+                .nodes
+                .iter()
+                .filter_map(|n| n.gpus.as_ref())
+                .find(|n| n.model == g.model)
+                .map(|n| n.driver_version().to_owned());
+            ensure!(
+                g.driver_versions == fleet_driver.into_iter().collect::<Vec<_>>(),
+                "{}: driver versions {:?}",
+                g.model,
+                g.driver_versions
+            );
+        }
+        let version = hardware.kubernetes_version.as_deref().unwrap_or_default();
+        ensure!(
+            version.starts_with("v1.") && hearth_api::cluster::is_version_text(version),
+            "kubernetesVersion {version:?}"
+        );
         // Short names are valid Kueue resource names.
-        for g in &status.hardware.as_ref().context("hardware")?.gpus {
+        for g in &hardware.gpus {
             ensure!(
                 !g.short_name.is_empty()
                     && g.short_name

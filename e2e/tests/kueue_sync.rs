@@ -16,35 +16,31 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::StreamExt;
-use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota, Workload};
-use hearth_api::names::{
-    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, condition_types,
-};
+use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota};
+use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, Hardware, KueueStatus};
 use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
 use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, kueue_problems, nonzero};
 use hearth_e2e::objects;
 use hearth_e2e::process::until;
+use hearth_e2e::published::{
+    DEADLINE, discover, gpu, onboard, synced, wait_admitted, wait_event, wait_pending, wait_reason,
+    workload_condition, write_status,
+};
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated, Target};
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
-/// How long any one expected change may take.
-const DEADLINE: Duration = Duration::from_secs(60);
 /// `fournos/cluster-slot` per cluster (the default).
 const SLOTS: i64 = 100;
-/// The field manager the tests write FournosCluster status with, as discovery would.
-const DISCOVERY: &str = "e2e-discovery";
 
 // ---------------------------------------------------------------------------------------
 // The controller under test, as a process.
@@ -83,20 +79,11 @@ fn discovered_gpus(target: &Target) -> Vec<GpuInfo> {
                 .count() as i32,
             model,
             count: i64::from(count),
+            driver_versions: Vec::new(),
         })
         .collect();
     gpus.sort_by(|a, b| a.short_name.cmp(&b.short_name));
     gpus
-}
-
-fn gpu(short: &str, count: i64) -> GpuInfo {
-    GpuInfo {
-        vendor: "NVIDIA".into(),
-        model: format!("NVIDIA-{}", short.to_uppercase()),
-        short_name: short.into(),
-        count,
-        node_count: 1,
-    }
 }
 
 /// The quota kueue-sync should publish for `gpus`: slots and one resource per model.
@@ -110,99 +97,6 @@ fn quota_of(gpus: &[GpuInfo]) -> BTreeMap<String, i64> {
 
 fn gpu_resource(short: &str) -> String {
     format!("fournos/gpu-{short}")
-}
-
-/// Creates FournosCluster `name` (as a person or discovery's onboarding would) and
-/// reports it `Valid` with `gpus`.
-async fn onboard(clusters: &Api<FournosCluster>, name: &str, gpus: &[GpuInfo]) -> Result<()> {
-    let cluster = FournosCluster::new(
-        name,
-        FournosClusterSpec {
-            kubeconfig_secret: format!("kubeconfig-{name}"),
-            ..FournosClusterSpec::default()
-        },
-    );
-    clusters
-        .create(&PostParams::default(), &cluster)
-        .await
-        .with_context(|| format!("creating FournosCluster {name}"))?;
-    discover(clusters, name, "Valid", gpus).await
-}
-
-/// Writes what hearth-discovery would: `kubeconfigStatus` and `hardware`, counted
-/// (`lastDiscovery`; discovery keeps it, with the last count, when a probe fails).
-async fn discover(
-    clusters: &Api<FournosCluster>,
-    name: &str,
-    kubeconfig_status: &str,
-    gpus: &[GpuInfo],
-) -> Result<()> {
-    write_status(clusters, name, kubeconfig_status, gpus, true).await
-}
-
-/// Writes `kubeconfigStatus` and `hardware` under the discovery field manager; `counted`:
-/// with `lastDiscovery`, as discovery writes it once it has counted.
-async fn write_status(
-    clusters: &Api<FournosCluster>,
-    name: &str,
-    kubeconfig_status: &str,
-    gpus: &[GpuInfo],
-    counted: bool,
-) -> Result<()> {
-    let total: i64 = gpus.iter().map(|g| g.count).sum();
-    let mut hardware = json!({"gpus": gpus, "totalGPUs": total, "consecutiveFailures": 0});
-    if counted {
-        hardware["lastDiscovery"] = json!(
-            k8s_openapi::jiff::Timestamp::now()
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string()
-        );
-    }
-    let status = json!({
-        "apiVersion": "fournos.dev/v1",
-        "kind": "FournosCluster",
-        "status": {
-            "kubeconfigStatus": kubeconfig_status,
-            "hardware": hardware,
-        },
-    });
-    clusters
-        .patch_status(
-            name,
-            &PatchParams::apply(DISCOVERY).force(),
-            &Patch::Apply(&status),
-        )
-        .await
-        .with_context(|| format!("writing the discovered status of {name}"))?;
-    Ok(())
-}
-
-/// `KueueSynced` of a cluster: (status, reason, message).
-fn synced(cluster: &FournosCluster) -> Option<(String, String, String)> {
-    let status = cluster.status.as_ref()?;
-    hearth_api::conditions::find(&status.conditions, condition_types::KUEUE_SYNCED)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Waits until cluster `name` reports KueueSynced with `reason`; returns the cluster.
-async fn wait_reason(
-    clusters: &Api<FournosCluster>,
-    name: &str,
-    reason: &str,
-    log: &Running,
-) -> Result<FournosCluster> {
-    log.until(
-        &format!("{name} KueueSynced={reason}"),
-        DEADLINE,
-        || async {
-            let cluster = clusters.get(name).await?;
-            Ok(match synced(&cluster) {
-                Some((_, r, _)) if r == reason => Ok(cluster),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
-    .await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -286,75 +180,6 @@ fn workload(scope: &Isolated, name: &str, cluster: &str, requests: &[(&str, i64)
         cluster,
         requests,
     )
-}
-
-fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, String)> {
-    w.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
-/// Waits until Workload `name` is admitted; returns resource → flavor it got.
-async fn wait_admitted(workloads: &Api<Workload>, name: &str) -> Result<BTreeMap<String, String>> {
-    until(&format!("Workload {name} admitted"), DEADLINE, || async {
-        let w = workloads.get(name).await?;
-        Ok(match workload_condition(&w, "Admitted") {
-            Some((s, _, _)) if s == "True" => Ok(w
-                .status
-                .and_then(|s| s.admission)
-                .and_then(|a| a.pod_set_assignments.into_iter().next())
-                .map(|p| p.flavors)
-                .unwrap_or_default()),
-            _ => Err(format!("{:?}", workload_condition(&w, "QuotaReserved"))),
-        })
-    })
-    .await
-}
-
-/// Waits until Kueue has evaluated Workload `name` and keeps it pending with a message
-/// containing every one of `needles`; returns the message.
-async fn wait_pending(workloads: &Api<Workload>, name: &str, needles: &[&str]) -> Result<String> {
-    let message = until(&format!("Workload {name} pending"), DEADLINE, || async {
-        let w = workloads.get(name).await?;
-        Ok(match workload_condition(&w, "QuotaReserved") {
-            Some((s, _, m)) if s == "False" && needles.iter().all(|n| m.contains(n)) => Ok(m),
-            other => Err(format!("{other:?}")),
-        })
-    })
-    .await?;
-    let w = workloads.get(name).await?;
-    ensure!(
-        workload_condition(&w, "Admitted").is_none_or(|(s, _, _)| s != "True"),
-        "{name} is admitted: {:?}",
-        w.status
-    );
-    Ok(message)
-}
-
-/// Waits for an Event on FournosCluster `cluster` with `reason`; returns its note.
-async fn wait_event(
-    client: &kube::Client,
-    namespace: &str,
-    cluster: &str,
-    reason: &str,
-) -> Result<Event> {
-    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-    until(
-        &format!("Event {reason} on {cluster}"),
-        DEADLINE,
-        || async {
-            let list = events.list(&ListParams::default()).await?;
-            let found = list.items.into_iter().find(|e| {
-                e.reason.as_deref() == Some(reason)
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(cluster)
-            });
-            Ok(found.ok_or_else(|| "not yet".to_owned()))
-        },
-    )
-    .await
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::kueue::Workload;
-use hearth_e2e::hearth::{self, Controller, service_account_token_kubeconfig};
+use hearth_e2e::hearth::{
+    self, Controller, PluginRun, run_plugin, service_account_token_kubeconfig,
+};
 use hearth_e2e::objects::{is_true, slot_workload};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::until;
@@ -35,14 +37,15 @@ const FAST: &[(&str, &str)] = &[
 ];
 
 /// What one run of the plugin printed.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+type Run = PluginRun;
+
+trait Outcome: Sized {
+    fn ok(self) -> Result<Run>;
+    fn failed_with(self, code: i32, needles: &[&str]) -> Result<Run>;
+    fn json(&self) -> Result<Value>;
 }
 
-impl Run {
+impl Outcome for Run {
     fn ok(self) -> Result<Run> {
         ensure!(self.code == 0, "expected success, got {self:?}");
         Ok(self)
@@ -72,25 +75,7 @@ struct Plugin {
 
 impl Plugin {
     async fn run(&self, args: &[&str]) -> Result<Run> {
-        hearth::ensure_built().await?;
-        let out = tokio::process::Command::new(hearth_binary(hearth::PLUGIN)?)
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .env("HEARTH_NAMESPACE", &self.scope.namespace)
-            .env(
-                "HEARTH_EXECUTION_NAMESPACE",
-                &self.scope.execution_namespace,
-            )
-            .env_remove("KUBECONFIG")
-            .output()
-            .await
-            .context("running kubectl-fournos (cargo build --workspace --bins first)")?;
-        Ok(Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Ok(run_plugin(&self.kubeconfig, &self.scope, args).await?)
     }
 
     /// `status <cluster> -o json` until `done` holds for its row.

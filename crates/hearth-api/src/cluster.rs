@@ -134,11 +134,58 @@ pub struct FournosClusterSpec {
     #[schemars(length(max = 5), regex(pattern = "^[1-9][0-9]{0,3}(m|h|d)$"))]
     pub gpu_discovery_interval: Option<String>,
 
+    /// Maintenance: while set, Kueue admits no new Workload on the cluster (its
+    /// ResourceFlavor carries the taint `fournos.dev/cordoned`, effect NoSchedule) and
+    /// Workloads already admitted keep running; quota is unchanged. Condition `Schedulable`
+    /// says how many are left. Set and cleared by people (`kubectl fournos cordon`,
+    /// `uncordon`); Hearth never lifts it, not even past `until`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<Cordon>,
+
     /// Deprecated: hardware as recorded in spec by the Python controller that Hearth
     /// replaces. Hearth never writes it; discovered hardware lives in
     /// `status.hardware`. Kept in the schema so migrating clusters lose nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<Hardware>,
+}
+
+/// Longest `spec.cordon.reason`: a sentence or two, with a ticket link.
+pub const MAX_CORDON_REASON_CHARS: usize = 1024;
+
+/// A cordon: who took the cluster out of scheduling, why, since when and until when.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cordon {
+    /// Why, for the people whose jobs now wait elsewhere, e.g. `driver upgrade to 550,
+    /// OPS-1234`. Plain text: no control or format characters.
+    #[schemars(length(min = 1, max = 1024), regex(pattern = r"^[^\p{Cc}\p{Cf}]*$"))]
+    pub reason: String,
+    /// Who cordoned it (`kubectl fournos cordon` writes the user the apiserver knows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = r"^[^\p{Cc}\p{Cf}]*$"))]
+    pub by: Option<String>,
+    /// When it was cordoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// When the maintenance should be over. Past it the cordon is reported overdue
+    /// (condition `Schedulable` reason `CordonOverdue`, an Event, a metric); it stays
+    /// until someone lifts or extends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Time>,
+}
+
+/// Why `text` (a `spec.cordon` field of at most `max` characters) cannot be shown as it
+/// is (what the CRD refuses, for objects stored before it did), or `None`.
+pub fn cordon_text_problem(field: &str, text: &str, max: usize) -> Option<String> {
+    let chars = text.chars().count();
+    if chars > max {
+        return Some(format!(
+            "spec.cordon.{field} is {chars} characters long; at most {max} are accepted"
+        ));
+    }
+    text.chars().any(crate::text::is_hidden).then(|| {
+        format!("spec.cordon.{field} holds a control or format character; write it as plain text")
+    })
 }
 
 /// Whether the cluster's kubeconfig works, as last observed by hearth-discovery.
@@ -246,6 +293,12 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock_expires_at: Option<Time>,
 
+    /// While the cluster is cordoned: Workloads Kueue has admitted on its flavor that are
+    /// still there (this Hearth's lock sentinels aside); zero means drained. Written by
+    /// hearth-kueue-sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_workloads: Option<i64>,
+
     /// The lock that ran out, while the cluster says `Locked=False/Expired` (until
     /// someone locks it again): whose it was, when it expired and its ttl. The facts the
     /// `Expired` message is made of, kept typed so that no later plan reads them back
@@ -261,7 +314,7 @@ pub struct FournosClusterStatus {
     pub slot_holders: Vec<SlotHolder>,
 
     /// Conditions, one per type; each controller owns its own types:
-    /// KubeconfigValid and GPUDiscovered (hearth-discovery), KueueSynced
+    /// KubeconfigValid and GPUDiscovered (hearth-discovery), KueueSynced and Schedulable
     /// (hearth-kueue-sync), Locked (hearth-lock-manager).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -274,6 +327,23 @@ pub struct FournosClusterStatus {
 /// counts at most this many, and hearth-kueue-sync publishes at most this many whatever
 /// `hardware` says (a legacy `spec.hardware` was written by people).
 pub const MAX_GPU_MODELS: usize = 8;
+
+/// Driver versions kept per GPU model: a cluster mid-upgrade has two, a few more mean a
+/// messy fleet, and status is not the place for every one of them.
+pub const MAX_DRIVER_VERSIONS: usize = 4;
+/// Longest driver or Kubernetes version kept (`550.54.15`, `v1.31.4+rhcos.1`, …).
+pub const MAX_VERSION_CHARS: usize = 64;
+
+/// Whether `s`, read from a target (a node label, `GET /version`), may be shown as a
+/// version: 1 to [`MAX_VERSION_CHARS`] ASCII letters, digits, `.`, `-`, `+`, `_`, starting
+/// with a letter or digit. Anything else is dropped, never shown or logged.
+pub fn is_version_text(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_VERSION_CHARS
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_'))
+}
 
 /// GPUs found on a cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -298,6 +368,11 @@ pub struct Hardware {
     /// or not Ready.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub excluded_nodes: i32,
+    /// The target's Kubernetes version (`gitVersion` of `GET /version`), when it states
+    /// one that looks like a version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub kubernetes_version: Option<String>,
 }
 
 fn is_zero(n: &i32) -> bool {
@@ -318,6 +393,12 @@ pub struct GpuInfo {
     pub count: i64,
     /// Nodes contributing to `count`.
     pub node_count: i32,
+    /// Driver versions on those nodes, sorted, at most four (NVIDIA GPU Feature
+    /// Discovery's `nvidia.com/cuda.driver-version.full` or its major/minor/revision
+    /// labels; the AMD labeller's `amd.com/gpu.driver-version`). Empty when no node says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub driver_versions: Vec<String>,
 }
 
 /// A lock that ran out (see `FournosClusterStatus::expired_lock`).
@@ -368,6 +449,24 @@ pub struct KueueStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_are_short_plain_text() {
+        for ok in ["550.54.15", "v1.31.4+rhcos.1", "6.8.5-1", "1_2"] {
+            assert!(is_version_text(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".5",
+            "550 54",
+            "5\u{202e}5",
+            "a\nb",
+            "token=abc/def",
+            &"9".repeat(65),
+        ] {
+            assert!(!is_version_text(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn owners_are_plain_bounded_text() {

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
@@ -20,7 +20,8 @@ pub const KUEUE_VERSION: &str = "v1beta2";
 /// Fields of an object that Hearth does not model, kept verbatim.
 pub type Unmodeled = BTreeMap<String, Value>;
 
-/// `ResourceFlavor` spec: Hearth sets `nodeLabels` only.
+/// `ResourceFlavor` spec: Hearth sets `nodeLabels` (the cluster and its pool labels) and
+/// `nodeTaints` (the cordon taint).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kueue.x-k8s.io",
@@ -32,6 +33,8 @@ pub type Unmodeled = BTreeMap<String, Value>;
 pub struct ResourceFlavorSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_taints: Vec<Taint>,
     #[serde(flatten)]
     pub other: Unmodeled,
 }

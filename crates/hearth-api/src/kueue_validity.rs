@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::kueue::{ClusterQueueSpec, ResourceQuota, quantity_to_i64};
-use crate::names::{is_dns_label, is_label_name};
+use crate::kueue::{ClusterQueueSpec, ResourceFlavorSpec, ResourceQuota, quantity_to_i64};
+use crate::names::{is_dns_label, is_label_key, is_label_name};
 
 /// Kueue: at most this many resource groups in a ClusterQueue.
 pub const MAX_RESOURCE_GROUPS: usize = 16;
@@ -19,6 +19,45 @@ pub const MAX_FLAVORS_PER_GROUP: usize = 64;
 pub const MAX_FLAVORS_PER_QUEUE: usize = 256;
 /// Kueue: at most this many covered resources in one resource group.
 pub const MAX_COVERED_RESOURCES: usize = 64;
+
+/// Kueue: at most this many `nodeLabels` on a ResourceFlavor.
+pub const MAX_FLAVOR_NODE_LABELS: usize = 8;
+/// Kueue: at most this many `nodeTaints` on a ResourceFlavor.
+pub const MAX_FLAVOR_NODE_TAINTS: usize = 8;
+
+/// Everything Kueue's CRD would reject in a ResourceFlavor's `spec`, one line each.
+pub fn flavor_problems(spec: &ResourceFlavorSpec) -> Vec<String> {
+    let mut problems = Vec::new();
+    if spec.node_labels.len() > MAX_FLAVOR_NODE_LABELS {
+        problems.push(format!("{} nodeLabels", spec.node_labels.len()));
+    }
+    for (key, value) in &spec.node_labels {
+        if !is_label_key(key) {
+            problems.push(format!("nodeLabels: invalid key {key}"));
+        }
+        if !(value.is_empty() || is_label_name(value)) {
+            problems.push(format!("nodeLabels[{key}]: invalid value {value}"));
+        }
+    }
+    if spec.node_taints.len() > MAX_FLAVOR_NODE_TAINTS {
+        problems.push(format!("{} nodeTaints", spec.node_taints.len()));
+    }
+    for taint in &spec.node_taints {
+        if !is_label_key(&taint.key) {
+            problems.push(format!("nodeTaints: invalid key {}", taint.key));
+        }
+        if !matches!(
+            taint.effect.as_str(),
+            "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+        ) {
+            problems.push(format!(
+                "nodeTaints[{}]: effect {}",
+                taint.key, taint.effect
+            ));
+        }
+    }
+    problems
+}
 
 /// Everything Kueue (CRD rules and webhook) would reject in `spec`, one line each;
 /// empty when Kueue accepts it.
@@ -173,6 +212,32 @@ mod tests {
 
         let empty = queue(&[], &[]);
         assert_eq!(problems(&empty).len(), 2, "{:?}", problems(&empty));
+    }
+
+    #[test]
+    fn flavor_rules() {
+        use k8s_openapi::api::core::v1::Taint;
+        let labels = |n: usize| {
+            (0..n)
+                .map(|i| (format!("example.com/k{i}"), "v".to_owned()))
+                .collect()
+        };
+        let ok = ResourceFlavorSpec {
+            node_labels: labels(8),
+            node_taints: vec![Taint {
+                key: "fournos.dev/cordoned".into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }],
+            other: Default::default(),
+        };
+        assert_eq!(flavor_problems(&ok), Vec::<String>::new());
+        let mut bad = ok.clone();
+        bad.node_labels = labels(9);
+        bad.node_labels.insert("x".into(), "not a value".into());
+        bad.node_taints[0].effect = "Never".into();
+        let found = flavor_problems(&bad);
+        assert_eq!(found.len(), 3, "{found:?}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod slices;
 pub mod text;
 
 pub use cluster::{
-    ExpiredLock, FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware,
-    KubeconfigStatus, KueueStatus, SlotHolder,
+    Cordon, ExpiredLock, FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo,
+    Hardware, KubeconfigStatus, KueueStatus, SlotHolder,
 };
 pub use slices::{DiscoveryStatus, KueueSyncStatus, LockManagerStatus};

@@ -54,6 +54,24 @@ pub const CLUSTER_LOCK_LABEL: &str = "fournos.dev/cluster-lock";
 /// Prefix of a lock sentinel's name: `cluster-lock-<cluster>`.
 pub const LOCK_SENTINEL_PREFIX: &str = "cluster-lock-";
 
+/// The pool label: the default of the FournosCluster label keys kueue-sync copies into each
+/// ResourceFlavor's `spec.nodeLabels` (`HEARTH_POOL_LABEL_KEYS`), so that a Workload's node
+/// selector can ask for "any cluster in pool X".
+pub const POOL_LABEL: &str = "fournos.dev/pool";
+/// The value a flavor carries for a pool label key its cluster lacks (or carries with a
+/// value that cannot be a label value). Kueue ignores a selector key that a flavor does not
+/// carry, so without it an unlabelled cluster would match every pool.
+pub const POOL_LABEL_ABSENT: &str = "none";
+/// Kueue allows 8 `nodeLabels` per ResourceFlavor and Hearth uses one
+/// ([`CLUSTER_NODE_LABEL`]): at most this many pool label keys.
+pub const MAX_POOL_LABEL_KEYS: usize = 7;
+/// Annotation on a Hearth flavor: the pool label keys (comma-separated) kueue-sync applied,
+/// so that a key taken off the setting is taken off the flavor too.
+pub const POOL_LABEL_KEYS_ANNOTATION: &str = "fournos.dev/pool-label-keys";
+/// The taint kueue-sync puts on a cordoned cluster's ResourceFlavor (`spec.nodeTaints`,
+/// effect `NoSchedule`): Kueue admits no new Workload there that does not tolerate it.
+pub const CORDON_TAINT_KEY: &str = "fournos.dev/cordoned";
+
 /// Quota resource every cluster has: an exclusive job requests all of it, a shared one 1.
 pub const CLUSTER_SLOT_RESOURCE: &str = "fournos/cluster-slot";
 /// Slots per cluster unless configured otherwise.
@@ -65,6 +83,7 @@ pub mod condition_types {
     pub const GPU_DISCOVERED: &str = "GPUDiscovered";
     pub const KUEUE_SYNCED: &str = "KueueSynced";
     pub const LOCKED: &str = "Locked";
+    pub const SCHEDULABLE: &str = "Schedulable";
 }
 
 /// Controller names: each is the field manager, the Event reporter and the Lease name.
@@ -112,6 +131,17 @@ pub fn is_label_name(s: &str) -> bool {
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// Whether `s` is a label key (a qualified name): an optional DNS-subdomain prefix of at
+/// most 253 characters and `/`, then a [label name](is_label_name).
+pub fn is_label_key(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
+    };
+    prefix.is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns_label))
+        && is_label_name(name)
 }
 
 /// Longest name a lock sentinel may have: Fournos copies a FournosJob's name into the

@@ -100,6 +100,26 @@ reasons! {
         /// `False`: hearth-discovery has never counted the cluster's GPUs; it claims no
         /// place in the ClusterQueue until it has.
         WaitingForDiscovery = "WaitingForDiscovery",
+        /// `False`: a pool label of the cluster (a key of `HEARTH_POOL_LABEL_KEYS`) has a
+        /// value that is not a label value; its flavor carries `none` for it instead.
+        InvalidPoolLabel = "InvalidPoolLabel",
+    }
+}
+
+reasons! {
+    /// Reasons of `Schedulable` (hearth-kueue-sync), about `spec.cordon`. Only
+    /// `Schedulable` is `True`.
+    pub enum SchedulableReason {
+        /// `True`: not cordoned; Kueue may admit new Workloads on the cluster.
+        Schedulable = "Schedulable",
+        /// `False`: cordoned; Workloads Kueue admitted before are still admitted there.
+        Cordoned = "Cordoned",
+        /// `False`: cordoned, and no Workload is admitted on the cluster's flavor any more
+        /// (Hearth's own lock sentinel aside): ready for maintenance.
+        Drained = "Drained",
+        /// `False`: cordoned past `spec.cordon.until`. The cordon stays until a person
+        /// lifts it (`kubectl fournos uncordon`) or extends it.
+        CordonOverdue = "CordonOverdue",
     }
 }
 
@@ -175,6 +195,12 @@ mod tests {
         );
         check(
             &LockedReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        check(
+            &SchedulableReason::ALL
                 .iter()
                 .map(|r| r.as_str())
                 .collect::<Vec<_>>(),

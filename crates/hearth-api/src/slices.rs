@@ -13,7 +13,9 @@ use crate::cluster::{
     ExpiredLock, FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder,
 };
 use crate::conditions;
-use crate::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use crate::names::condition_types::{
+    GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED, SCHEDULABLE,
+};
 
 /// What hearth-discovery writes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -42,7 +44,9 @@ pub struct DiscoveryStatus {
 pub struct KueueSyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<KueueStatus>,
-    /// `KueueSynced`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admitted_workloads: Option<i64>,
+    /// `KueueSynced` and `Schedulable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -104,7 +108,8 @@ impl KueueSyncStatus {
     pub fn of(status: &FournosClusterStatus) -> Self {
         Self {
             kueue: status.kueue.clone(),
-            conditions: own_conditions(status, &[KUEUE_SYNCED]),
+            admitted_workloads: status.admitted_workloads,
+            conditions: own_conditions(status, &[KUEUE_SYNCED, SCHEDULABLE]),
         }
     }
 }
@@ -174,6 +179,7 @@ mod tests {
                 consecutive_failures: 1,
                 last_error: Some("e".into()),
                 excluded_nodes: 1,
+                kubernetes_version: Some("v1.34.1".into()),
             }),
             credentials_expire_at: Some(t()),
             next_probe_at: Some(t()),
@@ -185,6 +191,7 @@ mod tests {
                 quotas: [("fournos/cluster-slot".to_owned(), 100)].into(),
                 cluster_slots: 100,
             }),
+            admitted_workloads: Some(2),
             locked: Some(true),
             lock_job_name: Some("cluster-lock-a".into()),
             lock_job_uid: Some("uid-a".into()),
@@ -202,9 +209,15 @@ mod tests {
                 owner: None,
                 slots: 100,
             }],
-            conditions: [KUBECONFIG_VALID, GPU_DISCOVERED, KUEUE_SYNCED, LOCKED]
-                .map(cond)
-                .to_vec(),
+            conditions: [
+                KUBECONFIG_VALID,
+                GPU_DISCOVERED,
+                KUEUE_SYNCED,
+                SCHEDULABLE,
+                LOCKED,
+            ]
+            .map(cond)
+            .to_vec(),
         }
     }
 

@@ -22,6 +22,8 @@ pub fn trim(cluster: &mut FournosCluster) {
     status.owner_set_at = None;
     status.lock_expires_at = None;
     status.slot_holders = Vec::new();
+    status.expired_lock = None;
+    status.admitted_workloads = None;
     retain_types(&mut status.conditions, &[KUBECONFIG_VALID, GPU_DISCOVERED]);
 }
 

@@ -31,10 +31,20 @@
 //!
 //! Without a product label the model is the vendor (`NVIDIA`, `AMD`). Cordoned and
 //! not-Ready nodes are left out and counted, so status can say how many.
+//!
+//! Driver versions, per model, from the nodes that count: GFD's
+//! `nvidia.com/cuda.driver-version.full` (`550.54.15`), else its
+//! `nvidia.com/cuda.driver-version.{major,minor,revision}`, else the older
+//! `nvidia.com/cuda.driver.{major,minor,rev}`; the AMD labeller's
+//! `amd.com/gpu.driver-version` (or `beta.amd.com/…`). A value that is not plain version
+//! text ([`is_version_text`]) is dropped; at most [`MAX_DRIVER_VERSIONS`] per model.
 
 use std::collections::BTreeMap;
 
+use std::collections::BTreeSet;
+
 use hearth_api::GpuInfo;
+use hearth_api::cluster::{MAX_DRIVER_VERSIONS, is_version_text};
 use k8s_openapi::api::core::v1::Node;
 
 use crate::node_page::NodeView;
@@ -57,6 +67,24 @@ const SHARED_SUFFIX: &str = "-SHARED";
 const MIG_INFIX: &str = "-MIG-";
 const AMD_GPU: &str = "amd.com/gpu";
 const AMD_PRODUCT_KEYS: [&str; 2] = ["amd.com/gpu.product-name", "beta.amd.com/gpu.product-name"];
+const NVIDIA_DRIVER_FULL: &str = "nvidia.com/cuda.driver-version.full";
+/// `(major, minor, revision)` label keys, GFD's current ones first.
+const NVIDIA_DRIVER_PARTS: [[&str; 3]; 2] = [
+    [
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.revision",
+    ],
+    [
+        "nvidia.com/cuda.driver.major",
+        "nvidia.com/cuda.driver.minor",
+        "nvidia.com/cuda.driver.rev",
+    ],
+];
+const AMD_DRIVER_KEYS: [&str; 2] = [
+    "amd.com/gpu.driver-version",
+    "beta.amd.com/gpu.driver-version",
+];
 
 /// GPU models one cluster may publish (the contract's limit, shared with kueue-sync).
 pub use hearth_api::cluster::MAX_GPU_MODELS;
@@ -75,6 +103,28 @@ pub struct NodeGpus {
     pub vendor: &'static str,
     pub model: String,
     pub count: i64,
+    /// The node's driver version for this vendor, if labelled and plain version text.
+    pub driver: Option<String>,
+}
+
+/// GPUs, nodes and driver versions of one model.
+#[derive(Debug, Clone, Default)]
+struct ModelTally {
+    gpus: i64,
+    nodes: i32,
+    drivers: BTreeSet<String>,
+}
+
+impl ModelTally {
+    fn add(&mut self, gpus: i64, nodes: i32, drivers: impl IntoIterator<Item = String>) {
+        self.gpus = self.gpus.saturating_add(gpus);
+        self.nodes = self.nodes.saturating_add(nodes);
+        for driver in drivers {
+            if self.drivers.len() < MAX_DRIVER_VERSIONS || self.drivers.contains(&driver) {
+                self.drivers.insert(driver);
+            }
+        }
+    }
 }
 
 /// GPUs of a cluster: per model, on schedulable Ready nodes.
@@ -109,8 +159,8 @@ pub fn count_gpus<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> GpuCount {
 /// memory at once.
 #[derive(Debug, Clone, Default)]
 pub struct GpuTally {
-    /// `(gpus, nodes)` per `(vendor, model)`, at most [`MAX_GPU_MODELS`] entries.
-    per_model: BTreeMap<(&'static str, String), (i64, i32)>,
+    /// Per `(vendor, model)`, at most [`MAX_GPU_MODELS`] entries.
+    per_model: BTreeMap<(&'static str, String), ModelTally>,
     /// A model beyond [`MAX_GPU_MODELS`] was seen (and not kept).
     too_many_models: bool,
     gpu_nodes: i32,
@@ -142,9 +192,10 @@ impl GpuTally {
                 self.too_many_models = true;
                 continue;
             }
-            let entry = self.per_model.entry(key).or_default();
-            entry.0 = entry.0.saturating_add(g.count);
-            entry.1 = entry.1.saturating_add(1);
+            self.per_model
+                .entry(key)
+                .or_default()
+                .add(g.count, 1, g.driver);
         }
     }
 
@@ -167,25 +218,28 @@ impl GpuTally {
     /// product label echoing a credential) counted as their vendor's unnamed GPUs, as
     /// if the label were absent.
     pub fn finish_refusing(self, refuse: impl Fn(&str) -> bool) -> GpuCount {
-        let mut per_model: BTreeMap<(&'static str, String), (i64, i32)> = BTreeMap::new();
-        for ((vendor, model), (gpus, nodes)) in self.per_model {
+        let mut per_model: BTreeMap<(&'static str, String), ModelTally> = BTreeMap::new();
+        for ((vendor, model), tally) in self.per_model {
             let model = if refuse(&model) {
                 vendor.to_owned()
             } else {
                 model
             };
-            let entry = per_model.entry((vendor, model)).or_default();
-            entry.0 = entry.0.saturating_add(gpus);
-            entry.1 = entry.1.saturating_add(nodes);
+            let drivers = tally.drivers.into_iter().filter(|d| !refuse(d));
+            per_model
+                .entry((vendor, model))
+                .or_default()
+                .add(tally.gpus, tally.nodes, drivers);
         }
         let mut gpus: Vec<GpuInfo> = per_model
             .into_iter()
-            .map(|((vendor, model), (gpus, nodes))| GpuInfo {
+            .map(|((vendor, model), tally)| GpuInfo {
                 vendor: vendor.to_owned(),
                 short_name: short_name(&model),
                 model,
-                count: gpus,
-                node_count: nodes,
+                count: tally.gpus,
+                node_count: tally.nodes,
+                driver_versions: tally.drivers.into_iter().collect(),
             })
             .collect();
         gpus.sort_by(|a, b| {
@@ -292,7 +346,42 @@ fn nvidia_gpus(
         vendor: NVIDIA,
         model: product.model,
         count,
+        driver: nvidia_driver(labels),
     })
+}
+
+/// GFD's driver version: the full one, else put together from its parts.
+fn nvidia_driver(labels: &BTreeMap<String, String>) -> Option<String> {
+    let version = labels.get(NVIDIA_DRIVER_FULL).cloned().or_else(|| {
+        NVIDIA_DRIVER_PARTS.iter().find_map(|keys| {
+            let parts: Vec<&str> = keys
+                .iter()
+                .map_while(|k| labels.get(*k).map(|v| v.trim()))
+                .collect();
+            // major.minor at least; GFD leaves the revision empty on some drivers.
+            (parts.len() >= 2).then(|| {
+                parts
+                    .into_iter()
+                    .filter(|p| !p.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(".")
+            })
+        })
+    })?;
+    plain_version(&version)
+}
+
+fn amd_driver(labels: &BTreeMap<String, String>) -> Option<String> {
+    AMD_DRIVER_KEYS
+        .iter()
+        .find_map(|k| labels.get(*k))
+        .and_then(|v| plain_version(v))
+}
+
+/// `version`, trimmed, if it is plain version text; junk is dropped here, unseen.
+fn plain_version(version: &str) -> Option<String> {
+    let version = version.trim();
+    is_version_text(version).then(|| version.to_owned())
 }
 
 /// `nvidia.com/gpu.product`, taken apart.
@@ -414,12 +503,14 @@ fn amd_gpus(
     if advertised == 0 {
         return Vec::new();
     }
+    let driver = amd_driver(labels);
     for key in AMD_PRODUCT_KEYS {
         if let Some(model) = labels.get(key).map(|m| m.trim()).filter(|m| !m.is_empty()) {
             return vec![NodeGpus {
                 vendor: AMD,
                 model: model.to_owned(),
                 count: advertised,
+                driver,
             }];
         }
         // Several models: the labeller's per-model counts are physical GPUs.
@@ -433,6 +524,7 @@ fn amd_gpus(
                     vendor: AMD,
                     model: model.to_owned(),
                     count,
+                    driver: driver.clone(),
                 })
             })
             .collect();
@@ -444,6 +536,7 @@ fn amd_gpus(
         vendor: AMD,
         model: AMD.to_owned(),
         count: advertised,
+        driver,
     }]
 }
 

@@ -168,6 +168,7 @@ mod tests {
                     short_name: "l40s".into(),
                     count,
                     node_count: 1,
+                    driver_versions: Vec::new(),
                 }],
                 total_gpus: count,
                 ..Default::default()

@@ -21,11 +21,14 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Label keys GPU counting reads start with one of these (see `gpus.rs`).
-const GPU_LABEL_PREFIXES: [&str; 4] = [
+const GPU_LABEL_PREFIXES: [&str; 7] = [
     "nvidia.com/gpu.",
     "nvidia.com/mig-",
+    "nvidia.com/cuda.driver",
     "amd.com/gpu.product-name",
     "beta.amd.com/gpu.product-name",
+    "amd.com/gpu.driver-version",
+    "beta.amd.com/gpu.driver-version",
 ];
 /// Allocatable resources GPU counting reads start with one of these.
 const GPU_RESOURCE_PREFIXES: [&str; 3] = ["nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu"];

@@ -26,6 +26,7 @@
 
 use std::time::Duration;
 
+use hearth_api::cluster::is_version_text;
 use hearth_api::conditions::{DesiredCondition, Status, find, next_condition};
 use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
@@ -249,7 +250,7 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
     let hardware = match outcome {
         ProbeOutcome::Reached {
             nodes: NodeListing::Counted(count),
-            ..
+            server_version,
         } => Hardware {
             gpus: count.gpus.clone(),
             total_gpus: count.total_gpus,
@@ -257,6 +258,12 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
             consecutive_failures: 0,
             last_error: None,
             excluded_nodes: count.excluded_nodes,
+            // Only what looks like a version: the rest is dropped, unseen.
+            kubernetes_version: server_version
+                .as_deref()
+                .map(str::trim)
+                .filter(|v| is_version_text(v))
+                .map(str::to_owned),
         },
         _ => Hardware {
             consecutive_failures: i32::try_from(failures).unwrap_or(i32::MAX),

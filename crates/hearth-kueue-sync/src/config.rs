@@ -1,7 +1,10 @@
 //! hearth-kueue-sync's command line: the common runtime options plus its own.
 
 use clap::Parser;
-use hearth_api::names::{DEFAULT_CLUSTER_SLOTS, defaults};
+use hearth_api::names::{
+    CLUSTER_NODE_LABEL, DEFAULT_CLUSTER_SLOTS, MAX_POOL_LABEL_KEYS, POOL_LABEL, defaults,
+    is_label_key,
+};
 use hearth_runtime::CommonArgs;
 
 use crate::plan::PlanSettings;
@@ -48,6 +51,54 @@ pub struct KueueSyncConfig {
         value_parser = clap::value_parser!(i64).range(1..),
     )]
     pub cluster_slots: i64,
+
+    /// FournosCluster label keys copied into every cluster's ResourceFlavor
+    /// (`spec.nodeLabels`), comma-separated, so a Workload's node selector can ask for a
+    /// pool: the cluster's value, or `none` where it lacks the label. At most 7 keys
+    /// (Kueue allows 8 node labels per flavor and Hearth uses fournos.dev/cluster); empty:
+    /// no pools.
+    #[arg(
+        long,
+        env = "HEARTH_POOL_LABEL_KEYS",
+        default_value = POOL_LABEL,
+        value_parser = parse_pool_label_keys,
+    )]
+    pub pool_label_keys: PoolLabelKeys,
+}
+
+/// The pool label keys: distinct label keys, at most [`MAX_POOL_LABEL_KEYS`], not
+/// [`CLUSTER_NODE_LABEL`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolLabelKeys(pub Vec<String>);
+
+fn parse_pool_label_keys(list: &str) -> Result<PoolLabelKeys, String> {
+    let mut keys: Vec<String> = Vec::new();
+    for key in list.split(',').map(str::trim).filter(|k| !k.is_empty()) {
+        if !is_label_key(key) {
+            return Err(format!(
+                "{} is not a label key (an optional DNS prefix and '/', then at most 63 \
+                 letters, digits, '-', '_', '.')",
+                hearth_api::text::bounded(key, 80)
+            ));
+        }
+        if key == CLUSTER_NODE_LABEL {
+            return Err(format!(
+                "{CLUSTER_NODE_LABEL} is Hearth's own node label and cannot be a pool label"
+            ));
+        }
+        if keys.iter().any(|k| k == key) {
+            return Err(format!("{key} is listed twice"));
+        }
+        keys.push(key.to_owned());
+    }
+    if keys.len() > MAX_POOL_LABEL_KEYS {
+        return Err(format!(
+            "{} keys; at most {MAX_POOL_LABEL_KEYS} (Kueue allows 8 node labels per \
+             ResourceFlavor and Hearth uses {CLUSTER_NODE_LABEL})",
+            keys.len()
+        ));
+    }
+    Ok(PoolLabelKeys(keys))
 }
 
 impl KueueSyncConfig {
@@ -59,6 +110,7 @@ impl KueueSyncConfig {
             cluster_queue: self.cluster_queue_name.clone(),
             gpu_resource_prefix: self.gpu_resource_prefix.clone(),
             cluster_slots: self.cluster_slots,
+            pool_label_keys: self.pool_label_keys.0.clone(),
         }
     }
 }
@@ -96,6 +148,7 @@ mod tests {
                 cluster_queue_name: "fournos-queue".into(),
                 gpu_resource_prefix: "fournos/gpu-".into(),
                 cluster_slots: 100,
+                pool_label_keys: PoolLabelKeys(vec!["fournos.dev/pool".into()]),
             }
         );
     }
@@ -107,6 +160,7 @@ mod tests {
             ("cluster_queue_name", "HEARTH_KUEUE_CLUSTER_QUEUE_NAME"),
             ("gpu_resource_prefix", "HEARTH_GPU_RESOURCE_PREFIX"),
             ("cluster_slots", "HEARTH_CLUSTER_SLOTS"),
+            ("pool_label_keys", "HEARTH_POOL_LABEL_KEYS"),
             ("namespace", "HEARTH_NAMESPACE"),
         ] {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
@@ -128,12 +182,27 @@ mod tests {
     }
 
     #[test]
+    fn pool_label_keys_are_a_comma_list() {
+        let keys = |argv: &str| parse(&[argv]).unwrap().pool_label_keys.0;
+        assert_eq!(
+            keys("--pool-label-keys=fournos.dev/pool, example.com/team,gpu-tier"),
+            ["fournos.dev/pool", "example.com/team", "gpu-tier"]
+        );
+        assert!(keys("--pool-label-keys=").is_empty());
+        assert_eq!(keys("--pool-label-keys=a,b,c,d,e,f,g").len(), 7);
+    }
+
+    #[test]
     fn bad_values_are_rejected() {
         for argv in [
             "--gpu-resource-prefix=gpu-",
             "--gpu-resource-prefix=/gpu-",
             "--gpu-resource-prefix=a/b/",
             "--cluster-slots=0",
+            "--pool-label-keys=fournos.dev/cluster",
+            "--pool-label-keys=a,a",
+            "--pool-label-keys=not a key",
+            "--pool-label-keys=a,b,c,d,e,f,g,h",
         ] {
             assert!(parse(&[argv]).is_err(), "{argv}");
         }

@@ -2,7 +2,8 @@
 //! runtime's controller kit ([`hearth_runtime::kit`]).
 //!
 //! - Watches: FournosClusters in Hearth's namespace, the one ClusterQueue (field
-//!   selector on its name) and all ResourceFlavors (foreign ones matter to the plan).
+//!   selector on its name), all ResourceFlavors (foreign ones matter to the plan) and all
+//!   Workloads, trimmed (a cordoned cluster counts those still admitted on its flavor).
 //!   Objects that do not decode stay in the caches as errors (see [`crate::snapshot`]).
 //! - Triggers ([`Triggers`]): any cache change, gaining the Lease, and the resync
 //!   interval. A trigger starts a reconcile at once (no debounce): one reconcile runs at
@@ -11,7 +12,7 @@
 //!   cluster, without making the first of them wait. A failed reconcile is retried with
 //!   the kit's backoff (1 s doubling to a minute); any trigger retries sooner.
 //! - Readiness: one gate per watch, opened once its cache is filled. No reconcile runs
-//!   before all three are: with a partial view the plan would sweep live flavors.
+//!   before all four are: with a partial view the plan would sweep live flavors.
 //! - Only the lease holder writes; every replica watches.
 
 use std::time::Duration;
@@ -56,11 +57,22 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         rt.readiness().gate("resourceflavors"),
         &watch,
     );
+    // Every Workload, trimmed to what the cordon count reads: how many are still admitted
+    // on a cordoned cluster's flavor.
+    let (workloads, workload_objects) = Cache::watch_trimmed(
+        "Workload",
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        rt.readiness().gate("workloads"),
+        &watch,
+        crate::workloads::trim,
+    );
     let watches = tokio::spawn(async move {
         tokio::join!(
             Cache::drive(cluster_objects),
             Cache::drive(queue_objects),
             Cache::drive(flavor_objects),
+            Cache::drive(workload_objects),
         );
     });
     let _abort_watches = AbortOnDrop(watches);
@@ -69,6 +81,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         clusters,
         queues,
         flavors,
+        workloads,
     };
     let shutdown = rt.shutdown();
     tokio::select! {
@@ -93,6 +106,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
             clusters: caches.clusters.store(),
             queues: caches.queues.store(),
             flavors: caches.flavors.store(),
+            workloads: caches.workloads.store(),
         },
         caches,
         leader: rt.leader(),
@@ -129,6 +143,7 @@ async fn caches_synced(caches: &Caches) -> Result<(), CacheGone> {
         caches.clusters.synced(),
         caches.queues.synced(),
         caches.flavors.synced(),
+        caches.workloads.synced(),
     )
     .map(drop)
 }

@@ -16,6 +16,7 @@ mod metrics;
 pub mod plan;
 mod reconcile;
 mod snapshot;
+pub mod workloads;
 mod writeback;
 
 pub use error::Error;

@@ -7,7 +7,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 
-use crate::plan::{Plan, SyncReason};
+use crate::plan::{CordonState, Plan, SyncReason};
+use hearth_api::reasons::SchedulableReason;
 
 type Labels1 = [(&'static str, String); 1];
 type Labels2 = [(&'static str, String); 2];
@@ -42,6 +43,8 @@ pub struct Metrics {
     flavors_managed: Gauge,
     quota_published: ObjectGauges<Labels2>,
     clusters: Family<Labels1, Gauge>,
+    schedulable: Family<Labels1, Gauge>,
+    cordon_overdue: ObjectGauges<Labels1>,
 }
 
 impl Metrics {
@@ -56,6 +59,8 @@ impl Metrics {
             flavors_managed: Gauge::default(),
             quota_published: ObjectGauges::default(),
             clusters: Family::default(),
+            schedulable: Family::default(),
+            cordon_overdue: ObjectGauges::default(),
         };
         let r = registry.sub_registry_with_prefix("kueue_sync");
         metrics.controller.register(r);
@@ -93,6 +98,16 @@ impl Metrics {
             "clusters",
             "Live FournosClusters by KueueSynced reason",
             metrics.clusters.clone(),
+        );
+        r.register(
+            "schedulable_clusters",
+            "Live FournosClusters by Schedulable reason (Schedulable, Cordoned, Drained, CordonOverdue)",
+            metrics.schedulable.clone(),
+        );
+        r.register(
+            "cordon_overdue",
+            "1 per cluster cordoned past its spec.cordon.until (Hearth never lifts a cordon)",
+            metrics.cordon_overdue.family(),
         );
         metrics
     }
@@ -136,9 +151,20 @@ impl Metrics {
     pub(crate) fn published(&self, plan: &Plan) {
         let mut by_reason: BTreeMap<&str, i64> =
             SyncReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+        let mut by_schedulable: BTreeMap<&str, i64> = SchedulableReason::ALL
+            .iter()
+            .map(|r| (r.as_str(), 0))
+            .collect();
+        let mut overdue = Vec::new();
         let mut quotas = Vec::new();
         for (cluster, sync) in &plan.clusters {
             *by_reason.entry(sync.reason()).or_default() += 1;
+            *by_schedulable
+                .entry(sync.cordon.reason().as_str())
+                .or_default() += 1;
+            if matches!(sync.cordon, CordonState::Overdue(_)) {
+                overdue.push(([("cluster", cluster.clone())], 1));
+            }
             for (resource, quota) in sync.kueue.iter().flat_map(|k| &k.quotas) {
                 quotas.push((
                     [("cluster", cluster.clone()), ("resource", resource.clone())],
@@ -151,7 +177,13 @@ impl Metrics {
                 .get_or_create(&[("reason", reason.to_owned())])
                 .set(n);
         }
+        for (reason, n) in by_schedulable {
+            self.schedulable
+                .get_or_create(&[("reason", reason.to_owned())])
+                .set(n);
+        }
         self.quota_published.replace(quotas);
+        self.cordon_overdue.replace(overdue);
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -32,7 +32,7 @@ use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
 use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot, Stores};
-use crate::writeback::{INVALID_OBJECT, event_for};
+use crate::writeback::{INVALID_OBJECT, cordon_event_for, event_for};
 
 /// How the ClusterQueue step of one attempt ended.
 enum QueueWrite {
@@ -54,11 +54,12 @@ const CACHE_LAG: Duration = Duration::from_secs(2);
 /// How long to wait for the caches to show this reconcile's own writes.
 const CATCH_UP: Duration = Duration::from_secs(5);
 
-/// The three watch caches (their stores are [`Stores`], what the snapshot reads).
+/// The four watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
     pub clusters: Cache<FournosCluster>,
     pub queues: Cache<ClusterQueue>,
     pub flavors: Cache<ResourceFlavor>,
+    pub workloads: Cache<Workload>,
 }
 
 /// Everything a reconcile needs.
@@ -339,8 +340,11 @@ impl Context {
                             reason = sync.reason(),
                             "wrote status"
                         );
-                        // In the background: the other statuses must not wait for it.
-                        if let Some(event) = event_for(cluster, sync) {
+                        // In the background: the other statuses must not wait for them.
+                        for event in [event_for(cluster, sync), cordon_event_for(cluster, sync)]
+                            .into_iter()
+                            .flatten()
+                        {
                             self.writer
                                 .publish_in_background(cluster.object_ref(&()), event);
                         }

@@ -14,21 +14,25 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hearth_api::FournosCluster;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor};
+use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
+use k8s_openapi::jiff::Timestamp;
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::reflector::Store;
 
 use crate::error::Error;
 use crate::plan::{ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
+use crate::workloads::admitted_per_flavor;
 
 pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
 pub(crate) type QueueObject = DeserializeGuard<ClusterQueue>;
 pub(crate) type FlavorObject = DeserializeGuard<ResourceFlavor>;
+pub(crate) type WorkloadObject = DeserializeGuard<Workload>;
 
 /// Trims a watched FournosCluster to what kueue-sync reads ([`ObservedCluster`], the
 /// status write and its Events): metadata but the annotations, `spec.kubeconfigSecret`
-/// and the legacy `spec.hardware`, and of the status `kubeconfigStatus`, the counted
-/// GPUs, its own `kueue` and `KueueSynced`. Discovery's and lock-manager's other fields
+/// the legacy `spec.hardware` and `spec.cordon`, and of the status `kubeconfigStatus`, the
+/// counted GPUs, its own `kueue`, `admittedWorkloads`, `KueueSynced` and `Schedulable`.
+/// Discovery's and lock-manager's other fields
 /// and conditions never reach kueue-sync's heap.
 pub(crate) fn trim_cluster(cluster: &mut FournosCluster) {
     cluster.metadata.annotations = None;
@@ -45,22 +49,28 @@ pub(crate) fn trim_cluster(cluster: &mut FournosCluster) {
             ..h
         }),
         kueue: status.kueue,
+        admitted_workloads: status.admitted_workloads,
         conditions: status.conditions,
         ..Default::default()
     };
     hearth_api::conditions::retain_types(
         &mut kept.conditions,
-        &[hearth_api::names::condition_types::KUEUE_SYNCED],
+        &[
+            hearth_api::names::condition_types::KUEUE_SYNCED,
+            hearth_api::names::condition_types::SCHEDULABLE,
+        ],
     );
     cluster.status = Some(kept);
 }
 
-/// The three watch caches.
+/// The four watch caches.
 #[derive(Clone)]
 pub(crate) struct Stores {
     pub clusters: Store<ClusterObject>,
     pub queues: Store<QueueObject>,
     pub flavors: Store<FlavorObject>,
+    /// Every Workload, trimmed ([`crate::workloads::trim`]).
+    pub workloads: Store<WorkloadObject>,
 }
 
 impl Stores {
@@ -85,6 +95,8 @@ impl Stores {
             &self.clusters.state(),
             queue,
             &self.flavors.state(),
+            &self.workloads.state(),
+            Timestamp::now(),
         )
     }
 }
@@ -164,6 +176,8 @@ pub(crate) fn snapshot(
     clusters: &[Arc<ClusterObject>],
     queue: Option<Arc<QueueObject>>,
     flavors: &[Arc<FlavorObject>],
+    workloads: &[Arc<WorkloadObject>],
+    now: Timestamp,
 ) -> Result<Snapshot, Error> {
     let mut invalid = Vec::new();
     let mut observed_clusters = Vec::with_capacity(clusters.len());
@@ -221,6 +235,13 @@ pub(crate) fn snapshot(
             clusters: observed_clusters,
             cluster_queue,
             flavors: observed_flavors,
+            // A Workload that does not decode is not counted: Kueue could not read it
+            // either, so it holds no quota.
+            admitted: admitted_per_flavor(
+                workloads.iter().filter_map(|w| w.0.as_ref().ok()),
+                &settings.namespace,
+            ),
+            now,
         },
         clusters: decoded,
         queue,
@@ -239,6 +260,7 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         generation: meta.generation,
+        labels: meta.labels.clone().unwrap_or_default(),
         kubeconfig_secret: String::new(),
         kubeconfig_status: None,
         counted: false,
@@ -246,6 +268,9 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         legacy_gpus: None,
         kueue: None,
         synced_condition: None,
+        cordon: None,
+        schedulable_condition: None,
+        admitted_workloads: None,
         undecodable: true,
     }
 }
@@ -312,6 +337,8 @@ mod tests {
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[flavor],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap();
         assert_eq!(snapshot.input.clusters.len(), 1);
@@ -355,6 +382,8 @@ mod tests {
                 hearth_flavor_object("b"),
                 hearth_flavor_object("c"),
             ],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap();
         let b = snapshot
@@ -399,6 +428,8 @@ mod tests {
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[],
+            &[],
+            Timestamp::UNIX_EPOCH,
         )
         .unwrap_err();
         assert_eq!(error.reason(), "InvalidClusterQueue");
@@ -414,7 +445,15 @@ mod tests {
             "spec": {"nodeLabels": {"fournos.dev/cluster": 5}}
         }));
         assert!(flavor.0.is_err());
-        let snapshot = snapshot(&settings(), &[], None, &[flavor]).unwrap();
+        let snapshot = snapshot(
+            &settings(),
+            &[],
+            None,
+            &[flavor],
+            &[],
+            Timestamp::UNIX_EPOCH,
+        )
+        .unwrap();
         assert!(snapshot.input.flavors[0].is_hearths(&Default::default()));
         assert!(snapshot.input.flavors[0].node_labels.is_empty());
         assert_eq!(snapshot.invalid[0].kind, "ResourceFlavor");
@@ -439,9 +478,14 @@ mod tests {
             hearth_api::FournosClusterSpec {
                 kubeconfig_secret: "s".to_owned(),
                 owner: Some("bob".to_owned()),
+                cordon: Some(hearth_api::Cordon {
+                    reason: "driver upgrade".to_owned(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         );
+        cluster.metadata.labels = Some([("fournos.dev/pool".to_owned(), "perf".to_owned())].into());
         cluster.metadata.annotations = Some([("k".to_owned(), "v".to_owned())].into());
         cluster.status = Some(FournosClusterStatus {
             kubeconfig_status: Some(KubeconfigStatus::Valid),
@@ -453,7 +497,12 @@ mod tests {
             }),
             gpu_summary: Some("8x".to_owned()),
             locked: Some(true),
-            conditions: vec![condition("KubeconfigValid"), condition("KueueSynced")],
+            admitted_workloads: Some(3),
+            conditions: vec![
+                condition("KubeconfigValid"),
+                condition("KueueSynced"),
+                condition("Schedulable"),
+            ],
             ..FournosClusterStatus::default()
         });
         let before = crate::plan::ObservedCluster::from_cluster(&cluster);
@@ -461,7 +510,13 @@ mod tests {
         assert_eq!(crate::plan::ObservedCluster::from_cluster(&cluster), before);
         let status = cluster.status.as_ref().unwrap();
         assert!(status.gpu_summary.is_none() && status.locked.is_none());
-        assert_eq!(status.conditions.len(), 1);
+        assert_eq!(
+            status.conditions.len(),
+            2,
+            "KueueSynced and Schedulable stay"
+        );
+        assert_eq!(status.admitted_workloads, Some(3));
+        assert!(cluster.spec.cordon.is_some() && cluster.metadata.labels.is_some());
         assert!(status.hardware.as_ref().unwrap().last_error.is_none());
         assert!(cluster.metadata.annotations.is_none() && cluster.spec.owner.is_none());
     }

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use hearth_api::conditions::set_condition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, quantity_to_i64};
-use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE};
+use hearth_api::names::{
+    CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POOL_LABEL_KEYS_ANNOTATION,
+};
 use hearth_api::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
 };
@@ -33,6 +35,7 @@ pub(crate) fn settings() -> PlanSettings {
         cluster_queue: QUEUE.into(),
         gpu_resource_prefix: "fournos/gpu-".into(),
         cluster_slots: 100,
+        pool_label_keys: Vec::new(),
     }
 }
 
@@ -78,6 +81,7 @@ pub(crate) fn gpu_info(short: &str, count: i64) -> GpuInfo {
         short_name: short.into(),
         count,
         node_count: 1,
+        driver_versions: Vec::new(),
     }
 }
 
@@ -91,6 +95,27 @@ impl ClusterBuilder {
         let hardware = self.status().hardware.get_or_insert_with(Hardware::default);
         hardware.gpus.push(gpu_info(short, count));
         hardware.total_gpus += count;
+        self
+    }
+
+    /// Cordoned by `alice` for `reason`, since `t0`, until `t0 + until` if given.
+    pub fn cordoned(mut self, reason: &str, until: Option<i64>) -> Self {
+        self.0.spec.cordon = Some(hearth_api::Cordon {
+            reason: reason.into(),
+            by: Some("alice".into()),
+            since: Some(at(0)),
+            until: until.map(at),
+        });
+        self
+    }
+
+    /// Label `key=value` on the FournosCluster.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.0
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(key.into(), value.into());
         self
     }
 
@@ -173,6 +198,7 @@ pub(crate) fn foreign_flavor(name: &str) -> ResourceFlavor {
         },
         spec: ResourceFlavorSpec {
             node_labels: BTreeMap::from([("pool".into(), name.into())]),
+            node_taints: Vec::new(),
             other: Default::default(),
         },
     }
@@ -226,6 +252,8 @@ pub(crate) struct World {
     pub flavors: Vec<ResourceFlavor>,
     /// Seconds since `t0`, advanced by each [`World::apply`].
     pub now: i64,
+    /// Workloads admitted per flavor, as Kueue would report them.
+    pub admitted: BTreeMap<String, i64>,
 }
 
 impl World {
@@ -237,6 +265,7 @@ impl World {
             queue: Some(ClusterQueueSpec::default()),
             flavors: Vec::new(),
             now: 10_000,
+            admitted: BTreeMap::new(),
         }
     }
 
@@ -270,6 +299,8 @@ impl World {
                 .iter()
                 .map(|f| ObservedFlavor::from_flavor(f, &self.settings.namespace))
                 .collect(),
+            admitted: self.admitted.clone(),
+            now: at(self.now).0,
         }
     }
 
@@ -287,6 +318,19 @@ impl World {
             .filter(|f| f.metadata.deletion_timestamp.is_none())
             .filter_map(|f| f.metadata.name.clone())
             .collect();
+        for flavor in plan
+            .flavors_to_create
+            .iter()
+            .chain(&plan.flavors_to_repair)
+            .chain(&plan.flavors_to_adopt)
+        {
+            let problems = hearth_api::kueue_validity::flavor_problems(&flavor.spec);
+            assert!(
+                problems.is_empty(),
+                "Kueue would reject flavor {:?}: {problems:?}",
+                flavor.metadata.name
+            );
+        }
         for flavor in &plan.flavors_to_create {
             let name = flavor.metadata.name.clone().unwrap();
             assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
@@ -297,10 +341,34 @@ impl World {
         for desired in &plan.flavors_to_repair {
             let name = desired.metadata.name.as_deref().unwrap();
             let flavor = self.flavor_mut(name).expect("repair of an existing flavor");
+            // Server-side apply drops the pool labels kueue-sync applied before and leaves
+            // out now (the keys it applied are in the annotation).
+            let applied_before = flavor
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(POOL_LABEL_KEYS_ANNOTATION))
+                .cloned()
+                .unwrap_or_default();
+            for key in applied_before.split(',') {
+                if !desired.spec.node_labels.contains_key(key) {
+                    flavor.spec.node_labels.remove(key);
+                }
+            }
+            if !desired
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(POOL_LABEL_KEYS_ANNOTATION))
+                && let Some(a) = flavor.metadata.annotations.as_mut()
+            {
+                a.remove(POOL_LABEL_KEYS_ANNOTATION);
+            }
             flavor
                 .spec
                 .node_labels
                 .extend(desired.spec.node_labels.clone());
+            flavor.spec.node_taints = desired.spec.node_taints.clone();
             flavor
                 .metadata
                 .annotations
@@ -387,8 +455,12 @@ impl World {
             status.kueue = sync.kueue.clone();
             let condition_changed =
                 set_condition(&mut status.conditions, &sync.condition, generation, &now);
+            let schedulable_changed =
+                set_condition(&mut status.conditions, &sync.schedulable, generation, &now);
+            let admitted_changed = status.admitted_workloads != sync.cordon.admitted();
+            status.admitted_workloads = sync.cordon.admitted();
             assert_eq!(
-                kueue_changed || condition_changed,
+                kueue_changed || condition_changed || schedulable_changed || admitted_changed,
                 sync.status_changed,
                 "status_changed of {name} is wrong"
             );

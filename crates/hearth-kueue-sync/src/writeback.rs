@@ -2,16 +2,18 @@
 //! change. Pure; the apply step sends them.
 
 use hearth_api::conditions::next_condition;
-use hearth_api::names::condition_types::KUEUE_SYNCED;
+use hearth_api::names::condition_types::{KUEUE_SYNCED, SCHEDULABLE};
 use hearth_api::{FournosCluster, KueueStatus, KueueSyncStatus, conditions};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
 use crate::plan::{ClusterSync, SyncReason};
+use hearth_api::reasons::SchedulableReason;
 
 /// The status fields kueue-sync owns, to server-side apply: `kueue` (left out, hence
-/// removed, while the cluster has no entry) and the `KueueSynced` condition, whose
-/// `lastTransitionTime` moves only when its status flips.
+/// removed, while the cluster has no entry), `admittedWorkloads` (only while cordoned) and
+/// the `KueueSynced` and `Schedulable` conditions, whose `lastTransitionTime` moves only
+/// when their status flips.
 pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &Time) -> Value {
     let condition = next_condition(
         current_condition(cluster),
@@ -19,18 +21,29 @@ pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &T
         cluster.metadata.generation,
         now,
     );
+    let schedulable = next_condition(
+        condition_of(cluster, SCHEDULABLE),
+        &sync.schedulable,
+        cluster.metadata.generation,
+        now,
+    );
     let status = KueueSyncStatus {
         kueue: sync.kueue.clone(),
-        conditions: vec![condition],
+        admitted_workloads: sync.cordon.admitted(),
+        conditions: vec![condition, schedulable],
     };
     serde_json::to_value(status).expect("a status serializes")
 }
 
 fn current_condition(cluster: &FournosCluster) -> Option<&Condition> {
+    condition_of(cluster, KUEUE_SYNCED)
+}
+
+fn condition_of<'c>(cluster: &'c FournosCluster, type_: &str) -> Option<&'c Condition> {
     cluster
         .status
         .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, KUEUE_SYNCED))
+        .and_then(|s| conditions::find(&s.conditions, type_))
 }
 
 /// An Event to publish on a FournosCluster (the runtime's one Event type).
@@ -84,6 +97,36 @@ pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<
     })
 }
 
+/// Event reasons of cordons (`Schedulable` transitions).
+pub(crate) const CORDONED: &str = "Cordoned";
+pub(crate) const CORDON_DRAINED: &str = "CordonDrained";
+pub(crate) const CORDON_OVERDUE: &str = "CordonOverdue";
+pub(crate) const UNCORDONED: &str = "Uncordoned";
+
+/// The Event for a change of `Schedulable`: cordoned, drained, overdue (a Warning: a
+/// person forgot it or the maintenance overran), uncordoned. A cluster's first
+/// `Schedulable=True` is not news.
+pub(crate) fn cordon_event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
+    let before = condition_of(cluster, SCHEDULABLE).map(|c| c.reason.as_str());
+    let now = SchedulableReason::parse(&sync.schedulable.reason)?;
+    if before == Some(now.as_str()) {
+        return None;
+    }
+    let (warning, reason) = match now {
+        SchedulableReason::Schedulable if before.is_none() => return None,
+        SchedulableReason::Schedulable => (false, UNCORDONED),
+        SchedulableReason::Cordoned => (false, CORDONED),
+        SchedulableReason::Drained => (false, CORDON_DRAINED),
+        SchedulableReason::CordonOverdue => (true, CORDON_OVERDUE),
+    };
+    Some(EventSpec {
+        warning,
+        reason,
+        action: "Cordon",
+        note: sync.schedulable.message.clone(),
+    })
+}
+
 fn quotas(kueue: Option<&KueueStatus>) -> String {
     match kueue {
         None => "nothing".to_owned(),
@@ -115,7 +158,7 @@ mod tests {
     }
 
     #[test]
-    fn status_patch_holds_only_kueue_and_the_condition() {
+    fn status_patch_holds_only_kueue_and_the_conditions() {
         let (cluster, sync) = after(|w| w.cluster_mut("a").status.as_mut().unwrap().kueue = None);
         let patch = status_patch(&cluster, &sync, &at(5_000));
         assert_eq!(
@@ -125,8 +168,10 @@ mod tests {
                    "clusterSlots": 100})
         );
         let conditions = patch["conditions"].as_array().unwrap();
-        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[0]["type"], "KueueSynced");
+        assert_eq!(conditions[1]["type"], "Schedulable");
+        assert_eq!(conditions[1]["status"], "True");
         assert_eq!(conditions[0]["status"], "True");
         assert_eq!(conditions[0]["observedGeneration"], 1);
         // Already True: the transition time stays.

@@ -20,10 +20,12 @@ use hearth_api::kueue::{
 };
 use hearth_api::names::{
     CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
-    DEFAULT_CLUSTER_SLOTS, MANAGED_BY_LABEL, OWNER_ANNOTATION, sentinel_labels,
+    CORDON_TAINT_KEY, DEFAULT_CLUSTER_SLOTS, MANAGED_BY_LABEL, OWNER_ANNOTATION, sentinel_labels,
 };
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{
+    Container, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -318,6 +320,14 @@ impl Sentinel for Workload {
                 node_selector: Some(
                     [(CLUSTER_NODE_LABEL.to_owned(), spec.cluster.to_owned())].into(),
                 ),
+                // A cordon keeps new jobs off the cluster, not its lock: an operator
+                // cordons, waits for Drained, then locks (docs/fleet.md: Maintenance).
+                tolerations: Some(vec![Toleration {
+                    key: Some(CORDON_TAINT_KEY.to_owned()),
+                    operator: Some("Exists".into()),
+                    effect: Some("NoSchedule".into()),
+                    ..Default::default()
+                }]),
                 restart_policy: Some("Never".into()),
                 containers: vec![Container {
                     name: LOCK_POD_SET.into(),
@@ -616,6 +626,11 @@ mod tests {
         assert_eq!(
             ps["template"]["spec"]["nodeSelector"],
             json!({ "fournos.dev/cluster": "a" })
+        );
+        // It tolerates the cordon taint: a lock taken during a cordon is held once drained.
+        assert_eq!(
+            ps["template"]["spec"]["tolerations"],
+            json!([{ "key": "fournos.dev/cordoned", "operator": "Exists", "effect": "NoSchedule" }])
         );
         assert_eq!(
             ps["template"]["spec"]["containers"][0]["resources"]["requests"],

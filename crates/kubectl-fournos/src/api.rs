@@ -108,10 +108,16 @@ impl Session {
             .map_err(|e| api_error(&self.op("get", Some(name)), e))
     }
 
-    pub async fn list(&self) -> Result<Vec<FournosCluster>> {
+    /// The FournosClusters, those matching the label `selector` if given (e.g.
+    /// `fournos.dev/pool=b`), by name.
+    pub async fn list(&self, selector: Option<&str>) -> Result<Vec<FournosCluster>> {
+        let mut params = ListParams::default();
+        if let Some(selector) = selector {
+            params = params.labels(selector);
+        }
         let mut items = self
             .clusters()
-            .list(&ListParams::default())
+            .list(&params)
             .await
             .map_err(|e| api_error(&self.op("list", None), e))?
             .items;
@@ -210,7 +216,14 @@ impl Session {
             let job = fc.status.as_ref().and_then(|s| s.lock_job_name.clone());
             match self.workloads().await {
                 Ok(workloads) => {
-                    let (sentinel, admitted) = sentinel_and_admitted(&workloads, &name, job);
+                    let (sentinel, admitted) =
+                        sentinel_and_admitted(&workloads, &name, job.clone());
+                    evidence.sentinel_tolerates_cordon = sentinel.as_ref().and_then(|(id, _)| {
+                        workloads
+                            .iter()
+                            .find(|w| w.metadata.name.as_deref() == id.rsplit('/').next())
+                            .map(crate::explain::tolerates_cordon)
+                    });
                     evidence.sentinel = sentinel;
                     evidence.admitted_on_cluster = admitted;
                 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hearth_api::names::defaults;
+use hearth_api::names::{POOL_LABEL, defaults};
 
 /// Lock, unlock and inspect the GPU clusters Hearth manages (FournosClusters), with your
 /// own kubeconfig and RBAC.
@@ -85,8 +85,48 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// The fleet (or one cluster): GPUs, kubeconfig validity, quota, lock, waiting reason.
-    Status { cluster: Option<String> },
+    /// Cordon a cluster for maintenance (sets spec.cordon): Kueue admits no new job there,
+    /// jobs already admitted keep running, quota is unchanged. `status` and `why` say how
+    /// many are left (Drained once none is).
+    Cordon {
+        cluster: String,
+        /// Why, for everyone whose jobs now wait elsewhere (e.g. "driver upgrade, OPS-1234").
+        #[arg(long)]
+        reason: String,
+        /// When the maintenance should end: a time (2026-11-26T08:00:00Z) or a duration
+        /// from now (90m, 4h, 2d). Past it Hearth reports the cordon overdue; it never lifts
+        /// it.
+        #[arg(long)]
+        until: Option<String>,
+        /// Cordon in this name (default: your user name as the apiserver knows it).
+        #[arg(long)]
+        by: Option<String>,
+        /// Take over someone else's cordon.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Lift your cordon (clears spec.cordon): Kueue admits new jobs there again.
+    Uncordon {
+        cluster: String,
+        /// The name you cordoned with (default: your user name as the apiserver knows it).
+        #[arg(long)]
+        by: Option<String>,
+        /// Lift someone else's cordon.
+        #[arg(long)]
+        force: bool,
+    },
+    /// The fleet (or one cluster): GPUs, pool, kubeconfig validity, quota, lock, waiting
+    /// reason.
+    Status {
+        cluster: Option<String>,
+        /// Only the clusters matching this label selector, e.g. fournos.dev/pool=b.
+        #[arg(short = 'l', long, conflicts_with = "cluster")]
+        selector: Option<String>,
+        /// FournosCluster labels shown as the POOL column, comma-separated (the pool label
+        /// keys kueue-sync publishes).
+        #[arg(long, env = "HEARTH_POOL_LABEL_KEYS", default_value = POOL_LABEL)]
+        pool_label_keys: String,
+    },
     /// Explain in one paragraph why a cluster's lock waits or why it has no quota.
     Why { cluster: String },
     /// Wait until a cluster's lock is held (or released).

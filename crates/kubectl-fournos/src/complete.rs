@@ -242,7 +242,8 @@ mod tests {
         }
         assert!(!verbs.contains(&"help".to_owned()));
         assert_eq!(directive, NO_FILES);
-        assert_eq!(names(&["un"]).0, ["unlock"]);
+        assert_eq!(names(&["un"]).0, ["unlock", "uncordon"]);
+        assert_eq!(names(&["unl"]).0, ["unlock"]);
     }
 
     #[test]
@@ -273,7 +274,9 @@ mod tests {
 
     #[test]
     fn a_cluster_is_asked_for_with_the_connection_typed_so_far() {
-        for verb in ["lock", "unlock", "status", "why", "wait"] {
+        for verb in [
+            "lock", "unlock", "cordon", "uncordon", "status", "why", "wait",
+        ] {
             let query = answer(&[verb, "gp"]).clusters.expect(verb);
             assert_eq!(query.prefix, "gp");
         }

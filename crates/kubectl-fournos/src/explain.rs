@@ -27,6 +27,10 @@ pub struct Evidence {
     pub warnings: Vec<EventLine>,
     /// The `QuotaReserved` condition of the lock sentinel's Workload, with its name.
     pub sentinel: Option<(String, Option<Condition>)>,
+    /// Whether the lock's Workload tolerates the cordon taint (`fournos.dev/cordoned`):
+    /// Hearth's workload sentinels do, the Workload Fournos makes of a FournosJob
+    /// sentinel does not. `None` when no such Workload was found.
+    pub sentinel_tolerates_cordon: Option<bool>,
     /// Other Workloads admitted on the cluster's flavor (`namespace/name`).
     pub admitted_on_cluster: Vec<String>,
     /// What could not be read (RBAC, for instance), said at the end.
@@ -53,11 +57,9 @@ pub struct Explanation {
 pub fn explain(fc: &FournosCluster, evidence: &Evidence, now: Timestamp) -> String {
     let name = fc.metadata.name.clone().unwrap_or_default();
     let status = fc.status.clone().unwrap_or_default();
-    let mut sentences = vec![
-        kubeconfig_sentence(&name, &status),
-        quota_sentence(&status),
-        lock_sentence(fc, &name, &status, evidence, now),
-    ];
+    let mut sentences = vec![kubeconfig_sentence(&name, &status), quota_sentence(&status)];
+    sentences.extend(cordon_sentence(fc, &name, evidence));
+    sentences.push(lock_sentence(fc, &name, &status, evidence, now));
     sentences.extend(evidence_sentences(evidence, now));
     // Names, owners, reasons and GPU summaries come from the cluster as much as the
     // quoted messages do: each sentence is bounded whole.
@@ -87,7 +89,14 @@ fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
                 .filter(|c| c.reason.starts_with("Credentials"))
                 .map(|c| format!(" Careful: {}", quote(&c.message)))
                 .unwrap_or_default();
-            format!("{name}'s kubeconfig is Valid ({gpus}).{expiry}")
+            let facts = status
+                .hardware
+                .as_ref()
+                .map(view::platform_facts)
+                .filter(|f| !f.is_empty())
+                .map(|f| format!("; {f}"))
+                .unwrap_or_default();
+            format!("{name}'s kubeconfig is Valid ({gpus}{facts}).{expiry}")
         }
         Some(s) => format!(
             "{name}'s kubeconfig is {s}{} Kueue gets zero quota for it until it is Valid again.",
@@ -122,6 +131,71 @@ fn quota_sentence(status: &FournosClusterStatus) -> String {
             quote(&c.message)
         ),
     }
+}
+
+/// Cordon, in one sentence: who, why, until when, and how far the drain is.
+fn cordon_sentence(fc: &FournosCluster, name: &str, evidence: &Evidence) -> Option<String> {
+    let row = view::row(fc);
+    let cordon = row.cordon?;
+    let by = cordon
+        .by
+        .as_deref()
+        .map(|b| format!(" by {b}"))
+        .unwrap_or_default();
+    let until = cordon
+        .until
+        .as_deref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    let reason = bounded(&cordon.reason, MAX_QUOTE);
+    let left = match (cordon.state.as_str(), cordon.admitted_workloads) {
+        ("Drained", _) => {
+            "; no Workload is admitted there any more (Drained): ready for maintenance".to_owned()
+        }
+        ("CordonOverdue", n) => format!(
+            "; its end has passed and it is still on{}",
+            n.map(|n| format!(", with {n} Workload(s) still admitted"))
+                .unwrap_or_default()
+        ),
+        (_, Some(n)) => format!("; {n} Workload(s) admitted before the cordon still run there"),
+        _ => "; hearth-kueue-sync has not reported on the cordon yet".to_owned(),
+    };
+    // A lock wanted and not held: whether it gets in before the uncordon.
+    let lock = match (row.lock.state, evidence.sentinel_tolerates_cordon) {
+        (LockState::Waiting, Some(true)) => {
+            "; the lock's sentinel tolerates the cordon, so it is held once the cluster is \
+             drained"
+        }
+        (LockState::Waiting, Some(false)) => {
+            "; the lock's Workload (made by Fournos) does not tolerate the cordon, so the lock \
+             waits for the uncordon"
+        }
+        _ => "",
+    };
+    Some(format!(
+        "{name} is cordoned{by}{until} (\"{reason}\"): Kueue admits no new job there{left}{lock}; \
+         `kubectl fournos uncordon {name}` lifts it."
+    ))
+}
+
+/// Whether `w`'s pod sets tolerate the cordon taint (`fournos.dev/cordoned`, NoSchedule).
+pub fn tolerates_cordon(w: &hearth_api::kueue::Workload) -> bool {
+    use hearth_api::names::CORDON_TAINT_KEY;
+    !w.spec.pod_sets.is_empty()
+        && w.spec.pod_sets.iter().all(|ps| {
+            ps.template
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_ref())
+                .is_some_and(|ts| {
+                    ts.iter().any(|t| {
+                        let key = t.key.as_deref();
+                        let exists = t.operator.as_deref() == Some("Exists");
+                        (key == Some(CORDON_TAINT_KEY) || (key.is_none() && exists))
+                            && t.effect.as_deref().is_none_or(|e| e == "NoSchedule")
+                    })
+                })
+        })
 }
 
 /// Lock.
@@ -358,6 +432,78 @@ mod tests {
              lock is not held yet (WaitingForAdmission): Sentinel cluster-lock-a waits for \
              Kueue to admit it: insufficient unused quota. Admitted on a now: exec/benchmark-1."
         );
+    }
+
+    #[test]
+    fn a_cordon_is_one_sentence_with_who_why_and_what_is_left() {
+        let mut fc = cluster("a");
+        fc.spec.cordon = Some(hearth_api::Cordon {
+            reason: "driver upgrade".into(),
+            by: Some("bob".into()),
+            since: None,
+            until: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-11-25T08:00:00Z".parse().unwrap(),
+            )),
+        });
+        let status = fc.status.as_mut().unwrap();
+        status.conditions.push(condition(
+            hearth_api::names::condition_types::SCHEDULABLE,
+            "False",
+            "Cordoned",
+            "cordoned",
+        ));
+        status.admitted_workloads = Some(1);
+        status.hardware.as_mut().unwrap().kubernetes_version = Some("v1.34.1".into());
+        let text = explain(&fc, &Evidence::default(), now());
+        assert!(
+            text.contains(
+                "a is cordoned by bob until 2026-11-25T08:00:00Z (\"driver upgrade\"): Kueue \
+                 admits no new job there; 1 Workload(s) admitted before the cordon still run \
+                 there; `kubectl fournos uncordon a` lifts it."
+            ),
+            "{text}"
+        );
+        assert!(text.contains("Kubernetes v1.34.1"), "{text}");
+    }
+
+    #[test]
+    fn a_lock_waiting_on_a_cordoned_cluster_says_whether_it_gets_in() {
+        let mut fc = with_lock(cluster("a"), "alice", false);
+        fc.spec.cordon = Some(hearth_api::Cordon {
+            reason: "upgrade".into(),
+            ..Default::default()
+        });
+        let fournos = Evidence {
+            sentinel_tolerates_cordon: Some(false),
+            ..Default::default()
+        };
+        let text = explain(&fc, &fournos, now());
+        assert!(text.contains("the lock waits for the uncordon"), "{text}");
+        let workload = Evidence {
+            sentinel_tolerates_cordon: Some(true),
+            ..Default::default()
+        };
+        let text = explain(&fc, &workload, now());
+        assert!(text.contains("held once the cluster is drained"), "{text}");
+
+        let sentinel: hearth_api::kueue::Workload = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "cluster-lock-a"},
+            "spec": {"podSets": [{"name": "lock", "count": 1, "template": {"spec": {
+                "containers": [],
+                "tolerations": [{"key": "fournos.dev/cordoned", "operator": "Exists", "effect": "NoSchedule"}],
+            }}}]},
+        }))
+        .unwrap();
+        assert!(tolerates_cordon(&sentinel));
+        let mut fournos_made = sentinel.clone();
+        fournos_made.spec.pod_sets[0]
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .tolerations = None;
+        assert!(!tolerates_cordon(&fournos_made));
     }
 
     #[test]

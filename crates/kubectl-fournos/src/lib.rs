@@ -1,13 +1,14 @@
-//! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, status, why,
-//! wait) for people, the prerequisites check (`doctor`), the migration steps from the
+//! `kubectl fournos`: the daily verbs on FournosClusters (lock, unlock, cordon, uncordon,
+//! status, why, wait) for people, the prerequisites check (`doctor`), the migration steps from the
 //! Python Hearth (`migrate`) and completion, through their own kubeconfig and RBAC. It only reads FournosClusters,
-//! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`; the controllers do the
+//! Events and Kueue Workloads and patches `spec.owner`/`spec.ttl`/`spec.cordon`; the controllers do the
 //! rest. The deciding and formatting ([`lock`], [`view`], [`explain`], [`error`]) is pure;
 //! [`api`] does the I/O; everything written for a person goes through [`print`].
 
 pub mod api;
 pub mod cli;
 pub mod complete;
+pub mod cordon;
 pub mod doctor;
 pub mod error;
 pub mod explain;
@@ -31,7 +32,7 @@ use crate::lock::Plan;
 
 /// Reads and patches are retried this often when someone else changed the cluster
 /// between our read and our write (409 Conflict), each time re-deciding from the new state.
-pub(crate) const CONFLICT_RETRIES: usize = 3;
+pub(crate) const CONFLICT_RETRIES: usize = 5;
 
 pub async fn run(cli: Cli) -> Result<()> {
     let output = cli.global.output;
@@ -67,16 +68,28 @@ pub async fn run(cli: Cli) -> Result<()> {
             };
             emit(output, &report, &report.render())
         }
-        Command::Status { cluster } => {
+        Command::Status {
+            cluster,
+            selector,
+            pool_label_keys,
+        } => {
             let clusters = match cluster {
                 Some(name) => vec![session.get(&name).await?],
-                None => session.list().await?,
+                None => session.list(selector.as_deref()).await?,
             };
-            let rows: Vec<_> = clusters.iter().map(view::row).collect();
+            let keys = view::pool_keys(&pool_label_keys);
+            let rows: Vec<_> = clusters
+                .iter()
+                .map(|fc| view::row(fc).with_pools(fc, &keys))
+                .collect();
             let text = if rows.is_empty() {
                 format!(
-                    "No FournosClusters in namespace {}.\n",
-                    cli.global.namespace
+                    "No FournosClusters in namespace {}{}.\n",
+                    cli.global.namespace,
+                    selector
+                        .as_deref()
+                        .map(|s| format!(" matching {}", hearth_api::text::bounded(s, 253)))
+                        .unwrap_or_default()
                 )
             } else {
                 view::table(&rows, Timestamp::now())
@@ -90,8 +103,33 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(&session, &cluster, output, |fc| {
-                lock::plan_lock(fc, &me, ttl.as_deref(), force)
+            write(
+                &session,
+                &cluster,
+                output,
+                "lock",
+                |fc| lock::plan_lock(fc, &me, ttl.as_deref(), force),
+                lock_done,
+            )
+            .await
+        }
+        Command::Cordon {
+            cluster,
+            reason,
+            until,
+            by,
+            force,
+        } => {
+            let me = owner_or_me(&session, by).await?;
+            write_cordon(&session, &cluster, output, |fc| {
+                cordon::plan_cordon(fc, &me, &reason, until.as_deref(), force, Timestamp::now())
+            })
+            .await
+        }
+        Command::Uncordon { cluster, by, force } => {
+            let me = owner_or_me(&session, by).await?;
+            write_cordon(&session, &cluster, output, |fc| {
+                cordon::plan_uncordon(fc, &me, force)
             })
             .await
         }
@@ -101,9 +139,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(&session, &cluster, output, |fc| {
-                lock::plan_unlock(fc, &me, force)
-            })
+            write(
+                &session,
+                &cluster,
+                output,
+                "lock",
+                |fc| lock::plan_unlock(fc, &me, force),
+                lock_done,
+            )
             .await
         }
         Command::Why { cluster } => {
@@ -165,7 +208,7 @@ pub async fn cluster_names(query: &complete::ClusterQuery) -> Vec<String> {
     let Ok(cli) = Cli::try_parse_from(argv) else {
         return Vec::new();
     };
-    let list = async { Session::connect(&cli.global).await?.list().await };
+    let list = async { Session::connect(&cli.global).await?.list(None).await };
     match tokio::time::timeout(COMPLETION_READ_LIMIT, list).await {
         Ok(Ok(clusters)) => clusters
             .into_iter()
@@ -228,14 +271,65 @@ async fn owner_or_me(session: &Session, owner: Option<String>) -> Result<String>
     }
 }
 
-/// Read, plan, patch guarded by the version read; on a conflict read and plan again.
-async fn write(
+/// What `lock`/`unlock` say once the patch is in.
+fn lock_done(cluster: &str, row: &view::ClusterRow) -> String {
+    match &row.lock.owner {
+        Some(owner) => format!(
+            "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
+             its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
+            row.lock
+                .ttl
+                .as_ref()
+                .map(|t| format!(" (ttl {t})"))
+                .unwrap_or_default()
+        ),
+        None => format!("{cluster} unlocked.\n"),
+    }
+}
+
+/// What `cordon`/`uncordon` say once the patch is in.
+fn cordon_done(cluster: &str, row: &view::ClusterRow) -> String {
+    match &row.cordon {
+        Some(c) => format!(
+            "{cluster} cordoned by {}{}: Kueue admits no new job there; admitted ones keep \
+             running. `kubectl fournos status {cluster}` shows how many are left (Drained \
+             once none is).\n",
+            c.by.as_deref().unwrap_or("?"),
+            c.until
+                .as_ref()
+                .map(|u| format!(" until {u}"))
+                .unwrap_or_default()
+        ),
+        None => format!("{cluster} uncordoned: Kueue admits new jobs there again.\n"),
+    }
+}
+
+/// [`write`] of a cordon.
+async fn write_cordon(
     session: &Session,
     cluster: &str,
     output: Output,
     plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
 ) -> Result<()> {
-    for _ in 0..CONFLICT_RETRIES {
+    write(session, cluster, output, "cordon", plan, cordon_done).await
+}
+
+/// Read, plan, patch guarded by the version read; on a conflict read and plan again.
+/// `what` (lock, cordon) names what `--force` took over; `done` says what was done.
+async fn write(
+    session: &Session,
+    cluster: &str,
+    output: Output,
+    what: &str,
+    plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
+    done: fn(&str, &view::ClusterRow) -> String,
+) -> Result<()> {
+    for attempt in 0..CONFLICT_RETRIES {
+        if attempt > 0 {
+            // The controllers write a cluster's status in short bursts (a lock changing
+            // hands, a cordon): let a burst pass before reading again.
+            tokio::time::sleep(std::time::Duration::from_millis(150 << attempt)).await;
+        }
         let fc = session.get(cluster).await?;
         match plan(&fc) {
             Plan::Refused(message) => return Err(Failure::Refused(message).into()),
@@ -250,24 +344,12 @@ async fn write(
                     eprintln!(
                         "{}",
                         print::lines(&format!(
-                            "warning: took the lock of {cluster} from {previous} (--force)"
+                            "warning: took the {what} of {cluster} from {previous} (--force)"
                         ))
                     );
                 }
                 let row = view::row(&updated);
-                let text = match &row.lock.owner {
-                    Some(owner) => format!(
-                        "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
-                         its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
-                        row.lock
-                            .ttl
-                            .as_ref()
-                            .map(|t| format!(" (ttl {t})"))
-                            .unwrap_or_default()
-                    ),
-                    None => format!("{cluster} unlocked.\n"),
-                };
-                return emit(output, &row, &text);
+                return emit(output, &row, &done(cluster, &row));
             }
         }
     }

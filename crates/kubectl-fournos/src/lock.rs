@@ -78,7 +78,7 @@ pub fn plan_unlock(fc: &FournosCluster, me: &str, force: bool) -> Plan {
 
 /// A merge patch of `spec` that the apiserver applies only if the object still has the
 /// `resourceVersion` read (else 409 Conflict).
-fn guarded(fc: &FournosCluster, spec: Value) -> Value {
+pub(crate) fn guarded(fc: &FournosCluster, spec: Value) -> Value {
     json!({
         "metadata": { "resourceVersion": fc.metadata.resource_version },
         "spec": spec,

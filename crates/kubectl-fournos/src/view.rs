@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use hearth_api::FournosCluster;
 use hearth_api::conditions::find;
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
-use hearth_api::names::condition_types::{KUEUE_SYNCED, LOCKED};
+use hearth_api::names::condition_types::{KUEUE_SYNCED, LOCKED, SCHEDULABLE};
 use hearth_api::text::bounded;
+use hearth_api::{FournosCluster, Hardware};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -21,8 +21,21 @@ pub struct ClusterRow {
     pub total_gpus: i64,
     /// Physical GPUs per short model name, e.g. `{"a100": 8}`.
     pub gpus: BTreeMap<String, i64>,
+    /// The cluster's pool labels (the `--pool-label-keys` it carries), e.g.
+    /// `{"fournos.dev/pool": "b"}`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, String>,
     pub quota: Quota,
     pub lock: Lock,
+    /// `spec.cordon` and how far the drain is, while cordoned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cordon: Option<CordonView>,
+    /// Driver versions per short model name, as discovery read them from node labels.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub drivers: BTreeMap<String, Vec<String>>,
+    /// The target's Kubernetes version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -46,6 +59,20 @@ pub struct Lock {
     pub waiting_reason: Option<String>,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CordonView {
+    pub reason: String,
+    pub by: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
+    /// The `Schedulable` reason (`Cordoned`, `Drained`, `CordonOverdue`), `NotSeenYet`
+    /// before kueue-sync has reported on the cordon.
+    pub state: String,
+    /// Workloads still admitted on the cluster's flavor (`status.admittedWorkloads`).
+    pub admitted_workloads: Option<i64>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum LockState {
@@ -67,6 +94,27 @@ impl LockState {
             Self::Waiting => "waiting",
             Self::Releasing => "releasing",
         }
+    }
+}
+
+/// The label keys of `--pool-label-keys` (comma-separated, blanks dropped).
+pub fn pool_keys(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+impl ClusterRow {
+    /// The row with `fc`'s labels of `keys` as its pools.
+    pub fn with_pools(mut self, fc: &FournosCluster, keys: &[String]) -> Self {
+        let labels = fc.metadata.labels.clone().unwrap_or_default();
+        self.pools = keys
+            .iter()
+            .filter_map(|k| labels.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        self
     }
 }
 
@@ -114,6 +162,7 @@ pub fn row(fc: &FournosCluster) -> ClusterRow {
                 *by_name.entry(g.short_name.clone()).or_default() += g.count;
                 by_name
             }),
+        pools: BTreeMap::new(),
         quota: Quota {
             reason: synced.map_or_else(|| "Unknown".to_owned(), |c| c.reason.clone()),
             slots: status
@@ -121,6 +170,18 @@ pub fn row(fc: &FournosCluster) -> ClusterRow {
                 .as_ref()
                 .and_then(|k| k.quotas.get(CLUSTER_SLOT_RESOURCE).copied()),
         },
+        cordon: fc.spec.cordon.as_ref().map(|c| CordonView {
+            reason: c.reason.clone(),
+            by: c.by.clone(),
+            since: c.since.as_ref().map(|t| t.0.to_string()),
+            until: c.until.as_ref().map(|t| t.0.to_string()),
+            state: find(&status.conditions, SCHEDULABLE)
+                .filter(|s| s.status == "False")
+                .map_or_else(|| "NotSeenYet".to_owned(), |s| s.reason.clone()),
+            admitted_workloads: status.admitted_workloads,
+        }),
+        drivers: drivers(&hardware),
+        kubernetes_version: hardware.kubernetes_version.clone(),
         lock: Lock {
             waiting_reason: (state == LockState::Waiting).then(|| {
                 locked
@@ -135,14 +196,49 @@ pub fn row(fc: &FournosCluster) -> ClusterRow {
     }
 }
 
+/// Driver versions per short model name (models sharing a short name merged).
+pub fn drivers(hardware: &Hardware) -> BTreeMap<String, Vec<String>> {
+    hardware
+        .gpus
+        .iter()
+        .filter(|g| !g.driver_versions.is_empty())
+        .fold(BTreeMap::new(), |mut by_name, g| {
+            let versions: &mut Vec<String> = by_name.entry(g.short_name.clone()).or_default();
+            versions.extend(g.driver_versions.iter().cloned());
+            versions.sort();
+            versions.dedup();
+            by_name
+        })
+}
+
+/// `Kubernetes v1.31.4, drivers a100 550.54.15` (what discovery read), or empty.
+pub fn platform_facts(hardware: &Hardware) -> String {
+    let mut facts = Vec::new();
+    if let Some(v) = &hardware.kubernetes_version {
+        facts.push(format!("Kubernetes {v}"));
+    }
+    let drivers = drivers(hardware);
+    if !drivers.is_empty() {
+        let drivers = drivers
+            .iter()
+            .map(|(model, versions)| format!("{model} {}", versions.join("/")))
+            .collect::<Vec<_>>()
+            .join(", ");
+        facts.push(format!("drivers {drivers}"));
+    }
+    bounded(&facts.join(", "), MAX_CELL * 2)
+}
+
 /// Longest table cell: the longest Kubernetes name, so only what no name can be is cut.
 const MAX_CELL: usize = 253;
 
-const HEADERS: [&str; 8] = [
+const HEADERS: [&str; 10] = [
     "NAME",
     "KUBECONFIG",
     "GPUS",
+    "POOL",
     "QUOTA",
+    "CORDON",
     "OWNER",
     "LOCK",
     "EXPIRES",
@@ -151,7 +247,7 @@ const HEADERS: [&str; 8] = [
 
 /// The rows as an aligned table, `kubectl get` style.
 pub fn table(rows: &[ClusterRow], now: Timestamp) -> String {
-    let cells: Vec<[String; 8]> = rows.iter().map(|r| cells(r, now)).collect();
+    let cells: Vec<[String; 10]> = rows.iter().map(|r| cells(r, now)).collect();
     let mut widths = HEADERS.map(str::len);
     for row in &cells {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -181,7 +277,7 @@ pub fn table(rows: &[ClusterRow], now: Timestamp) -> String {
     out
 }
 
-fn cells(r: &ClusterRow, now: Timestamp) -> [String; 8] {
+fn cells(r: &ClusterRow, now: Timestamp) -> [String; 10] {
     let gpus = if r.gpus.is_empty() {
         r.total_gpus.to_string()
     } else {
@@ -191,10 +287,30 @@ fn cells(r: &ClusterRow, now: Timestamp) -> [String; 8] {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // One key (the usual fournos.dev/pool): its value; several: key=value each.
+    let pool = match r.pools.len() {
+        0 => "-".to_owned(),
+        1 => r.pools.values().next().cloned().unwrap_or_default(),
+        _ => r
+            .pools
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    };
     let quota = match (r.quota.reason.as_str(), r.quota.slots) {
         ("Synced", Some(slots)) => format!("{slots} slots"),
         ("Drained", _) => "0 (Drained)".to_owned(),
         (reason, _) => format!("none ({reason})"),
+    };
+    let cordon = match &r.cordon {
+        None => "-".to_owned(),
+        Some(c) => match (c.state.as_str(), c.admitted_workloads) {
+            ("Drained", _) => "drained".to_owned(),
+            ("CordonOverdue", _) => "overdue".to_owned(),
+            (_, Some(n)) => format!("cordoned ({n} left)"),
+            _ => "cordoned".to_owned(),
+        },
     };
     let expires = r.lock.expires_at.as_deref().map_or_else(
         || "-".to_owned(),
@@ -209,7 +325,9 @@ fn cells(r: &ClusterRow, now: Timestamp) -> [String; 8] {
         r.name.clone(),
         r.kubeconfig.clone(),
         gpus,
+        pool,
         quota,
+        cordon,
         r.lock.owner.clone().unwrap_or_else(|| "-".to_owned()),
         r.lock.state.as_str().to_owned(),
         expires,
@@ -248,6 +366,7 @@ pub fn short_span(secs: u64) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use hearth_api::names::POOL_LABEL;
     use hearth_api::{FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KueueStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use pretty_assertions::assert_eq;
@@ -282,6 +401,7 @@ pub(crate) mod tests {
                     short_name: "a100".into(),
                     count: 8,
                     node_count: 2,
+                    driver_versions: Vec::new(),
                 }],
                 total_gpus: 8,
                 ..Default::default()
@@ -362,6 +482,28 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn drivers_and_the_kubernetes_version_are_shown() {
+        let mut fc = cluster("a");
+        let hardware = fc.status.as_mut().unwrap().hardware.as_mut().unwrap();
+        hardware.gpus[0].driver_versions = vec!["535.104.05".into(), "550.54.15".into()];
+        hardware.kubernetes_version = Some("v1.34.1".into());
+        let r = row(&fc);
+        assert_eq!(
+            r.drivers,
+            BTreeMap::from([(
+                "a100".to_owned(),
+                vec!["535.104.05".to_owned(), "550.54.15".to_owned()]
+            )])
+        );
+        assert_eq!(r.kubernetes_version.as_deref(), Some("v1.34.1"));
+        let facts = platform_facts(fc.status.as_ref().unwrap().hardware.as_ref().unwrap());
+        assert_eq!(
+            facts,
+            "Kubernetes v1.34.1, drivers a100 535.104.05/550.54.15"
+        );
+    }
+
+    #[test]
     fn an_unprobed_cluster_is_unknown() {
         let fc = FournosCluster::new("new", FournosClusterSpec::default());
         let r = row(&fc);
@@ -379,13 +521,24 @@ pub(crate) mod tests {
         let mut drained = cluster("b");
         let status = drained.status.as_mut().unwrap();
         status.kubeconfig_status = Some(hearth_api::KubeconfigStatus::Unreachable);
-        status.conditions = vec![condition(KUEUE_SYNCED, "False", "Drained", "drained")];
-        let text = table(&[row(&held), row(&drained)], now);
+        status.conditions = vec![
+            condition(KUEUE_SYNCED, "False", "Drained", "drained"),
+            condition(SCHEDULABLE, "False", "Cordoned", "cordoned"),
+        ];
+        status.admitted_workloads = Some(2);
+        drained.spec.cordon = Some(hearth_api::Cordon {
+            reason: "rack move".into(),
+            by: Some("bob".into()),
+            ..Default::default()
+        });
+        held.metadata.labels = Some([(POOL_LABEL.to_owned(), "perf".to_owned())].into());
+        let keys = pool_keys(&format!("{POOL_LABEL}, "));
+        let text = table(&[row(&held).with_pools(&held, &keys), row(&drained)], now);
         assert_eq!(
             text,
-            "NAME    KUBECONFIG    GPUS     QUOTA         OWNER   LOCK   EXPIRES    WAITING\n\
-             gpu-a   Valid         8 a100   100 slots     alice   held   in 3h59m   -\n\
-             b       Unreachable   8 a100   0 (Drained)   -       -      -          -\n"
+            "NAME    KUBECONFIG    GPUS     POOL   QUOTA         CORDON              OWNER   LOCK   EXPIRES    WAITING\n\
+             gpu-a   Valid         8 a100   perf   100 slots     -                   alice   held   in 3h59m   -\n\
+             b       Unreachable   8 a100   -      0 (Drained)   cordoned (2 left)   -       -      -          -\n"
         );
     }
 

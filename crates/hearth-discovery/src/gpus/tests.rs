@@ -8,6 +8,7 @@ fn one(vendor: &'static str, model: &str, count: i64) -> Vec<NodeGpus> {
         vendor,
         model: model.to_owned(),
         count,
+        driver: None,
     }]
 }
 
@@ -200,11 +201,13 @@ fn per_node_counting_with_every_labeller_quirk() {
                     vendor: AMD,
                     model: "AMD_Instinct_MI210".into(),
                     count: 2,
+                    driver: None,
                 },
                 NodeGpus {
                     vendor: AMD,
                     model: "AMD_Instinct_MI300X_OAM".into(),
                     count: 4,
+                    driver: None,
                 },
             ],
         ),
@@ -243,11 +246,13 @@ fn per_node_counting_with_every_labeller_quirk() {
                     vendor: NVIDIA,
                     model: "NVIDIA-L4".into(),
                     count: 1,
+                    driver: None,
                 },
                 NodeGpus {
                     vendor: AMD,
                     model: "AMD_Instinct_MI210".into(),
                     count: 2,
+                    driver: None,
                 },
             ],
         ),
@@ -554,4 +559,80 @@ fn more_models_than_a_cluster_may_publish_are_flagged_not_kept() {
     let count = tally.finish();
     assert_eq!(count.gpus.len(), MAX_GPU_MODELS);
     assert_eq!(count.total_gpus, MAX_GPU_MODELS as i64 + 1);
+}
+
+#[test]
+fn driver_versions_per_model_from_either_labeller() {
+    let nvidia = |name: &str, product: &str| node(name).nvidia(product, 8);
+    let nodes = [
+        nvidia("a", "NVIDIA-A100-SXM4-80GB")
+            .label("nvidia.com/cuda.driver-version.full", "550.54.15")
+            .build(),
+        // Only the parts, GFD's current keys.
+        nvidia("b", "NVIDIA-A100-SXM4-80GB")
+            .label("nvidia.com/cuda.driver-version.major", "535")
+            .label("nvidia.com/cuda.driver-version.minor", "104")
+            .label("nvidia.com/cuda.driver-version.revision", "05")
+            .build(),
+        // Older GFD keys; the same version as a is counted once.
+        nvidia("c", "NVIDIA-A100-SXM4-80GB")
+            .label("nvidia.com/cuda.driver.major", "550")
+            .label("nvidia.com/cuda.driver.minor", "54")
+            .label("nvidia.com/cuda.driver.rev", "15")
+            .build(),
+        // Junk is dropped, never shown.
+        nvidia("d", "NVIDIA-H200-SXM-141GB")
+            .label("nvidia.com/cuda.driver-version.full", "550 \u{202e}evil")
+            .build(),
+        node("e")
+            .amd("AMD_Instinct_MI300X", 8)
+            .label("amd.com/gpu.driver-version", "6.8.5")
+            .build(),
+    ];
+    let count = count_gpus(&nodes);
+    let drivers: BTreeMap<&str, Vec<&str>> = count
+        .gpus
+        .iter()
+        .map(|g| {
+            (
+                g.model.as_str(),
+                g.driver_versions.iter().map(String::as_str).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        drivers,
+        BTreeMap::from([
+            ("NVIDIA-A100-SXM4-80GB", vec!["535.104.05", "550.54.15"]),
+            ("NVIDIA-H200-SXM-141GB", vec![]),
+            ("AMD_Instinct_MI300X", vec!["6.8.5"]),
+        ])
+    );
+}
+
+#[test]
+fn driver_versions_are_bounded_per_model_and_never_a_secret() {
+    let nodes: Vec<_> = (0..20)
+        .map(|i| {
+            node(&format!("n{i}"))
+                .nvidia("NVIDIA-L4", 1)
+                .label("nvidia.com/cuda.driver-version.full", &format!("5{i:02}.1"))
+                .build()
+        })
+        .collect();
+    let count = count_gpus(&nodes);
+    assert_eq!(count.gpus[0].driver_versions.len(), MAX_DRIVER_VERSIONS);
+    assert_eq!(count.gpus[0].count, 20, "every GPU still counts");
+
+    let mut tally = GpuTally::default();
+    let views: Vec<NodeView> = nodes.iter().map(NodeView::from).collect();
+    tally.add_all(&views);
+    let refused = tally.finish_refusing(|s| s == "500.1");
+    assert!(
+        !refused.gpus[0]
+            .driver_versions
+            .contains(&"500.1".to_owned()),
+        "{:?}",
+        refused.gpus[0].driver_versions
+    );
 }

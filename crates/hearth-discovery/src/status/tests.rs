@@ -846,3 +846,37 @@ fn a_locked_cluster_says_when_it_will_be_offboarded() {
         kc.message
     );
 }
+
+#[test]
+fn the_kubernetes_version_is_kept_only_when_it_looks_like_one() {
+    let counted = plan(reached(fleet()), None, at(0)).status;
+    let hardware = counted.hardware.clone().unwrap();
+    assert_eq!(hardware.kubernetes_version.as_deref(), Some("v1.34.1"));
+    for junk in [
+        "v1.34.1 \u{202e}evil".to_owned(),
+        "v".repeat(100_000),
+        "<html>".to_owned(),
+    ] {
+        let status = plan(
+            ProbeOutcome::Reached {
+                server_version: Some(junk.clone()),
+                nodes: NodeListing::Counted(fleet()),
+            },
+            None,
+            at(0),
+        )
+        .status;
+        assert_eq!(
+            status.hardware.unwrap().kubernetes_version,
+            None,
+            "{}",
+            junk.len()
+        );
+    }
+    // A failed probe keeps the version of the last count, with its GPUs.
+    let failed = plan(unreachable(), Some(&counted), at(60)).status;
+    assert_eq!(
+        failed.hardware.unwrap().kubernetes_version.as_deref(),
+        Some("v1.34.1")
+    );
+}

@@ -7,7 +7,7 @@ use hearth_api::cluster::MAX_GPU_MODELS;
 use hearth_api::conditions::{DesiredCondition, Status};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE, condition_types::KUEUE_SYNCED,
+    MANAGED_BY_VALUE, POOL_LABEL_ABSENT, condition_types::KUEUE_SYNCED,
 };
 use hearth_api::{KubeconfigStatus, KueueStatus};
 
@@ -51,9 +51,10 @@ pub(crate) fn cluster_report(
         quotas: quotas.clone(),
         cluster_slots: settings.cluster_slots,
     };
+    let invalid_pool = super::flavor_shape::pool_labels(cluster, &settings.pool_label_keys).invalid;
     (
         Some(kueue),
-        published_condition(cluster, quotas, left_out, queue),
+        published_condition(cluster, quotas, left_out, &invalid_pool, queue),
     )
 }
 
@@ -169,6 +170,7 @@ fn published_condition(
     cluster: &ObservedCluster,
     quotas: &BTreeMap<String, i64>,
     left_out: &[LeftOut],
+    invalid_pool: &[String],
     queue: &str,
 ) -> DesiredCondition {
     let name = &cluster.name;
@@ -187,6 +189,20 @@ fn published_condition(
                  as soon as the kubeconfig is {valid}.",
                 secret = cluster.kubeconfig_secret,
                 valid = KubeconfigStatus::Valid,
+            ),
+        )
+    } else if !invalid_pool.is_empty() {
+        // The value is not quoted: it is not a label value, so it may be anything.
+        condition(
+            SyncReason::InvalidPoolLabel,
+            format!(
+                "The value of label {keys} on this FournosCluster is not a valid label value \
+                 (at most 63 characters: letters, digits, '-', '_', '.'), so ResourceFlavor \
+                 '{name}' carries {POOL_LABEL_ABSENT} for it and no Workload asking for a pool \
+                 by that label lands here. Its entry in ClusterQueue '{queue}' publishes \
+                 {published}. Relabel the cluster (kubectl label fournosclusters {name} \
+                 <key>=<value> --overwrite).",
+                keys = invalid_pool.join(", "),
             ),
         )
     } else if left_out.is_empty() {
@@ -337,10 +353,19 @@ pub(crate) fn status_differs(
     condition: &DesiredCondition,
 ) -> bool {
     cluster.kueue.as_ref() != kueue
-        || cluster.synced_condition.as_ref().is_none_or(|current| {
-            current.status != condition.status.as_str()
-                || current.reason != condition.reason
-                || current.message != condition.message
-                || current.observed_generation != cluster.generation
-        })
+        || condition_differs(cluster, cluster.synced_condition.as_ref(), condition)
+}
+
+/// Whether `current` (a condition of `cluster`) must be written to say `desired`.
+pub(crate) fn condition_differs(
+    cluster: &ObservedCluster,
+    current: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    desired: &DesiredCondition,
+) -> bool {
+    current.is_none_or(|current| {
+        current.status != desired.status.as_str()
+            || current.reason != desired.reason
+            || current.message != desired.message
+            || current.observed_generation != cluster.generation
+    })
 }

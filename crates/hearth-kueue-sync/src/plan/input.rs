@@ -6,10 +6,10 @@ use hearth_api::conditions;
 use hearth_api::kueue::ResourceFlavor;
 use hearth_api::names::{
     ADOPTED_CLUSTER_UID_ANNOTATION, ADOPTED_FROM_ANNOTATION, ADOPTED_FROM_PYTHON,
-    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
-    condition_types,
+    CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CORDON_TAINT_KEY, MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE, POOL_LABEL_KEYS_ANNOTATION, condition_types,
 };
-use hearth_api::{FournosCluster, GpuInfo, KubeconfigStatus, KueueStatus};
+use hearth_api::{Cordon, FournosCluster, GpuInfo, KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
@@ -29,6 +29,9 @@ pub struct ObservedCluster {
     pub deleting: bool,
     /// `metadata.generation`, for the condition's `observedGeneration`.
     pub generation: Option<i64>,
+    /// `metadata.labels`: the pool labels (`HEARTH_POOL_LABEL_KEYS`) are copied from here
+    /// into the flavor's node labels.
+    pub labels: BTreeMap<String, String>,
     /// `spec.kubeconfigSecret`, named in the `Drained` message.
     pub kubeconfig_secret: String,
     /// `status.kubeconfigStatus`; anything but `Valid` drains the cluster.
@@ -47,6 +50,12 @@ pub struct ObservedCluster {
     pub kueue: Option<KueueStatus>,
     /// The `KueueSynced` condition as it is now.
     pub synced_condition: Option<Condition>,
+    /// `spec.cordon`: the flavor carries the cordon taint while it is set.
+    pub cordon: Option<Cordon>,
+    /// The `Schedulable` condition as it is now.
+    pub schedulable_condition: Option<Condition>,
+    /// `status.admittedWorkloads` as it is now.
+    pub admitted_workloads: Option<i64>,
     /// Known by its metadata only (it does not decode): nothing can be said of its
     /// count, so it keeps a place it holds (at zero quota) and claims no new one.
     pub undecodable: bool,
@@ -63,6 +72,7 @@ impl ObservedCluster {
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             deleting: meta.deletion_timestamp.is_some(),
             generation: meta.generation,
+            labels: meta.labels.clone().unwrap_or_default(),
             kubeconfig_secret: cluster.spec.kubeconfig_secret.clone(),
             kubeconfig_status: status.and_then(|s| s.kubeconfig_status),
             counted: hardware.is_some_and(|h| h.last_discovery.is_some()),
@@ -72,6 +82,11 @@ impl ObservedCluster {
             synced_condition: status
                 .and_then(|s| conditions::find(&s.conditions, condition_types::KUEUE_SYNCED))
                 .cloned(),
+            cordon: cluster.spec.cordon.clone(),
+            schedulable_condition: status
+                .and_then(|s| conditions::find(&s.conditions, condition_types::SCHEDULABLE))
+                .cloned(),
+            admitted_workloads: status.and_then(|s| s.admitted_workloads),
             undecodable: false,
         }
     }
@@ -113,6 +128,10 @@ pub struct ObservedFlavor {
     pub managed_by_hearth: bool,
     /// `spec.nodeLabels`.
     pub node_labels: BTreeMap<String, String>,
+    /// The pool label keys kueue-sync applied last ([`POOL_LABEL_KEYS_ANNOTATION`]).
+    pub pool_label_keys: Option<String>,
+    /// `spec.nodeTaints` holds the cordon taint ([`CORDON_TAINT_KEY`]).
+    pub cordon_tainted: bool,
     /// Has the shape of a flavor made by the Python controller Hearth replaces: neither
     /// of Hearth's labels, and node labels exactly `{fournos.dev/cluster: <its name>}`.
     pub legacy: bool,
@@ -143,6 +162,12 @@ impl ObservedFlavor {
             managed_by_hearth: label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
                 && label(CLUSTER_NAMESPACE_LABEL).is_some_and(|v| v == namespace),
             node_labels: flavor.spec.node_labels.clone(),
+            pool_label_keys: annotation(POOL_LABEL_KEYS_ANNOTATION).cloned(),
+            cordon_tainted: flavor
+                .spec
+                .node_taints
+                .iter()
+                .any(|t| t.key == CORDON_TAINT_KEY),
             deleting: meta.deletion_timestamp.is_some(),
             adopted_for: (annotation(ADOPTED_FROM_ANNOTATION)
                 == Some(&ADOPTED_FROM_PYTHON.to_owned()))

@@ -30,9 +30,10 @@
 //! **Flavors.** Every live cluster (no `deletionTimestamp`) gets a ResourceFlavor named
 //! after it, `nodeLabels {fournos.dev/cluster: <cluster>}`, labeled managed-by=hearth,
 //! whether or not it fits in the ClusterQueue: a flavor costs nothing and lets the
-//! cluster enter the queue as soon as there is room. A Hearth flavor whose
-//! `fournos.dev/cluster` node label is wrong is repaired (other node labels are left to
-//! whoever set them). A Hearth flavor with no live cluster is deleted, but only once no
+//! cluster enter the queue as soon as there is room. Each flavor also carries the
+//! cluster's *pool labels*: every key of `HEARTH_POOL_LABEL_KEYS`, with the cluster's value
+//! or `none` (see [`flavor_shape`]). A Hearth flavor whose `fournos.dev/cluster` node label
+//! or pool labels are wrong is repaired (other node labels are left to whoever set them). A Hearth flavor with no live cluster is deleted, but only once no
 //! resource group of the *current* ClusterQueue references it: this plan removes the
 //! entry and the delete follows next round (Kueue's `resource-in-use` finalizer would
 //! otherwise hold the flavor in `Terminating`). A Hearth flavor that another group
@@ -116,6 +117,10 @@
 //! whose flavor another group already lists gets no entry (`Conflict`); a cluster whose
 //! name cannot be a node-label value gets nothing (`InvalidName`).
 //!
+//! **Cordons.** A cluster with `spec.cordon` gets the taint `fournos.dev/cordoned`
+//! (NoSchedule) on its flavor; its entry and quota do not change. Its `Schedulable`
+//! condition counts the Workloads still admitted on the flavor (see [`cordon`]).
+//!
 //! **No change, no write.** The new spec is computed from the current one and returned
 //! only when it differs; quantities compare numerically (`"100"`, `100` and `"1k"`
 //! versus `1000` are no change), and an unchanged quantity keeps its original spelling.
@@ -127,9 +132,15 @@
 //! re-plan instead. Clusters being deleted get no status.
 
 mod cluster_status;
+mod cordon;
+#[cfg(test)]
+mod cordon_tests;
+mod flavor_shape;
 mod input;
 #[cfg(test)]
 mod places_tests;
+#[cfg(test)]
+mod pools_tests;
 mod queue;
 mod summary;
 #[cfg(test)]
@@ -148,6 +159,7 @@ use hearth_api::names::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use cluster_status::SyncReason;
+pub use cordon::{CORDON_TAINT_EFFECT, CordonState, cordon_taint};
 pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::{cluster_queue_changes_summary, plan_summary};
 
@@ -176,6 +188,10 @@ pub struct PlanSettings {
     pub gpu_resource_prefix: String,
     /// `fournos/cluster-slot` quota of every cluster.
     pub cluster_slots: i64,
+    /// FournosCluster label keys copied into every Hearth flavor's node labels
+    /// (`HEARTH_POOL_LABEL_KEYS`; at most [`MAX_POOL_LABEL_KEYS`](hearth_api::names::MAX_POOL_LABEL_KEYS), never
+    /// `fournos.dev/cluster`).
+    pub pool_label_keys: Vec<String>,
 }
 
 impl PlanSettings {
@@ -195,6 +211,11 @@ pub struct PlanInput {
     pub cluster_queue: Option<ClusterQueueSpec>,
     /// Every ResourceFlavor (Hearth's and others').
     pub flavors: Vec<ObservedFlavor>,
+    /// Workloads admitted per flavor, this Hearth's lock sentinels aside
+    /// ([`crate::workloads::admitted_per_flavor`]): what a cordoned cluster drains.
+    pub admitted: BTreeMap<String, i64>,
+    /// Now: a cordon past its `until` is overdue.
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 /// What to write, and what each cluster's status should say.
@@ -258,6 +279,10 @@ pub struct ClusterSync {
     /// The `KueueSynced` condition; turn it into a condition with
     /// [`hearth_api::conditions::next_condition`].
     pub condition: DesiredCondition,
+    /// The `Schedulable` condition (cordons).
+    pub schedulable: DesiredCondition,
+    /// Where the cluster's cordon is; its count is `status.admittedWorkloads`.
+    pub cordon: CordonState,
     /// Whether the status differs from what the cluster has now.
     pub status_changed: bool,
 }
@@ -327,17 +352,23 @@ fn plan_live_flavors<'a>(
             _ if !is_label_value(&cluster.name) => FlavorState::InvalidName,
             None => {
                 plan.flavors_to_create
-                    .push(desired_flavor(&cluster.name, &settings.namespace));
+                    .push(cluster_flavor(cluster, settings));
                 FlavorState::Creating
             }
             Some(f) if !f.is_hearths(live_names) => FlavorState::NotManaged,
             Some(f) if f.deleting => FlavorState::Deleting,
             Some(f) => {
-                let desired = desired_flavor(&cluster.name, &settings.namespace);
+                // A cluster that does not decode has no readable spec.cordon: its flavor
+                // keeps the taint it has.
+                let keep_taint = cluster.undecodable && f.cordon_tainted;
+                let mut desired = cluster_flavor(cluster, settings);
+                if keep_taint {
+                    desired.spec.node_taints = vec![cordon_taint()];
+                }
                 if f.is_adopted(live_names) {
                     plan.flavors_to_adopt
                         .push(adopted(desired, cluster.uid.as_deref()));
-                } else if f.node_labels.get(CLUSTER_NODE_LABEL) != Some(&cluster.name) {
+                } else if flavor_shape::needs_repair(f, &desired) {
                     // Server-side apply drops what kueue-sync applied before and leaves out
                     // now: the adoption mark goes along.
                     plan.flavors_to_repair.push(match &f.adopted_for {
@@ -455,16 +486,37 @@ fn plan_cluster_statuses(
             entry,
             &input.settings,
         );
-        let status_changed = cluster_status::status_differs(cluster, kueue.as_ref(), &condition);
+        let cordon = CordonState::of(cluster, &input.admitted, input.now);
+        let schedulable = cordon::schedulable_condition(cluster, cordon);
+        let status_changed = cluster_status::status_differs(cluster, kueue.as_ref(), &condition)
+            || cluster_status::condition_differs(
+                cluster,
+                cluster.schedulable_condition.as_ref(),
+                &schedulable,
+            )
+            || cluster.admitted_workloads != cordon.admitted();
         plan.clusters.insert(
             cluster.name.clone(),
             ClusterSync {
                 kueue,
                 condition,
+                schedulable,
+                cordon,
                 status_changed,
             },
         );
     }
+}
+
+/// The ResourceFlavor Hearth wants for the live `cluster`: the base flavor with its pool
+/// labels, and the cordon taint while it is cordoned.
+fn cluster_flavor(cluster: &ObservedCluster, settings: &PlanSettings) -> ResourceFlavor {
+    let flavor = flavor_shape::with_pool_labels(
+        desired_flavor(&cluster.name, &settings.namespace),
+        cluster,
+        &settings.pool_label_keys,
+    );
+    cordon::with_cordon_taint(flavor, cluster)
 }
 
 /// The ResourceFlavor Hearth wants for `cluster`, a FournosCluster in `namespace`.
@@ -480,6 +532,7 @@ pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
         },
         spec: ResourceFlavorSpec {
             node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.to_owned(), cluster.to_owned())]),
+            node_taints: Vec::new(),
             other: Default::default(),
         },
     }

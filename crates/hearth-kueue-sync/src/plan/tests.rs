@@ -1163,6 +1163,8 @@ fn observed_views_read_the_api_objects() {
             name: "a".into(),
             managed_by_hearth: true,
             node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.into(), "a".into())]),
+            pool_label_keys: None,
+            cordon_tainted: false,
             legacy: false,
             deleting: true,
             in_use: true,

@@ -1,0 +1,302 @@
+//! Cordons end to end, with the real Kueue: `kubectl fournos cordon` sets `spec.cordon`,
+//! kueue-sync taints the cluster's ResourceFlavor, Kueue admits nothing new there while
+//! what it admitted before stays, `Schedulable` counts down to `Drained`, and `uncordon`
+//! lets the waiting Workload in. A cordon past its end is reported, never lifted.
+//!
+//! The test plays hearth-discovery (see [`hearth_e2e::published`]), runs its own kueue-sync
+//! and the built `kubectl-fournos` with the plane's admin kubeconfig. Run:
+//! `cargo build --workspace --bins && cargo test -p hearth-e2e --test cordon`.
+
+use anyhow::{Context as _, Result, ensure};
+use hearth_api::FournosCluster;
+use hearth_api::names::condition_types::SCHEDULABLE;
+use hearth_api::names::{CLUSTER_SLOT_RESOURCE, CORDON_TAINT_KEY};
+use hearth_e2e::hearth::{self, Controller, PluginRun, Running, run_plugin};
+use hearth_e2e::objects;
+use hearth_e2e::published::{
+    DEADLINE, gpu, onboard, wait_admitted, wait_event, wait_pending, wait_reason,
+};
+use hearth_e2e::resources::apply;
+use hearth_e2e::world::World;
+use hearth_e2e::{ControlPlane, Isolated};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// `kubectl-fournos <args>` in the scope, as the plane's admin.
+async fn plugin(plane: &ControlPlane, scope: &Isolated, args: &[&str]) -> Result<PluginRun> {
+    Ok(run_plugin(&plane.management_kubeconfig(), scope, args).await?)
+}
+
+/// `Schedulable` of a cluster: (status, reason, message), and `status.admittedWorkloads`.
+fn schedulable(c: &FournosCluster) -> (Option<(String, String, String)>, Option<i64>) {
+    let status = c.status.as_ref();
+    let condition = status
+        .and_then(|s| hearth_api::conditions::find(&s.conditions, SCHEDULABLE))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    (condition, status.and_then(|s| s.admitted_workloads))
+}
+
+/// Waits until `name` says `Schedulable` reason `reason` with `admitted` still admitted.
+async fn wait_schedulable(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    reason: &str,
+    admitted: Option<i64>,
+    ks: &Running,
+) -> Result<String> {
+    ks.until(
+        &format!("{name} Schedulable={reason}, {admitted:?} admitted"),
+        DEADLINE,
+        || async {
+            let c = clusters.get(name).await?;
+            Ok(match schedulable(&c) {
+                (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
+async fn tainted(k: &World<'_>, name: &str) -> Result<bool> {
+    let flavor = k.flavors.get(name).await?;
+    Ok(flavor
+        .spec
+        .node_taints
+        .iter()
+        .any(|t| t.key == CORDON_TAINT_KEY && t.effect == "NoSchedule"))
+}
+
+fn slot_workload(scope: &Isolated, name: &str, cluster: &str, slots: i64) -> Value {
+    objects::slot_workload(
+        &scope.execution_namespace,
+        name,
+        &scope.local_queue,
+        cluster,
+        slots,
+    )
+}
+
+/// One admitted and one pending Workload pinned to a cluster: the cordon keeps the first
+/// and holds back the second (Kueue names the taint) while status counts 1, then Drained
+/// once the first is gone; uncordon admits the second. Quota never moves.
+#[tokio::test]
+async fn a_cordon_keeps_admitted_work_admits_nothing_new_and_counts_down_to_drained() -> Result<()>
+{
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("cordon").await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let a = scope.cluster("a");
+    onboard(&k.clusters, &a, &[gpu("a100", 8)]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    let synced = wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    let quota = synced
+        .status
+        .and_then(|s| s.kueue)
+        .context("status.kueue")?;
+
+    apply(&k.client, &slot_workload(&scope, "running", &a, 100)).await?;
+    wait_admitted(&k.workloads, "running").await?;
+    apply(&k.client, &slot_workload(&scope, "waiting", &a, 60)).await?;
+    wait_pending(&k.workloads, "waiting", &["insufficient"]).await?;
+
+    let run = plugin(
+        plane,
+        &scope,
+        &[
+            "cordon",
+            &a,
+            "--reason",
+            "driver upgrade, OPS-1",
+            "--until",
+            "2d",
+            "--by",
+            "ops-alice",
+            "-o",
+            "json",
+        ],
+    )
+    .await?;
+    ensure!(run.code == 0, "cordon: {} {}", run.code, run.stderr);
+    let row: Value = serde_json::from_str(&run.stdout)?;
+    ensure!(row["cordon"]["by"] == "ops-alice", "{row}");
+
+    let message = wait_schedulable(&k.clusters, &a, "Cordoned", Some(1), &ks).await?;
+    ensure!(
+        message.contains("1 Workload") && message.contains("driver upgrade, OPS-1"),
+        "{message}"
+    );
+    ensure!(
+        tainted(&k, &a).await?,
+        "the flavor carries the cordon taint"
+    );
+    wait_event(&k.client, &scope.namespace, &a, "Cordoned").await?;
+    wait_admitted(&k.workloads, "running").await?;
+
+    // Someone else cannot lift it without --force (exit code 3, as for a lock).
+    let refused = plugin(plane, &scope, &["uncordon", &a, "--by", "bob"]).await?;
+    ensure!(
+        refused.code == 3 && refused.stderr.contains("ops-alice"),
+        "{} {}",
+        refused.code,
+        refused.stderr
+    );
+
+    // The admitted one finishes: drained, and the waiting one stays out for the taint.
+    k.workloads
+        .delete("running", &DeleteParams::default())
+        .await?;
+    wait_schedulable(&k.clusters, &a, "Drained", Some(0), &ks).await?;
+    let message = wait_pending(&k.workloads, "waiting", &["taint", CORDON_TAINT_KEY]).await?;
+    eprintln!("Kueue on the cordoned cluster: {message}");
+    wait_event(&k.client, &scope.namespace, &a, "CordonDrained").await?;
+    let status = plugin(plane, &scope, &["status", &a]).await?;
+    ensure!(status.stdout.contains("drained"), "{}", status.stdout);
+    eprintln!("$ kubectl fournos status {a}\n{}", status.stdout);
+    let why = plugin(plane, &scope, &["why", &a]).await?;
+    eprintln!("$ kubectl fournos why {a}\n{}", why.stdout);
+    ensure!(
+        why.stdout.contains("is cordoned by ops-alice") && why.stdout.contains("Drained"),
+        "{}",
+        why.stdout
+    );
+    let now = k.clusters.get(&a).await?;
+    ensure!(
+        now.status.and_then(|s| s.kueue).as_ref() == Some(&quota),
+        "a cordon leaves the quota alone"
+    );
+
+    let run = plugin(plane, &scope, &["uncordon", &a, "--by", "ops-alice"]).await?;
+    ensure!(run.code == 0, "uncordon: {}", run.stderr);
+    let flavors = wait_admitted(&k.workloads, "waiting").await?;
+    ensure!(
+        flavors.get(CLUSTER_SLOT_RESOURCE) == Some(&a),
+        "{flavors:?}"
+    );
+    wait_schedulable(&k.clusters, &a, "Schedulable", None, &ks).await?;
+    ensure!(!tainted(&k, &a).await?, "the taint is gone");
+    wait_event(&k.client, &scope.namespace, &a, "Uncordoned").await?;
+    Ok(ks.stop_cleanly(plane).await?)
+}
+
+/// A cordon whose end has passed is reported (condition, Warning Event, metric) and stays.
+#[tokio::test]
+async fn a_cordon_past_its_end_is_reported_and_stays() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("cordon_overdue").await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let a = scope.cluster("a");
+    onboard(&k.clusters, &a, &[gpu("a100", 8)]).await?;
+    // A short resync: nothing changes when the end passes, so the resync notices it.
+    let ks = hearth::start(
+        plane,
+        &scope,
+        Controller::KueueSync,
+        "main",
+        &[("HEARTH_RECONCILE_INTERVAL_SEC", "2")],
+    )
+    .await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    let until = (k8s_openapi::jiff::Timestamp::now()
+        + k8s_openapi::jiff::SignedDuration::from_secs(5))
+    .strftime("%Y-%m-%dT%H:%M:%SZ")
+    .to_string();
+    k.clusters
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cordon": {
+                "reason": "rack move",
+                "by": "ops-alice",
+                "until": until,
+            }}})),
+        )
+        .await?;
+    wait_schedulable(&k.clusters, &a, "CordonOverdue", Some(0), &ks).await?;
+    let event = wait_event(&k.client, &scope.namespace, &a, "CordonOverdue").await?;
+    ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
+    let sample = format!(r#"hearth_kueue_sync_cordon_overdue{{cluster="{a}"}}"#);
+    ks.until("the overdue metric", DEADLINE, || async {
+        let value = ks.metric(&sample).await?;
+        Ok(if value == 1.0 {
+            Ok(())
+        } else {
+            Err(format!("{value}"))
+        })
+    })
+    .await?;
+    let cluster = k.clusters.get(&a).await?;
+    ensure!(cluster.spec.cordon.is_some(), "never lifted by Hearth");
+    ensure!(tainted(&k, &a).await?);
+    Ok(ks.stop_cleanly(plane).await?)
+}
+
+/// The maintenance path with a lock: cordon, lock (a workload sentinel, which tolerates the
+/// cordon taint), wait. The lock waits while a job still runs there, and is held once the
+/// cluster is drained; the sentinel is not counted as work left, and a new job still stays
+/// out.
+#[tokio::test]
+async fn a_lock_taken_during_a_cordon_is_held_once_drained() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("cordon_lock").await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let a = scope.cluster("a");
+    onboard(&k.clusters, &a, &[gpu("a100", 8)]).await?;
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    // The plane starts controllers with HEARTH_SENTINEL=workload.
+    let lm = hearth::start(plane, &scope, Controller::LockManager, "main", &[]).await?;
+    wait_reason(&k.clusters, &a, "Synced", &ks).await?;
+    apply(&k.client, &slot_workload(&scope, "running", &a, 1)).await?;
+    wait_admitted(&k.workloads, "running").await?;
+
+    k.clusters
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cordon": {"reason": "firmware", "by": "ops-alice"}}})),
+        )
+        .await?;
+    wait_schedulable(&k.clusters, &a, "Cordoned", Some(1), &ks).await?;
+    k.clusters
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"owner": "ops-alice"}})),
+        )
+        .await?;
+    let waiting = lm
+        .until("the lock waits for the running job", DEADLINE, || async {
+            let c = k.clusters.get(&a).await?;
+            let locked = c.status.as_ref().and_then(|s| {
+                hearth_api::conditions::find(&s.conditions, "Locked").map(|l| l.reason.clone())
+            });
+            Ok(match locked.as_deref() {
+                Some("WaitingForAdmission") => Ok(c),
+                other => Err(format!("{other:?}")),
+            })
+        })
+        .await?;
+    ensure!(
+        waiting.status.and_then(|s| s.locked) != Some(true),
+        "not held while a job runs there"
+    );
+
+    k.workloads
+        .delete("running", &DeleteParams::default())
+        .await?;
+    lm.until("the lock held once drained", DEADLINE, || async {
+        let c = k.clusters.get(&a).await?;
+        Ok(if c.status.as_ref().and_then(|s| s.locked) == Some(true) {
+            Ok(())
+        } else {
+            Err(format!("{:?}", schedulable(&c)))
+        })
+    })
+    .await?;
+    // The sentinel is the operator's own: the cluster stays Drained, not Cordoned.
+    wait_schedulable(&k.clusters, &a, "Drained", Some(0), &ks).await?;
+    apply(&k.client, &slot_workload(&scope, "late", &a, 1)).await?;
+    wait_pending(&k.workloads, "late", &[]).await?;
+    lm.stop_cleanly(plane).await?;
+    Ok(ks.stop_cleanly(plane).await?)
+}
