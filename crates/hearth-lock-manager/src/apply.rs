@@ -597,6 +597,7 @@ mod tests {
             owner: Some("alice"),
             ttl: None,
             deleting: false,
+            cordoned: false,
             status: &cluster,
         };
         let plan = plan_lock(&view, &[], None, Timestamp::UNIX_EPOCH);
@@ -774,6 +775,7 @@ mod tests {
                 owner: cluster.spec.owner.as_deref(),
                 ttl: cluster.spec.ttl.as_deref(),
                 deleting: false,
+                cordoned: false,
                 status: &status,
             },
             &views,

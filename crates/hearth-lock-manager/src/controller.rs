@@ -219,6 +219,7 @@ async fn reconcile_lock<K: Sentinel>(
         owner: cluster.spec.owner.as_deref(),
         ttl: cluster.spec.ttl.as_deref(),
         deleting: cluster.metadata.deletion_timestamp.is_some(),
+        cordoned: cluster.spec.cordon.is_some(),
         status: &status,
     };
     let now = Timestamp::now();

@@ -6,9 +6,7 @@
 
 use std::time::Duration;
 
-use hearth_api::names::{
-    CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, CORDON_TAINT_KEY, lock_sentinel_name,
-};
+use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, lock_sentinel_name};
 use hearth_api::reasons::LockedReason;
 use hearth_api::{ExpiredLock, FournosClusterStatus};
 use k8s_openapi::jiff::Timestamp;
@@ -39,6 +37,8 @@ pub struct ClusterView<'a> {
     pub owner: Option<&'a str>,
     pub ttl: Option<&'a str>,
     pub deleting: bool,
+    /// `spec.cordon` is set: the flavor carries the cordon taint.
+    pub cordoned: bool,
     pub status: &'a FournosClusterStatus,
 }
 
@@ -304,11 +304,6 @@ fn lost_text(lost: &Lost) -> String {
     }
 }
 
-/// Whether Kueue's words say it keeps the sentinel out for the cordon taint.
-fn refused_for_the_cordon(kueue_said: &str) -> bool {
-    kueue_said.contains("untolerated taint") && kueue_said.contains(CORDON_TAINT_KEY)
-}
-
 /// The words of `Locked` in `state`; `None` for a never-locked cluster.
 fn message(state: &LockState, cluster: &str) -> Option<String> {
     let Some(lock) = state.lock() else {
@@ -399,13 +394,16 @@ fn message(state: &LockState, cluster: &str) -> Option<String> {
         LockState::NameTaken { .. } | LockState::CreateFailed { .. } => {
             unreachable!("LockState::refused pairs each refusal with its state")
         }
-        LockState::Waiting { sentinel, why, .. } => format!(
+        LockState::Waiting {
+            sentinel,
+            why,
+            until_uncordon,
+            ..
+        } => format!(
             "Sentinel {} waits for Kueue to admit it{}. {}{note}",
             sentinel.name,
             why.as_deref().map(|w| format!(": {w}")).unwrap_or_default(),
-            if why.as_deref().is_some_and(refused_for_the_cordon) {
-                // Hearth's workload sentinels tolerate the cordon; the Workload Fournos
-                // makes of a FournosJob sentinel does not.
+            if *until_uncordon {
                 format!(
                     "The cluster is cordoned (spec.cordon) and the lock's Workload does not \
                      tolerate the cordon: the lock waits for `kubectl fournos uncordon {cluster}`."
@@ -621,6 +619,7 @@ mod tests {
             owner,
             ttl,
             deleting: false,
+            cordoned: false,
             status,
         }
     }
@@ -716,24 +715,6 @@ mod tests {
         assert!(!plan.status.locked);
         assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
         assert!(plan.status.condition.unwrap().message.contains(msg));
-    }
-
-    #[test]
-    fn a_sentinel_kept_out_by_the_cordon_says_the_lock_waits_for_the_uncordon() {
-        let status = locked_since("alice", 0);
-        let msg = "couldn't assign flavors to pod set main: untolerated taint {fournos.dev/cordoned  NoSchedule <nil>} in flavor a";
-        let s = [sentinel(
-            "cluster-lock-a",
-            "alice",
-            SentinelState::Waiting(Some(msg.into())),
-        )];
-        let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
-        assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
-        let message = plan.status.condition.unwrap().message;
-        assert!(
-            message.contains("the lock waits for `kubectl fournos uncordon a`"),
-            "{message}"
-        );
     }
 
     #[test]

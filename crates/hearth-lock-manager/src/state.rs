@@ -159,6 +159,10 @@ pub enum LockState {
         lock: Lock,
         sentinel: Kept,
         why: Option<String>,
+        /// The cluster is cordoned and the sentinel's Workload, which Fournos makes of a
+        /// FournosJob, does not tolerate the cordon taint: Kueue admits it only after
+        /// the uncordon. (Hearth's own `workload` sentinels tolerate it.)
+        until_uncordon: bool,
         recheck_in: Option<Duration>,
     },
     /// `fournosjob`: Fournos has given the sentinel no phase in [`PICKUP_GRACE`].
@@ -355,7 +359,11 @@ pub fn classify(
             held_by_fournos(lock, sentinel, job, f.workloads, &expect, now)
         }
         (SentinelState::Waiting(why), Some((_, job))) => {
-            waiting_for_fournos(lock, sentinel, job, why.clone(), &expect, now)
+            let waiting = Waiting {
+                why: why.clone(),
+                until_uncordon: cluster.cordoned,
+            };
+            waiting_for_fournos(lock, sentinel, job, waiting, &expect, now)
         }
         // `workload` sentinels: what the sentinel says is its own admission. (For
         // `fournosjob` a kept sentinel is a readable live job, so it has its JobView.)
@@ -364,6 +372,7 @@ pub fn classify(
             lock,
             sentinel,
             why: None,
+            until_uncordon: false,
             recheck_in: None,
         },
         (SentinelState::Misplaced(problem), _) => LockState::Misplaced {
@@ -381,6 +390,7 @@ pub fn classify(
             lock,
             sentinel,
             why: why.clone(),
+            until_uncordon: false,
             recheck_in: None,
         },
         (SentinelState::Terminating, _) => unreachable!("kept_sentinel skips terminating ones"),
@@ -462,13 +472,21 @@ fn held_by_fournos(
     }
 }
 
+/// What Fournos and the cluster say of a `fournosjob` sentinel not admitted yet.
+struct Waiting {
+    /// Fournos's (or Kueue's) words.
+    why: Option<String>,
+    /// See [`LockState::Waiting`].
+    until_uncordon: bool,
+}
+
 /// A `fournosjob` sentinel not admitted yet: a lock of another size than the cluster
 /// never becomes one, and a job Fournos never picked up says so after the grace.
 fn waiting_for_fournos(
     lock: Lock,
     sentinel: Kept,
     job: &JobView,
-    why: Option<String>,
+    waiting: Waiting,
     expect: &Expect<'_>,
     now: Timestamp,
 ) -> LockState {
@@ -497,7 +515,8 @@ fn waiting_for_fournos(
     LockState::Waiting {
         lock,
         sentinel,
-        why,
+        why: waiting.why,
+        until_uncordon: waiting.until_uncordon,
         recheck_in,
     }
 }

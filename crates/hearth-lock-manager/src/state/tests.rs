@@ -68,6 +68,7 @@ fn run(
             owner,
             ttl: None,
             deleting: false,
+            cordoned: false,
             status: &status,
         },
         &views,
@@ -120,6 +121,57 @@ fn held_when_its_own_workload_is_admitted() {
     assert_eq!(reason(&a), LockedReason::Held.as_str());
     assert!(!lost(&a));
     assert_eq!(a.actions, vec![]);
+}
+
+#[test]
+fn a_fournos_lock_on_a_cordoned_cluster_says_it_waits_for_the_uncordon() {
+    // Told by spec.cordon and the sentinel's kind (Fournos makes its Workload without
+    // the cordon's toleration), not read back from Kueue's words.
+    let plan = |cordoned: bool| {
+        let status = status(Some("alice"), 100);
+        let jobs = [job("u1", Some("Pending"))];
+        plan_lock(
+            &ClusterView {
+                name: "a",
+                owner: Some("alice"),
+                ttl: None,
+                deleting: false,
+                cordoned,
+                status: &status,
+            },
+            &views_of(&jobs),
+            Some(&FournosView {
+                jobs: &jobs,
+                workloads: &[workload("u1", false)],
+            }),
+            at(10),
+        )
+    };
+    let cordoned = plan(true);
+    assert!(matches!(
+        cordoned.state,
+        LockState::Waiting {
+            until_uncordon: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        reason(&cordoned),
+        LockedReason::WaitingForAdmission.as_str()
+    );
+    let uncordon = "the lock waits for `kubectl fournos uncordon a`";
+    assert!(
+        message(&cordoned).contains(uncordon),
+        "{}",
+        message(&cordoned)
+    );
+    let open = plan(false);
+    assert!(!message(&open).contains(uncordon), "{}", message(&open));
+    assert!(
+        message(&open).contains("once running work"),
+        "{}",
+        message(&open)
+    );
 }
 
 #[test]
@@ -228,6 +280,7 @@ fn unlock_is_releasing_until_the_workload_is_gone() {
         owner: None,
         ttl: None,
         deleting: false,
+        cordoned: false,
         status: &status,
     };
     let fournos = |workloads| FournosView {
@@ -311,6 +364,7 @@ impl Row {
             owner: self.owner,
             ttl: self.ttl,
             deleting: false,
+            cordoned: false,
             status: &self.status,
         }
     }
