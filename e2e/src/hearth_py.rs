@@ -40,6 +40,37 @@ pub fn venv(source: &Path) -> Result<PathBuf> {
     Peer::HearthPy.venv(source)
 }
 
+/// The two peers a hand-over test needs, the Python Hearth and the real Fournos, each
+/// with its venv.
+#[derive(Debug)]
+pub struct WithFournos {
+    pub py_source: PathBuf,
+    pub py_venv: PathBuf,
+    pub fournos_source: PathBuf,
+    pub fournos_venv: PathBuf,
+}
+
+/// Both peers with their venvs (blocking: a venv may be built), or `None` after one
+/// `<test>: skipped …` line when either folder is absent.
+pub fn with_fournos(test: &str) -> Result<Option<WithFournos>> {
+    let sources = source().and_then(|py| Ok((py, crate::fournos_real::source()?)));
+    let (py_source, fournos_source) = match sources {
+        Ok(sources) => sources,
+        Err(skip) => {
+            // Past libtest's capture, so that a run shows the test was skipped.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "{test}: {skip}");
+            return Ok(None);
+        }
+    };
+    Ok(Some(WithFournos {
+        py_venv: venv(&py_source)?,
+        fournos_venv: crate::fournos_real::venv(&fournos_source)?,
+        py_source,
+        fournos_source,
+    }))
+}
+
 /// Its FournosCluster CRD: the legacy one.
 pub fn crd_path(source: &Path) -> PathBuf {
     source.join("manifests/crd.yaml")

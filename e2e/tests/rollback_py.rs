@@ -25,7 +25,6 @@
 //! Hearth (`spec.owner` cleared) frees the cluster: both sentinels go (the second by the
 //! garbage collector) and a one-slot job is admitted.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,33 +48,6 @@ const DOCS: &str = include_str!("../../docs/upgrade.md");
 const SECTION: &str = "## Rolling back to the Python Hearth";
 const CLUSTER: &str = "target-a";
 const OWNER: &str = "alice";
-
-struct Peers {
-    py_source: PathBuf,
-    py_venv: PathBuf,
-    fournos_source: PathBuf,
-    fournos_venv: PathBuf,
-}
-
-/// The peers' sources and venvs, or `None` after one skip line.
-fn peers() -> Result<Option<Peers>> {
-    let sources = hearth_py::source().and_then(|py| Ok((py, fournos_real::source()?)));
-    let (py_source, fournos_source) = match sources {
-        Ok(sources) => sources,
-        Err(skip) => {
-            // Past libtest's capture, so that a run shows the test was skipped.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "rollback_py: {skip}");
-            return Ok(None);
-        }
-    };
-    Ok(Some(Peers {
-        py_venv: hearth_py::venv(&py_source)?,
-        fournos_venv: fournos_real::venv(&fournos_source)?,
-        py_source,
-        fournos_source,
-    }))
-}
 
 async fn plane() -> Result<&'static ControlPlane> {
     static PLANE: OnceCell<std::result::Result<ControlPlane, String>> = OnceCell::const_new();
@@ -104,7 +76,9 @@ async fn lock_kept(lab: &LockLab, held_by: &str) -> Result<Vec<String>> {
 
 #[tokio::test]
 async fn rollback_to_the_python_hearth_loses_no_lock() -> Result<()> {
-    let Some(peers) = tokio::task::spawn_blocking(peers).await?? else {
+    let Some(peers) =
+        tokio::task::spawn_blocking(|| hearth_py::with_fournos("rollback_py")).await??
+    else {
         return Ok(());
     };
     let plane = plane().await?;

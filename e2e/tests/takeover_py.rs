@@ -113,28 +113,19 @@ static SHARED: OnceCell<std::result::Result<Shared, String>> = OnceCell::const_n
 /// The plane with the Python Hearth's CRD and Fournos's, or `None` (after one skip line)
 /// without the peers.
 async fn shared() -> Result<Option<&'static Shared>> {
-    let sources = hearth_py::source().and_then(|py| Ok((py, fournos_real::source()?)));
-    let (py_source, fournos_source) = match sources {
-        Ok(sources) => sources,
-        Err(skip) => {
-            // Past libtest's capture, so that a run shows the test was skipped.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "takeover_py: {skip}");
-            return Ok(None);
-        }
+    let Some(peers) =
+        tokio::task::spawn_blocking(|| hearth_py::with_fournos("takeover_py")).await??
+    else {
+        return Ok(None);
     };
     let shared = SHARED
         .get_or_init(|| async move {
-            let venvs = {
-                let (py, fournos) = (py_source.clone(), fournos_source.clone());
-                tokio::task::spawn_blocking(move || {
-                    Ok::<_, String>((
-                        hearth_py::venv(&py).map_err(|e| e.to_string())?,
-                        fournos_real::venv(&fournos).map_err(|e| e.to_string())?,
-                    ))
-                })
-            };
-            let (hearth_py_venv, fournos_venv) = venvs.await.map_err(|e| e.to_string())??;
+            let hearth_py::WithFournos {
+                py_source,
+                py_venv: hearth_py_venv,
+                fournos_source,
+                fournos_venv,
+            } = peers;
             let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
             let plane = ControlPlane::start(PlaneOptions {
                 fournos_cluster_crd: Some(hearth_py::crd_path(&py_source)),
