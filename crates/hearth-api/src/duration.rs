@@ -271,6 +271,20 @@ mod tests {
         assert_eq!(parse_flag_duration(" 0d "), Ok(Duration::ZERO));
         assert_eq!(parse_flag_duration(""), Err(FlagDurationError::MissingUnit));
         assert_eq!(
+            parse_flag_duration("7"),
+            Err(FlagDurationError::MissingUnit)
+        );
+        assert_eq!(
+            parse_flag_duration("d"),
+            Err(FlagDurationError::MissingNumber)
+        );
+        for unit in ["w", "dd"] {
+            assert_eq!(
+                parse_flag_duration(&format!("7{unit}")),
+                Err(FlagDurationError::UnknownUnit(unit.into()))
+            );
+        }
+        assert_eq!(
             parse_flag_duration("1h30"),
             Err(FlagDurationError::MissingUnit)
         );

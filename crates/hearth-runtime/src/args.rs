@@ -470,27 +470,4 @@ mod tests {
             assert!(input.parse::<LogLevel>().is_err(), "{input}");
         }
     }
-
-    #[test]
-    fn durations_parse_with_units() {
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(12 * 3_600)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("0d"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("7"), Err(DurationError::MissingUnit));
-        assert_eq!(parse_duration("d"), Err(DurationError::MissingNumber));
-        assert_eq!(
-            parse_duration("7w"),
-            Err(DurationError::UnknownUnit("w".into()))
-        );
-        assert_eq!(
-            parse_duration("7dd"),
-            Err(DurationError::UnknownUnit("dd".into()))
-        );
-        assert_eq!(
-            parse_duration("99999999999999999d"),
-            Err(DurationError::TooLarge)
-        );
-    }
 }
