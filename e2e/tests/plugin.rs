@@ -18,7 +18,7 @@ use hearth_e2e::hearth::{
 };
 use hearth_e2e::objects::{is_true, slot_workload};
 use hearth_e2e::plane::hearth_binary;
-use hearth_e2e::process::until;
+use hearth_e2e::process::{stdout_of, until};
 use hearth_e2e::resources::{apply, dynamic_api};
 use hearth_e2e::tools::Tools;
 use hearth_e2e::{ControlPlane, Isolated};
@@ -372,7 +372,7 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
     let shim_dir =
         std::env::temp_dir().join(format!("hearth-completion-flow-{}", std::process::id()));
     let path = completion_path(&shim_dir)?;
-    install_shim(&shim_dir).await?;
+    install_shim(&shim_dir)?;
     let kubeconfig = plane.management_kubeconfig();
     let names = kubectl_with_path(
         &path,
@@ -386,8 +386,7 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
             kubeconfig.to_str().context("kubeconfig path")?,
             "",
         ],
-    )
-    .await?;
+    )?;
     std::fs::remove_dir_all(&shim_dir)?;
     for cluster in [&a, &b] {
         ensure!(
@@ -413,35 +412,22 @@ fn completion_path(shim_dir: &Path) -> Result<std::ffi::OsString> {
 }
 
 /// `kubectl-fournos completion install --dir <shim_dir>`; its stdout.
-async fn install_shim(shim_dir: &Path) -> Result<String> {
-    hearth::ensure_built().await?;
-    let out = tokio::process::Command::new(hearth_binary(hearth::PLUGIN)?)
+fn install_shim(shim_dir: &Path) -> Result<String> {
+    let mut install = std::process::Command::new(hearth_binary(hearth::PLUGIN)?);
+    install
         .args(["completion", "install", "--dir"])
-        .arg(shim_dir)
-        .output()
-        .await?;
-    ensure!(
-        out.status.success(),
-        "completion install: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .arg(shim_dir);
+    Ok(String::from_utf8(stdout_of(&mut install)?)?)
 }
 
 /// `kubectl <args>` with `path` as $PATH; stdout.
-async fn kubectl_with_path(path: &std::ffi::OsStr, args: &[&str]) -> Result<String> {
-    let out = tokio::process::Command::new(Tools::locate()?.kubectl)
+fn kubectl_with_path(path: &std::ffi::OsStr, args: &[&str]) -> Result<String> {
+    let mut kubectl = std::process::Command::new(Tools::locate()?.kubectl);
+    kubectl
         .args(args)
         .env("PATH", path)
-        .env_remove("KUBECONFIG")
-        .output()
-        .await?;
-    ensure!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        .env_remove("KUBECONFIG");
+    Ok(String::from_utf8(stdout_of(&mut kubectl)?)?)
 }
 
 /// Issue 27: the real kubectl completes `kubectl fournos …` once `completion install` has
@@ -453,25 +439,22 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
     let plugin = hearth_binary(hearth::PLUGIN)?;
     let shim_dir = std::env::temp_dir().join(format!("hearth-completion-{}", std::process::id()));
     let path = completion_path(&shim_dir)?;
-    let complete = |words: &'static [&'static str]| {
-        let path = path.clone();
-        async move {
-            let mut args = vec!["__complete", "fournos"];
-            args.extend(words);
-            kubectl_with_path(&path, &args).await
-        }
+    let complete = |words: &[&str]| {
+        let mut args = vec!["__complete", "fournos"];
+        args.extend(words);
+        kubectl_with_path(&path, &args)
     };
-    let before = complete(&[""]).await?;
+    let before = complete(&[""])?;
     ensure!(
         !before.lines().any(|l| l.starts_with("lock")),
         "completed without the shim?\n{before}"
     );
-    let installed = install_shim(&shim_dir).await?;
+    let installed = install_shim(&shim_dir)?;
     ensure!(
         installed.contains("kubectl_complete-fournos"),
         "{installed}"
     );
-    let verbs = complete(&[""]).await?;
+    let verbs = complete(&[""])?;
     for verb in [
         "lock\t", "unlock\t", "status\t", "why\t", "wait\t", "doctor\t",
     ] {
@@ -480,12 +463,12 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
             "{verb:?} not completed:\n{verbs}"
         );
     }
-    let ttl = complete(&["lock", "mycluster", "--t"]).await?;
+    let ttl = complete(&["lock", "mycluster", "--t"])?;
     ensure!(ttl.lines().any(|l| l.starts_with("--ttl")), "{ttl}");
-    let output = complete(&["status", "-o", "j"]).await?;
+    let output = complete(&["status", "-o", "j"])?;
     ensure!(output.lines().next() == Some("json"), "{output}");
     // Installed twice, the shim is replaced, not refused.
-    install_shim(&shim_dir).await?;
+    install_shim(&shim_dir)?;
     std::fs::remove_dir_all(&shim_dir)?;
 
     let usage = tokio::process::Command::new(&plugin)
