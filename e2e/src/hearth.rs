@@ -476,6 +476,35 @@ pub async fn service_account_kubeconfig(
     service_account_token_kubeconfig(plane, &iso.namespace, controller.binary()).await
 }
 
+/// A client for ServiceAccount `namespace/sa` holding exactly `rules` in `namespace` (a
+/// Role and its binding, made as admin): a person with those rights and no more, as the
+/// attacks run.
+pub async fn client_with_rules(
+    plane: &ControlPlane,
+    namespace: &str,
+    sa: &str,
+    rules: serde_json::Value,
+) -> anyhow::Result<kube::Client> {
+    use anyhow::Context as _;
+    let admin = plane.management_client().await?;
+    for doc in [
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": sa, "namespace": namespace}}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": sa, "namespace": namespace}, "rules": rules}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": sa, "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
+               "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]}),
+    ] {
+        crate::resources::apply(&admin, &doc).await?;
+    }
+    let path = service_account_token_kubeconfig(plane, namespace, sa).await?;
+    let yaml =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
+}
+
 /// A kubeconfig file on the management apiserver for the existing ServiceAccount
 /// `namespace/sa`, holding a TokenRequest token valid for a day: a test's non-admin user.
 pub async fn service_account_token_kubeconfig(

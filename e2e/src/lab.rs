@@ -325,30 +325,19 @@ impl LockLab {
     /// read, change, delete) in the execution namespace and nothing else: what a Fournos
     /// user has. The attacks on locks run with exactly these rights, never as admin.
     pub async fn fournos_user(&self) -> Result<kube::Client> {
-        let sa = "fournos-user";
-        let ns = &self.scope.execution_namespace;
-        for doc in [
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": sa, "namespace": ns}}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": {"name": sa, "namespace": ns},
-            "rules": [
-                {"apiGroups": ["fournos.dev"], "resources": ["fournosjobs"],
-                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
-                 "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-            ]}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                   "metadata": {"name": sa, "namespace": ns},
-                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa},
-                   "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]}),
-        ] {
-            apply(&self.client, &doc).await?;
-        }
-        let path = crate::hearth::service_account_token_kubeconfig(self.plane, ns, sa).await?;
-        let yaml = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
+        let rules = json!([
+            {"apiGroups": ["fournos.dev"], "resources": ["fournosjobs"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        ]);
+        crate::hearth::client_with_rules(
+            self.plane,
+            &self.scope.execution_namespace,
+            "fournos-user",
+            rules,
+        )
+        .await
     }
 
     /// Polls until Workload `name` satisfies `done`.

@@ -300,3 +300,159 @@ async fn a_lock_taken_during_a_cordon_is_held_once_drained() -> Result<()> {
     lm.stop_cleanly(plane).await?;
     Ok(ks.stop_cleanly(plane).await?)
 }
+
+/// Whether a text a person reads carries a line break, control or format character.
+fn hides_anything(text: &str) -> bool {
+    text.chars()
+        .any(|c| matches!(c, '\n' | '\r' | '\u{2028}' | '\u{2029}') || c.is_control())
+        || text.chars().any(hearth_api::text::is_hidden)
+}
+
+/// The attacks of a person with exactly the rights to patch FournosClusters (get, list,
+/// watch, patch, update in the clusters' namespace: what `kubectl fournos cordon` and
+/// `lock` need). A cordon is theirs to set, but what Hearth reports of it is not theirs
+/// to write, a reason cannot forge a line or hide text, and a cluster's labels reach its
+/// flavor only through the pool keys: never another cluster's name, never a foreign key.
+#[tokio::test]
+async fn a_fournoscluster_patcher_cordons_but_cannot_forge_what_hearth_reports() -> Result<()> {
+    use hearth_api::names::{CLUSTER_NODE_LABEL, POOL_LABEL};
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("cordon_patcher").await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    for name in [&a, &b] {
+        onboard(&k.clusters, name, &[gpu("a100", 8)]).await?;
+    }
+    let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
+    for name in [&a, &b] {
+        wait_reason(&k.clusters, name, "Synced", &ks).await?;
+    }
+    let quota_before = k.queue().await?;
+    let patcher = hearth::client_with_rules(
+        plane,
+        &scope.namespace,
+        "cluster-patcher",
+        json!([{"apiGroups": ["fournos.dev"], "resources": ["fournosclusters"],
+                "verbs": ["get", "list", "watch", "patch", "update"]}]),
+    )
+    .await?;
+    let as_patcher: Api<FournosCluster> = Api::namespaced(patcher, &scope.namespace);
+    let merge = |body: Value| Patch::Merge(body);
+
+    // Status is Hearth's: the subresource is refused, and status sent with the object is
+    // dropped by the apiserver.
+    let forged = json!({"status": {"admittedWorkloads": 0, "conditions": [{
+        "type": SCHEDULABLE, "status": "True", "reason": "Schedulable", "message": "all clear",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    let refused = as_patcher
+        .patch_status(&a, &PatchParams::default(), &merge(forged.clone()))
+        .await;
+    ensure!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403),
+        "status patch as the patcher: {refused:?}"
+    );
+    as_patcher
+        .patch(&a, &PatchParams::default(), &merge(forged))
+        .await?;
+    let (condition, admitted) = schedulable(&k.clusters.get(&a).await?);
+    ensure!(
+        admitted.is_none()
+            && condition
+                .as_ref()
+                .is_none_or(|(_, _, message)| message != "all clear"),
+        "the forged status stuck: {condition:?} {admitted:?}"
+    );
+
+    // What the CRD refuses outright: control characters, a reason over its bound, an end
+    // that is not a time.
+    for (what, cordon) in [
+        ("an escape", json!({"reason": "upgrade\u{1b}[2J done"})),
+        ("a line break", json!({"reason": "upgrade\nINFO all clear"})),
+        ("a bidi override", json!({"reason": "upgrade \u{202e}enod"})),
+        ("1025 characters", json!({"reason": "x".repeat(1025)})),
+        ("a by line break", json!({"reason": "r", "by": "ops\nroot"})),
+        (
+            "an until not a time",
+            json!({"reason": "r", "until": "tomorrow"}),
+        ),
+    ] {
+        let answer = as_patcher
+            .patch(
+                &a,
+                &PatchParams::default(),
+                &merge(json!({"spec": {"cordon": cordon}})),
+            )
+            .await;
+        ensure!(
+            matches!(&answer, Err(kube::Error::Api(e)) if e.code == 422),
+            "{what}: {answer:?}"
+        );
+    }
+
+    // A reason the CRD admits but a reader must not see as two lines (U+2028 and U+2029
+    // are separators, not control or format characters), at the longest admitted.
+    let reason = format!(
+        "rack\u{2028}INFO uncordoned\u{2029}move {}",
+        "y".repeat(1024 - 30)
+    );
+    as_patcher
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &merge(json!({"spec": {"cordon": {"reason": reason, "by": "mallory"}}})),
+        )
+        .await?;
+    let message = wait_schedulable(&k.clusters, &a, "Drained", Some(0), &ks).await?;
+    ensure!(!hides_anything(&message), "Schedulable: {message:?}");
+    ensure!(message.contains("rack INFO uncordoned move"), "{message}");
+    // Nothing was admitted there: straight to Drained.
+    let event = wait_event(&k.client, &scope.namespace, &a, "CordonDrained").await?;
+    let note = event.note.unwrap_or_default();
+    ensure!(
+        !hides_anything(&note) && note.len() <= 1024,
+        "Event: {note:?}"
+    );
+    ensure!(tainted(&k, &a).await? && !tainted(&k, &b).await?);
+
+    // Labels: another cluster's name, a foreign key and a pool; only the pool reaches the
+    // flavor, and the flavor still names its own cluster.
+    as_patcher
+        .patch(
+            &a,
+            &PatchParams::default(),
+            &merge(json!({"metadata": {"labels": {
+                CLUSTER_NODE_LABEL: &b, "evil.example/gpu": "h200", POOL_LABEL: "b"}}})),
+        )
+        .await?;
+    let flavor = ks
+        .until("a's flavor in pool b", DEADLINE, || async {
+            let f = k.flavors.get(&a).await?;
+            Ok(
+                match f.spec.node_labels.get(POOL_LABEL).map(String::as_str) {
+                    Some("b") => Ok(f),
+                    other => Err(format!("{other:?}")),
+                },
+            )
+        })
+        .await?;
+    ensure!(
+        flavor.spec.node_labels.get(CLUSTER_NODE_LABEL) == Some(&a)
+            && !flavor.spec.node_labels.contains_key("evil.example/gpu"),
+        "{:?}",
+        flavor.spec.node_labels
+    );
+    let b_flavor = k.flavors.get(&b).await?;
+    ensure!(b_flavor.spec.node_labels.get(CLUSTER_NODE_LABEL) == Some(&b));
+
+    // Quota never moved: a cordon is not a drain, and labels are not capacity.
+    let quota_after = k.queue().await?;
+    for name in [&a, &b] {
+        ensure!(
+            hearth_e2e::invariants::entry(&quota_after, name)
+                == hearth_e2e::invariants::entry(&quota_before, name),
+            "{name}'s quota moved"
+        );
+    }
+    ensure!(hearth_e2e::invariants::kueue_problems(&quota_after).is_empty());
+    Ok(ks.stop_cleanly(plane).await?)
+}
