@@ -265,21 +265,52 @@ pub fn runs(pid: u32, exe: &Path) -> bool {
         })
 }
 
-/// A free loopback port. Ports handed out by this process are never handed out twice, so
-/// components started together cannot collide with each other.
+/// Ports [`free_port`] hands out: below Linux's ephemeral range (32768–60999), so no
+/// outgoing connection on the machine takes one between the pick and the listener's bind.
+const PORTS: std::ops::Range<u16> = 20_000..32_768;
+
+/// A free loopback port, reserved for the life of this process against every other
+/// process on the machine that asks here (two e2e binaries run at once, a plane of
+/// `hearth-plane up`, a benchmark): each port has a lock file in
+/// `$TMPDIR/hearth-e2e-ports`, held (`flock`) until this process exits, and the kernel
+/// drops the lock of a process that died. Ports handed out by this process are never
+/// handed out twice.
 pub fn free_port() -> Result<u16> {
-    static TAKEN: OnceLock<Mutex<HashSet<u16>>> = OnceLock::new();
-    let taken = TAKEN.get_or_init(Default::default);
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .context(|| "binding 127.0.0.1:0".into())?
-            .port();
-        if taken.lock().expect("port set poisoned").insert(port) {
-            return Ok(port);
+    use std::hash::{BuildHasher as _, Hasher as _};
+    static HELD: OnceLock<Mutex<(HashSet<u16>, Vec<std::fs::File>)>> = OnceLock::new();
+    let dir = std::env::temp_dir().join("hearth-e2e-ports");
+    std::fs::create_dir_all(&dir).context(|| format!("creating {}", dir.display()))?;
+    let random = std::collections::hash_map::RandomState::new();
+    for attempt in 0u64..500 {
+        let mut hasher = random.build_hasher();
+        hasher.write_u64(attempt);
+        let port = PORTS.start + (hasher.finish() % u64::from(PORTS.end - PORTS.start)) as u16;
+        let mut held = HELD
+            .get_or_init(Default::default)
+            .lock()
+            .expect("port set poisoned");
+        if held.0.contains(&port) {
+            continue;
         }
+        let path = dir.join(port.to_string());
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .context(|| format!("opening {}", path.display()))?;
+        // Held by another live process, or in use by something that does not ask here.
+        if file.try_lock().is_err() || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        held.0.insert(port);
+        held.1.push(file);
+        return Ok(port);
     }
-    Err(PlaneError::Invalid("no free loopback port".into()))
+    Err(PlaneError::Invalid(format!(
+        "no free loopback port in {}..{}",
+        PORTS.start, PORTS.end
+    )))
 }
 
 /// The stdout of a short command run to completion (no stdin); an error carrying its exit
@@ -448,6 +479,26 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_outside_the_ephemeral_range_and_held_against_other_processes() {
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        let distinct: HashSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        for port in ports {
+            assert!(PORTS.contains(&port), "{port}");
+            // Another process opens the lock file anew: its flock is refused while this
+            // process lives.
+            let other = std::fs::File::open(
+                std::env::temp_dir()
+                    .join("hearth-e2e-ports")
+                    .join(port.to_string()),
+            )
+            .unwrap();
+            assert!(other.try_lock().is_err(), "{port} is not held");
+            TcpListener::bind(("127.0.0.1", port)).expect("still free to bind");
+        }
+    }
 
     #[test]
     fn a_replaced_executable_still_counts_as_itself() {
