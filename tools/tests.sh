@@ -24,7 +24,7 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/hearth-e2e-run.XXXXXX")
 trap 'rm -rf "$out"' EXIT
 
 # Builds what is missing and lists every test binary as "<name> <package folder> <path>",
-# named by its test target (e2e/tests/<name>.rs) or <package>:<target> for unit tests.
+# named by its test target (e2e/tests/<name>.rs) or <target>:<lib|bin> for unit tests.
 cargo test --workspace --no-run --message-format=json-render-diagnostics >"$out/artifacts.json"
 python3 - "$out/artifacts.json" >"$out/binaries" <<'EOF'
 import json, os, sys
@@ -32,9 +32,9 @@ for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
         continue
-    package = m["package_id"].rsplit("#", 1)[-1].split("@")[0]
     target = m["target"]
-    name = target["name"] if target["kind"] == ["test"] else f"{package}:{target['name']}"
+    kind = target["kind"][0]
+    name = target["name"] if kind == "test" else f"{target['name']}:{kind}"
     print(name, os.path.dirname(m["manifest_path"]), m["executable"])
 EOF
 # Slowest first (from CI's logs), so that the last ones to start are short; the unit

@@ -202,7 +202,7 @@ async fn scrape(controllers: &[Running]) -> Result<BTreeSet<String>> {
 }
 
 /// A family appears on `/metrics` once it has a sample, so the controllers are made to do
-/// everything the queries count: onboard and lock a cluster, then lose their rights on
+/// everything the queries count: onboard, lock and cordon (overdue) a cluster, then lose their rights on
 /// the FournosCluster namespace and their watches (an apiserver restart), so that
 /// reconcile and watch errors are counted too.
 #[tokio::test]
@@ -261,12 +261,16 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported_live() -> Resul
             .delete(binding, &DeleteParams::default())
             .await?;
     }
-    // Something for each to write: a lock, and a status.kueue kueue-sync must correct.
+    // Something for each to write: a lock, and a status.kueue kueue-sync must correct;
+    // and a cordon whose end has passed (the overdue gauge has a sample only then).
     clusters
         .patch(
             &cluster,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "spec": { "owner": "alice" } })),
+            &Patch::Merge(json!({ "spec": {
+                "owner": "alice",
+                "cordon": { "reason": "rack move", "until": "2026-01-01T00:00:00Z" },
+            } })),
         )
         .await?;
     clusters
