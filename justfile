@@ -92,7 +92,7 @@ test:
     phase build cargo build --workspace --all-targets
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
     export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
-    # Every test binary, two at a time (tools/tests.sh says why), then the doc tests.
+    # Every test binary, three at a time (tools/tests.sh says why), then the doc tests.
     phase tests tools/tests.sh
 
 # Built with podman from the release binaries built here (tools/images.sh; Containerfile

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Runs every test binary of the workspace (each crate's unit tests, and hearth-e2e's
-# end-to-end tests) HEARTH_TEST_JOBS at a time (default 2), slowest first, each as `cargo
+# end-to-end tests) HEARTH_TEST_JOBS at a time (default 3), slowest first, each as `cargo
 # test` runs it (from its package's folder, with CARGO set), then the doc tests. Prints one
 # line per binary with its time and result as it ends, the whole output of every binary
 # that failed, and exits non-zero if any did.
 #
 # Why not `cargo test --workspace`: it runs the binaries one after the other, and the e2e
 # tests spend most of their time waiting for apiservers, Kueue and controllers, not on
-# the CPU, so two binaries at once take a little more than half as long on 2 cores. Each
-# binary starts its own planes (folders of their own; ports reserved across processes by
+# the CPU: two at a time each took as long as alone, even with one core held by a busy
+# loop (docs/ci.md), so the phase took half as long. Each binary starts its own planes (folders of their own; ports reserved across processes by
 # `hearth_e2e::process::free_port`), so they do not meet. The binaries are listed by
 # `cargo test --workspace --no-run`, which resolves features as the build phase does
 # (`cargo build --workspace --all-targets`), so nothing is compiled again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-jobs=${HEARTH_TEST_JOBS:-2}
+jobs=${HEARTH_TEST_JOBS:-3}
 case $jobs in '' | *[!0-9]* | 0)
     echo "tests: HEARTH_TEST_JOBS must be a whole number of at least 1, not '$jobs'" >&2
     exit 2
