@@ -8,7 +8,8 @@
 # Why not `cargo test --workspace`: it runs the binaries one after the other, and the e2e
 # tests spend most of their time waiting for apiservers, Kueue and controllers, not on
 # the CPU: two at a time each took as long as alone, even with one core held by a busy
-# loop (docs/ci.md), so the phase took half as long. Each binary starts its own planes (folders of their own; ports reserved across processes by
+# loop (docs/ci.md), so the phase took half as long. Each binary starts its own planes
+# (folders of their own; ports reserved across processes by
 # `hearth_e2e::process::free_port`), so they do not meet. The binaries are listed by
 # `cargo test --workspace --no-run`, which resolves features as the build phase does
 # (`cargo build --workspace --all-targets`), so nothing is compiled again.
