@@ -140,6 +140,11 @@ pub async fn apply_plan<K: Sentinel>(
         }
     }
     for event in &plan.events {
+        // Counted with its Event, before it: the two report one loss, so whoever sees
+        // the Event sees the count, and a write that fails after it loses neither.
+        if event.reason == crate::fournos_lock::WORKLOAD_LOST_EVENT {
+            ctx.metrics.workloads_lost.inc();
+        }
         publish(ctx, &regarding, event).await;
     }
 
@@ -860,6 +865,30 @@ mod tests {
             "no delete, no status after a conflict: {seen:#?}"
         );
         assert_eq!(w.metrics.expired.get(), 0);
+    }
+
+    /// The loss is counted with its Event, before any write: a status write that fails
+    /// afterwards (and a next round that no longer sees the loss) cannot lose the count.
+    #[tokio::test]
+    async fn a_lost_workload_is_counted_with_its_event_even_when_the_status_write_fails() {
+        let (mut cluster, sentinels) = expiring();
+        cluster.spec.ttl = None;
+        let mut plan = plan_for(&cluster, &sentinels, at(30));
+        plan.events.push(crate::plan::LockEvent {
+            reason: crate::fournos_lock::WORKLOAD_LOST_EVENT,
+            message: "its Workload is gone".into(),
+            warning: true,
+        });
+        let failure = json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "etcdserver: request timed out", "code": 500,
+        });
+        let (client, seen) = fake_client(vec![(500, failure)]);
+        let w = writer(client);
+        let applied = apply_plan(&w, &cluster, &sentinels, &plan, at(30)).await;
+        assert!(applied.is_err(), "{applied:?}");
+        assert_eq!(seen.lock().unwrap().len(), 1, "the status write, refused");
+        assert_eq!(w.metrics.workloads_lost.get(), 1);
     }
 
     #[tokio::test]

@@ -32,7 +32,7 @@ use crate::error::Error;
 use crate::fournos_lock::{self, JOB_NAME_LABEL};
 use crate::holders;
 use crate::metrics::LockMetrics;
-use crate::plan::{ClusterView, LockState, plan_lock};
+use crate::plan::{ClusterView, plan_lock};
 use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
 
 /// Retry after the cluster changed under an expiry (the watch event usually comes first).
@@ -234,7 +234,6 @@ async fn reconcile_lock<K: Sentinel>(
         }
         None => (plan_lock(&view, &views, None, now), None),
     };
-    let lost = matches!(plan.state, LockState::WorkloadLost { .. });
     if let Some(flavor) = status.kueue.as_ref().map(|k| k.flavor.as_str()) {
         ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
         // This Hearth's lock is not a foreign holder: its proven sentinels, and for
@@ -263,13 +262,10 @@ async fn reconcile_lock<K: Sentinel>(
         return Ok(Action::await_change());
     }
     let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
-    if applied == Applied::Done {
-        if lost {
-            ctx.writer.metrics.workloads_lost.inc();
-        }
-        if let Some(workload) = owned {
-            keep_ready(&ctx.writer, &workload, now).await?;
-        }
+    if applied == Applied::Done
+        && let Some(workload) = owned
+    {
+        keep_ready(&ctx.writer, &workload, now).await?;
     }
     let action = match applied {
         // Kept growing (to a minute) while the name stays taken: one read and one refused
