@@ -178,15 +178,14 @@ mod tests {
 
     #[test]
     fn retain_types_keeps_a_repeating_list_whole() {
-        let c = |t: &str| Condition {
-            type_: t.to_owned(),
-            status: "True".to_owned(),
-            reason: String::new(),
-            message: String::new(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-            observed_generation: None,
+        let epoch = Time(Timestamp::UNIX_EPOCH);
+        let c = |t: &'static str| {
+            next_condition(
+                None,
+                &DesiredCondition::new(t, Status::True, "", ""),
+                None,
+                &epoch,
+            )
         };
         let mut one_each = vec![c("A"), c("B"), c("C")];
         retain_types(&mut one_each, &["A", "C"]);

@@ -33,17 +33,17 @@ mod tests {
     use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-    fn condition(type_: &str) -> Condition {
-        Condition {
-            type_: type_.to_owned(),
-            status: "True".to_owned(),
-            reason: String::new(),
-            message: String::new(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-            observed_generation: None,
-        }
+    fn condition(type_: &'static str) -> Condition {
+        use hearth_api::conditions::{DesiredCondition, Status, next_condition};
+        let epoch = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        );
+        next_condition(
+            None,
+            &DesiredCondition::new(type_, Status::True, "", ""),
+            None,
+            &epoch,
+        )
     }
 
     #[test]

@@ -461,17 +461,17 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_what_the_plan_reads() {
+        use hearth_api::conditions::{DesiredCondition, Status, next_condition};
         use hearth_api::{FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-        let condition = |t: &str| Condition {
-            type_: t.to_owned(),
-            status: "True".to_owned(),
-            reason: String::new(),
-            message: String::new(),
-            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-            observed_generation: None,
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let epoch = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let condition = |t: &'static str| {
+            next_condition(
+                None,
+                &DesiredCondition::new(t, Status::True, "", ""),
+                None,
+                &epoch,
+            )
         };
         let mut cluster = FournosCluster::new(
             "a",
