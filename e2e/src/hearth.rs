@@ -476,9 +476,9 @@ pub async fn service_account_kubeconfig(
     service_account_token_kubeconfig(plane, &iso.namespace, controller.binary()).await
 }
 
-/// A client for ServiceAccount `namespace/sa` holding exactly `rules` in `namespace` (a
-/// Role and its binding, made as admin): a person with those rights and no more, as the
-/// attacks run.
+/// A client for ServiceAccount `namespace/sa` holding exactly `rules` in `namespace`
+/// (see [`kubeconfig_with_rules`]): a person with those rights and no more, as the attacks
+/// run.
 pub async fn client_with_rules(
     plane: &ControlPlane,
     namespace: &str,
@@ -486,6 +486,20 @@ pub async fn client_with_rules(
     rules: serde_json::Value,
 ) -> anyhow::Result<kube::Client> {
     use anyhow::Context as _;
+    let path = kubeconfig_with_rules(plane, namespace, sa, rules).await?;
+    let yaml =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
+}
+
+/// A kubeconfig file for ServiceAccount `namespace/sa` holding exactly `rules` in
+/// `namespace`: the ServiceAccount, a Role and its binding, made as admin.
+pub async fn kubeconfig_with_rules(
+    plane: &ControlPlane,
+    namespace: &str,
+    sa: &str,
+    rules: serde_json::Value,
+) -> anyhow::Result<PathBuf> {
     let admin = plane.management_client().await?;
     for doc in [
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -499,10 +513,7 @@ pub async fn client_with_rules(
     ] {
         crate::resources::apply(&admin, &doc).await?;
     }
-    let path = service_account_token_kubeconfig(plane, namespace, sa).await?;
-    let yaml =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
+    Ok(service_account_token_kubeconfig(plane, namespace, sa).await?)
 }
 
 /// A kubeconfig file on the management apiserver for the existing ServiceAccount

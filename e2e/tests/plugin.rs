@@ -13,9 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::kueue::Workload;
-use hearth_e2e::hearth::{
-    self, Controller, PluginRun, run_plugin, service_account_token_kubeconfig,
-};
+use hearth_e2e::hearth::{self, Controller, PluginRun, kubeconfig_with_rules, run_plugin};
 use hearth_e2e::objects::{is_true, slot_workload};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{stdout_of, until};
@@ -585,42 +583,17 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
         .create(&PostParams::default(), &fc)
         .await?;
 
-    // A viewer may read FournosClusters (nothing else); a stranger may do nothing.
-    for object in [
-        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "viewer", "namespace": ns } }),
-        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "stranger", "namespace": ns } }),
-        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "getter", "namespace": ns } }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
-            "rules": [{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": ["get"] }],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": { "name": "fournoscluster-getter", "namespace": ns },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fournoscluster-getter" },
-            "subjects": [{ "kind": "ServiceAccount", "name": "getter", "namespace": ns }],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": { "name": "fournoscluster-viewer", "namespace": ns },
-            "rules": [{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": ["get", "list", "watch"] }],
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": { "name": "fournoscluster-viewer", "namespace": ns },
-            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "fournoscluster-viewer" },
-            "subjects": [{ "kind": "ServiceAccount", "name": "viewer", "namespace": ns }],
-        }),
-    ] {
-        apply(&client, &object).await?;
-    }
+    // A viewer may read FournosClusters (nothing else); a getter may only get them; a
+    // stranger may do nothing.
+    let clusters_may = |verbs: &[&str]| json!([{ "apiGroups": ["fournos.dev"], "resources": ["fournosclusters"], "verbs": verbs }]);
     let as_user = |kubeconfig: PathBuf| Plugin {
         kubeconfig,
         scope: scope.clone(),
     };
-    let viewer = as_user(service_account_token_kubeconfig(plane, ns, "viewer").await?);
-    let stranger = as_user(service_account_token_kubeconfig(plane, ns, "stranger").await?);
+    let viewer = as_user(
+        kubeconfig_with_rules(plane, ns, "viewer", clusters_may(&["get", "list", "watch"])).await?,
+    );
+    let stranger = as_user(kubeconfig_with_rules(plane, ns, "stranger", json!([])).await?);
 
     let status = viewer.run(&["status"]).await?.ok()?;
     ensure!(status.stdout.contains(&cluster), "{status:?}");
@@ -647,7 +620,7 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
     );
 
     // `wait` watches: get alone is not enough, and the message says what is missing.
-    let getter = as_user(service_account_token_kubeconfig(plane, ns, "getter").await?);
+    let getter = as_user(kubeconfig_with_rules(plane, ns, "getter", clusters_may(&["get"])).await?);
     getter
         .run(&["wait", &cluster, "--released", "--timeout", "10s"])
         .await?
