@@ -354,13 +354,7 @@ impl Phase {
             controllers.push(hearth::start(plane, &iso, c, "0", BENCH_ENV).await?);
         }
         let client = plane.management_client().await?;
-        let observer = Observer::start(
-            client.clone(),
-            &iso.namespace,
-            &iso.cluster_queue,
-            WATCH_SYNC,
-        )
-        .await?;
+        let observer = Self::observe(&client, &iso).await?;
         Ok(Phase {
             clusters: Api::namespaced(client.clone(), &iso.namespace),
             queues: Api::all(client),
@@ -376,13 +370,7 @@ impl Phase {
         let iso = plane.isolated(name).await?;
         let client = plane.management_client().await?;
         bench_peer::seed_resource_group(&client, &iso.cluster_queue).await?;
-        let observer = Observer::start(
-            client.clone(),
-            &iso.namespace,
-            &iso.cluster_queue,
-            WATCH_SYNC,
-        )
-        .await?;
+        let observer = Self::observe(&client, &iso).await?;
         let py = PyHearth::start(plane, &iso, &peer.source, &peer.venv, PY_ENV).await?;
         Ok(Phase {
             clusters: Api::namespaced(client.clone(), &iso.namespace),
@@ -392,6 +380,17 @@ impl Phase {
             python: Some(py),
             observer,
         })
+    }
+
+    /// The watches that timestamp every stage of the phase's onboardings.
+    async fn observe(client: &kube::Client, iso: &Isolated) -> Result<Observer> {
+        Observer::start(
+            client.clone(),
+            &iso.namespace,
+            &iso.cluster_queue,
+            WATCH_SYNC,
+        )
+        .await
     }
 
     fn cluster(&self, i: usize) -> String {
