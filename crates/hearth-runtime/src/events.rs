@@ -1,13 +1,18 @@
 //! Kubernetes Events, best effort: an Event that cannot be written is logged and
 //! never fails a reconcile. Only the lease holder publishes, like every write.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, watch};
 
-use crate::kit::WRITES_IN_FLIGHT;
+/// Events written at once in the background ([`Events::publish_in_background`]). Few: an
+/// Event reports a write that has landed already, and the apiserver's capacity belongs
+/// to the writes that clusters wait for (in a burst of 1000 onboardings, about three
+/// Events per cluster would otherwise take a third of it).
+pub const BACKGROUND_EVENT_WRITERS: usize = 4;
 
 /// Longest note the Events API accepts (1 kB); longer notes are cut, not refused.
 const MAX_NOTE: usize = 1024;
@@ -47,8 +52,26 @@ pub struct Events {
     client: kube::Client,
     reporter: Reporter,
     leader: watch::Receiver<bool>,
-    /// Bounds the Events written in the background ([`Self::publish_in_background`]).
-    in_flight: Arc<Semaphore>,
+    /// The Events waiting to be written in the background.
+    background: Arc<Background>,
+}
+
+/// A queue of Events and the [`BACKGROUND_EVENT_WRITERS`] tasks that drain it, started
+/// with the first Event. A queued Event costs its reference and note, not a task.
+#[derive(Default)]
+struct Background {
+    queue: Mutex<VecDeque<(ObjectReference, Event)>>,
+    ready: Notify,
+    writers: OnceLock<()>,
+}
+
+impl Background {
+    fn pop(&self) -> Option<(ObjectReference, Event)> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop_front()
+    }
 }
 
 impl Events {
@@ -66,23 +89,36 @@ impl Events {
             client,
             reporter,
             leader,
-            in_flight: Arc::new(Semaphore::new(WRITES_IN_FLIGHT)),
+            background: Arc::default(),
         }
     }
 
-    /// [`Self::publish`] without waiting for it: a task of its own writes the Event, at
-    /// most [`WRITES_IN_FLIGHT`] at a time (the apiserver). For the onboarding path,
-    /// where the object write the Event reports has landed already and the next write
-    /// must not wait behind a best-effort one. Events of one object may land in another
-    /// order than published.
+    /// [`Self::publish`] without waiting for it: queued, and written in order by
+    /// [`BACKGROUND_EVENT_WRITERS`] tasks. For the paths where the object write the Event
+    /// reports has landed already and the next write must not wait behind a best-effort
+    /// one. Events of one object may land in another order than published.
     pub fn publish_in_background(&self, regarding: ObjectReference, event: Event) {
         if !*self.leader.borrow() {
             return;
         }
-        let events = self.clone();
-        tokio::spawn(async move {
-            let _permit = events.in_flight.acquire().await;
-            events.publish(&regarding, &event).await;
+        self.background
+            .queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push_back((regarding, event));
+        self.background.ready.notify_one();
+        self.background.writers.get_or_init(|| {
+            for _ in 0..BACKGROUND_EVENT_WRITERS {
+                let events = self.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match events.background.pop() {
+                            Some((regarding, event)) => events.publish(&regarding, &event).await,
+                            None => events.background.ready.notified().await,
+                        }
+                    }
+                });
+            }
         });
     }
 
@@ -133,7 +169,72 @@ fn truncate(mut s: String, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use super::*;
+    use http::{Request, Response};
+    use http_body_util::BodyExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn background_events_are_all_written_few_at_a_time() {
+        let (in_flight, most, notes) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(Mutex::new(Vec::new())),
+        );
+        let (i, m, n) = (in_flight.clone(), most.clone(), notes.clone());
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let (in_flight, most, notes) = (i.clone(), m.clone(), n.clone());
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                let body = request.into_body().collect().await?.to_bytes();
+                let event: serde_json::Value = serde_json::from_slice(&body)?;
+                // Let the other writers run before this one answers.
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+                notes
+                    .lock()
+                    .unwrap()
+                    .push(event["note"].as_str().unwrap().to_owned());
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_vec()))?,
+                )
+            }
+        });
+        let (_leader_tx, leader) = watch::channel(true);
+        let events = Events::new(kube::Client::new(service, "ns"), "test", "t".into(), leader);
+        let regarding = ObjectReference {
+            kind: Some("ConfigMap".into()),
+            name: Some("c".into()),
+            namespace: Some("ns".into()),
+            ..ObjectReference::default()
+        };
+        for n in 0..20 {
+            events.publish_in_background(regarding.clone(), Event::normal("R", "A", n.to_string()));
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while notes.lock().unwrap().len() < 20 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not all Events written"
+            );
+            tokio::task::yield_now().await;
+        }
+        let mut written: Vec<usize> = notes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        written.sort_unstable();
+        assert_eq!(written, (0..20).collect::<Vec<_>>());
+        assert_eq!(most.load(Ordering::SeqCst), BACKGROUND_EVENT_WRITERS);
+    }
 
     #[test]
     fn long_notes_are_cut_on_a_char_boundary() {
