@@ -189,6 +189,51 @@ where
     }
 }
 
+/// Feeds a [`Cache::by_hand`] the way its watch would.
+pub struct HandFeed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
+    writer: reflector::store::Writer<DeserializeGuard<K>>,
+}
+
+impl<K> HandFeed<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// Delivers `object` as a watch event that adds or changes it.
+    pub fn deliver(&mut self, object: K) {
+        let object = DeserializeGuard(Ok(object));
+        remember_version(&self.versions, &object);
+        self.writer
+            .apply_watcher_event(&watcher::Event::Apply(object));
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    /// A filled cache without a watch, for tests of code that reads caches: objects
+    /// arrive through the returned [`HandFeed`].
+    pub fn by_hand(kind: &'static str) -> (Self, HandFeed<K>) {
+        let (store, writer) = reflector::store();
+        let (_, synced) = watch::channel(true);
+        let versions: Arc<Mutex<HashMap<String, VecDeque<String>>>> = Arc::default();
+        let cache = Self {
+            kind,
+            store,
+            synced,
+            versions: versions.clone(),
+        };
+        (cache, HandFeed { versions, writer })
+    }
+}
+
 impl<K> Cache<K>
 where
     K: Resource + Clone + 'static,
@@ -348,10 +393,9 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use kube::runtime::reflector::store::Writer;
 
-    fn config_map(name: &str, rv: &str) -> DeserializeGuard<ConfigMap> {
-        DeserializeGuard(Ok(ConfigMap {
+    fn config_map(name: &str, rv: &str) -> ConfigMap {
+        ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -359,39 +403,18 @@ mod tests {
                 ..ObjectMeta::default()
             },
             ..ConfigMap::default()
-        }))
-    }
-
-    fn cache() -> (Cache<ConfigMap>, Writer<DeserializeGuard<ConfigMap>>) {
-        let (store, writer) = reflector::store();
-        let (_tx, synced) = watch::channel(false);
-        let cache = Cache {
-            kind: "ConfigMap",
-            store,
-            synced,
-            versions: Arc::default(),
-        };
-        (cache, writer)
-    }
-
-    fn deliver(
-        cache: &Cache<ConfigMap>,
-        writer: &mut Writer<DeserializeGuard<ConfigMap>>,
-        object: DeserializeGuard<ConfigMap>,
-    ) {
-        remember_version(&cache.versions, &object);
-        writer.apply_watcher_event(&watcher::Event::Apply(object));
+        }
     }
 
     #[test]
     fn a_write_is_seen_at_its_version_or_later_or_when_gone() {
-        let (cache, mut writer) = cache();
-        deliver(&cache, &mut writer, config_map("q", "9"));
+        let (cache, mut feed) = Cache::by_hand("ConfigMap");
+        feed.deliver(config_map("q", "9"));
         assert!(!cache.shows("q", "10"), "the cache is behind the write");
-        deliver(&cache, &mut writer, config_map("q", "10"));
+        feed.deliver(config_map("q", "10"));
         assert!(cache.shows("q", "10"));
         // Another writer on top: the write was delivered on the way, so it shows.
-        deliver(&cache, &mut writer, config_map("q", "11"));
+        feed.deliver(config_map("q", "11"));
         assert!(cache.shows("q", "10"));
         assert!(
             cache.shows("gone", "10"),
@@ -401,15 +424,15 @@ mod tests {
 
     #[test]
     fn versions_are_compared_for_equality_only() {
-        let (cache, mut writer) = cache();
-        deliver(&cache, &mut writer, config_map("q", "abc"));
+        let (cache, mut feed) = Cache::by_hand("ConfigMap");
+        feed.deliver(config_map("q", "abc"));
         assert!(
             !cache.shows("q", "10"),
             "an opaque version says nothing about order"
         );
         assert!(cache.shows("q", "abc"));
         // A version that looks larger than the write is not taken for it.
-        deliver(&cache, &mut writer, config_map("p", "99999"));
+        feed.deliver(config_map("p", "99999"));
         assert!(!cache.shows("p", "10"));
     }
 

@@ -21,7 +21,7 @@ mod metrics;
 mod runner;
 mod trigger;
 
-pub use cache::{Cache, CacheGone, Objects, ReportedOnce, WatchContext, bounded};
+pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{ClusterObject, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
