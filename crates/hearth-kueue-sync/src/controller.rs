@@ -29,6 +29,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::reconcile::{Caches, Context};
 use crate::snapshot::Stores;
+use crate::statuses::Statuses;
 
 /// How long a trigger waits for more changes before the reconcile starts: not at all.
 /// Batching comes from running one reconcile at a time (see the module docs); a wait
@@ -94,13 +95,21 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         "caches synced; reconciling"
     );
 
+    let writer = Writer::new(
+        rt.write_client(),
+        rt.namespace(),
+        rt.events(),
+        metrics.clone(),
+    );
+    let statuses = Statuses::new(
+        writer.clone(),
+        caches.clusters.clone(),
+        rt.leader(),
+        watch.changes.clone(),
+    );
     let context = Context {
-        writer: Writer::new(
-            rt.write_client(),
-            rt.namespace(),
-            rt.events(),
-            metrics.clone(),
-        ),
+        writer,
+        statuses,
         settings,
         stores: Stores {
             clusters: caches.clusters.store(),
@@ -112,6 +121,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         leader: rt.leader(),
         changes: watch.changes.clone(),
         reported: Mutex::new(ReportedOnce::default()),
+        waiting_for_new_flavor: Mutex::default(),
     };
     Triggers {
         changes: watch.changes.subscribe(),

@@ -16,6 +16,7 @@ mod metrics;
 pub mod plan;
 mod reconcile;
 mod snapshot;
+mod statuses;
 pub mod workloads;
 mod writeback;
 

@@ -7,12 +7,14 @@
 //!    if it does not), re-plan from that and try again, a bounded number of times;
 //! 3. at the same time, since none waits for another: create the new flavors (no entry
 //!    names a flavor in the round that creates it, so the queue write never waits for
-//!    them), delete orphaned flavors (the plan lists only those no entry references),
-//!    and, only once the ClusterQueue write succeeded, each changed cluster's status,
-//!    with an Event when its news changed.
+//!    them) and delete orphaned flavors (the plan lists only those no entry references);
+//!    and, only once the ClusterQueue write succeeded, hand each changed cluster's status
+//!    to [`Statuses`], which writes it in the background (with an Event when its news
+//!    changed), so that no plan waits for the status writes of the one before.
 //!
-//! Then it waits (bounded) until the caches show its own writes, so that the reconcile
-//! those writes trigger plans from them instead of racing them into a conflict.
+//! Then it waits (bounded) until the caches show its ClusterQueue and flavor writes, so
+//! that the reconcile those writes trigger plans from them instead of racing them into a
+//! conflict.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -23,7 +25,6 @@ use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource;
 use tokio::sync::watch;
 
@@ -32,7 +33,8 @@ use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
 use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot, Stores};
-use crate::writeback::{INVALID_OBJECT, cordon_event_for, event_for};
+use crate::statuses::Statuses;
+use crate::writeback::INVALID_OBJECT;
 
 /// How the ClusterQueue step of one attempt ended.
 enum QueueWrite {
@@ -73,6 +75,10 @@ pub(crate) struct Context {
     pub changes: Changes,
     /// Invalid objects already reported, by `(kind, name, resourceVersion)`.
     pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
+    /// The cluster status writes, in the background.
+    pub statuses: Statuses,
+    /// The clusters the last round planned [`waiting_for_new_flavor`].
+    pub waiting_for_new_flavor: Mutex<BTreeSet<String>>,
 }
 
 /// Which of the planned flavor writes: those of flavors that exist (before the queue
@@ -94,7 +100,6 @@ enum Written {
     /// flavor: one it misses is not ready, and a younger cluster whose flavor it sees
     /// would take the older one's place in the queue, for good.
     NewFlavor(String, String),
-    Cluster(String, String),
 }
 
 impl Context {
@@ -106,6 +111,7 @@ impl Context {
     pub async fn reconcile(&self) -> Result<usize, Error> {
         let mut fresh_queue: Option<Option<Arc<QueueObject>>> = None;
         for attempt in 1..=MAX_ATTEMPTS {
+            self.statuses.settle();
             let snapshot = self.stores.snapshot(&self.settings, fresh_queue.take())?;
             self.writer
                 .metrics
@@ -144,27 +150,25 @@ impl Context {
                 }
                 QueueWrite::NotLeader => return Ok(written.len()),
             };
-            // The statuses describe the world after the ClusterQueue write.
-            let statuses = async {
-                if !queue_written {
-                    return (Vec::new(), None);
-                }
-                let written = self.write_statuses(&snapshot, &plan).await;
+            // The statuses describe the world after the ClusterQueue write. They are
+            // written in the background (see [`Statuses`]): the next plan does not wait.
+            let statuses = if queue_written {
+                let submitted = self.submit_statuses(&snapshot, &plan);
                 self.writer.metrics.published(&plan);
-                written
+                submitted
+            } else {
+                0
             };
-            let ((created, create_errors), (deletes, delete_errors), (statuses, status_error)) = tokio::join!(
+            let ((created, create_errors), (deletes, delete_errors)) = tokio::join!(
                 self.apply_flavors(&plan, Flavors::New),
                 self.delete_flavors(&snapshot, &plan),
-                statuses,
             );
             written.extend(created);
-            written.extend(statuses);
             errors.extend(create_errors);
             errors.extend(delete_errors);
-            errors.extend(status_error);
+            errors.extend(self.statuses.take_failure());
 
-            let writes = written.len() + deletes;
+            let writes = written.len() + deletes + statuses;
             self.catch_up(&written).await;
             return errors.into_iter().next().map_or(Ok(writes), Err);
         }
@@ -314,70 +318,27 @@ impl Context {
         ))
     }
 
-    /// Writes the status of every live cluster whose status changes, a bounded number at
-    /// a time, with an Event where there is news. Returns what was written and the first
-    /// error (naming every cluster that failed).
-    async fn write_statuses(
-        &self,
-        snapshot: &Snapshot,
-        plan: &Plan,
-    ) -> (Vec<Written>, Option<Error>) {
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let results: Vec<_> = futures::stream::iter(
-            plan.clusters
-                .iter()
-                .filter(|(_, sync)| sync.status_changed)
-                .filter_map(|(name, sync)| snapshot.cluster(name).map(|c| (c, sync))),
-        )
-        .map(|(cluster, sync)| {
-            let now = now.clone();
-            async move {
-                let name = cluster.metadata.name.clone().unwrap_or_default();
-                match self.writer.write_status(cluster, sync, &now).await {
-                    Ok(updated) => {
-                        tracing::info!(
-                            cluster = %name,
-                            reason = sync.reason(),
-                            "wrote status"
-                        );
-                        // In the background: the other statuses must not wait for them.
-                        for event in [event_for(cluster, sync), cordon_event_for(cluster, sync)]
-                            .into_iter()
-                            .flatten()
-                        {
-                            self.writer
-                                .publish_in_background(cluster.object_ref(&()), event);
-                        }
-                        Ok(version_of(&updated).map(|(name, rv)| Written::Cluster(name, rv)))
-                    }
-                    // Deleted meanwhile: nothing to say any more.
-                    Err(error) if is_not_found(&error) => Ok(None),
-                    Err(error) => Err((name, error)),
-                }
-            }
-        })
-        .buffer_unordered(WRITES_IN_FLIGHT)
-        .collect()
-        .await;
-        let mut written = Vec::new();
-        let mut failed = Vec::new();
-        let mut first = None;
-        for result in results {
-            match result {
-                Ok(w) => written.extend(w),
-                Err((name, error)) => {
-                    tracing::warn!(cluster = %name, %error, "cannot write status");
-                    failed.push(name);
-                    first.get_or_insert(error);
-                }
-            }
-        }
-        failed.sort();
-        let error = first.map(|source| Error::WriteStatus {
-            clusters: failed,
-            source,
-        });
-        (written, error)
+    /// Hands the status of every live cluster whose status changes (or whose earlier
+    /// status is still on its way) to [`Statuses`]; returns how many were new. A
+    /// `WaitingForFlavor` of a flavor this very round creates is held back one round
+    /// (see [`waiting_for_new_flavor`]).
+    fn submit_statuses(&self, snapshot: &Snapshot, plan: &Plan) -> usize {
+        let mut waiting = self
+            .waiting_for_new_flavor
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now_waiting = waiting_for_new_flavor(plan);
+        let held: BTreeSet<&String> = now_waiting.difference(&waiting).collect();
+        let submitted = plan
+            .clusters
+            .iter()
+            .filter(|(name, sync)| sync.status_changed || self.statuses.remembers(name))
+            .filter(|(name, _)| !held.contains(name))
+            .filter_map(|(name, sync)| snapshot.cluster(name).map(|c| (c, sync)))
+            .filter(|(cluster, sync)| self.statuses.submit(cluster, sync))
+            .count();
+        *waiting = now_waiting;
+        submitted
     }
 
     /// Logs, and for FournosClusters also reports as a Warning Event, each object that
@@ -453,7 +414,6 @@ impl Context {
                     Written::NewFlavor(name, rv) => {
                         caches.flavors.named(name).is_some() && caches.flavors.shows(name, rv)
                     }
-                    Written::Cluster(name, rv) => caches.clusters.shows(name, rv),
                 })
             })
             .await;
@@ -485,8 +445,59 @@ fn log_planned(plan: &Plan) {
     }
 }
 
+/// The clusters waiting for a flavor that this round creates. Their `WaitingForFlavor` is
+/// written only when the round after still says it (the flavor's create failed): the
+/// next round, which follows as soon as the caches show the new flavors, has the answer
+/// that matters (the entry, or why there is none). One status write per new cluster
+/// instead of two, in a burst of onboardings where the apiserver's writes are what
+/// every cluster waits for.
+pub(crate) fn waiting_for_new_flavor(plan: &Plan) -> BTreeSet<String> {
+    let creating: BTreeSet<&str> = plan
+        .flavors_to_create
+        .iter()
+        .filter_map(|f| f.metadata.name.as_deref())
+        .collect();
+    plan.clusters
+        .iter()
+        .filter(|(name, sync)| {
+            sync.reason() == crate::plan::SyncReason::WaitingForFlavor.as_str()
+                && creating.contains(name.as_str())
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
 /// `(name, resourceVersion)` of a written object.
 fn version_of<K: Resource>(object: &K) -> Option<(String, String)> {
     let meta = object.meta();
     Some((meta.name.clone()?, meta.resource_version.clone()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{World, cluster};
+
+    #[test]
+    fn only_a_wait_for_a_flavor_this_round_creates_is_held_back() {
+        let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
+        let plan = world.plan();
+        assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
+        assert_eq!(
+            waiting_for_new_flavor(&plan),
+            BTreeSet::from(["a".to_owned()])
+        );
+        // The next round has the flavor: the answer that matters, written.
+        world.apply(&plan);
+        let plan = world.plan();
+        assert_ne!(plan.clusters["a"].reason(), "WaitingForFlavor");
+        assert!(waiting_for_new_flavor(&plan).is_empty());
+        // A flavor being deleted is a wait this round does not end: not held back.
+        let mut world = World::new().with_clusters([cluster("b").gpu("a100", 8)]);
+        world.converge();
+        world.flavors[0].metadata.deletion_timestamp = Some(crate::testing::at(1));
+        let plan = world.plan();
+        assert_eq!(plan.clusters["b"].reason(), "WaitingForFlavor");
+        assert!(waiting_for_new_flavor(&plan).is_empty());
+    }
 }

@@ -1,0 +1,653 @@
+//! Cluster status writes, in the background and latest first.
+//!
+//! A reconcile hands each changed cluster's [`ClusterSync`] to [`Statuses`] and goes on:
+//! the next plan (a new count, a ClusterQueue write) never waits for the status writes of
+//! the one before. What protects the apiserver is the bound, [`WRITES_IN_FLIGHT`] writes
+//! at a time; what keeps the writes few is that a cluster has at most one write waiting:
+//! a newer plan for it replaces the waiting one, so in a burst a cluster whose count
+//! arrives while its `WaitingForDiscovery` write still waits gets one write, not two.
+//!
+//! Waiting is not news: a `WaitingForDiscovery` status is written only when no other
+//! status waits, at most [`LATER_IN_FLIGHT`] at a time. In a burst, the count of most
+//! clusters arrives before their turn and replaces it; on a quiet fleet it is written at
+//! once.
+//!
+//! What was handed over is remembered until the cluster cache shows the write, so a plan
+//! made from a cache that lags behind a write does not ask for it again. A failed write
+//! is retried after the cluster's backoff (1 s doubling to a minute), through a reconcile
+//! that re-plans it; the reconcile reports the failure (`WriteStatusFailed`).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use hearth_api::FournosCluster;
+use hearth_runtime::kit::{Backoff, Cache, Changes, ClusterObject, WRITES_IN_FLIGHT};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource as _;
+use kube::core::DeserializeGuard;
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::apply::Writer;
+use crate::error::{Error, is_not_found};
+use crate::plan::{ClusterSync, SyncReason};
+use crate::writeback::{cordon_event_for, event_for};
+
+/// Low-priority writes in flight at most (of [`WRITES_IN_FLIGHT`]).
+pub(crate) const LATER_IN_FLIGHT: usize = 2;
+
+/// What a write says: the plan's status for one version of one cluster.
+#[derive(Clone, Debug, PartialEq)]
+struct Said {
+    uid: Option<String>,
+    /// The generation the plan saw: the status's `observedGeneration`.
+    generation: Option<i64>,
+    sync: ClusterSync,
+}
+
+impl Said {
+    /// Whether this waits behind every other write: it says only that the cluster waits.
+    fn later(&self) -> bool {
+        self.sync.reason() == SyncReason::WaitingForDiscovery.as_str()
+    }
+}
+
+#[derive(Debug)]
+enum Stage {
+    /// A task waits for a write slot, and writes the latest [`Said`] when it gets one.
+    Waiting,
+    /// Being written; `again`: a newer [`Said`] arrived meanwhile, written next.
+    Writing { again: bool },
+    /// Written as this version; the cache does not show it yet.
+    Written(String),
+    /// Failed; asked again (by a re-plan) once `retry_at` has passed.
+    Failed { retry_at: Instant },
+}
+
+#[derive(Debug)]
+struct Entry {
+    said: Said,
+    stage: Stage,
+    /// What the last write returned, trimmed: the freshest view of the cluster until the
+    /// cache shows it (the next write's transition times and Event compare with it).
+    last_written: Option<Arc<ClusterObject>>,
+}
+
+/// The status writes of the leader. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub(crate) struct Statuses {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    writer: Writer,
+    clusters: Cache<FournosCluster>,
+    leader: watch::Receiver<bool>,
+    /// Wakes a reconcile when a failed write is due again.
+    changes: Changes,
+    /// Wakes a worker when a write waits.
+    ready: Notify,
+    backoff: Backoff,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// Clusters with a write waiting, in the order asked; a name whose entry no longer
+    /// waits (or waits in the other queue) is skipped when it comes up.
+    now: VecDeque<String>,
+    later: VecDeque<String>,
+    later_in_flight: usize,
+    /// Failed writes not yet reported by a reconcile: cluster names, and the first error.
+    failed: Vec<String>,
+    first_error: Option<kube::Error>,
+}
+
+impl Statuses {
+    pub fn new(
+        writer: Writer,
+        clusters: Cache<FournosCluster>,
+        leader: watch::Receiver<bool>,
+        changes: Changes,
+    ) -> Self {
+        let statuses = Self {
+            inner: Arc::new(Inner {
+                writer,
+                clusters,
+                leader,
+                changes,
+                ready: Notify::new(),
+                backoff: Backoff::default(),
+                state: Mutex::default(),
+            }),
+        };
+        for _ in 0..WRITES_IN_FLIGHT {
+            let inner = statuses.inner.clone();
+            tokio::spawn(async move { inner.work().await });
+        }
+        statuses
+    }
+
+    /// Forgets the writes the cache shows (or whose cluster is gone). Call before taking
+    /// the snapshot, so that the plan and this memory agree on what is written.
+    pub fn settle(&self) {
+        let clusters = &self.inner.clusters;
+        self.inner
+            .lock()
+            .entries
+            .retain(|name, entry| match &entry.stage {
+                Stage::Written(rv) => !clusters.shows(name, rv),
+                Stage::Failed { .. } => clusters.named(name).is_some(),
+                Stage::Waiting | Stage::Writing { .. } => true,
+            });
+    }
+
+    /// Whether a write for `name` is remembered: the plan must then say what it wants
+    /// even when the cache already shows it, or the remembered one would win.
+    pub fn remembers(&self, name: &str) -> bool {
+        self.inner.lock().entries.contains_key(name)
+    }
+
+    /// Asks for `sync` to be written to `cluster`'s status. False when that is already
+    /// said (waiting, being written, written but not yet in the cache, or failed and not
+    /// yet due again).
+    pub fn submit(&self, cluster: &FournosCluster, sync: &ClusterSync) -> bool {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let said = Said {
+            uid: cluster.metadata.uid.clone(),
+            generation: cluster.metadata.generation,
+            sync: sync.clone(),
+        };
+        let later = said.later();
+        let mut state = self.inner.lock();
+        let entry = state.entries.entry(name.clone());
+        let queue = match entry {
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(Entry {
+                    said,
+                    stage: Stage::Waiting,
+                    last_written: None,
+                });
+                true
+            }
+            std::collections::hash_map::Entry::Occupied(mut occupied) => {
+                let entry = occupied.get_mut();
+                let due = match entry.stage {
+                    Stage::Failed { retry_at } => retry_at <= Instant::now(),
+                    _ => false,
+                };
+                if entry.said == said && !due {
+                    return false;
+                }
+                if entry.said.uid != said.uid {
+                    // A new cluster of the same name: nothing written to the old one counts.
+                    entry.last_written = None;
+                }
+                let moved = entry.said.later() != later;
+                entry.said = said;
+                match &mut entry.stage {
+                    // Queued again only when it changes queue.
+                    Stage::Waiting => moved,
+                    Stage::Writing { again } => {
+                        *again = true;
+                        false
+                    }
+                    stage @ (Stage::Written(_) | Stage::Failed { .. }) => {
+                        *stage = Stage::Waiting;
+                        true
+                    }
+                }
+            }
+        };
+        if queue {
+            if later {
+                state.later.push_back(name);
+            } else {
+                state.now.push_back(name);
+            }
+            drop(state);
+            self.inner.ready.notify_one();
+        }
+        true
+    }
+
+    /// The writes that failed since the last call, as one error naming every cluster.
+    pub fn take_failure(&self) -> Option<Error> {
+        let mut state = self.inner.lock();
+        let source = state.first_error.take()?;
+        let mut clusters = std::mem::take(&mut state.failed);
+        clusters.sort();
+        clusters.dedup();
+        Some(Error::WriteStatus { clusters, source })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One worker: takes the next waiting write, urgent ones first, forever.
+    async fn work(&self) {
+        loop {
+            let next = self.next();
+            match next {
+                Some((name, later)) => {
+                    self.write(&name).await;
+                    if later {
+                        self.lock().later_in_flight -= 1;
+                        // A slot for low-priority writes is free again.
+                        self.ready.notify_one();
+                    }
+                }
+                None => self.ready.notified().await,
+            }
+        }
+    }
+
+    /// The next cluster whose write waits, and whether it was a low-priority one.
+    fn next(&self) -> Option<(String, bool)> {
+        let mut state = self.lock();
+        let waits = |state: &State, name: &str, later: bool| {
+            state
+                .entries
+                .get(name)
+                .is_some_and(|e| matches!(e.stage, Stage::Waiting) && e.said.later() == later)
+        };
+        while let Some(name) = state.now.pop_front() {
+            if waits(&state, &name, false) {
+                return Some((name, false));
+            }
+        }
+        while state.later_in_flight < LATER_IN_FLIGHT {
+            let name = state.later.pop_front()?;
+            if waits(&state, &name, true) {
+                state.later_in_flight += 1;
+                return Some((name, true));
+            }
+        }
+        None
+    }
+
+    /// Writes the latest [`Said`] of `name`, then whatever arrived meanwhile.
+    async fn write(&self, name: &str) {
+        loop {
+            let Some((said, base)) = self.start(name) else {
+                return;
+            };
+            let now = Time(k8s_openapi::jiff::Timestamp::now());
+            let result = self.writer.write_status(&base, &said.sync, &now).await;
+            if result.is_ok() {
+                tracing::info!(cluster = %name, reason = said.sync.reason(), "wrote status");
+                // In the background: the other statuses must not wait for them.
+                for event in [
+                    event_for(&base, &said.sync),
+                    cordon_event_for(&base, &said.sync),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    self.writer
+                        .publish_in_background(base.object_ref(&()), event);
+                }
+            }
+            if !self.finish(name, result) {
+                return;
+            }
+        }
+    }
+
+    /// Marks `name` as being written and returns what to write and onto what, or `None`
+    /// when there is nothing to write (any more).
+    fn start(&self, name: &str) -> Option<(Said, FournosCluster)> {
+        let mut state = self.lock();
+        let leader = *self.leader.borrow();
+        let cached = self.clusters.named(name);
+        let entry = state.entries.get_mut(name)?;
+        if !leader || !matches!(entry.stage, Stage::Waiting) {
+            // A standby writes nothing; its leader will re-plan from scratch.
+            if !leader {
+                state.entries.remove(name);
+            }
+            return None;
+        }
+        // The freshest view: our last write until the cache shows it, else the cache.
+        let fresh = match &entry.last_written {
+            Some(written)
+                if !written
+                    .meta()
+                    .resource_version
+                    .as_deref()
+                    .is_some_and(|rv| self.clusters.shows(name, rv)) =>
+            {
+                Some(written.clone())
+            }
+            _ => cached,
+        };
+        let base = fresh.and_then(|c| c.0.as_ref().ok().cloned());
+        let Some(mut base) = base.filter(|b| b.metadata.uid == entry.said.uid) else {
+            // Deleted (or replaced) meanwhile: nothing to say any more.
+            state.entries.remove(name);
+            return None;
+        };
+        // The status says which generation its plan saw, not the newest.
+        base.metadata.generation = entry.said.generation;
+        entry.stage = Stage::Writing { again: false };
+        Some((entry.said.clone(), base))
+    }
+
+    /// Records how a write ended; true when a newer [`Said`] is to be written now.
+    fn finish(&self, name: &str, result: Result<FournosCluster, kube::Error>) -> bool {
+        let mut state = self.lock();
+        let State {
+            entries,
+            failed,
+            first_error,
+            ..
+        } = &mut *state;
+        let Some(entry) = entries.get_mut(name) else {
+            return false;
+        };
+        let again = matches!(entry.stage, Stage::Writing { again: true });
+        match result {
+            Ok(mut updated) => {
+                self.backoff.succeeded(&name.to_owned());
+                let rv = updated
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default();
+                crate::snapshot::trim_cluster(&mut updated);
+                entry.last_written = Some(Arc::new(DeserializeGuard(Ok(updated))));
+                entry.stage = Stage::Written(rv);
+            }
+            Err(error) if is_not_found(&error) => {
+                entries.remove(name);
+                return false;
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %name, %error, "cannot write status");
+                let delay = self.backoff.failed(name.to_owned());
+                entry.stage = Stage::Failed {
+                    retry_at: Instant::now() + delay,
+                };
+                failed.push(name.to_owned());
+                first_error.get_or_insert(error);
+                self.wake_after(delay);
+            }
+        }
+        if again {
+            entry.stage = Stage::Waiting;
+        }
+        again
+    }
+
+    /// Wakes a reconcile after `delay`: it re-plans and asks for the failed write again.
+    fn wake_after(&self, delay: Duration) {
+        let changes = self.changes.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            changes.bump();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::testing::{World, cluster};
+    use hearth_api::names::controllers::KUEUE_SYNC;
+    use hearth_runtime::events::Events;
+    use hearth_runtime::kit::HandFeed;
+    use http::{Request, Response, StatusCode};
+    use http_body_util::BodyExt;
+    use serde_json::{Value, json};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    /// A fake apiserver for status writes: records `(cluster, KueueSynced reason)` of
+    /// each write as it arrives, then answers once `gate` gives a permit (or 500 while
+    /// `fail` is set) with the object at a new resourceVersion.
+    #[derive(Clone)]
+    struct Server {
+        seen: Arc<Mutex<Vec<(String, String)>>>,
+        gate: Arc<tokio::sync::Semaphore>,
+        fail: Arc<AtomicBool>,
+        version: Arc<AtomicU64>,
+    }
+
+    impl Server {
+        fn new(open: bool) -> Self {
+            let permits = if open {
+                tokio::sync::Semaphore::MAX_PERMITS
+            } else {
+                0
+            };
+            Self {
+                seen: Arc::default(),
+                gate: Arc::new(tokio::sync::Semaphore::new(permits)),
+                fail: Arc::default(),
+                version: Arc::new(AtomicU64::new(100)),
+            }
+        }
+
+        fn seen(&self) -> Vec<(String, String)> {
+            self.seen.lock().unwrap().clone()
+        }
+
+        fn client(&self) -> kube::Client {
+            let server = self.clone();
+            let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+                let server = server.clone();
+                async move {
+                    let path = request.uri().path().to_owned();
+                    let body: Value =
+                        serde_json::from_slice(&request.into_body().collect().await?.to_bytes())?;
+                    if !path.ends_with("/status") {
+                        // An Event: echoed, not recorded.
+                        return Ok(Response::builder()
+                            .status(StatusCode::CREATED)
+                            .header("content-type", "application/json")
+                            .body(kube::client::Body::from(serde_json::to_vec(&body)?))?);
+                    }
+                    let name = path
+                        .trim_end_matches("/status")
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let reason = body["status"]["conditions"][0]["reason"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    server.seen.lock().unwrap().push((name.clone(), reason));
+                    server.gate.acquire().await?.forget();
+                    let (status, answer) = if server.fail.load(Ordering::SeqCst) {
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                   "reason": "InternalError", "code": 500, "message": "etcd is down"}),
+                        )
+                    } else {
+                        let rv = server.version.fetch_add(1, Ordering::SeqCst);
+                        (
+                            StatusCode::OK,
+                            json!({"apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                                   "metadata": {"name": name, "namespace": "hearth",
+                                                "uid": format!("uid-{name}"), "generation": 1,
+                                                "resourceVersion": rv.to_string()},
+                                   "spec": {"kubeconfigSecret": name},
+                                   "status": body["status"]}),
+                        )
+                    };
+                    let response = Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?;
+                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+                }
+            });
+            kube::Client::new(service, "hearth")
+        }
+    }
+
+    struct Kit {
+        statuses: Statuses,
+        server: Server,
+        feed: HandFeed<FournosCluster>,
+        world: World,
+    }
+
+    /// Statuses writing to a [`Server`], with clusters `names` (8 A100s each) cached.
+    fn kit(open: bool, names: &[&str]) -> Kit {
+        let server = Server::new(open);
+        let client = server.client();
+        let (leader_tx, leader) = watch::channel(true);
+        // The sender lives as long as the test's runtime: leadership never moves.
+        std::mem::forget(leader_tx);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader.clone());
+        let writer = Writer::new(client, "hearth", events, Metrics::register(&mut registry));
+        let (cache, mut feed) = Cache::by_hand("FournosCluster");
+        let world = World::new().with_clusters(names.iter().map(|n| cluster(n).gpu("a100", 8)));
+        for c in &world.clusters {
+            feed.deliver(c.clone());
+        }
+        let statuses = Statuses::new(writer, cache, leader, Changes::default());
+        Kit {
+            statuses,
+            server,
+            feed,
+            world,
+        }
+    }
+
+    impl Kit {
+        fn cluster(&self, name: &str) -> &FournosCluster {
+            self.world
+                .clusters
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name))
+                .unwrap()
+        }
+
+        /// What the plan says of `name`, with the `KueueSynced` reason set to `reason`.
+        fn sync(&self, name: &str, reason: SyncReason) -> ClusterSync {
+            let mut sync = self.world.plan().clusters[name].clone();
+            sync.condition.reason = reason.as_str().to_owned();
+            sync
+        }
+
+        fn submit(&self, name: &str, reason: SyncReason) -> bool {
+            let sync = self.sync(name, reason);
+            self.statuses.submit(self.cluster(name), &sync)
+        }
+
+        /// Waits (10 s at most) until no write waits or is under way.
+        async fn settled(&self) {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let busy = self
+                    .statuses
+                    .inner
+                    .lock()
+                    .entries
+                    .values()
+                    .any(|e| matches!(e.stage, Stage::Waiting | Stage::Writing { .. }));
+                if !busy {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "writes still under way after 10 s"
+                );
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_newer_status_replaces_the_one_that_waits_so_the_cluster_is_written_once() {
+        let kit = kit(true, &["a"]);
+        assert!(kit.submit("a", SyncReason::WaitingForDiscovery));
+        assert!(kit.submit("a", SyncReason::LimitReached));
+        kit.settled().await;
+        assert_eq!(
+            kit.server.seen(),
+            [("a".to_owned(), "LimitReached".to_owned())]
+        );
+    }
+
+    #[tokio::test]
+    async fn waiting_statuses_go_after_every_other_and_few_at_a_time() {
+        let kit = kit(false, &["w1", "w2", "w3", "u"]);
+        for waiting in ["w1", "w2", "w3"] {
+            assert!(kit.submit(waiting, SyncReason::WaitingForDiscovery));
+        }
+        assert!(kit.submit("u", SyncReason::Synced));
+        // Every worker takes what it may: the urgent one first, then two waiting ones.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while kit.server.seen().len() < 1 + LATER_IN_FLIGHT {
+            assert!(Instant::now() < deadline, "{:?}", kit.server.seen());
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let seen = kit.server.seen();
+        assert_eq!(seen[0], ("u".to_owned(), "Synced".to_owned()));
+        assert_eq!(seen.len(), 1 + LATER_IN_FLIGHT, "{seen:?}");
+        kit.server.gate.add_permits(10);
+        kit.settled().await;
+        assert_eq!(kit.server.seen().len(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_written_status_is_not_asked_again_until_the_cache_shows_it() {
+        let mut kit = kit(true, &["a"]);
+        assert!(kit.submit("a", SyncReason::Synced));
+        kit.settled().await;
+        assert!(
+            !kit.submit("a", SyncReason::Synced),
+            "written, not yet cached"
+        );
+        kit.statuses.settle();
+        assert!(kit.statuses.remembers("a"));
+        let mut written = kit.cluster("a").clone();
+        written.metadata.resource_version = Some("100".into());
+        kit.feed.deliver(written);
+        kit.statuses.settle();
+        assert!(
+            !kit.statuses.remembers("a"),
+            "the cache shows it: forgotten"
+        );
+        assert!(
+            kit.submit("a", SyncReason::Drained),
+            "a new status is written"
+        );
+        kit.settled().await;
+        assert_eq!(kit.server.seen().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_write_is_reported_once_and_asked_again_only_after_its_backoff() {
+        let kit = kit(true, &["a"]);
+        kit.server.fail.store(true, Ordering::SeqCst);
+        assert!(kit.submit("a", SyncReason::Synced));
+        kit.settled().await;
+        let Some(Error::WriteStatus { clusters, .. }) = kit.statuses.take_failure() else {
+            panic!("the failure is reported");
+        };
+        assert_eq!(clusters, ["a"]);
+        assert!(kit.statuses.take_failure().is_none(), "reported once");
+        assert!(
+            !kit.submit("a", SyncReason::Synced),
+            "not before its backoff"
+        );
+        assert_eq!(kit.server.seen().len(), 1);
+    }
+}
