@@ -7,10 +7,10 @@
 //! Secret cache would otherwise read as "every Secret is gone" and offboard everything.
 //! Only the lease holder applies; every replica reports metrics.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use hearth_api::names::{
@@ -46,6 +46,10 @@ struct Reported {
     not_adopted: HashSet<(String, String)>,
     /// Wakes the sweep at the next held-back deadline; replaced by every sweep.
     wake: Option<AbortOnDrop>,
+    /// Clusters this replica created that the cache does not show yet, and when: a sweep
+    /// that follows a create before its watch event would create them again (a 409 each,
+    /// hundreds in a burst of onboardings).
+    created: HashMap<String, Instant>,
 }
 
 /// Aborts the task when dropped, so a replaced wake-up never fires.
@@ -117,7 +121,15 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
     reported.wake = wake_at(ctx, held_back.iter().filter_map(|h| h.until).min());
 
     // Leadership can be lost mid-sweep: each step stops as soon as it is.
-    if !onboard_all(ctx, create).await || !offboard_all(ctx, delete, reported).await {
+    let create = not_created_yet(
+        create,
+        &mut reported.created,
+        Instant::now() - ctx.settings.resync,
+        |name| ctx.clusters.named(name).is_some(),
+    );
+    if !onboard_all(ctx, create, &mut reported.created).await
+        || !offboard_all(ctx, delete, reported).await
+    {
         return;
     }
     announce_held_back(ctx, held_back, reported).await;
@@ -222,23 +234,53 @@ fn record_and_forget(
         .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
 }
 
+/// The planned creates but those of clusters this replica created (since `since`) and
+/// the cache does not show yet. One that never shows (a watch that re-lists skips an
+/// object created and deleted meanwhile) is planned again after a resync interval.
+fn not_created_yet(
+    create: Vec<NewCluster>,
+    created: &mut HashMap<String, Instant>,
+    since: Instant,
+    cached: impl Fn(&str) -> bool,
+) -> Vec<NewCluster> {
+    created.retain(|name, at| *at > since && !cached(name));
+    create
+        .into_iter()
+        .filter(|new| !created.contains_key(&new.name))
+        .collect()
+}
+
 /// Creates the planned clusters, [`WRITES_IN_FLIGHT`] at a time (each is its own
 /// object: one slow create must not hold up the rest); false when leadership was lost on
 /// the way (creates not yet sent are not sent).
-async fn onboard_all(ctx: &Context, create: Vec<NewCluster>) -> bool {
-    futures::stream::iter(create)
+async fn onboard_all(
+    ctx: &Context,
+    create: Vec<NewCluster>,
+    created: &mut HashMap<String, Instant>,
+) -> bool {
+    let results: Vec<(Option<String>, bool)> = futures::stream::iter(create)
         .map(|new| async move {
             if !ctx.rt.is_leader() {
-                return false;
+                return (None, false);
             }
-            if let Err(error) = onboard(ctx, &new).await {
-                tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+            match onboard(ctx, &new).await {
+                Ok(()) => (Some(new.name), true),
+                Err(error) => {
+                    tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+                    (None, true)
+                }
             }
-            true
         })
         .buffer_unordered(WRITES_IN_FLIGHT)
-        .fold(true, |all, led| std::future::ready(all && led))
-        .await
+        .collect()
+        .await;
+    let now = Instant::now();
+    let mut led = true;
+    for (name, still_leader) in results {
+        created.extend(name.map(|name| (name, now)));
+        led &= still_leader;
+    }
+    led
 }
 
 /// Deletes the planned clusters, each once; false when leadership was lost on the way.
@@ -472,5 +514,35 @@ fn secret_reference(ctx: &Context, name: &str, uid: Option<&str>) -> ObjectRefer
         namespace: Some(ctx.settings.secrets_namespace.clone()),
         uid: uid.map(str::to_owned),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new(name: &str) -> NewCluster {
+        NewCluster {
+            name: name.to_owned(),
+            secret: format!("{name}-kubeconfig"),
+            owner: None,
+        }
+    }
+
+    #[test]
+    fn a_cluster_created_but_not_yet_cached_is_not_created_again_until_the_resync() {
+        let start = Instant::now();
+        let mut created = HashMap::from([("a".to_owned(), start), ("b".to_owned(), start)]);
+        let names = |c: Vec<NewCluster>| c.into_iter().map(|n| n.name).collect::<Vec<_>>();
+        let before = start - Duration::from_secs(1);
+        // b is cached (so not planned), a is not yet: only c is created; b is forgotten.
+        let planned = vec![new("a"), new("c")];
+        let create = not_created_yet(planned, &mut created, before, |n| n == "b");
+        assert_eq!(names(create), ["c"]);
+        assert_eq!(created.keys().collect::<Vec<_>>(), ["a"]);
+        // A resync interval later, a that never showed is planned again.
+        let create = not_created_yet(vec![new("a")], &mut created, start, |_| false);
+        assert_eq!(names(create), ["a"]);
+        assert!(created.is_empty());
     }
 }
