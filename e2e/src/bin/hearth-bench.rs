@@ -1296,7 +1296,7 @@ fn summary_md(r: &Results) -> String {
 /// it took after the stage before it.
 fn stages_md(r: &Results) -> String {
     let mut md = String::from(
-        "\n## Where the time goes (s)\n\nPer stage: seconds from the Secret's create request (p50 / p95), and from the stage before it for the same cluster (p50 / p95). Sources: *bench watch* is the arrival of the watch event at the bench; *discovery log* / *kueue-sync log* are the controllers' own JSON log timestamps (debug lines `probe started`, `probed`, `planned`; same machine, same clock). A step can be negative when two watchers see the same write in the other order.\n",
+        "\n## Where the time goes (s)\n\nPer stage: seconds from the Secret's create request (p50 / p95 / max), and from the stage before it for the same cluster (p50 / p95 / max). Sources: *bench watch* is the arrival of the watch event at the bench; *discovery log* / *kueue-sync log* are the controllers' own JSON log timestamps (debug lines `probe started`, `probed`, `planned`; same machine, same clock). A step can be negative when two watchers see the same write in the other order.\n",
     );
     let batches = r
         .onboarding
@@ -1305,12 +1305,12 @@ fn stages_md(r: &Results) -> String {
         .chain(r.scale.iter().map(|s| (s.clusters, &s.stages)));
     for (clusters, stages) in batches {
         md.push_str(&format!(
-            "\n### {clusters} at once\n\n| stage | source | since Secret p50 / p95 | step p50 / p95 | n |\n|---|---|---|---|---|\n"
+            "\n### {clusters} at once\n\n| stage | source | since Secret p50 / p95 / max | step p50 / p95 / max | n |\n|---|---|---|---|---|\n"
         ));
         for s in stages {
             let pair = |s: &Option<Summary>| {
                 s.as_ref()
-                    .map(|s| format!("{:.3} / {:.3}", s.p50, s.p95))
+                    .map(|s| format!("{:.3} / {:.3} / {:.3}", s.p50, s.p95, s.max))
                     .unwrap_or_else(|| "–".to_owned())
             };
             md.push_str(&format!(
