@@ -53,12 +53,17 @@ for tag in "${tags[@]}"; do
     id=$("${podman[@]}" image inspect --format '{{.Id}}' "$tag" 2>/dev/null) && previous+=("$id")
 done
 build -f Containerfile -t "$runtime" --build-arg BASE_IMAGE="$base"
-echo "images: base $base, version $version, revision $revision"
+# The base by digest, whatever name it was given: an image built from a tag still says
+# exactly what it was built on (OCI's base.name / base.digest annotations, as labels).
+base_digest=$("${podman[@]}" image inspect --format '{{.Digest}}' "$base")
+echo "images: base $base ($base_digest), version $version, revision $revision"
 # As --label, not ARGs in a LABEL step, whose cached layer buildah reuses (see Containerfile).
 labels=(
     --label "org.opencontainers.image.version=$version"
     --label "org.opencontainers.image.revision=$revision"
     --label "org.opencontainers.image.source=$source"
+    --label "org.opencontainers.image.base.name=$base"
+    --label "org.opencontainers.image.base.digest=$base_digest"
 )
 for bin in "${binaries[@]}"; do
     build -f "${containerfile[$bin]}" -t "localhost/$bin:$version" --build-arg RUNTIME_IMAGE="$runtime" "${labels[@]}"

@@ -196,6 +196,16 @@ impl Image {
             "{bin}: licenses {:?}",
             label("licenses")
         );
+        // The base it was built on, by digest, even when it was named by a tag.
+        let digest = label("base.digest");
+        ensure!(
+            !label("base.name").is_empty()
+                && digest.strip_prefix("sha256:").is_some_and(|hex| {
+                    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                }),
+            "{bin}: base {:?} at {digest:?} is not named by a sha256 digest",
+            label("base.name")
+        );
         let revision = label("revision");
         ensure!(
             revision.len() >= 40 && revision.chars().take(40).all(|c| c.is_ascii_hexdigit()),
