@@ -512,7 +512,7 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader.clone());
         let writer = Writer::new(client, "hearth", events, Metrics::register(&mut registry));
-        let (cache, mut feed) = Cache::by_hand("FournosCluster");
+        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("hearth"));
         let world = World::new().with_clusters(names.iter().map(|n| cluster(n).gpu("a100", 8)));
         for c in &world.clusters {
             feed.deliver(c.clone());

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -46,6 +46,8 @@ where
 {
     kind: &'static str,
     store: Store<DeserializeGuard<K>>,
+    /// The one namespace the watch covers (`None`: cluster-scoped, or every namespace).
+    namespace: Option<String>,
     synced: watch::Receiver<bool>,
     versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
 }
@@ -132,6 +134,7 @@ where
         let cache = Self {
             kind,
             store,
+            namespace: api.namespace().map(str::to_owned),
             synced,
             versions: Arc::default(),
         };
@@ -219,14 +222,16 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
 {
     /// A filled cache without a watch, for tests of code that reads caches: objects
-    /// arrive through the returned [`HandFeed`].
-    pub fn by_hand(kind: &'static str) -> (Self, HandFeed<K>) {
+    /// arrive through the returned [`HandFeed`]. `namespace`: the one namespace the
+    /// watch would cover (`None`: cluster-scoped, or every namespace).
+    pub fn by_hand(kind: &'static str, namespace: Option<&str>) -> (Self, HandFeed<K>) {
         let (store, writer) = reflector::store();
         let (_, synced) = watch::channel(true);
         let versions: Arc<Mutex<HashMap<String, VecDeque<String>>>> = Arc::default();
         let cache = Self {
             kind,
             store,
+            namespace: namespace.map(str::to_owned),
             synced,
             versions: versions.clone(),
         };
@@ -252,9 +257,22 @@ where
         self.store.state()
     }
 
-    /// The cached object named `name` (the cache holds one namespace or none).
-    pub fn named(&self, name: &str) -> Option<Arc<DeserializeGuard<K>>> {
-        self.store.find(|o| o.meta().name.as_deref() == Some(name))
+    /// The cached object named `name` (the cache holds one namespace or none). A keyed
+    /// lookup where the key is known (one namespace, or a cluster-scoped object): callers
+    /// ask once per write of a burst of 1000, which a scan of the cache made quadratic.
+    pub fn named(&self, name: &str) -> Option<Arc<DeserializeGuard<K>>>
+    where
+        K::DynamicType: Default,
+    {
+        let key = ObjectRef::<DeserializeGuard<K>>::new(name);
+        let key = match &self.namespace {
+            Some(namespace) => key.within(namespace),
+            None => key,
+        };
+        self.store.get(&key).or_else(|| {
+            // Every namespace of a namespaced kind: the name alone is no key.
+            self.store.find(|o| o.meta().name.as_deref() == Some(name))
+        })
     }
 
     /// Waits until the cache holds a full list; any number of tasks may wait.
@@ -281,7 +299,10 @@ where
     /// `written`: the watch delivered that very version, or the object is gone.
     /// Versions are opaque and only ever compared for equality; a later version is
     /// recognised because the watch delivered the written one on its way.
-    pub fn shows(&self, name: &str, written: &str) -> bool {
+    pub fn shows(&self, name: &str, written: &str) -> bool
+    where
+        K::DynamicType: Default,
+    {
         if self.named(name).is_none() {
             return true;
         }
@@ -408,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_write_is_seen_at_its_version_or_later_or_when_gone() {
-        let (cache, mut feed) = Cache::by_hand("ConfigMap");
+        let (cache, mut feed) = Cache::by_hand("ConfigMap", Some("ns"));
         feed.deliver(config_map("q", "9"));
         assert!(!cache.shows("q", "10"), "the cache is behind the write");
         feed.deliver(config_map("q", "10"));
@@ -424,7 +445,7 @@ mod tests {
 
     #[test]
     fn versions_are_compared_for_equality_only() {
-        let (cache, mut feed) = Cache::by_hand("ConfigMap");
+        let (cache, mut feed) = Cache::by_hand("ConfigMap", Some("ns"));
         feed.deliver(config_map("q", "abc"));
         assert!(
             !cache.shows("q", "10"),
@@ -434,6 +455,18 @@ mod tests {
         // A version that looks larger than the write is not taken for it.
         feed.deliver(config_map("p", "99999"));
         assert!(!cache.shows("p", "10"));
+    }
+
+    #[test]
+    fn an_object_is_found_by_name_in_one_namespace_or_across_all() {
+        for namespace in [Some("ns"), None] {
+            let (cache, mut feed) = Cache::<ConfigMap>::by_hand("ConfigMap", namespace);
+            for name in ["a", "b", "c"] {
+                feed.deliver(config_map(name, "1"));
+            }
+            assert_eq!(cache.named("b").unwrap().name_any(), "b", "{namespace:?}");
+            assert!(cache.named("d").is_none(), "{namespace:?}");
+        }
     }
 
     #[test]
