@@ -145,11 +145,7 @@ fn wake_at(ctx: &Context, at: Option<Timestamp>) -> Option<AbortOnDrop> {
         .duration_since(Timestamp::now())
         .max(jiff::SignedDuration::ZERO);
     let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO) + Duration::from_millis(50);
-    let changes = ctx.changes.clone();
-    Some(AbortOnDrop(tokio::spawn(async move {
-        tokio::time::sleep(wait).await;
-        changes.bump();
-    })))
+    Some(AbortOnDrop(ctx.changes.bump_after(wait)))
 }
 
 /// A Warning Event on each locked cluster kept after its Secret went, once per deadline.

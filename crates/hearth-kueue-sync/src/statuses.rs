@@ -19,7 +19,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use hearth_api::FournosCluster;
 use hearth_runtime::kit::{Backoff, Cache, Changes, ClusterObject, WRITES_IN_FLIGHT};
@@ -377,22 +376,14 @@ impl Inner {
                 };
                 failed.push(name.to_owned());
                 first_error.get_or_insert(error);
-                self.wake_after(delay);
+                // A reconcile then re-plans and asks for the failed write again.
+                self.changes.bump_after(delay);
             }
         }
         if again {
             entry.stage = Stage::Waiting;
         }
         again
-    }
-
-    /// Wakes a reconcile after `delay`: it re-plans and asks for the failed write again.
-    fn wake_after(&self, delay: Duration) {
-        let changes = self.changes.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            changes.bump();
-        });
     }
 }
 
@@ -408,6 +399,7 @@ mod tests {
     use http_body_util::BodyExt;
     use serde_json::{Value, json};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::Duration;
 
     /// A fake apiserver for status writes: records `(cluster, KueueSynced reason)` of
     /// each write as it arrives, then answers once `gate` gives a permit (or 500 while

@@ -31,6 +31,16 @@ impl Changes {
         self.0.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Bumps once `delay` has passed, from a task of its own: a wake-up at a moment no
+    /// watched change marks (a deadline, a retry). Abort the task to cancel it.
+    pub fn bump_after(&self, delay: Duration) -> tokio::task::JoinHandle<()> {
+        let changes = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            changes.bump();
+        })
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.0.subscribe()
     }
