@@ -1,7 +1,8 @@
 //! One watch feeding one cache, the same way in every controller.
 //!
-//! The watch retries on its own with kube's default backoff; its errors are logged,
-//! counted (`watch_errors{kind}`) and dropped, so the stream never ends before shutdown.
+//! The watch retries on its own ([`WatchBackoff`]: at once after a calm, then kube's
+//! default backoff); its errors are logged, counted (`watch_errors{kind}`) and dropped,
+//! so the stream never ends before shutdown.
 //! Managed fields are stripped before caching (they are most of an object's size).
 //! Objects are cached as [`DeserializeGuard`]s: one that does not decode is kept as an
 //! error, skipped by the plans and logged once per version, and never stops the watch.
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 
 use super::ControllerMetrics;
 use super::trigger::Changes;
+use super::watch_backoff::WatchBackoff;
 use crate::ReadinessGate;
 
 /// Versions remembered per object, for [`Cache::shows`]. A write is looked for within
@@ -144,7 +146,7 @@ where
         let metrics = context.metrics.clone();
         let mut logged = HashSet::new();
         let stream = watcher::watcher(api, config)
-            .default_backoff()
+            .backoff(WatchBackoff::default())
             .modify(move |object: &mut DeserializeGuard<K>| {
                 object.meta_mut().managed_fields = None;
                 if let Ok(object) = &mut object.0 {

@@ -3,7 +3,8 @@
 //!
 //! - [`Cache`]: one watch feeding one cache (managed fields stripped, undecodable
 //!   objects kept as errors and logged once per version, a synced flag any task can
-//!   await, a readiness gate, the [`Changes`] signal bumped on every change).
+//!   await, a readiness gate, the [`Changes`] signal bumped on every change), retried
+//!   by [`WatchBackoff`].
 //! - [`Triggers`]: the loop of a global reconcile (change, resync, leadership gained,
 //!   debounce) and [`Backoff`], the one retry policy, also used per object by the
 //!   controllers built on kube's [`Controller`](kube::runtime::Controller).
@@ -20,11 +21,13 @@ mod cache;
 mod metrics;
 mod runner;
 mod trigger;
+mod watch_backoff;
 
 pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{ClusterObject, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
+pub use watch_backoff::{CALM, WatchBackoff};
 
 /// Writes one controller keeps in flight at once when many objects need one each (a
 /// batch of new clusters, flavors or statuses). This is what protects the apiserver:
