@@ -82,6 +82,7 @@ pub fn write_client(
     mut config: kube::Config,
     leader: watch::Receiver<bool>,
     timeout: Duration,
+    activity: &crate::write_activity::WriteActivity,
 ) -> Result<kube::Client, kube::Error> {
     config.connect_timeout = Some(timeout);
     config.read_timeout = Some(timeout);
@@ -91,6 +92,7 @@ pub fn write_client(
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&LeaderGuardLayer { leader, timeout })
+        .with_layer(&activity.layer())
         .build())
 }
 

@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use tokio::sync::{Notify, watch};
 
+use crate::write_activity::WriteActivity;
+
 /// Events written at once in the background ([`Events::publish_in_background`]). Few: an
 /// Event reports a write that has landed already, and the apiserver's capacity belongs
 /// to the writes that clusters wait for (in a burst of 1000 onboardings, about three
@@ -54,23 +56,93 @@ pub struct Events {
     leader: watch::Receiver<bool>,
     /// The Events waiting to be written in the background.
     background: Arc<Background>,
+    /// What background Events let go first.
+    yield_to: Option<WriteActivity>,
 }
 
 /// A queue of Events and the [`BACKGROUND_EVENT_WRITERS`] tasks that drain it, started
-/// with the first Event. A queued Event costs its reference and note, not a task.
+/// with the first Event. A queued Event costs its packed reference and note (a few
+/// hundred bytes), not a task: a burst of 1000 onboardings queues thousands of them.
 #[derive(Default)]
 struct Background {
-    queue: Mutex<VecDeque<(ObjectReference, Event)>>,
+    queue: Mutex<VecDeque<Queued>>,
     ready: Notify,
     writers: OnceLock<()>,
+    /// Events dropped because the queue was full, not yet logged.
+    dropped: std::sync::atomic::AtomicUsize,
 }
 
 impl Background {
-    fn pop(&self) -> Option<(ObjectReference, Event)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
         self.queue
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop_front()
+    }
+
+    fn pop(&self) -> Option<(ObjectReference, Event)> {
+        self.lock().pop_front().map(Queued::unpack)
+    }
+}
+
+/// Events kept waiting at most; past that the oldest are dropped (and the drop logged):
+/// Events are best effort, memory is bounded.
+pub const MAX_QUEUED_EVENTS: usize = 10_000;
+
+/// An Event waiting to be written, packed: the reference's fields in one allocation
+/// (`ObjectReference` is seven optional strings), the note in another.
+struct Queued {
+    /// `api_version`, `kind`, `name`, `namespace`, `uid`, each followed by a NUL (Kubernetes
+    /// names, kinds and uids hold none); an absent field is empty.
+    regarding: Box<str>,
+    warning: bool,
+    reason: &'static str,
+    action: &'static str,
+    note: Box<str>,
+}
+
+impl Queued {
+    fn pack(regarding: &ObjectReference, event: Event) -> Self {
+        let mut fields = String::new();
+        for field in [
+            &regarding.api_version,
+            &regarding.kind,
+            &regarding.name,
+            &regarding.namespace,
+            &regarding.uid,
+        ] {
+            fields.push_str(field.as_deref().unwrap_or_default());
+            fields.push('\0');
+        }
+        Self {
+            regarding: fields.into_boxed_str(),
+            warning: event.warning,
+            reason: event.reason,
+            action: event.action,
+            note: event.note.into_boxed_str(),
+        }
+    }
+
+    fn unpack(self) -> (ObjectReference, Event) {
+        let mut fields = self
+            .regarding
+            .split('\0')
+            .map(|f| (!f.is_empty()).then(|| f.to_owned()));
+        let mut next = || fields.next().flatten();
+        let regarding = ObjectReference {
+            api_version: next(),
+            kind: next(),
+            name: next(),
+            namespace: next(),
+            uid: next(),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            warning: self.warning,
+            reason: self.reason,
+            action: self.action,
+            note: self.note.into_string(),
+        };
+        (regarding, event)
     }
 }
 
@@ -90,7 +162,15 @@ impl Events {
             reporter,
             leader,
             background: Arc::default(),
+            yield_to: None,
         }
+    }
+
+    /// Background Events wait until none of `activity`'s writes are in flight (see
+    /// [`crate::write_activity`]): in a burst they go after the writes clusters wait for.
+    pub fn yielding_to(mut self, activity: WriteActivity) -> Self {
+        self.yield_to = Some(activity);
+        self
     }
 
     /// [`Self::publish`] without waiting for it: queued, and written in order by
@@ -101,17 +181,26 @@ impl Events {
         if !*self.leader.borrow() {
             return;
         }
-        self.background
-            .queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push_back((regarding, event));
+        {
+            let mut queue = self.background.lock();
+            if queue.len() == MAX_QUEUED_EVENTS {
+                queue.pop_front();
+                self.background
+                    .dropped
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            queue.push_back(Queued::pack(&regarding, event));
+        }
         self.background.ready.notify_one();
         self.background.writers.get_or_init(|| {
             for _ in 0..BACKGROUND_EVENT_WRITERS {
                 let events = self.clone();
                 tokio::spawn(async move {
                     loop {
+                        if let Some(activity) = &events.yield_to {
+                            activity.idle().await;
+                        }
+                        events.log_dropped();
                         match events.background.pop() {
                             Some((regarding, event)) => events.publish(&regarding, &event).await,
                             None => events.background.ready.notified().await,
@@ -120,6 +209,20 @@ impl Events {
                 });
             }
         });
+    }
+
+    fn log_dropped(&self) {
+        let dropped = self
+            .background
+            .dropped
+            .swap(0, std::sync::atomic::Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(
+                dropped,
+                max_queued = MAX_QUEUED_EVENTS,
+                "Events dropped: more were waiting to be written than the queue holds"
+            );
+        }
     }
 
     /// Publishes `event` about `regarding`, if this replica leads.
@@ -234,6 +337,103 @@ mod tests {
         written.sort_unstable();
         assert_eq!(written, (0..20).collect::<Vec<_>>());
         assert_eq!(most.load(Ordering::SeqCst), BACKGROUND_EVENT_WRITERS);
+    }
+
+    #[test]
+    fn a_queued_event_keeps_what_it_is_published_with() {
+        let regarding = ObjectReference {
+            api_version: Some("fournos.dev/v1".into()),
+            kind: Some("FournosCluster".into()),
+            name: Some("c1".into()),
+            namespace: Some("hearth".into()),
+            uid: Some("8d3c3c52-0d3e-4c5e-9f1e-2b8f5b1d9e11".into()),
+            resource_version: Some("42".into()),
+            field_path: None,
+        };
+        let event = Event::warning("LimitReached", "Publish", "no room: 64 of 64 taken");
+        let (unpacked, again) = Queued::pack(&regarding, event.clone()).unpack();
+        assert_eq!(again, event);
+        // The version is left out: an Event is about the object, not one version of it.
+        let expected = ObjectReference {
+            resource_version: None,
+            ..regarding
+        };
+        assert_eq!(unpacked, expected);
+        let bare = ObjectReference {
+            name: Some("n".into()),
+            ..ObjectReference::default()
+        };
+        assert_eq!(Queued::pack(&bare, event).unpack().0, bare);
+    }
+
+    #[tokio::test]
+    async fn background_events_wait_for_the_writes_clusters_wait_for() {
+        use crate::write_activity::WriteActivity;
+        use tower::{Layer as _, Service as _, ServiceExt as _};
+
+        let written = Arc::new(AtomicUsize::new(0));
+        let counter = written.clone();
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let counter = counter.clone();
+            async move {
+                let body = request.into_body().collect().await?.to_bytes();
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_vec()))?,
+                )
+            }
+        });
+        let activity = WriteActivity::default();
+        let (_leader_tx, leader) = watch::channel(true);
+        let events = Events::new(kube::Client::new(service, "ns"), "test", "t".into(), leader)
+            .yielding_to(activity.clone());
+        // A write that stays in flight until released, counted as the write client counts.
+        let (release, released) = watch::channel(false);
+        let mut write = activity
+            .layer()
+            .layer(tower::service_fn(move |_: Request<()>| {
+                let mut released = released.clone();
+                async move {
+                    released.wait_for(|r| *r).await.unwrap();
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            }));
+        let status = Request::builder()
+            .method(http::Method::PATCH)
+            .uri("/apis/fournos.dev/v1/namespaces/ns/fournosclusters/c/status")
+            .body(())
+            .unwrap();
+        let status = tokio::spawn(write.ready().await.unwrap().call(status));
+        tokio::task::yield_now().await;
+        assert_eq!(activity.in_flight(), 1);
+
+        let regarding = ObjectReference {
+            kind: Some("ConfigMap".into()),
+            name: Some("c".into()),
+            namespace: Some("ns".into()),
+            ..ObjectReference::default()
+        };
+        for n in 0..3 {
+            events.publish_in_background(regarding.clone(), Event::normal("R", "A", n.to_string()));
+        }
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            written.load(Ordering::SeqCst),
+            0,
+            "an Event went before the write"
+        );
+        release.send_replace(true);
+        status.await.unwrap().unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while written.load(Ordering::SeqCst) < 3 {
+            assert!(tokio::time::Instant::now() < deadline, "Events not written");
+            tokio::task::yield_now().await;
+        }
     }
 
     #[test]

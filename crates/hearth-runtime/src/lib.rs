@@ -37,6 +37,7 @@ mod readiness;
 mod shutdown;
 pub mod status;
 pub mod telemetry;
+pub mod write_activity;
 
 use std::{future::Future, sync::Arc, time::Duration};
 
@@ -88,6 +89,8 @@ pub struct Runtime {
     args: Arc<CommonArgs>,
     client: kube::Client,
     write_client: kube::Client,
+    /// The write client's writes that clusters wait for (background Events yield to them).
+    write_activity: write_activity::WriteActivity,
     shutdown: CancellationToken,
     leader: watch::Receiver<bool>,
     readiness: Readiness,
@@ -157,6 +160,7 @@ impl Runtime {
             self.args.identity(),
             self.leader(),
         )
+        .yielding_to(self.write_activity.clone())
     }
 
     /// Namespace where FournosClusters live.
@@ -251,8 +255,10 @@ where
             }
         };
         let write_timeout = lease::write_timeout(lease_settings.as_ref());
-        let write_client = client::write_client(config, leader.clone(), write_timeout)
-            .context("cannot build the kube write client")?;
+        let write_activity = write_activity::WriteActivity::default();
+        let write_client =
+            client::write_client(config, leader.clone(), write_timeout, &write_activity)
+                .context("cannot build the kube write client")?;
         tracing::info!(
             namespace = %args.namespace,
             write_timeout_ms = u64::try_from(write_timeout.as_millis()).unwrap_or(u64::MAX),
@@ -268,6 +274,7 @@ where
             args: Arc::new(args),
             client,
             write_client,
+            write_activity,
             shutdown: shutdown.clone(),
             leader,
             readiness,
