@@ -1,37 +1,94 @@
-//! What discovery keeps of a FournosCluster in its cache: its own status fields, the two
-//! lock fields that hold offboarding back, the spec and metadata it reads. The rest of
-//! the status (kueue-sync's and lock-manager's fields and conditions) and the
-//! annotations (`kubectl.kubernetes.io/last-applied-configuration` can be as large as
-//! the object) never reach its heap.
+//! What discovery keeps of a FournosCluster in its cache ([`CachedCluster`]): its own
+//! status fields, the two lock fields that hold offboarding back, and the spec and
+//! metadata it reads. The rest of the status (kueue-sync's and lock-manager's fields and
+//! conditions), the labels (but the one discovery reads), the annotations
+//! (`kubectl.kubernetes.io/last-applied-configuration` can be as large as the object)
+//! and the legacy `spec.hardware` (but whether it is set) never reach its heap. At 1000
+//! clusters this is a third of what the trimmed `FournosCluster` took
+//! (bench-results/2026-11-26/MEMORY.md).
 
-use hearth_api::FournosCluster;
 use hearth_api::conditions::retain_types;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
+use hearth_api::{FournosCluster, FournosClusterStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Trims a watched FournosCluster to what discovery reads (for
-/// [`hearth_runtime::kit::WatchContext::fournos_clusters_trimmed`]).
-pub fn trim(cluster: &mut FournosCluster) {
-    cluster.metadata.annotations = None;
-    let Some(status) = &mut cluster.status else {
-        return;
-    };
-    // `locked` and `lockOwner` stay: a locked cluster's offboarding is held back.
-    status.kueue = None;
-    status.lock_job_name = None;
-    status.lock_job_uid = None;
-    status.owner_set_at = None;
-    status.lock_expires_at = None;
-    status.slot_holders = Vec::new();
-    status.expired_lock = None;
-    status.admitted_workloads = None;
-    retain_types(&mut status.conditions, &[KUBECONFIG_VALID, GPU_DISCOVERED]);
+use crate::onboarding::ObservedCluster;
+
+/// A FournosCluster as discovery's cache holds it. It serializes as stored only in
+/// `metadata` and `status` (what the legacy-conditions repair of
+/// [`hearth_runtime::status::apply_status`] reads).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct CachedCluster {
+    /// Name, namespace, uid, version, generation, age and deletion only.
+    pub metadata: ObjectMeta,
+    /// Labeled `fournos.dev/auto-discovered=true`: made from a Secret, offboarded with it.
+    #[serde(skip)]
+    pub auto_discovered: bool,
+    #[serde(skip)]
+    pub spec: CachedSpec,
+    /// Discovery's own fields, and `locked` / `lockOwner`; nothing else is set.
+    pub status: Option<FournosClusterStatus>,
+}
+
+/// The spec fields discovery reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedSpec {
+    pub kubeconfig_secret: String,
+    pub owner: Option<String>,
+    pub gpu_discovery_interval: Option<String>,
+    /// The legacy `spec.hardware` is set (only said in a message, never read).
+    pub legacy_hardware: bool,
+}
+
+impl From<FournosCluster> for CachedCluster {
+    fn from(cluster: FournosCluster) -> Self {
+        let FournosCluster {
+            metadata,
+            spec,
+            status,
+        } = cluster;
+        Self {
+            auto_discovered: ObservedCluster::is_auto_discovered(metadata.labels.as_ref()),
+            metadata: hearth_runtime::kit::identity(metadata),
+            spec: CachedSpec {
+                kubeconfig_secret: spec.kubeconfig_secret,
+                owner: spec.owner,
+                gpu_discovery_interval: spec.gpu_discovery_interval,
+                legacy_hardware: spec.hardware.is_some(),
+            },
+            status: status.map(discovery_part),
+        }
+    }
+}
+
+hearth_runtime::view_of!(CachedCluster, FournosCluster);
+
+/// Discovery's fields of `status`, with `locked` and `lockOwner` (a locked cluster's
+/// offboarding is held back). Condition lists keep no spare room.
+fn discovery_part(status: FournosClusterStatus) -> FournosClusterStatus {
+    let mut conditions = status.conditions;
+    retain_types(&mut conditions, &[KUBECONFIG_VALID, GPU_DISCOVERED]);
+    conditions.shrink_to_fit();
+    FournosClusterStatus {
+        kubeconfig_status: status.kubeconfig_status,
+        hardware: status.hardware,
+        credentials_expire_at: status.credentials_expire_at,
+        next_probe_at: status.next_probe_at,
+        gpu_summary: status.gpu_summary,
+        secret_missing_since: status.secret_missing_since,
+        locked: status.locked,
+        lock_owner: status.lock_owner,
+        conditions,
+        ..FournosClusterStatus::default()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
+    use hearth_api::{FournosClusterSpec, Hardware, KueueStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use kube::Resource as _;
 
     fn condition(type_: &'static str) -> Condition {
         use hearth_api::conditions::{DesiredCondition, Status, next_condition};
@@ -48,10 +105,27 @@ mod tests {
 
     #[test]
     fn keeps_what_discovery_reads() {
-        let mut cluster = FournosCluster::new("a", FournosClusterSpec::default());
+        let mut cluster = FournosCluster::new(
+            "a",
+            FournosClusterSpec {
+                kubeconfig_secret: "kubeconfig-a".into(),
+                owner: Some("bob".into()),
+                gpu_discovery_interval: Some("10m".into()),
+                hardware: Some(Hardware::default()),
+                ..FournosClusterSpec::default()
+            },
+        );
+        cluster.metadata.namespace = Some("hearth".into());
+        cluster.metadata.uid = Some("u".into());
+        cluster.metadata.generation = Some(3);
         cluster.metadata.annotations = Some([("k".to_owned(), "v".repeat(1000))].into());
-        cluster.metadata.labels =
-            Some([("fournos.dev/auto-discovered".to_owned(), "true".to_owned())].into());
+        cluster.metadata.labels = Some(
+            [
+                ("fournos.dev/auto-discovered".to_owned(), "true".to_owned()),
+                ("fournos.dev/pool".to_owned(), "a".to_owned()),
+            ]
+            .into(),
+        );
         cluster.status = Some(FournosClusterStatus {
             gpu_summary: Some("8x H100".to_owned()),
             kueue: Some(KueueStatus::default()),
@@ -66,10 +140,23 @@ mod tests {
             ],
             ..FournosClusterStatus::default()
         });
-        trim(&mut cluster);
-        assert!(cluster.metadata.annotations.is_none());
-        assert!(cluster.metadata.labels.is_some(), "labels say who made it");
-        let status = cluster.status.unwrap();
+        let cached = CachedCluster::from(cluster);
+        assert_eq!(cached.meta().name.as_deref(), Some("a"));
+        assert_eq!(cached.meta().namespace.as_deref(), Some("hearth"));
+        assert_eq!(cached.meta().uid.as_deref(), Some("u"));
+        assert_eq!(cached.meta().generation, Some(3));
+        assert!(cached.metadata.annotations.is_none() && cached.metadata.labels.is_none());
+        assert!(cached.auto_discovered, "the label says who made it");
+        assert_eq!(
+            cached.spec,
+            CachedSpec {
+                kubeconfig_secret: "kubeconfig-a".into(),
+                owner: Some("bob".into()),
+                gpu_discovery_interval: Some("10m".into()),
+                legacy_hardware: true,
+            }
+        );
+        let status = cached.status.unwrap();
         assert_eq!(status.gpu_summary.as_deref(), Some("8x H100"));
         assert_eq!(
             (status.locked, status.lock_owner.as_deref()),
@@ -78,5 +165,23 @@ mod tests {
         assert!(status.kueue.is_none() && status.lock_job_name.is_none());
         let types: Vec<&str> = status.conditions.iter().map(|c| c.type_.as_str()).collect();
         assert_eq!(types, [KUBECONFIG_VALID, GPU_DISCOVERED]);
+    }
+
+    #[test]
+    fn decodes_from_the_watch_as_a_fournos_cluster() {
+        let json = serde_json::json!({
+            "apiVersion": "fournos.dev/v1",
+            "kind": "FournosCluster",
+            "metadata": {"name": "a", "namespace": "hearth", "labels": {"fournos.dev/auto-discovered": "false"}},
+            "spec": {"kubeconfigSecret": "kubeconfig-a"},
+        });
+        let cached: CachedCluster = serde_json::from_value(json).unwrap();
+        assert_eq!(cached.spec.kubeconfig_secret, "kubeconfig-a");
+        assert!(!cached.auto_discovered);
+        assert_eq!(CachedCluster::kind(&()), "FournosCluster");
+        assert_eq!(CachedCluster::api_version(&()), "fournos.dev/v1");
+        let invalid =
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {"kubeconfigSecret": 7}});
+        assert!(serde_json::from_value::<CachedCluster>(invalid).is_err());
     }
 }

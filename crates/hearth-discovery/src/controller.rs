@@ -21,11 +21,13 @@ use std::time::Duration;
 
 use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::{FournosCluster, FournosClusterStatus};
+
+use crate::cluster_cache::CachedCluster;
+use crate::secret::CachedSecret;
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
 use hearth_runtime::kit::{Cache, Changes, Runner, WRITES_IN_FLIGHT, WatchContext};
 use hearth_runtime::leadership::on_acquired;
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
@@ -39,8 +41,8 @@ use crate::metrics::Metrics;
 use crate::onboarding::SecretPattern;
 use crate::probe::ProbeSettings;
 
-pub(crate) use hearth_runtime::kit::ClusterObject;
-pub(crate) type SecretObject = DeserializeGuard<Secret>;
+pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
+pub(crate) type SecretObject = DeserializeGuard<CachedSecret>;
 
 /// Clusters reconciled at once (kube's `u16`).
 const RECONCILES_AT_ONCE: u16 = WRITES_IN_FLIGHT as u16;
@@ -92,8 +94,8 @@ impl Settings {
 pub(crate) struct Context {
     pub rt: Runtime,
     pub settings: Settings,
-    pub clusters: Cache<FournosCluster>,
-    pub secrets: Cache<Secret>,
+    pub clusters: Cache<CachedCluster>,
+    pub secrets: Cache<CachedSecret>,
     pub cluster_api: Api<FournosCluster>,
     pub events: Events,
     pub metrics: Metrics,
@@ -136,7 +138,7 @@ impl Context {
 
     pub(crate) fn recall(
         &self,
-        cluster: &FournosCluster,
+        cluster: &CachedCluster,
     ) -> (Option<u64>, Option<FournosClusterStatus>) {
         let uid = cluster.uid().unwrap_or_default();
         let name = cluster.name_any();
@@ -151,7 +153,7 @@ impl Context {
 
     pub(crate) fn remember(
         &self,
-        cluster: &FournosCluster,
+        cluster: &CachedCluster,
         fingerprint: u64,
         written: Option<Written>,
     ) {
@@ -181,12 +183,19 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     };
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) =
-        watch.fournos_clusters_trimmed(&rt, crate::cluster_cache::trim);
+    // Each cluster and Secret is cached as the view discovery reads (`cluster_cache`,
+    // `secret`): a trimmed Kubernetes object costs three times as much.
+    let (clusters, cluster_objects) = Cache::watch(
+        "FournosCluster",
+        Api::namespaced(client.clone(), &settings.namespace),
+        watcher::Config::default(),
+        rt.readiness().gate("fournosclusters"),
+        &watch,
+    );
     // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
     // discovery reads. Listed five at a time: a Secret may be 1 MiB, and a list page is
     // held whole in memory while it is decoded.
-    let (secrets, secret_objects) = Cache::watch_trimmed(
+    let (secrets, secret_objects) = Cache::watch(
         "Secret",
         Api::namespaced(client.clone(), &settings.secrets_namespace),
         watcher::Config::default()
@@ -194,7 +203,6 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
             .page_size(SECRET_LIST_PAGE),
         rt.readiness().gate("secrets"),
         &watch,
-        crate::secret::trim,
     );
 
     let ctx = Arc::new(Context {

@@ -24,7 +24,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use hearth_api::FournosCluster;
 use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, OWNER_ANNOTATION};
 use jiff::{SignedDuration, Timestamp};
 
@@ -241,7 +240,7 @@ pub struct PlanSettings<'a> {
 
 /// Who holds a cluster's lock: `spec.owner`, else (lock-manager still says locked, e.g.
 /// while it releases) `status.lockOwner`; `None` when it is not locked.
-pub fn lock_holder(cluster: &FournosCluster) -> Option<String> {
+pub fn lock_holder(cluster: &crate::cluster_cache::CachedCluster) -> Option<String> {
     let status = cluster.status.as_ref();
     let non_empty = |s: Option<&String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     non_empty(cluster.spec.owner.as_ref()).or_else(|| {
@@ -857,8 +856,8 @@ mod tests {
         owner: Option<&str>,
         locked: Option<bool>,
         lock_owner: Option<&str>,
-    ) -> FournosCluster {
-        let mut c = FournosCluster::new(
+    ) -> crate::cluster_cache::CachedCluster {
+        let mut c = hearth_api::FournosCluster::new(
             "a",
             hearth_api::FournosClusterSpec {
                 kubeconfig_secret: "kubeconfig-a".into(),
@@ -871,7 +870,7 @@ mod tests {
             lock_owner: lock_owner.map(str::to_owned),
             ..Default::default()
         });
-        c
+        c.into()
     }
 
     #[test]

@@ -8,8 +8,10 @@
 
 use std::time::Duration;
 
+use hearth_api::FournosClusterStatus;
 use hearth_api::names::controllers::DISCOVERY;
-use hearth_api::{FournosCluster, FournosClusterStatus};
+
+use crate::cluster_cache::CachedCluster;
 use hearth_runtime::events::Event;
 use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
@@ -20,7 +22,7 @@ use crate::controller::{ClusterObject, Context};
 use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::Written;
-use crate::onboarding::{ObservedCluster, lock_holder};
+use crate::onboarding::lock_holder;
 use crate::probe::probe;
 use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
@@ -51,7 +53,7 @@ pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<A
     reconcile_cluster(cluster, ctx).await
 }
 
-async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Action, Error> {
     let settings = &ctx.settings;
     let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
     let interval = probe_interval(
@@ -84,7 +86,8 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
     let (outcome, credentials, elapsed) = run_probe(&cluster.name_any(), kubeconfig, ctx).await;
     let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
     // Only a cluster the sweep would delete has its offboarding held back.
-    let holder = ObservedCluster::is_auto_discovered(cluster.metadata.labels.as_ref())
+    let holder = cluster
+        .auto_discovered
         .then(|| lock_holder(cluster))
         .flatten();
     let plan = plan_status(&PlanInput {
@@ -145,7 +148,7 @@ async fn reconcile_cluster(cluster: &FournosCluster, ctx: &Context) -> Result<Ac
 
 /// The cluster's kubeconfig as the Secret cache shows it, with the fingerprint that tells
 /// a rotation apart.
-fn read_kubeconfig(cluster: &FournosCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
+fn read_kubeconfig(cluster: &CachedCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
     let secret_name = &cluster.spec.kubeconfig_secret;
     let cached = ctx.secret(secret_name);
     let secret = match cached.as_deref().map(|s| &s.0) {
@@ -208,7 +211,7 @@ fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
 }
 
 /// The Events of a probe, in the background: the status they report is written.
-fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEvent]) {
+fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[PlannedEvent]) {
     let reference = cluster.object_ref(&());
     for event in events {
         let event = Event {
@@ -224,7 +227,7 @@ fn publish_events(cluster: &FournosCluster, ctx: &Context, events: &[PlannedEven
 /// Applies discovery's status fields; `None` when the cluster is gone.
 async fn write_status(
     ctx: &Context,
-    cluster: &FournosCluster,
+    cluster: &CachedCluster,
     status: &FournosClusterStatus,
 ) -> Result<Option<Written>, Error> {
     let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());

@@ -9,6 +9,7 @@ use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 
 use hearth_api::names::{ALLOWED_CLUSTERS_ANNOTATION, KUBECONFIG_SECRET_KEY};
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::onboarding::SecretPattern;
 
@@ -34,7 +35,7 @@ pub enum SecretKubeconfig {
 
 impl SecretKubeconfig {
     /// Reads the `kubeconfig` key of `secret` (the cached Secret, if there is one).
-    pub fn read(secret: Option<&Secret>) -> Self {
+    pub fn read(secret: Option<&CachedSecret>) -> Self {
         let Some(secret) = secret else {
             return Self::SecretMissing;
         };
@@ -53,7 +54,7 @@ impl SecretKubeconfig {
     /// [`read`](Self::read), for `cluster`: a Secret that is not meant for it (see
     /// [`is_meant_for`]) is refused before its kubeconfig is looked at.
     pub fn read_for(
-        secret: Option<&Secret>,
+        secret: Option<&CachedSecret>,
         secret_name: &str,
         cluster: &str,
         pattern: &SecretPattern,
@@ -86,7 +87,7 @@ impl SecretKubeconfig {
 /// point one at another target's Secret and publish that target's GPUs a second time,
 /// under a flavor that a lock on the real cluster does not cover.
 pub fn is_meant_for(
-    secret: &Secret,
+    secret: &CachedSecret,
     secret_name: &str,
     cluster: &str,
     pattern: &SecretPattern,
@@ -95,7 +96,7 @@ pub fn is_meant_for(
         || allowed_clusters(secret).is_some_and(|list| list.split(',').any(|c| c.trim() == cluster))
 }
 
-fn allowed_clusters(secret: &Secret) -> Option<&str> {
+fn allowed_clusters(secret: &CachedSecret) -> Option<&str> {
     secret
         .metadata
         .annotations
@@ -104,18 +105,11 @@ fn allowed_clusters(secret: &Secret) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn kubeconfig_bytes(secret: &Secret) -> Option<&[u8]> {
-    secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KUBECONFIG_SECRET_KEY))
-        .map(|b| b.0.as_slice())
+fn kubeconfig_bytes(secret: &CachedSecret) -> Option<&[u8]> {
+    secret.kubeconfig.as_deref()
 }
 
-/// Changes whenever the kubeconfig a cluster would be probed with changes: another
-/// Secret name, the Secret appearing or vanishing, the key's bytes, the clusters the
-/// Secret allows.
-pub fn fingerprint(secret_name: &str, secret: Option<&Secret>) -> u64 {
+pub fn fingerprint(secret_name: &str, secret: Option<&CachedSecret>) -> u64 {
     let mut hasher = DefaultHasher::new();
     secret_name.hash(&mut hasher);
     secret.and_then(allowed_clusters).hash(&mut hasher);
@@ -132,20 +126,36 @@ pub fn fingerprint(secret_name: &str, secret: Option<&Secret>) -> u64 {
     hasher.finish()
 }
 
-/// Keeps of a kubeconfig Secret only what discovery reads: its name and labels, the
-/// `fournos.dev/` annotations, and the `kubeconfig` key. Everything else (other keys,
-/// `stringData`, `kubectl.kubernetes.io/last-applied-configuration`, which repeats the
-/// whole Secret) is dropped before it is cached, so memory follows the kubeconfigs, not
-/// what else a person put in the Secrets.
-pub fn trim(secret: &mut Secret) {
-    if let Some(data) = &mut secret.data {
-        data.retain(|key, _| key == KUBECONFIG_SECRET_KEY);
-    }
-    secret.string_data = None;
-    if let Some(annotations) = &mut secret.metadata.annotations {
+/// A kubeconfig Secret as discovery's cache holds it: its identity, its `fournos.dev/`
+/// annotations (owner, allowed clusters) and the `kubeconfig` key. Whatever else a
+/// Secret holds (other keys, `stringData`, labels, `last-applied-configuration`) never
+/// reaches the heap, however large the apiserver allows it to be.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedSecret {
+    /// Identity and version, and the `fournos.dev/` annotations.
+    pub metadata: ObjectMeta,
+    /// The `kubeconfig` key's bytes, if it has one.
+    pub kubeconfig: Option<Box<[u8]>>,
+}
+
+impl From<Secret> for CachedSecret {
+    fn from(secret: Secret) -> Self {
+        let mut metadata = secret.metadata;
+        let mut annotations = metadata.annotations.take().unwrap_or_default();
         annotations.retain(|key, _| key.starts_with("fournos.dev/"));
+        let mut metadata = hearth_runtime::kit::identity(metadata);
+        metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+        Self {
+            metadata,
+            kubeconfig: secret
+                .data
+                .and_then(|mut data| data.remove(KUBECONFIG_SECRET_KEY))
+                .map(|bytes| bytes.0.into_boxed_slice()),
+        }
     }
 }
+
+hearth_runtime::view_of!(CachedSecret, Secret);
 
 #[cfg(test)]
 mod tests {
@@ -155,12 +165,16 @@ mod tests {
     use k8s_openapi::ByteString;
     use std::collections::BTreeMap;
 
-    fn secret(data: Option<&[u8]>) -> Secret {
+    fn full_secret(data: Option<&[u8]>) -> Secret {
         let mut s = Secret::default();
         s.metadata.name = Some("kubeconfig-a".into());
         s.data = data
             .map(|d| BTreeMap::from([(KUBECONFIG_SECRET_KEY.to_owned(), ByteString(d.to_vec()))]));
         s
+    }
+
+    fn secret(data: Option<&[u8]>) -> CachedSecret {
+        CachedSecret::from(full_secret(data))
     }
 
     #[test]
@@ -213,12 +227,16 @@ mod tests {
 
     #[test]
     fn the_cache_keeps_only_what_discovery_reads() {
-        let mut s = secret(Some(b"apiVersion: v1"));
+        let mut s = full_secret(Some(b"apiVersion: v1"));
         s.data.as_mut().unwrap().insert(
             "ca-bundle.pem".into(),
             k8s_openapi::ByteString(vec![b'x'; 900 * 1024]),
         );
         s.string_data = Some(BTreeMap::from([("extra".into(), "y".repeat(1000))]));
+        s.metadata.labels = Some(BTreeMap::from([(
+            "fournos.dev/cluster-kubeconfig".into(),
+            "true".into(),
+        )]));
         s.metadata.annotations = Some(BTreeMap::from([
             (
                 "kubectl.kubernetes.io/last-applied-configuration".into(),
@@ -227,15 +245,14 @@ mod tests {
             (ALLOWED_CLUSTERS_ANNOTATION.into(), "b".into()),
             (OWNER_ANNOTATION.into(), "alice".into()),
         ]));
-        let before = fingerprint("kubeconfig-a", Some(&s));
-        trim(&mut s);
+        s.metadata.uid = Some("u".into());
+        s.metadata.resource_version = Some("5".into());
+        let cached = CachedSecret::from(s);
+        assert_eq!(cached.kubeconfig.as_deref(), Some(&b"apiVersion: v1"[..]));
+        assert_eq!(cached.metadata.labels, None);
         assert_eq!(
-            s.data.as_ref().unwrap().keys().collect::<Vec<_>>(),
-            ["kubeconfig"]
-        );
-        assert_eq!(s.string_data, None);
-        assert_eq!(
-            s.metadata
+            cached
+                .metadata
                 .annotations
                 .as_ref()
                 .unwrap()
@@ -244,10 +261,17 @@ mod tests {
             [ALLOWED_CLUSTERS_ANNOTATION, OWNER_ANNOTATION]
         );
         assert_eq!(
-            fingerprint("kubeconfig-a", Some(&s)),
-            before,
-            "what is read is unchanged"
+            (
+                cached.metadata.name.as_deref(),
+                cached.metadata.uid.as_deref(),
+                cached.metadata.resource_version.as_deref()
+            ),
+            (Some("kubeconfig-a"), Some("u"), Some("5"))
         );
+        // Without `fournos.dev/` annotations there is no annotation map at all.
+        let mut plain = full_secret(Some(b"k"));
+        plain.metadata.annotations = Some(BTreeMap::from([("other".into(), "x".into())]));
+        assert_eq!(CachedSecret::from(plain).metadata.annotations, None);
     }
 
     #[test]
@@ -255,7 +279,6 @@ mod tests {
         let a = secret(Some(b"one"));
         let b = secret(Some(b"two"));
         let mut relabeled = a.clone();
-        relabeled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
         relabeled.metadata.resource_version = Some("99".into());
         assert_eq!(
             fingerprint("s", Some(&a)),

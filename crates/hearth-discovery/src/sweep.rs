@@ -356,10 +356,14 @@ fn observe_cluster(cluster: &ClusterObject) -> ObservedCluster {
             .and_then(|s| s.secret_missing_since.as_ref())
             .map(|t| t.0),
         owner: decoded.and_then(|c| c.spec.owner.clone()),
-        spec_hardware: decoded.is_some_and(|c| c.spec.hardware.is_some()),
+        spec_hardware: decoded.is_some_and(|c| c.spec.legacy_hardware),
         name: cluster.name_any(),
         uid: meta.uid.clone(),
-        auto_discovered: ObservedCluster::is_auto_discovered(meta.labels.as_ref()),
+        // A cluster that does not decode keeps its full metadata (kube's error boundary).
+        auto_discovered: match decoded {
+            Some(c) => c.auto_discovered,
+            None => ObservedCluster::is_auto_discovered(meta.labels.as_ref()),
+        },
         kubeconfig_secret: cluster
             .0
             .as_ref()

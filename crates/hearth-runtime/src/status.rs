@@ -27,21 +27,23 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// Applies `status` (a JSON object holding only this controller's fields) to the
-/// status subresource of `obj`. Fields this manager applied before and leaves out
+/// status subresource of `obj` (the object, or a cache's view of it that serializes its
+/// `status.conditions` as stored). Fields this manager applied before and leaves out
 /// now are removed; other managers' fields are untouched.
 ///
 /// If `obj` carries duplicated condition types (legacy state), the list is first
 /// replaced by its de-duplicated form (see the module docs). If the apply is refused
 /// for duplicates that `obj` (a cache's view) did not show, the live object is read,
 /// repaired the same way, and the apply retried once.
-pub async fn apply_status<K>(
+pub async fn apply_status<K, V>(
     api: &Api<K>,
-    obj: &K,
+    obj: &V,
     field_manager: &str,
     status: Value,
 ) -> Result<K, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    V: Resource + Serialize,
 {
     let name = obj.name_any();
     if let Some(repair) = conditions_repair(obj) {

@@ -16,17 +16,21 @@
 //! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
 //!   compares `resourceVersion`s for equality only.
 //! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
+//! - Views ([`view_of!`](crate::view_of)): a cache holds what its controller reads of a
+//!   kind, as a type of its own.
 
 mod cache;
 mod metrics;
 mod runner;
 mod trigger;
+mod view;
 mod watch_backoff;
 
 pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{ClusterObject, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
+pub use view::identity;
 pub use watch_backoff::{CALM, WatchBackoff};
 
 /// Writes one controller keeps in flight at once when many objects need one each (a

@@ -20,7 +20,8 @@ use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 
 use super::{Backoff, ControllerMetrics, Reason};
 
-/// A FournosCluster as every Hearth cache holds it.
+/// A FournosCluster as a cache holds it when it keeps the whole object (see
+/// [`super::view`] for a cache that keeps less).
 pub type ClusterObject = DeserializeGuard<FournosCluster>;
 
 /// Counts, times and retries the reconciles of one controller.
@@ -39,15 +40,22 @@ impl Runner {
     }
 
     /// Runs `controller` until it stops (shutdown), with `reconcile` for each object.
-    pub async fn run<Ctx, E, F, Fut>(
+    pub async fn run<K, Ctx, E, F, Fut>(
         self: Arc<Self>,
-        controller: Controller<ClusterObject>,
+        controller: Controller<DeserializeGuard<K>>,
         ctx: Arc<Ctx>,
         mut reconcile: F,
     ) where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
         Ctx: Send + Sync + 'static,
         E: Reason + std::error::Error + Send + 'static,
-        F: FnMut(Arc<ClusterObject>, Arc<Ctx>) -> Fut,
+        F: FnMut(Arc<DeserializeGuard<K>>, Arc<Ctx>) -> Fut,
         Fut: Future<Output = Result<Action, E>> + Send + 'static,
     {
         let runner = self.clone();
@@ -70,9 +78,9 @@ impl Runner {
             .await;
     }
 
-    async fn one<E: Reason>(
+    async fn one<K: kube::Resource, E: Reason>(
         self: Arc<Self>,
-        object: Arc<ClusterObject>,
+        object: Arc<DeserializeGuard<K>>,
         reconcile: impl Future<Output = Result<Action, E>>,
     ) -> Result<Action, E> {
         let name = object.name_any();
