@@ -40,6 +40,22 @@ pub fn summarize(samples: &[f64]) -> Option<Summary> {
     })
 }
 
+/// The `p` quantile (0–1] of `total` samples of which only `finished` ended (the others
+/// were still running at the deadline), with the nearest-rank rule of [`summarize`]:
+/// `None` when that rank falls among the unfinished, i.e. the quantile is past the
+/// deadline. Quantiles of the finished alone would call a run where 9 of 10 never got
+/// there as fast as its one success.
+pub fn censored_quantile(finished: &[f64], total: usize, p: f64) -> Option<f64> {
+    let total = total.max(finished.len());
+    if total == 0 {
+        return None;
+    }
+    let mut sorted = finished.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((p * total as f64).ceil() as usize).clamp(1, total);
+    sorted.get(rank - 1).copied()
+}
+
 /// Resident memory and CPU time (user + system) of one process.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
@@ -336,6 +352,23 @@ pub fn stages(columns: &[(&str, &str, Vec<Option<f64>>)]) -> Vec<Stage> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantile_past_the_unfinished_is_past_the_deadline() {
+        // One of ten finished, in 30 s: the median is past the deadline, not 30 s.
+        assert_eq!(censored_quantile(&[30.0], 10, 0.5), None);
+        assert_eq!(censored_quantile(&[30.0], 10, 0.1), Some(30.0));
+        // All finished: the same ranks as summarize.
+        let all = [0.3, 0.1, 0.2, 0.5, 0.4];
+        let s = summarize(&all).unwrap();
+        assert_eq!(censored_quantile(&all, 5, 0.5), Some(s.p50));
+        assert_eq!(censored_quantile(&all, 5, 0.95), Some(s.p95));
+        // Six of ten finished: the median is the fifth fastest, the p95 past the deadline.
+        let six = [6.0, 1.0, 2.0, 3.0, 4.0, 5.0];
+        assert_eq!(censored_quantile(&six, 10, 0.5), Some(5.0));
+        assert_eq!(censored_quantile(&six, 10, 0.95), None);
+        assert_eq!(censored_quantile(&[], 0, 0.5), None);
+    }
 
     #[test]
     fn nearest_rank_percentiles() {
