@@ -17,6 +17,8 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
+
+use futures::StreamExt as _;
 use std::time::Duration;
 
 use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
@@ -26,13 +28,11 @@ use crate::cluster_cache::CachedCluster;
 use crate::secret::CachedSecret;
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
-use hearth_runtime::kit::{Cache, Changes, Runner, WRITES_IN_FLIGHT, WatchContext};
+use hearth_runtime::kit::{Cache, Changes, RunTriggers, Runner, WRITES_IN_FLIGHT, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use crate::config::DiscoveryConfig;
@@ -44,8 +44,8 @@ use crate::probe::ProbeSettings;
 pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
 pub(crate) type SecretObject = DeserializeGuard<CachedSecret>;
 
-/// Clusters reconciled at once (kube's `u16`).
-const RECONCILES_AT_ONCE: u16 = WRITES_IN_FLIGHT as u16;
+/// Clusters reconciled at once.
+const RECONCILES_AT_ONCE: usize = WRITES_IN_FLIGHT;
 
 /// Secrets per list page: at most about 7 MiB of JSON at a time.
 const SECRET_LIST_PAGE: u32 = 5;
@@ -218,19 +218,30 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     });
 
     let mapper_ctx = ctx.clone();
-    let controller = Controller::for_stream(cluster_objects, clusters.store())
+    let triggers = RunTriggers {
+        // A Secret change is probed at once by the clusters that use it (rotation).
+        related: vec![
+            secret_objects
+                .filter_map(move |secret| {
+                    std::future::ready(
+                        secret
+                            .ok()
+                            .map(|s| clusters_using(&mapper_ctx, &s.name_any())),
+                    )
+                })
+                .boxed(),
+        ],
+        everything: on_acquired(rt.leader()).boxed(),
         // Reconciles (each a probe and then one status write) run WRITES_IN_FLIGHT at a
         // time: what bounds discovery's writes, so 100 new targets are probed in a few
         // rounds, not one queue. Memory from targets is bounded apart, per node page.
-        .with_config(ControllerConfig::default().concurrency(RECONCILES_AT_ONCE))
-        .watches_stream(secret_objects, move |secret| {
-            clusters_using(&mapper_ctx, &secret.name_any())
-        })
-        .reconcile_all_on(on_acquired(rt.leader()))
-        .graceful_shutdown_on(rt.shutdown().cancelled_owned());
-
+        concurrency: RECONCILES_AT_ONCE,
+        shutdown: rt.shutdown(),
+    };
     let reconciles = Runner::new(ctx.metrics.controller.clone()).run(
-        controller,
+        clusters.clone(),
+        cluster_objects,
+        triggers,
         ctx.clone(),
         |object, ctx| async move { crate::reconcile::reconcile(&object, &ctx).await },
     );
@@ -259,20 +270,18 @@ async fn forget_writes_when_leadership_moves(ctx: Arc<Context>) {
 
 /// The clusters whose probe a change of Secret `name` concerns: those naming it, and
 /// the one the pattern derives from it (if it exists, it is reconciled).
-fn clusters_using(ctx: &Context, name: &str) -> Vec<ObjectRef<ClusterObject>> {
-    let namespace = &ctx.settings.namespace;
-    let mut refs: Vec<ObjectRef<ClusterObject>> = ctx
+fn clusters_using(ctx: &Context, name: &str) -> Vec<String> {
+    let mut names: Vec<String> = ctx
         .clusters
         .state()
         .iter()
         .filter(|c| c.0.as_ref().is_ok_and(|c| c.spec.kubeconfig_secret == name))
-        .map(|c| ObjectRef::new(&c.name_any()).within(namespace))
+        .map(|c| c.name_any())
         .collect();
-    if let Some(cluster) = ctx.settings.pattern.cluster_name(name) {
-        let derived = ObjectRef::new(cluster).within(namespace);
-        if !refs.contains(&derived) {
-            refs.push(derived);
-        }
+    if let Some(cluster) = ctx.settings.pattern.cluster_name(name)
+        && !names.iter().any(|n| n == cluster)
+    {
+        names.push(cluster.to_owned());
     }
-    refs
+    names
 }

@@ -13,9 +13,9 @@ use hearth_api::names::controllers::DISCOVERY;
 
 use crate::cluster_cache::CachedCluster;
 use hearth_runtime::events::Event;
+use hearth_runtime::kit::Next;
 use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
-use kube::runtime::controller::Action;
 use kube::{Resource as _, ResourceExt as _};
 
 use crate::controller::{ClusterObject, Context};
@@ -33,27 +33,27 @@ use crate::status::{
 
 /// Probes one cluster if due, and writes what changed. Run by the kit's
 /// [`Runner`](hearth_runtime::kit::Runner): span, metrics and retries are its own.
-pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<Action, Error> {
+pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<Next, Error> {
     // Clusters that do not decode are reported by the sweep; nothing to probe.
     let Ok(cluster) = &object.0 else {
-        return Ok(Action::await_change());
+        return Ok(Next::OnChange);
     };
     if cluster.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(Next::OnChange);
     }
     // Before the Secret cache is full, every Secret would look missing. The caches fill
     // together, so this waits a moment at startup and never after.
     if !ctx.wait_synced().await {
-        return Ok(Action::await_change());
+        return Ok(Next::OnChange);
     }
     if !ctx.rt.is_leader() {
         // Standing by: the new leader reconciles everything when it takes over.
-        return Ok(Action::await_change());
+        return Ok(Next::OnChange);
     }
     reconcile_cluster(cluster, ctx).await
 }
 
-async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Next, Error> {
     let settings = &ctx.settings;
     let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
     let interval = probe_interval(
@@ -78,7 +78,7 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Act
                 "not due yet"
             );
             ctx.remember(cluster, current, None);
-            return Ok(Action::requeue(wait.min(settings.resync)));
+            return Ok(Next::After(wait.min(settings.resync)));
         }
         ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
     };
@@ -122,12 +122,12 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Act
         StatusDiff::Same => None,
         StatusDiff::TimestampsOnly | StatusDiff::Changed => {
             if !ctx.rt.is_leader() {
-                return Ok(Action::await_change());
+                return Ok(Next::OnChange);
             }
             match write_status(ctx, cluster, &plan.status).await? {
                 Some(written) => Some(written),
                 // Deleted while it was probed: nothing left to report on.
-                None => return Ok(Action::await_change()),
+                None => return Ok(Next::OnChange),
             }
         }
     };
@@ -141,7 +141,7 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Act
         plan.status.next_probe_at.as_ref().map(|t| t.0),
         Timestamp::now(),
     );
-    Ok(Action::requeue(
+    Ok(Next::After(
         next.min(settings.resync).max(Duration::from_millis(100)),
     ))
 }

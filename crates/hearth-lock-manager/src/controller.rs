@@ -14,15 +14,12 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::sentinel_selector;
 use hearth_runtime::Runtime;
-use hearth_runtime::events::Event;
-use hearth_runtime::kit::{Backoff, Cache, Changes, WatchContext};
+use hearth_runtime::kit::{Backoff, Cache, Changes, Next, RunTriggers, Runner, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::core::DeserializeGuard;
-use kube::runtime::controller::{Action, Config};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument as _;
 
@@ -134,58 +131,57 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     log_settings(&config);
-    let mapper_namespace = namespace.clone();
-    let workload_namespace = namespace.clone();
-    let mut controller = Controller::for_stream(cluster_objects, clusters.store()).watches_stream(
-        sentinel_objects,
-        move |sentinel: DeserializeGuard<K>| {
-            cluster_of(&sentinel).map(|cluster| ObjectRef::new(cluster).within(&mapper_namespace))
-        },
-    );
-    let holder_namespace = namespace.clone();
-    controller =
-        controller.watches_stream(admitted_objects, move |w: DeserializeGuard<Workload>| {
-            let w = w.0.ok()?;
-            holders::admitted_flavor(&w)
-                .map(|flavor| ObjectRef::new(flavor).within(&holder_namespace))
-        });
+    // Related objects, each mapped to the cluster it concerns: the cluster's sentinels,
+    // every Workload admitted on its flavor (who holds its slots) and, for `fournosjob`,
+    // the Workloads Fournos made for its sentinels.
+    let one = |cluster: Option<&str>| std::future::ready(cluster.map(|c| vec![c.to_owned()]));
+    let mut related = vec![
+        sentinel_objects
+            .filter_map(move |s| one(s.ok().as_ref().and_then(cluster_of)))
+            .boxed(),
+        admitted_objects
+            .filter_map(move |w| {
+                one(w
+                    .ok()
+                    .and_then(|w| w.0.ok())
+                    .as_ref()
+                    .and_then(holders::admitted_flavor))
+            })
+            .boxed(),
+    ];
     if let Some((_, workload_objects)) = lock_workloads {
-        controller =
-            controller.watches_stream(workload_objects, move |w: DeserializeGuard<Workload>| {
-                let w = w.0.ok()?;
-                fournos_lock::lock_workload_cluster(&w)
-                    .map(|cluster| ObjectRef::new(cluster).within(&workload_namespace))
-            });
+        related.push(
+            workload_objects
+                .filter_map(move |w| {
+                    one(w
+                        .ok()
+                        .and_then(|w| w.0.ok())
+                        .as_ref()
+                        .and_then(fournos_lock::lock_workload_cluster))
+                })
+                .boxed(),
+        );
     }
-    controller
-        .reconcile_all_on(on_acquired(rt.leader()))
-        .with_config(Config::default().concurrency(config.lock_concurrency.get()))
-        .graceful_shutdown_on(rt.shutdown().cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
-            }
+    let triggers = RunTriggers {
+        related,
+        everything: on_acquired(rt.leader()).boxed(),
+        concurrency: usize::from(config.lock_concurrency.get()),
+        shutdown: rt.shutdown(),
+    };
+    Runner::new(ctx.writer.metrics.controller.clone())
+        .with_failure_events(ctx.writer.events.clone())
+        .run(clusters, cluster_objects, triggers, ctx, |object, ctx| {
+            reconcile_lock(object, ctx)
         })
         .await;
     sweep.abort();
     Ok(())
 }
 
-/// One reconcile, in its span, timed and counted.
-async fn reconcile<K: Sentinel>(
-    object: Arc<DeserializeGuard<FournosCluster>>,
-    ctx: Arc<Context<K>>,
-) -> Result<Action, Error> {
-    let span = tracing::info_span!("reconcile", cluster = %object.name_any());
-    let metrics = ctx.writer.metrics.controller.clone();
-    metrics.reconcile(span, reconcile_lock(object, ctx)).await
-}
-
 async fn reconcile_lock<K: Sentinel>(
     object: Arc<DeserializeGuard<FournosCluster>>,
     ctx: Arc<Context<K>>,
-) -> Result<Action, Error> {
+) -> Result<Next, Error> {
     let cluster = match &object.0 {
         Ok(cluster) => cluster,
         Err(invalid) => return Err(Error::InvalidCluster(invalid.error.clone())),
@@ -201,7 +197,7 @@ async fn reconcile_lock<K: Sentinel>(
         && adopt_legacy(&ctx.writer, &cluster.object_ref(&()), &name, legacy).await?
     {
         // Its watch event, now that it carries the labels, plans the lock with it.
-        return Ok(Action::requeue(ctx.rt.reconcile_interval()));
+        return Ok(Next::After(ctx.rt.reconcile_interval()));
     }
     let observed = ctx
         .sentinels
@@ -259,7 +255,7 @@ async fn reconcile_lock<K: Sentinel>(
 
     if !ctx.rt.is_leader() {
         // Becoming leader reconciles everything again.
-        return Ok(Action::await_change());
+        return Ok(Next::OnChange);
     }
     let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
     if applied == Applied::Done
@@ -270,11 +266,11 @@ async fn reconcile_lock<K: Sentinel>(
     let action = match applied {
         // Kept growing (to a minute) while the name stays taken: one read and one refused
         // create per look.
-        Applied::NameTaken => return Ok(Action::requeue(ctx.backoff.failed(name))),
-        Applied::Conflict => Action::requeue(CONFLICT_RETRY),
+        Applied::NameTaken => return Ok(Next::After(ctx.backoff.failed(name))),
+        Applied::Conflict => Next::After(CONFLICT_RETRY),
         Applied::Done => {
             let resync = ctx.rt.reconcile_interval();
-            Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync)))
+            Next::After(plan.requeue_after.map_or(resync, |d| d.min(resync)))
         }
     };
     ctx.backoff.succeeded(&name);
@@ -294,25 +290,4 @@ async fn keep_ready<K: Sentinel>(
     let api: Api<Workload> =
         Api::namespaced(writer.client.clone(), &writer.config.execution_namespace);
     crate::apply::upkeep_with(&api, &writer.metrics, &workload.name_any(), status).await
-}
-
-fn error_policy<K: Sentinel>(
-    object: Arc<DeserializeGuard<FournosCluster>>,
-    error: &Error,
-    ctx: Arc<Context<K>>,
-) -> Action {
-    let reason = error.reason();
-    let name = object.name_any();
-    tracing::warn!(cluster = %name, reason, error = %error, "reconcile failed");
-    let event = Event::warning(reason, "Reconcile", error.to_string());
-    let regarding = object.object_ref(&());
-    let events = ctx.writer.events.clone();
-    tokio::spawn(async move {
-        events.publish(&regarding, &event).await;
-    });
-    if matches!(error, Error::InvalidCluster(_)) {
-        // Retrying cannot help; a fixed object comes back through the watch.
-        return Action::await_change();
-    }
-    Action::requeue(ctx.backoff.failed(name))
 }

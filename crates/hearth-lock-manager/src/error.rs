@@ -65,10 +65,16 @@ pub enum Error {
     CacheGone,
 }
 
-hearth_runtime::impl_reason!(Error);
+hearth_runtime::impl_reason!(Error, retry);
 
 impl Error {
     /// Short, stable, CamelCase: an Event reason and a metric label.
+    /// Whether a retry may help: a cluster that does not decode is retried by its fix
+    /// (the watch), not by time.
+    pub fn retry(&self) -> bool {
+        !matches!(self, Self::InvalidCluster(_))
+    }
+
     pub fn reason(&self) -> &'static str {
         match self {
             Self::InvalidCluster(_) => "InvalidFournosCluster",

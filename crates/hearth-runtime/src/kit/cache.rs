@@ -202,6 +202,7 @@ where
 {
     versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
     writer: reflector::store::Writer<DeserializeGuard<K>>,
+    synced: watch::Sender<bool>,
 }
 
 impl<K> HandFeed<K>
@@ -216,6 +217,11 @@ where
         self.writer
             .apply_watcher_event(&watcher::Event::Apply(object));
     }
+
+    /// Says the first list is complete (a [`Cache::by_hand_unsynced`] cache).
+    pub fn synced(&self) {
+        self.synced.send_replace(true);
+    }
 }
 
 impl<K> Cache<K>
@@ -227,8 +233,15 @@ where
     /// arrive through the returned [`HandFeed`]. `namespace`: the one namespace the
     /// watch would cover (`None`: cluster-scoped, or every namespace).
     pub fn by_hand(kind: &'static str, namespace: Option<&str>) -> (Self, HandFeed<K>) {
+        let (cache, feed) = Self::by_hand_unsynced(kind, namespace);
+        feed.synced();
+        (cache, feed)
+    }
+
+    /// [`Self::by_hand`], not synced until [`HandFeed::synced`] says so.
+    pub fn by_hand_unsynced(kind: &'static str, namespace: Option<&str>) -> (Self, HandFeed<K>) {
         let (store, writer) = reflector::store();
-        let (_, synced) = watch::channel(true);
+        let (synced_tx, synced) = watch::channel(false);
         let versions: Arc<Mutex<HashMap<String, VecDeque<String>>>> = Arc::default();
         let cache = Self {
             kind,
@@ -237,7 +250,14 @@ where
             synced,
             versions: versions.clone(),
         };
-        (cache, HandFeed { versions, writer })
+        (
+            cache,
+            HandFeed {
+                versions,
+                writer,
+                synced: synced_tx,
+            },
+        )
     }
 }
 

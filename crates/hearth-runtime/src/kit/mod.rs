@@ -6,13 +6,17 @@
 //!   await, a readiness gate, the [`Changes`] signal bumped on every change), retried
 //!   by [`WatchBackoff`].
 //! - [`Triggers`]: the loop of a global reconcile (change, resync, leadership gained,
-//!   debounce) and [`Backoff`], the one retry policy, also used per object by the
-//!   controllers built on kube's [`Controller`](kube::runtime::Controller).
+//!   debounce) and [`Backoff`], the one retry policy, also used per object by
+//!   [`Runner`].
 //! - [`ControllerMetrics`]: reconciles, their errors (typed labels) and durations,
 //!   watch errors and undecodable objects; a span per reconcile.
-//! - [`Runner`]: the per-object run of a kube [`Controller`](kube::runtime::Controller)
-//!   over FournosClusters: span, metrics, the failure log and [`Backoff`], so a
-//!   controller's `controller.rs` only wires its watches to its reconcile.
+//! - [`Runner`]: the per-object run of a controller over FournosClusters, fed by its
+//!   cache's watch, related watches mapped to cluster names ([`RunTriggers`]) and
+//!   leadership gained: a work queue (never two reconciles of one object at once, a
+//!   bounded number at a time, each requeued when its reconcile asks: [`Next`]), and
+//!   around each reconcile its span, metrics, failure log (and Event, where asked) and
+//!   [`Backoff`], so a controller's `controller.rs` only wires its watches to its
+//!   reconcile.
 //! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
 //!   compares `resourceVersion`s for equality only.
 //! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
@@ -21,6 +25,7 @@
 
 mod cache;
 mod metrics;
+mod queue;
 mod runner;
 mod trigger;
 mod view;
@@ -28,7 +33,7 @@ mod watch_backoff;
 
 pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
-pub use runner::{ClusterObject, Runner};
+pub use runner::{ClusterObject, Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 pub use view::identity;
 pub use watch_backoff::{CALM, WatchBackoff};
@@ -43,6 +48,12 @@ pub const WRITES_IN_FLIGHT: usize = 32;
 /// An error with a stable, CamelCase reason: a metric label and an Event reason.
 pub trait Reason {
     fn reason(&self) -> &'static str;
+
+    /// Whether retrying (after the backoff) may help; when not, the next change of the
+    /// object is what retries it.
+    fn retry(&self) -> bool {
+        true
+    }
 }
 
 /// For loops that cannot fail (a sweep counts and logs its own errors).
@@ -53,13 +64,24 @@ impl Reason for std::convert::Infallible {
 }
 
 /// Implements [`Reason`] for an error type with an inherent `reason()` method (kept
-/// inherent so that callers need no trait import).
+/// inherent so that callers need no trait import), and optionally an inherent `retry()`.
 #[macro_export]
 macro_rules! impl_reason {
     ($error:ty) => {
         impl $crate::kit::Reason for $error {
             fn reason(&self) -> &'static str {
                 <$error>::reason(self)
+            }
+        }
+    };
+    ($error:ty, retry) => {
+        impl $crate::kit::Reason for $error {
+            fn reason(&self) -> &'static str {
+                <$error>::reason(self)
+            }
+
+            fn retry(&self) -> bool {
+                <$error>::retry(self)
             }
         }
     };
