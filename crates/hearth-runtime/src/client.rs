@@ -11,6 +11,17 @@
 //! The deadline is the client's: a request cut off before the apiserver has read it never
 //! lands, but one the apiserver already holds may still complete, within the apiserver's
 //! own request timeout. The Lease grace is what covers that.
+//!
+//! Both clients are service stacks over one HTTP/2 connection ([`crate::connection`]), not
+//! a connection each. Both go to the same apiserver over the same path, so a second
+//! connection would fail with the first, not instead of it; one costs one TLS handshake
+//! and one set of buffers. A write does not wait behind the watches: each request is a
+//! stream of its own with its own flow control, and a write abandoned at its deadline
+//! resets only its stream, where over HTTP/1.1 it cost the connection. What the write
+//! client's own connection used to give, a connection that stalls being cut by a read
+//! timeout, the shared one gets from HTTP/2 pings. The Lease keeps a connection of its
+//! own (`lease.rs`): its renewals are what a stalled connection must not hold up, and
+//! they are sequential, so it is one connection either way.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -19,9 +30,16 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Method, Request};
+use hyper::body::Incoming;
+use kube::client::ConfigExt as _;
+use kube::client::retry::RetryPolicy;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
-use tower::BoxError;
+use tower::retry::RetryLayer;
+use tower::util::BoxCloneService;
+use tower::{BoxError, Layer as _, ServiceBuilder, ServiceExt as _};
+
+use crate::connection::Connection;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientConfigError {
@@ -74,11 +92,78 @@ pub fn is_not_leader(error: &kube::Error) -> bool {
         if source.downcast_ref::<WriteRefused>() == Some(&WriteRefused::NotLeader))
 }
 
-/// The write client: `config` without kube's retries (a retry would run below the
-/// leadership check and past the deadline; controllers retry on their next reconcile),
-/// with every mutating request checked against `leader` and every request bounded by
-/// `timeout`.
-pub fn write_client(
+/// A controller's two clients of the management apiserver.
+pub(crate) struct ManagementClients {
+    /// Watches and reads: kube's retries of 429/503/504 answers when `config` asks for
+    /// them (its default), no deadline (a watch is a long poll).
+    pub read: kube::Client,
+    /// Writes: without kube's retries (a retry would run below the leadership check and
+    /// past the deadline; controllers retry on their next reconcile), every mutating
+    /// request checked against `leader` as it leaves and every request bounded by the
+    /// write timeout ([`LeaderGuard`]).
+    pub write: kube::Client,
+}
+
+/// The read and write clients of `config`'s apiserver, over one HTTP/2 connection.
+///
+/// kube's layers are all here but its tracing one, which logs every failed request at
+/// ERROR without saying what it was for; the controllers log their failures themselves.
+pub(crate) fn management_clients(
+    config: &kube::Config,
+    leader: watch::Receiver<bool>,
+    write_timeout: Duration,
+    activity: &crate::write_activity::WriteActivity,
+) -> Result<ManagementClients, kube::Error> {
+    if config.proxy_url.is_some() {
+        // Proxies stay kube's business: its builder tunnels through one (SOCKS5, HTTP
+        // CONNECT, with the proxy's credentials) or, without the kube feature for it (as
+        // this build is), refuses it with an error naming the feature, as before this
+        // connection was HTTP/2. Through a proxy the clients keep kube's HTTP/1.1.
+        return Ok(ManagementClients {
+            read: kube::Client::try_from(config.clone())?,
+            write: write_client(config.clone(), leader, write_timeout, activity)?,
+        });
+    }
+    let connection = crate::connection::connection(config)?;
+    let read = ServiceBuilder::new()
+        .option_layer(
+            config
+                .default_retry
+                .then(|| RetryLayer::new(RetryPolicy::server_retry())),
+        )
+        .service(kube_stack(config, connection.clone())?);
+    // Counted outside the guard: what background Events yield to (write_activity.rs).
+    let write = activity.layer().layer(
+        LeaderGuardLayer {
+            leader,
+            timeout: write_timeout,
+        }
+        .layer(kube_stack(config, connection)?),
+    );
+    Ok(ManagementClients {
+        read: kube::Client::new(read, &config.default_namespace),
+        write: kube::Client::new(write, &config.default_namespace),
+    })
+}
+
+type Stack = BoxCloneService<Request<kube::client::Body>, http::Response<Incoming>, BoxError>;
+
+/// kube's request layers over `connection`: the apiserver's URL, credentials,
+/// impersonation headers.
+fn kube_stack(config: &kube::Config, connection: Connection) -> Result<Stack, kube::Error> {
+    Ok(ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(connection)
+        .boxed_clone())
+}
+
+/// The write client of [`ManagementClients`] on kube's own HTTP/1.1 stack (with a proxy):
+/// `config` without kube's retries, [`LeaderGuard`] on top, and each connection's reads
+/// and writes bounded by `timeout` too, so a stalled connection is dropped.
+fn write_client(
     mut config: kube::Config,
     leader: watch::Receiver<bool>,
     timeout: Duration,

@@ -26,6 +26,7 @@
 mod admin;
 pub mod args;
 mod client;
+mod connection;
 pub mod events;
 pub mod kit;
 pub mod leadership;
@@ -233,8 +234,6 @@ where
             .then(|| LeaseSettings::new(controller, &args, identity.clone()))
             .transpose()?;
         let config = kube_config(&args.kubeconfig_paths()).await?;
-        let client =
-            kube::Client::try_from(config.clone()).context("cannot build the kube client")?;
 
         let readiness = Readiness::new();
         let metrics = Metrics::new(controller);
@@ -256,9 +255,11 @@ where
         };
         let write_timeout = lease::write_timeout(lease_settings.as_ref());
         let write_activity = write_activity::WriteActivity::default();
-        let write_client =
-            client::write_client(config, leader.clone(), write_timeout, &write_activity)
-                .context("cannot build the kube write client")?;
+        let client::ManagementClients {
+            read: client,
+            write: write_client,
+        } = client::management_clients(&config, leader.clone(), write_timeout, &write_activity)
+            .context("cannot build the kube clients")?;
         tracing::info!(
             namespace = %args.namespace,
             write_timeout_ms = u64::try_from(write_timeout.as_millis()).unwrap_or(u64::MAX),
