@@ -7,9 +7,9 @@
 //! Objects are cached as [`DeserializeGuard`]s: one that does not decode is kept as an
 //! error, skipped by the plans and logged once per version, and never stops the watch.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
-use std::hash::Hash;
+use std::hash::{BuildHasher as _, Hash, RandomState};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
@@ -51,7 +51,7 @@ where
     /// The one namespace the watch covers (`None`: cluster-scoped, or every namespace).
     namespace: Option<String>,
     synced: watch::Receiver<bool>,
-    versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
+    versions: Arc<Mutex<Delivered>>,
 }
 
 /// What a watch needs from the controller around it.
@@ -159,7 +159,7 @@ where
                     // A re-list delivers no Delete for what went meanwhile.
                     let live: HashSet<String> =
                         store.state().iter().map(|o| o.name_any()).collect();
-                    lock(&versions).retain(|name, _| live.contains(name));
+                    lock(&versions).keep_only(live.iter().map(String::as_str));
                     logged.retain(|(name, _)| live.contains(name));
                     synced_tx.send_replace(true);
                     gate.ready();
@@ -177,7 +177,7 @@ where
                 Ok(watcher::Event::Delete(object)) => {
                     let name = object.name_any();
                     logged.retain(|(logged, _)| *logged != name);
-                    lock(&versions).remove(&name);
+                    lock(&versions).forget(&name);
                     changes.bump();
                 }
                 Ok(watcher::Event::Init) => {}
@@ -200,7 +200,7 @@ where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + Hash + Clone,
 {
-    versions: Arc<Mutex<HashMap<String, VecDeque<String>>>>,
+    versions: Arc<Mutex<Delivered>>,
     writer: reflector::store::Writer<DeserializeGuard<K>>,
     synced: watch::Sender<bool>,
 }
@@ -242,7 +242,7 @@ where
     pub fn by_hand_unsynced(kind: &'static str, namespace: Option<&str>) -> (Self, HandFeed<K>) {
         let (store, writer) = reflector::store();
         let (synced_tx, synced) = watch::channel(false);
-        let versions: Arc<Mutex<HashMap<String, VecDeque<String>>>> = Arc::default();
+        let versions: Arc<Mutex<Delivered>> = Arc::default();
         let cache = Self {
             kind,
             store,
@@ -325,12 +325,14 @@ where
     where
         K::DynamicType: Default,
     {
-        if self.named(name).is_none() {
-            return true;
-        }
-        lock(&self.versions)
-            .get(name)
-            .is_some_and(|seen| seen.iter().any(|v| v == written))
+        self.named(name).is_none() || self.delivered(name, written)
+    }
+
+    /// Whether the watch delivered version `version` of object `name` (one of its last
+    /// [`VERSIONS_KEPT`]): [`Self::shows`] for an object known to be cached, without the
+    /// lookup (which allocates a key) that finds a gone one.
+    pub fn delivered(&self, name: &str, version: &str) -> bool {
+        lock(&self.versions).delivered(name, version)
     }
 }
 
@@ -341,20 +343,67 @@ pub struct CacheGone {
     pub kind: &'static str,
 }
 
-fn remember_version<K: Resource>(
-    versions: &Mutex<HashMap<String, VecDeque<String>>>,
-    object: &DeserializeGuard<K>,
-) {
+fn remember_version<K: Resource>(versions: &Mutex<Delivered>, object: &DeserializeGuard<K>) {
     let meta = object.meta();
-    let (Some(name), Some(rv)) = (&meta.name, &meta.resource_version) else {
-        return;
-    };
-    let mut versions = lock(versions);
-    let seen = versions.entry(name.clone()).or_default();
-    if seen.len() == VERSIONS_KEPT {
-        seen.pop_front();
+    if let (Some(name), Some(rv)) = (&meta.name, &meta.resource_version) {
+        lock(versions).remember(name, rv);
     }
-    seen.push_back(rv.clone());
+}
+
+/// The versions the watch delivered lately, per object, for [`Cache::shows`].
+///
+/// Every controller keeps this for every object it caches (a thousand clusters, and as
+/// many Secrets or flavors), so it holds no string: names and versions are kept as
+/// 64-bit hashes, keyed at random per process, an object's last [`VERSIONS_KEPT`] versions
+/// in one fixed array. That is sound because `resourceVersion`s are opaque and only ever
+/// compared for equality: equal strings have equal hashes. Two different strings share a
+/// hash with probability 2^-64, and [`Self::delivered`] compares a version with at most
+/// [`VERSIONS_KEPT`] others, so it takes an undelivered version for a delivered one with
+/// probability at most 2^-61 per call: at a billion calls a day, once in some six million
+/// years. Two live names sharing a hash (about n² / 2^65: 3 × 10^-14 for a thousand
+/// objects) would share one array, so one object's versions could push out the other's:
+/// a write would then show late, as it does after eight newer versions (callers wait with
+/// a deadline, or plan from what they wrote), and early only with the 2^-61 above. The
+/// keys are random per process, so nobody who picks names (anyone who may label a Secret)
+/// can aim for either.
+#[derive(Debug, Default)]
+struct Delivered {
+    keys: RandomState,
+    /// By name hash: the version hashes delivered, oldest first; 0 is an empty slot (no
+    /// hash is 0, see [`Self::hash`]).
+    recent: HashMap<u64, [u64; VERSIONS_KEPT]>,
+}
+
+impl Delivered {
+    fn hash(&self, text: &str) -> u64 {
+        self.keys.hash_one(text).max(1)
+    }
+
+    fn remember(&mut self, name: &str, version: &str) {
+        let version = self.hash(version);
+        let seen = self.recent.entry(self.hash(name)).or_default();
+        // The oldest makes room: the last VERSIONS_KEPT stay, in delivery order.
+        seen.rotate_left(1);
+        seen[VERSIONS_KEPT - 1] = version;
+    }
+
+    fn delivered(&self, name: &str, version: &str) -> bool {
+        let version = self.hash(version);
+        self.recent
+            .get(&self.hash(name))
+            .is_some_and(|seen| seen.contains(&version))
+    }
+
+    fn forget(&mut self, name: &str) {
+        let name = self.hash(name);
+        self.recent.remove(&name);
+    }
+
+    /// Forgets every object but those named.
+    fn keep_only<'a>(&mut self, live: impl IntoIterator<Item = &'a str>) {
+        let live: HashSet<u64> = live.into_iter().map(|name| self.hash(name)).collect();
+        self.recent.retain(|name, _| live.contains(name));
+    }
 }
 
 /// Logs an object that does not decode, once per `(name, resourceVersion)`: the watch
@@ -477,6 +526,47 @@ mod tests {
         // A version that looks larger than the write is not taken for it.
         feed.deliver(config_map("p", "99999"));
         assert!(!cache.shows("p", "10"));
+    }
+
+    #[test]
+    fn the_last_versions_of_each_object_are_kept_as_hashes() {
+        let (cache, mut feed) = Cache::by_hand("ConfigMap", Some("ns"));
+        let long = "7".repeat(1000);
+        feed.deliver(config_map("q", &long));
+        for rv in 1..VERSIONS_KEPT {
+            feed.deliver(config_map("q", &rv.to_string()));
+        }
+        feed.deliver(config_map("p", "900"));
+        assert!(cache.shows("q", &long), "a long opaque version is its hash");
+        assert!(cache.delivered("q", &long) && !cache.delivered("gone", &long));
+        assert!(
+            !cache.shows("q", &format!("{long}8")),
+            "a version that differs from a delivered one by a byte is not it"
+        );
+        assert!(!cache.shows("q", "900"), "p's version is not q's");
+        feed.deliver(config_map("q", "8"));
+        assert!(!cache.shows("q", &long), "the oldest made room");
+        assert!((1..=VERSIONS_KEPT).all(|rv| cache.shows("q", &rv.to_string())));
+        // Per object one fixed array of hashes, whatever the lengths of names and versions.
+        let delivered = lock(&cache.versions);
+        assert_eq!(delivered.recent.len(), 2);
+        assert_eq!(
+            size_of_val(delivered.recent.values().next().unwrap()),
+            VERSIONS_KEPT * 8
+        );
+    }
+
+    #[test]
+    fn versions_of_objects_gone_are_forgotten() {
+        let mut delivered = Delivered::default();
+        delivered.remember("a", "1");
+        delivered.remember("b", "2");
+        delivered.remember("c", "3");
+        delivered.forget("a");
+        delivered.keep_only(["c"]);
+        assert!(!delivered.delivered("a", "1") && !delivered.delivered("b", "2"));
+        assert!(delivered.delivered("c", "3"));
+        assert_eq!(delivered.recent.len(), 1);
     }
 
     #[test]
