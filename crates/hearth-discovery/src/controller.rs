@@ -140,25 +140,55 @@ impl Context {
         &self,
         cluster: &CachedCluster,
     ) -> (Option<u64>, Option<FournosClusterStatus>) {
-        let uid = cluster.uid().unwrap_or_default();
-        let name = cluster.name_any();
-        let delivered = |written: &str| self.clusters.shows(&name, written);
-        self.lock_memory().recall(&Cached {
-            uid: &uid,
-            resource_version: cluster.metadata.resource_version.as_deref(),
-            status: cluster.status.as_ref(),
-            delivered: Some(&delivered),
-        })
+        let name = cluster.metadata.name.as_deref().unwrap_or_default();
+        let shows = |written: &str| self.clusters.shows(name, written);
+        self.lock_memory().recall(&cached(cluster, &shows))
     }
 
+    /// After a reconcile: its fingerprint and write, the write forgotten at once if the
+    /// watch delivered it already (it can beat the apiserver's answer).
     pub(crate) fn remember(
         &self,
         cluster: &CachedCluster,
         fingerprint: u64,
         written: Option<Written>,
     ) {
-        let uid = cluster.uid().unwrap_or_default();
-        self.lock_memory().remember(&uid, fingerprint, written);
+        let uid = cluster.metadata.uid.as_deref().unwrap_or_default();
+        let wrote = written.is_some();
+        let mut memory = self.lock_memory();
+        memory.remember(uid, fingerprint, written);
+        let name = cluster.metadata.name.as_deref().unwrap_or_default();
+        if let Some(current) = wrote.then(|| self.clusters.named(name)).flatten()
+            && let Ok(current) = &current.0
+        {
+            let delivered = |written: &str| self.clusters.delivered(name, written);
+            memory.forget_delivered(&cached(current, &delivered));
+        }
+    }
+
+    /// Forgets the writes whose versions the watch delivered, `clusters` being the whole
+    /// cache: run on every cache change, so a written status is not kept beside the
+    /// cached one it became. Nothing is allocated: it runs that often.
+    pub(crate) fn forget_delivered(&self, clusters: &[Arc<ClusterObject>]) {
+        let mut memory = self.lock_memory();
+        if !memory.awaits_any() {
+            return;
+        }
+        for cluster in clusters.iter().filter_map(|c| c.0.as_ref().ok()) {
+            let name = cluster.metadata.name.as_deref().unwrap_or_default();
+            let delivered = |written: &str| self.clusters.delivered(name, written);
+            memory.forget_delivered(&cached(cluster, &delivered));
+        }
+    }
+}
+
+/// `cluster` as [`Memory`] sees it; `delivered` says which versions the watch delivered.
+fn cached<'a>(cluster: &'a CachedCluster, delivered: &'a dyn Fn(&str) -> bool) -> Cached<'a> {
+    Cached {
+        uid: cluster.metadata.uid.as_deref().unwrap_or_default(),
+        resource_version: cluster.metadata.resource_version.as_deref(),
+        status: cluster.status.as_ref(),
+        delivered: Some(delivered),
     }
 }
 

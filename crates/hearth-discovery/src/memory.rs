@@ -13,6 +13,15 @@
 //! fields there equal what was written: discovery is their only writer, so a cache
 //! that holds them holds the write or something after it. Until then the written
 //! status is what discovery plans from, which is also right for those fields.
+//!
+//! A written status is kept only until the cache shows it. [`Memory::recall`] forgets it
+//! when it finds it shown, but the next reconcile may be minutes away, so
+//! [`Memory::forget_delivered`] forgets it as soon as the watch delivers the version the
+//! write produced (milliseconds; seconds while a burst keeps the watch behind), looking
+//! when the write returns and on every cache change. That look compares versions only,
+//! as it runs that often; a write shown by its content alone (its version never came
+//! by, say skipped by a re-list) waits for `recall`, as before. At rest a cluster costs
+//! its fingerprint, not a second copy of the status its cache holds.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,8 +41,9 @@ pub struct Written {
 struct Entry {
     /// Fingerprint of the kubeconfig last probed (or found to agree with status).
     fingerprint: Option<u64>,
-    /// The status last written, until the cache shows it.
-    written: Option<Written>,
+    /// The status last written, until the cache shows it. Boxed: a status is hundreds of
+    /// bytes, and every cluster has an entry while few have a write in flight.
+    written: Option<Box<Written>>,
 }
 
 /// Per cluster (by uid): the kubeconfig fingerprint last probed and the status last
@@ -58,11 +68,16 @@ pub struct Cached<'a> {
 impl Written {
     /// Whether `cached` shows this write (or something after it).
     pub fn shown_by(&self, cached: &Cached<'_>) -> bool {
-        let same_version = self.resource_version.as_deref().is_some_and(|written| {
+        self.delivered_to(cached) || diff_status(cached.status, &self.status) == StatusDiff::Same
+    }
+
+    /// Whether `cached` holds the version this write produced, or the watch delivered it
+    /// on the way: the half of [`Self::shown_by`] that compares no status.
+    pub fn delivered_to(&self, cached: &Cached<'_>) -> bool {
+        self.resource_version.as_deref().is_some_and(|written| {
             cached.resource_version == Some(written)
                 || cached.delivered.is_some_and(|delivered| delivered(written))
-        });
-        same_version || diff_status(cached.status, &self.status) == StatusDiff::Same
+        })
     }
 }
 
@@ -87,9 +102,27 @@ impl Memory {
     pub fn remember(&mut self, uid: &str, fingerprint: u64, written: Option<Written>) {
         let entry = self.entries.entry(uid.to_owned()).or_default();
         entry.fingerprint = Some(fingerprint);
-        if written.is_some() {
-            entry.written = written;
+        if let Some(written) = written {
+            entry.written = Some(Box::new(written));
         }
+    }
+
+    /// Forgets the status written to `cached`'s cluster once the watch delivered the
+    /// version it produced: from then on [`Self::recall`] plans from the cache anyway.
+    pub fn forget_delivered(&mut self, cached: &Cached<'_>) {
+        if let Some(entry) = self.entries.get_mut(cached.uid)
+            && entry
+                .written
+                .as_ref()
+                .is_some_and(|w| w.delivered_to(cached))
+        {
+            entry.written = None;
+        }
+    }
+
+    /// Whether a written status waits for the cache to show it.
+    pub fn awaits_any(&self) -> bool {
+        self.entries.values().any(|entry| entry.written.is_some())
     }
 
     /// Forgets clusters that are gone (by uid).
@@ -271,6 +304,55 @@ mod tests {
             ..cached("13", &later)
         };
         assert_eq!(memory.recall(&not_seen).1, Some(new));
+    }
+
+    #[test]
+    fn a_delivered_write_is_forgotten_before_the_next_reconcile() {
+        let old = status(KubeconfigStatus::Unreachable, "");
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        // A cache change that does not show the write yet keeps it.
+        memory.forget_delivered(&cached("11", &old));
+        assert!(memory.awaits_any());
+        memory.forget_delivered(&cached("12", &new));
+        assert!(!memory.awaits_any(), "delivered: forgotten at once");
+        // What the next reconcile finds is planned from as it is, the fingerprint kept.
+        assert_eq!(
+            memory.recall(&cached("11", &old)),
+            (Some(7), Some(old.clone()))
+        );
+
+        // Delivered on the way, then another writer's version on top.
+        let mut memory = wrote("12", &new);
+        let delivered = |rv: &str| rv == "12";
+        memory.forget_delivered(&Cached {
+            delivered: Some(&delivered),
+            ..cached("13", &old)
+        });
+        assert!(!memory.awaits_any());
+    }
+
+    #[test]
+    fn a_write_shown_by_its_content_alone_waits_for_recall() {
+        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let mut memory = wrote("12", &new);
+        let mut later = new.clone();
+        later.locked = Some(true);
+        // Version 12 never came by: only the content says the cache holds the write.
+        memory.forget_delivered(&cached("13", &later));
+        assert!(memory.awaits_any(), "versions only: no status compared");
+        assert_eq!(memory.recall(&cached("13", &later)).1, Some(later));
+        assert!(!memory.awaits_any(), "recall applies the whole rule");
+    }
+
+    #[test]
+    fn a_cluster_without_a_write_in_flight_costs_little() {
+        // Every cluster has an entry; only a write in flight carries a status.
+        assert!(
+            std::mem::size_of::<Entry>() <= 32,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
     }
 
     #[test]

@@ -188,7 +188,8 @@ async fn announce_not_adopted(
 }
 
 /// Reports the gauges every replica exports, and forgets what was reported about objects
-/// (or versions) that are gone, so memory follows the caches.
+/// (or versions) that are gone and the writes the watch delivered, so memory follows the
+/// caches.
 fn record_and_forget(
     ctx: &Context,
     secrets: &[Arc<SecretObject>],
@@ -217,6 +218,7 @@ fn record_and_forget(
         .invalid_objects("Secret", invalid_secrets);
     let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
     ctx.forget_except(&live);
+    ctx.forget_delivered(clusters);
     reported.offboarded.retain(|uid| live.contains(uid));
     reported.held_back.retain(|(uid, _)| live.contains(uid));
     reported.not_adopted.retain(|(uid, _)| live.contains(uid));
