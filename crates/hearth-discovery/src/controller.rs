@@ -222,6 +222,7 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         rt.readiness().gate("fournosclusters"),
         &watch,
     );
+    Metrics::register_cluster_gauges(&mut rt.metrics().registry(), clusters.clone());
     // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
     // discovery reads. Listed five at a time: a Secret may be 1 MiB, and a list page is
     // held whole in memory while it is decoded.

@@ -1,19 +1,25 @@
 //! discovery's metrics, exported as `hearth_discovery_*` (the runtime adds `hearth_`).
+//!
+//! The gauges that describe every cluster ([`ClusterGauges`]) are read from the
+//! FournosCluster cache when scraped: a series per cluster and GPU model kept in the
+//! registry would be a second copy of what the cache holds.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hearth_api::{FournosClusterStatus, KubeconfigStatus};
-use hearth_runtime::kit::{ControllerMetrics, ObjectGauges};
+use hearth_runtime::kit::{Cache, ControllerMetrics};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::cluster_cache::CachedCluster;
+
 type Labels1 = [(&'static str, String); 1];
 type Labels2 = [(&'static str, String); 2];
-type GpuLabels = [(&'static str, String); 4];
 
 /// `kubeconfig_status` label of a cluster discovery has not written a status for yet.
 pub const UNKNOWN_STATUS: &str = "Unknown";
@@ -40,8 +46,6 @@ pub struct Metrics {
     onboarding: Family<Labels2, Counter>,
     /// Reconciles, their errors and durations, watch errors, undecodable objects.
     pub(crate) controller: ControllerMetrics,
-    clusters: Family<Labels1, Gauge>,
-    gpus: ObjectGauges<GpuLabels>,
 }
 
 impl Metrics {
@@ -53,8 +57,6 @@ impl Metrics {
             status_writes: Family::default(),
             onboarding: Family::default(),
             controller: ControllerMetrics::default(),
-            clusters: Family::default(),
-            gpus: ObjectGauges::default(),
         };
         let r = registry.sub_registry_with_prefix("discovery");
         r.register(
@@ -78,18 +80,15 @@ impl Metrics {
             "FournosClusters created from Secrets and deleted when their Secret went, by action and outcome",
             metrics.onboarding.clone(),
         );
-        r.register(
-            "clusters",
-            "FournosClusters by status.kubeconfigStatus (Unknown: not probed yet)",
-            metrics.clusters.clone(),
-        );
-        r.register(
-            "gpus",
-            "Discovered GPUs per cluster and model (status.hardware)",
-            metrics.gpus.family(),
-        );
         metrics.controller.register(r);
         metrics
+    }
+
+    /// Registers [`ClusterGauges`] over `clusters` under `discovery` in `registry`.
+    pub fn register_cluster_gauges(registry: &mut Registry, clusters: Cache<CachedCluster>) {
+        registry
+            .sub_registry_with_prefix("discovery")
+            .register_collector(Box::new(ClusterGauges { clusters }));
     }
 
     pub fn probed(&self, result: &'static str, elapsed: Duration) {
@@ -116,40 +115,105 @@ impl Metrics {
             ])
             .inc();
     }
+}
 
-    /// The gauges that describe every cluster: call with all of them at once.
-    pub fn clusters<'a>(
-        &self,
-        clusters: impl IntoIterator<Item = (&'a str, Option<&'a FournosClusterStatus>)>,
-    ) {
-        let mut by_status: BTreeMap<&str, i64> = STATUSES.iter().map(|s| (*s, 0)).collect();
-        let mut gpus = Vec::new();
-        for (name, status) in clusters {
-            let label = status
-                .and_then(|s| s.kubeconfig_status)
-                .map_or(UNKNOWN_STATUS, KubeconfigStatus::as_str);
-            *by_status.entry(label).or_default() += 1;
-            for gpu in status
-                .and_then(|s| s.hardware.as_ref())
-                .map(|h| h.gpus.as_slice())
-                .unwrap_or_default()
-            {
-                let labels: GpuLabels = [
-                    ("cluster", name.to_owned()),
-                    ("vendor", gpu.vendor.clone()),
-                    ("model", gpu.model.clone()),
-                    ("short_name", gpu.short_name.clone()),
-                ];
-                gpus.push((labels, gpu.count));
-            }
-        }
-        for (status, n) in by_status {
-            self.clusters
-                .get_or_create(&[("kubeconfig_status", status.to_owned())])
-                .set(n);
-        }
-        self.gpus.replace(gpus);
+/// The gauges that describe every cluster, `clusters` by `kubeconfig_status` and `gpus`
+/// per cluster and model, encoded from the cache at each scrape. Clusters being deleted
+/// are left out; until the cache holds a full list neither is exported (as before the
+/// first sweep, which used to set them).
+pub struct ClusterGauges {
+    clusters: Cache<CachedCluster>,
+}
+
+impl std::fmt::Debug for ClusterGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterGauges").finish_non_exhaustive()
     }
+}
+
+impl Collector for ClusterGauges {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if !self.clusters.is_synced() {
+            return Ok(());
+        }
+        let state = self.clusters.state();
+        encode_cluster_gauges(
+            encoder,
+            state
+                .iter()
+                .filter_map(|c| c.0.as_ref().ok())
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .map(|c| {
+                    (
+                        c.metadata.name.as_deref().unwrap_or_default(),
+                        c.status.as_ref(),
+                    )
+                }),
+        )
+    }
+}
+
+/// Encodes [`ClusterGauges`] for `clusters` (all of them at once).
+fn encode_cluster_gauges<'a>(
+    mut encoder: DescriptorEncoder,
+    clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
+) -> Result<(), std::fmt::Error> {
+    let mut by_status = [0_i64; STATUSES.len()];
+    for (_, status) in clusters.clone() {
+        let label = status
+            .and_then(|s| s.kubeconfig_status)
+            .map_or(UNKNOWN_STATUS, KubeconfigStatus::as_str);
+        if let Some(i) = STATUSES.iter().position(|s| *s == label) {
+            by_status[i] += 1;
+        }
+    }
+    let mut metric = encoder.encode_descriptor(
+        "clusters",
+        "FournosClusters by status.kubeconfigStatus (Unknown: not probed yet)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (status, n) in STATUSES.iter().zip(by_status) {
+        gauge(&mut metric, &[("kubeconfig_status", *status)], n)?;
+    }
+
+    let gpus = move || {
+        clusters.clone().flat_map(|(name, status)| {
+            let gpus = status.and_then(|s| s.hardware.as_ref());
+            gpus.map(|h| h.gpus.as_slice())
+                .unwrap_or_default()
+                .iter()
+                .map(move |gpu| (name, gpu))
+        })
+    };
+    // A family without series is not exported (as the registry does with its own).
+    if gpus().next().is_none() {
+        return Ok(());
+    }
+    let mut metric = encoder.encode_descriptor(
+        "gpus",
+        "Discovered GPUs per cluster and model (status.hardware)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (name, gpu) in gpus() {
+        let labels = [
+            ("cluster", name),
+            ("vendor", gpu.vendor.as_str()),
+            ("model", gpu.model.as_str()),
+            ("short_name", gpu.short_name.as_str()),
+        ];
+        gauge(&mut metric, &labels, gpu.count)?;
+    }
+    Ok(())
+}
+
+fn gauge<const N: usize>(
+    metric: &mut MetricEncoder<'_>,
+    labels: &[(&str, &str); N],
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    metric.encode_family(labels)?.encode_gauge(&value)
 }
 
 #[cfg(test)]
@@ -177,33 +241,55 @@ mod tests {
         }
     }
 
+    fn cluster(name: &str, status: Option<FournosClusterStatus>) -> CachedCluster {
+        let mut cluster = CachedCluster::default();
+        cluster.metadata.name = Some(name.into());
+        cluster.metadata.namespace = Some("ns".into());
+        cluster.status = status;
+        cluster
+    }
+
     #[test]
-    fn cluster_gauges_follow_the_clusters() {
+    fn cluster_gauges_are_read_from_the_cache_when_scraped() {
         let mut registry = Registry::with_prefix("hearth");
-        let metrics = Metrics::register(&mut registry);
-        let a = with_gpus("NVIDIA-L40S", 2);
-        metrics.clusters([("a", Some(&a)), ("b", None)]);
+        Metrics::register(&mut registry);
+        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("ns"));
+        Metrics::register_cluster_gauges(&mut registry, cache);
         let out = encode_registry(&registry).unwrap();
         assert!(
-            out.contains(
-                r#"hearth_discovery_gpus{cluster="a",vendor="NVIDIA",model="NVIDIA-L40S",short_name="l40s"} 2"#
-            ),
-            "{out}"
+            !out.contains("hearth_discovery_gpus"),
+            "no series, no family:\n{out}"
         );
         assert!(
-            out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Valid"} 1"#),
-            "{out}"
-        );
-        assert!(
-            out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Unknown"} 1"#),
-            "{out}"
-        );
-        assert!(
-            out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Unreachable"} 0"#),
+            out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Valid"} 0"#),
             "{out}"
         );
 
-        metrics.clusters([("b", None)]);
+        feed.deliver(cluster("a", Some(with_gpus("NVIDIA-L40S", 2))));
+        feed.deliver(cluster("b", None));
+        let out = encode_registry(&registry).unwrap();
+        assert!(
+            out.contains(
+                "# TYPE hearth_discovery_gpus gauge\n\
+                 hearth_discovery_gpus{cluster=\"a\",vendor=\"NVIDIA\",model=\"NVIDIA-L40S\",short_name=\"l40s\"} 2\n"
+            ),
+            "{out}"
+        );
+        for line in [
+            r#"hearth_discovery_clusters{kubeconfig_status="Valid"} 1"#,
+            r#"hearth_discovery_clusters{kubeconfig_status="Unknown"} 1"#,
+            r#"hearth_discovery_clusters{kubeconfig_status="Unreachable"} 0"#,
+        ] {
+            assert!(out.contains(line), "{line} in\n{out}");
+        }
+
+        // Being deleted: no longer described, at the very next scrape.
+        let mut deleting = cluster("a", Some(with_gpus("NVIDIA-L40S", 2)));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        feed.deliver(deleting);
         let out = encode_registry(&registry).unwrap();
         assert!(!out.contains(r#"cluster="a""#), "{out}");
         assert!(

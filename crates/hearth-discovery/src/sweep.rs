@@ -1,11 +1,11 @@
 //! The onboarding sweep: observe both caches, plan with
 //! [`plan_onboarding`](crate::onboarding::plan_onboarding), apply (create, delete, warn),
-//! and report the gauges that describe every cluster.
+//! and forget what the caches no longer need remembered (gone objects, delivered writes).
 //!
 //! It runs on every change either watch sees, when this replica becomes leader, and
 //! every resync interval, and never before both caches hold a full list: an empty
 //! Secret cache would otherwise read as "every Secret is gone" and offboard everything.
-//! Only the lease holder applies; every replica reports metrics.
+//! Only the lease holder applies; every replica counts undecodable objects.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::convert::Infallible;
@@ -187,27 +187,15 @@ async fn announce_not_adopted(
     }
 }
 
-/// Reports the gauges every replica exports, and forgets what was reported about objects
-/// (or versions) that are gone and the writes the watch delivered, so memory follows the
-/// caches.
+/// Reports the counts of undecodable objects every replica exports, and forgets what
+/// was reported about objects (or versions) that are gone and the writes the watch
+/// delivered, so memory follows the caches.
 fn record_and_forget(
     ctx: &Context,
     secrets: &[Arc<SecretObject>],
     clusters: &[Arc<ClusterObject>],
     reported: &mut Reported,
 ) {
-    ctx.metrics.clusters(
-        clusters
-            .iter()
-            .filter_map(|c| c.0.as_ref().ok())
-            .filter(|c| c.metadata.deletion_timestamp.is_none())
-            .map(|c| {
-                (
-                    c.metadata.name.as_deref().unwrap_or_default(),
-                    c.status.as_ref(),
-                )
-            }),
-    );
     let invalid_clusters = clusters.iter().filter(|c| c.0.is_err()).count();
     let invalid_secrets = secrets.iter().filter(|s| s.0.is_err()).count();
     ctx.metrics
