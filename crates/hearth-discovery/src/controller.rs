@@ -126,7 +126,7 @@ impl Context {
     }
 
     /// Forgets clusters that are gone (by uid).
-    pub fn forget_except(&self, live: &std::collections::HashSet<String>) {
+    pub fn forget_except(&self, live: impl Fn(&str) -> bool) {
         self.lock_memory().forget_except(live);
     }
 

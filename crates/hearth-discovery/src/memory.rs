@@ -23,7 +23,7 @@
 //! by, say skipped by a re-list) waits for `recall`, as before. At rest a cluster costs
 //! its fingerprint, not a second copy of the status its cache holds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use hearth_api::FournosClusterStatus;
 
@@ -126,8 +126,8 @@ impl Memory {
     }
 
     /// Forgets clusters that are gone (by uid).
-    pub fn forget_except(&mut self, live: &HashSet<String>) {
-        self.entries.retain(|uid, _| live.contains(uid));
+    pub fn forget_except(&mut self, live: impl Fn(&str) -> bool) {
+        self.entries.retain(|uid, _| live(uid));
     }
 
     /// Forgets every write: another replica may have written since (leadership moved),
@@ -368,7 +368,7 @@ mod tests {
     fn gone_clusters_are_forgotten() {
         let old = status(KubeconfigStatus::Unreachable, "");
         let mut memory = wrote("12", &old);
-        memory.forget_except(&HashSet::from(["u2".to_owned()]));
+        memory.forget_except(|uid| uid == "u2");
         assert_eq!(memory.recall(&cached("11", &old)), (None, Some(old)));
     }
 }

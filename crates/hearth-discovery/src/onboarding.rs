@@ -306,7 +306,8 @@ pub fn plan_onboarding(
             problem,
             message,
         };
-        let shown = format!("{secrets_namespace}/{}", quote(&secret.name));
+        // Only for a message: most sweeps write none, and run on every change.
+        let shown = || format!("{secrets_namespace}/{}", quote(&secret.name));
         let cluster = pattern.cluster_name(&secret.name);
         if in_use.contains(secret.name.as_str()) && !cluster.is_some_and(is_valid_cluster_name) {
             continue;
@@ -315,8 +316,9 @@ pub fn plan_onboarding(
             plan.warnings.push(warn(
                 SecretProblem::NameMismatch,
                 format!(
-                    "Secret {shown} is labeled {KUBECONFIG_SECRET_SELECTOR} but its name does not match the \
+                    "Secret {} is labeled {KUBECONFIG_SECRET_SELECTOR} but its name does not match the \
                      pattern {}: no FournosCluster is created for it. Rename it to {} or remove the label",
+                    shown(),
                     pattern.as_str(),
                     pattern.as_str()
                 ),
@@ -327,9 +329,10 @@ pub fn plan_onboarding(
             plan.warnings.push(warn(
                 SecretProblem::InvalidClusterName,
                 format!(
-                    "Secret {shown} names cluster {}, which is not a valid cluster name (at most \
+                    "Secret {} names cluster {}, which is not a valid cluster name (at most \
                      {MAX_CLUSTER_NAME} lower-case letters, digits and '-', starting and ending with a \
                      letter or digit): no FournosCluster is created for it. Rename the Secret",
+                    shown(),
                     quote(cluster)
                 ),
             ));
@@ -351,7 +354,7 @@ pub fn plan_onboarding(
                         cluster_uid: existing.uid.clone(),
                         secret: secret.name.clone(),
                         secret_uid: secret.uid.clone(),
-                        message: not_adopted_message(existing, secret, &shown, namespace),
+                        message: not_adopted_message(existing, secret, &shown(), namespace),
                     });
                 }
                 if let Some(other) = &existing.kubeconfig_secret
@@ -362,9 +365,10 @@ pub fn plan_onboarding(
                         SecretProblem::ClusterNameTaken,
                         format!(
                             "FournosCluster {namespace}/{cluster} already exists and uses Secret {}: \
-                             Secret {shown} is not used by any cluster. Point the cluster's \
+                             Secret {} is not used by any cluster. Point the cluster's \
                              spec.kubeconfigSecret at it, or remove the label",
-                            quote(other)
+                            quote(other),
+                            shown()
                         ),
                     ));
                 }

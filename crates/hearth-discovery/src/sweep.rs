@@ -204,20 +204,48 @@ fn record_and_forget(
     ctx.metrics
         .controller
         .invalid_objects("Secret", invalid_secrets);
-    let live: HashSet<String> = clusters.iter().filter_map(|c| c.uid()).collect();
-    ctx.forget_except(&live);
-    ctx.forget_delivered(clusters);
-    reported.offboarded.retain(|uid| live.contains(uid));
-    reported.held_back.retain(|(uid, _)| live.contains(uid));
-    reported.not_adopted.retain(|(uid, _)| live.contains(uid));
-    let versions: HashSet<(String, String)> = secrets
+    // Borrowed from the caches: this runs on every change, and copying the uids (and
+    // versions) out of them each time cost thousands of allocations.
+    let live: HashSet<&str> = clusters
         .iter()
-        .map(|s| uid_version(s.as_ref()))
-        .chain(clusters.iter().map(|c| uid_version(c.as_ref())))
+        .filter_map(|c| c.meta().uid.as_deref())
         .collect();
-    reported
-        .warned
-        .retain(|(uid, rv, _)| versions.contains(&(uid.clone(), rv.clone())));
+    ctx.forget_except(|uid| live.contains(uid));
+    ctx.forget_delivered(clusters);
+    reported.forget_gone(&live, secrets, clusters);
+}
+
+impl Reported {
+    /// Forgets what was reported about objects that are gone (`live`: the uids of the
+    /// cached clusters), and the warnings about versions since replaced.
+    fn forget_gone(
+        &mut self,
+        live: &HashSet<&str>,
+        secrets: &[Arc<SecretObject>],
+        clusters: &[Arc<ClusterObject>],
+    ) {
+        self.offboarded.retain(|uid| live.contains(uid.as_str()));
+        self.held_back
+            .retain(|(uid, _)| live.contains(uid.as_str()));
+        self.not_adopted
+            .retain(|(uid, _)| live.contains(uid.as_str()));
+        if self.warned.is_empty() {
+            return;
+        }
+        let versions: HashSet<(&str, &str)> = secrets
+            .iter()
+            .map(|s| s.meta())
+            .chain(clusters.iter().map(|c| c.meta()))
+            .map(|meta| {
+                (
+                    meta.uid.as_deref().unwrap_or_default(),
+                    meta.resource_version.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        self.warned
+            .retain(|(uid, rv, _)| versions.contains(&(uid.as_str(), rv.as_str())));
+    }
 }
 
 /// The planned creates but those of clusters this replica created (since `since`) and
@@ -517,6 +545,42 @@ mod tests {
             secret: format!("{name}-kubeconfig"),
             owner: None,
         }
+    }
+
+    fn cached_cluster(uid: &str, rv: &str) -> Arc<ClusterObject> {
+        let mut cluster = crate::cluster_cache::CachedCluster::default();
+        cluster.metadata.name = Some(format!("c-{uid}"));
+        cluster.metadata.uid = Some(uid.to_owned());
+        cluster.metadata.resource_version = Some(rv.to_owned());
+        Arc::new(kube::core::DeserializeGuard(Ok(cluster)))
+    }
+
+    #[test]
+    fn what_was_reported_about_gone_objects_and_old_versions_is_forgotten() {
+        let mut reported = Reported::default();
+        for uid in ["a", "b"] {
+            reported.offboarded.insert(uid.to_owned());
+            reported
+                .held_back
+                .insert((uid.to_owned(), Timestamp::UNIX_EPOCH));
+            reported
+                .not_adopted
+                .insert((uid.to_owned(), "secret".to_owned()));
+        }
+        reported.warned.insert(("a".into(), "1".into(), "R"));
+        reported.warned.insert(("a".into(), "2".into(), "R"));
+        reported.warned.insert(("b".into(), "1".into(), "R"));
+        let clusters = [cached_cluster("a", "2")];
+        let live = HashSet::from(["a"]);
+        reported.forget_gone(&live, &[], &clusters);
+        assert_eq!(reported.offboarded, HashSet::from(["a".to_owned()]));
+        assert_eq!(reported.held_back.len(), 1);
+        assert_eq!(reported.not_adopted.len(), 1);
+        assert_eq!(
+            reported.warned,
+            HashSet::from([("a".to_owned(), "2".to_owned(), "R")]),
+            "only the warning about the version cached now stays"
+        );
     }
 
     #[test]
