@@ -96,9 +96,8 @@ enum Written {
     Flavor(String, String),
     /// A flavor this reconcile created: shown only once the cache holds it. (For any
     /// other write, an object missing from the cache was deleted since and shows it; a
-    /// new one is missing until its first event.) The next plan must see every new
-    /// flavor: one it misses is not ready, and a younger cluster whose flavor it sees
-    /// would take the older one's place in the queue, for good.
+    /// new one is missing until its first event.) A plan that missed it would create it
+    /// again; its cluster's place does not depend on it (a reservation).
     NewFlavor(String, String),
 }
 

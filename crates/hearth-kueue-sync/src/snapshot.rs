@@ -10,7 +10,7 @@
 //! - the ClusterQueue: the reconcile stops with [`Error::InvalidClusterQueue`]; Hearth
 //!   never rewrites an object it cannot fully read.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use hearth_api::FournosCluster;
@@ -235,6 +235,8 @@ pub(crate) fn snapshot(
             clusters: observed_clusters,
             cluster_queue,
             flavors: observed_flavors,
+            // The reconcile awaits its creates and then the cache: none is under way.
+            creating: BTreeSet::new(),
             // A Workload that does not decode is not counted: Kueue could not read it
             // either, so it holds no quota.
             admitted: admitted_per_flavor(

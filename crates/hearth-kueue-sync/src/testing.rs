@@ -2,7 +2,7 @@
 //! small simulation of the apply step and of Kueue's flavor finalizer, to run the plan
 //! round after round. The one place tests get their objects from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hearth_api::conditions::set_condition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, quantity_to_i64};
@@ -254,6 +254,12 @@ pub(crate) struct World {
     pub now: i64,
     /// Workloads admitted per flavor, as Kueue would report them.
     pub admitted: BTreeMap<String, i64>,
+    /// Names whose flavor creates land on the server but not in the cache yet: a create
+    /// of one of them goes to [`Self::in_flight`] instead of [`Self::flavors`].
+    pub slow: BTreeSet<String>,
+    /// Flavors created, not yet in the cache ([`PlanInput::creating`]); [`Self::deliver`]
+    /// brings one in.
+    pub in_flight: Vec<ResourceFlavor>,
 }
 
 impl World {
@@ -266,6 +272,8 @@ impl World {
             flavors: Vec::new(),
             now: 10_000,
             admitted: BTreeMap::new(),
+            slow: BTreeSet::new(),
+            in_flight: Vec::new(),
         }
     }
 
@@ -298,6 +306,11 @@ impl World {
                 .flavors
                 .iter()
                 .map(|f| ObservedFlavor::from_flavor(f, &self.settings.namespace))
+                .collect(),
+            creating: self
+                .in_flight
+                .iter()
+                .filter_map(|f| f.metadata.name.clone())
                 .collect(),
             admitted: self.admitted.clone(),
             now: at(self.now).0,
@@ -334,9 +347,19 @@ impl World {
         for flavor in &plan.flavors_to_create {
             let name = flavor.metadata.name.clone().unwrap();
             assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
+            assert!(
+                self.in_flight
+                    .iter()
+                    .all(|f| f.metadata.name.as_ref() != Some(&name)),
+                "create {name} again while its create is under way"
+            );
             let mut flavor = flavor.clone();
             flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
-            self.flavors.push(flavor);
+            if self.slow.contains(&name) {
+                self.in_flight.push(flavor);
+            } else {
+                self.flavors.push(flavor);
+            }
         }
         for desired in &plan.flavors_to_repair {
             let name = desired.metadata.name.as_deref().unwrap();
@@ -478,6 +501,18 @@ impl World {
             self.apply(&plan);
         }
         panic!("no fixpoint after 10 rounds: {:#?}", self.plan());
+    }
+
+    /// The cache shows the flavor `name` whose create was under way.
+    pub fn deliver(&mut self, name: &str) {
+        let at = self
+            .in_flight
+            .iter()
+            .position(|f| f.metadata.name.as_deref() == Some(name))
+            .expect("a flavor whose create is under way");
+        let flavor = self.in_flight.remove(at);
+        self.slow.remove(name);
+        self.flavors.push(flavor);
     }
 
     pub fn flavor(&self, name: &str) -> Option<&ResourceFlavor> {
