@@ -1,20 +1,22 @@
-//! One global reconcile: snapshot (the caches) → [`plan`] → apply (with its writeback),
-//! in the order the plan requires:
+//! One global reconcile: snapshot (the caches, with the flavors whose create is under
+//! way) → [`plan`] → apply (with its writeback), in the order the plan requires:
 //!
 //! 1. repair and adopt existing ResourceFlavors (an entry may name them this round);
-//! 2. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
+//! 2. hand the new flavors to [`NewFlavors`], which creates them in the background: no
+//!    entry names a flavor before the cache shows it, so neither this round nor the next
+//!    plan waits for them (their clusters reserve their places meanwhile);
+//! 3. update the ClusterQueue, guarded by the observed `resourceVersion`. On 409
 //!    Conflict, wait briefly for the cache to show the other writer's version (one GET
 //!    if it does not), re-plan from that and try again, a bounded number of times;
-//! 3. at the same time, since none waits for another: create the new flavors (no entry
-//!    names a flavor in the round that creates it, so the queue write never waits for
-//!    them) and delete orphaned flavors (the plan lists only those no entry references);
-//!    and, only once the ClusterQueue write succeeded, hand each changed cluster's status
-//!    to [`Statuses`], which writes it in the background (with an Event when its news
+//! 4. delete orphaned flavors (the plan lists only those no entry references); and, only
+//!    once the ClusterQueue write succeeded, hand each changed cluster's status to
+//!    [`Statuses`], which writes it in the background (with an Event when its news
 //!    changed), so that no plan waits for the status writes of the one before.
 //!
-//! Then it waits (bounded) until the caches show its ClusterQueue and flavor writes, so
-//! that the reconcile those writes trigger plans from them instead of racing them into a
-//! conflict.
+//! Then it waits (bounded) until the caches show its ClusterQueue write, so that the
+//! reconcile it triggers plans from it instead of racing it into a conflict, and its
+//! repairs and adoptions of existing flavors (a plan that missed one would ask for it
+//! again). It does not wait for new flavors.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -31,6 +33,7 @@ use tokio::sync::watch;
 use crate::apply::{FlavorAction, Writer};
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Outcome;
+use crate::new_flavors::NewFlavors;
 use crate::plan::{Plan, PlanSettings, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot, Stores};
 use crate::statuses::Statuses;
@@ -77,16 +80,8 @@ pub(crate) struct Context {
     pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
     /// The cluster status writes, in the background.
     pub statuses: Statuses,
-    /// The clusters the last round planned [`waiting_for_new_flavor`].
-    pub waiting_for_new_flavor: Mutex<BTreeSet<String>>,
-}
-
-/// Which of the planned flavor writes: those of flavors that exist (before the queue
-/// write, whose entries may name them) or the new ones (no entry names them yet).
-#[derive(Clone, Copy)]
-enum Flavors {
-    Existing,
-    New,
+    /// The flavor creates, in the background.
+    pub new_flavors: NewFlavors,
 }
 
 /// A write whose result the caches should show before the next reconcile.
@@ -94,11 +89,6 @@ enum Flavors {
 enum Written {
     Queue(String),
     Flavor(String, String),
-    /// A flavor this reconcile created: shown only once the cache holds it. (For any
-    /// other write, an object missing from the cache was deleted since and shows it; a
-    /// new one is missing until its first event.) A plan that missed it would create it
-    /// again; its cluster's place does not depend on it (a reservation).
-    NewFlavor(String, String),
 }
 
 impl Context {
@@ -109,22 +99,27 @@ impl Context {
     /// Runs one reconcile. Returns the number of writes made.
     pub async fn reconcile(&self) -> Result<usize, Error> {
         let mut fresh_queue: Option<Option<Arc<QueueObject>>> = None;
+        let mut handed = 0;
         for attempt in 1..=MAX_ATTEMPTS {
             self.statuses.settle();
-            let snapshot = self.stores.snapshot(&self.settings, fresh_queue.take())?;
+            self.new_flavors.settle();
+            let creating = self.new_flavors.creating();
+            let snapshot = self
+                .stores
+                .snapshot(&self.settings, fresh_queue.take(), creating)?;
             self.writer
                 .metrics
                 .observed(snapshot.hearth_flavors(), &snapshot.invalid_counts());
             // A standby only keeps its caches warm.
             if !self.is_leader() {
-                return Ok(0);
+                return Ok(handed);
             }
             self.report_invalid(&snapshot).await;
             let plan = plan(&snapshot.input);
             log_planned(&plan);
             if plan.is_noop() {
                 self.writer.metrics.published(&plan);
-                return Ok(0);
+                return Ok(handed);
             }
             tracing::debug!(
                 plan = %plan_summary(&plan, snapshot.input.cluster_queue.as_ref()),
@@ -132,7 +127,12 @@ impl Context {
                 "plan"
             );
 
-            let (mut written, mut errors) = self.apply_flavors(&plan, Flavors::Existing).await;
+            let (mut written, mut errors) = self.apply_existing_flavors(&plan).await;
+            handed += plan
+                .flavors_to_create
+                .iter()
+                .filter(|f| self.new_flavors.submit(f))
+                .count();
             let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
                 QueueWrite::Unchanged => true,
                 QueueWrite::Written(rv) => {
@@ -147,7 +147,7 @@ impl Context {
                     fresh_queue = fresh;
                     continue;
                 }
-                QueueWrite::NotLeader => return Ok(written.len()),
+                QueueWrite::NotLeader => return Ok(written.len() + handed),
             };
             // The statuses describe the world after the ClusterQueue write. They are
             // written in the background (see [`Statuses`]): the next plan does not wait.
@@ -158,16 +158,12 @@ impl Context {
             } else {
                 0
             };
-            let ((created, create_errors), (deletes, delete_errors)) = tokio::join!(
-                self.apply_flavors(&plan, Flavors::New),
-                self.delete_flavors(&snapshot, &plan),
-            );
-            written.extend(created);
-            errors.extend(create_errors);
+            let (deletes, delete_errors) = self.delete_flavors(&snapshot, &plan).await;
             errors.extend(delete_errors);
+            errors.extend(self.new_flavors.take_failure());
             errors.extend(self.statuses.take_failure());
 
-            let writes = written.len() + deletes + statuses;
+            let writes = written.len() + handed + deletes + statuses;
             self.catch_up(&written).await;
             return errors.into_iter().next().map_or(Ok(writes), Err);
         }
@@ -177,26 +173,18 @@ impl Context {
         })
     }
 
-    /// Writes the planned flavors of one kind, [`WRITES_IN_FLIGHT`] at a time (flavors
-    /// are independent objects): what was written, and the errors.
-    async fn apply_flavors(&self, plan: &Plan, which: Flavors) -> (Vec<Written>, Vec<Error>) {
-        let flavors: Vec<_> = match which {
-            Flavors::New => plan
-                .flavors_to_create
-                .iter()
-                .map(|f| (f, FlavorAction::Create))
-                .collect(),
-            Flavors::Existing => plan
-                .flavors_to_repair
-                .iter()
-                .map(|f| (f, FlavorAction::Repair))
-                .chain(
-                    plan.flavors_to_adopt
-                        .iter()
-                        .map(|f| (f, FlavorAction::Adopt)),
-                )
-                .collect(),
-        };
+    /// Repairs and adopts the planned existing flavors, [`WRITES_IN_FLIGHT`] at a time
+    /// (flavors are independent objects): what was written, and the errors.
+    async fn apply_existing_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
+        let flavors = plan
+            .flavors_to_repair
+            .iter()
+            .map(|f| (f, FlavorAction::Repair))
+            .chain(
+                plan.flavors_to_adopt
+                    .iter()
+                    .map(|f| (f, FlavorAction::Adopt)),
+            );
         let results: Vec<_> = futures::stream::iter(flavors)
             .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -206,10 +194,10 @@ impl Context {
         let mut written = Vec::new();
         for result in results {
             match result {
-                Ok(applied) => written.extend(version_of(&applied).map(|(name, rv)| match which {
-                    Flavors::New => Written::NewFlavor(name, rv),
-                    Flavors::Existing => Written::Flavor(name, rv),
-                })),
+                Ok(applied) => {
+                    written
+                        .extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)));
+                }
                 Err(error) => errors.push(error),
             }
         }
@@ -319,25 +307,17 @@ impl Context {
 
     /// Hands the status of every live cluster whose status changes (or whose earlier
     /// status is still on its way) to [`Statuses`]; returns how many were new. A
-    /// `WaitingForFlavor` of a flavor this very round creates is held back one round
-    /// (see [`waiting_for_new_flavor`]).
+    /// `WaitingForFlavor` of a flavor whose create is on its way is held back (see
+    /// [`waiting_for_new_flavor`]).
     fn submit_statuses(&self, snapshot: &Snapshot, plan: &Plan) -> usize {
-        let mut waiting = self
-            .waiting_for_new_flavor
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let now_waiting = waiting_for_new_flavor(plan);
-        let held: BTreeSet<&String> = now_waiting.difference(&waiting).collect();
-        let submitted = plan
-            .clusters
+        let held = waiting_for_new_flavor(plan, |name| self.new_flavors.on_its_way(name));
+        plan.clusters
             .iter()
             .filter(|(name, sync)| sync.status_changed || self.statuses.remembers(name))
-            .filter(|(name, _)| !held.contains(name))
+            .filter(|(name, _)| !held.contains(*name))
             .filter_map(|(name, sync)| snapshot.cluster(name).map(|c| (c, sync)))
             .filter(|(cluster, sync)| self.statuses.submit(cluster, sync))
-            .count();
-        *waiting = now_waiting;
-        submitted
+            .count()
     }
 
     /// Logs, and for FournosClusters also reports as a Warning Event, each object that
@@ -410,9 +390,6 @@ impl Context {
                 written.iter().all(|w| match w {
                     Written::Queue(rv) => caches.queues.shows(queue, rv),
                     Written::Flavor(name, rv) => caches.flavors.shows(name, rv),
-                    Written::NewFlavor(name, rv) => {
-                        caches.flavors.named(name).is_some() && caches.flavors.shows(name, rv)
-                    }
                 })
             })
             .await;
@@ -444,23 +421,21 @@ fn log_planned(plan: &Plan) {
     }
 }
 
-/// The clusters waiting for a flavor that this round creates. Their `WaitingForFlavor` is
-/// written only when the round after still says it (the flavor's create failed): the
-/// next round, which follows as soon as the caches show the new flavors, has the answer
-/// that matters (the entry, or why there is none). One status write per new cluster
-/// instead of two, in a burst of onboardings where the apiserver's writes are what
-/// every cluster waits for.
-pub(crate) fn waiting_for_new_flavor(plan: &Plan) -> BTreeSet<String> {
-    let creating: BTreeSet<&str> = plan
-        .flavors_to_create
-        .iter()
-        .filter_map(|f| f.metadata.name.as_deref())
-        .collect();
+/// The clusters that wait (with a place reserved) for a flavor whose create is
+/// `on_its_way` (handed over, not failed). Their `WaitingForFlavor` is not written: the
+/// plan that sees the flavor, which follows as soon as the cache shows it, has the answer
+/// that matters (the entry, or why there is none). It is written once the create has
+/// failed: then the wait is news. One status write per new cluster instead of two, in a
+/// burst of onboardings where the apiserver's writes are what every cluster waits for.
+/// A wait for a Terminating flavor is not held back: it ends only when Kueue lets go.
+pub(crate) fn waiting_for_new_flavor(
+    plan: &Plan,
+    on_its_way: impl Fn(&str) -> bool,
+) -> BTreeSet<String> {
     plan.clusters
         .iter()
         .filter(|(name, sync)| {
-            sync.reason() == crate::plan::SyncReason::WaitingForFlavor.as_str()
-                && creating.contains(name.as_str())
+            sync.reason() == crate::plan::SyncReason::WaitingForFlavor.as_str() && on_its_way(name)
         })
         .map(|(name, _)| name.clone())
         .collect()
@@ -478,25 +453,38 @@ mod tests {
     use crate::testing::{World, cluster};
 
     #[test]
-    fn only_a_wait_for_a_flavor_this_round_creates_is_held_back() {
+    fn only_a_wait_for_a_flavor_on_its_way_is_held_back() {
         let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
+        world.slow.insert("a".into());
         let plan = world.plan();
         assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
-        assert_eq!(
-            waiting_for_new_flavor(&plan),
-            BTreeSet::from(["a".to_owned()])
-        );
-        // The next round has the flavor: the answer that matters, written.
+        let held = |plan: &Plan, on_its_way: bool| waiting_for_new_flavor(plan, |_| on_its_way);
+        assert_eq!(held(&plan, true), BTreeSet::from(["a".to_owned()]));
+        // The create failed: the wait is news.
+        assert!(held(&plan, false).is_empty());
+        // The plans that wait for the cache to show it hold it back too.
         world.apply(&plan);
         let plan = world.plan();
-        assert_ne!(plan.clusters["a"].reason(), "WaitingForFlavor");
-        assert!(waiting_for_new_flavor(&plan).is_empty());
-        // A flavor being deleted is a wait this round does not end: not held back.
+        assert!(plan.flavors_to_create.is_empty());
+        assert_eq!(held(&plan, true), BTreeSet::from(["a".to_owned()]));
+        // The plan that sees it has the answer that matters, written.
+        world.deliver("a");
+        let plan = world.plan();
+        assert_eq!(plan.clusters["a"].reason(), "Synced");
+        assert!(held(&plan, true).is_empty());
+        // A flavor being deleted is a wait no create ends: not held back.
         let mut world = World::new().with_clusters([cluster("b").gpu("a100", 8)]);
         world.converge();
         world.flavors[0].metadata.deletion_timestamp = Some(crate::testing::at(1));
         let plan = world.plan();
         assert_eq!(plan.clusters["b"].reason(), "WaitingForFlavor");
-        assert!(waiting_for_new_flavor(&plan).is_empty());
+        assert!(
+            waiting_for_new_flavor(&plan, |name| world.in_flight.iter().any(|f| f
+                .metadata
+                .name
+                .as_deref()
+                == Some(name)))
+            .is_empty()
+        );
     }
 }

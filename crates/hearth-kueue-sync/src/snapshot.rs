@@ -83,21 +83,26 @@ impl Stores {
     }
 
     /// Everything the plan needs, from the caches; `queue` replaces the cached
-    /// ClusterQueue (after a conflict the cache may lag behind a GET).
+    /// ClusterQueue (the cache may lag behind a GET after a conflict, or behind the
+    /// object kueue-sync's own update returned); `creating`: the flavors whose create is
+    /// under way ([`PlanInput::creating`]).
     pub fn snapshot(
         &self,
         settings: &PlanSettings,
         queue: Option<Option<Arc<QueueObject>>>,
+        creating: BTreeSet<String>,
     ) -> Result<Snapshot, Error> {
         let queue = queue.unwrap_or_else(|| self.queue(&settings.cluster_queue));
-        snapshot(
+        let mut snapshot = snapshot(
             settings,
             &self.clusters.state(),
             queue,
             &self.flavors.state(),
             &self.workloads.state(),
             Timestamp::now(),
-        )
+        )?;
+        snapshot.input.creating = creating;
+        Ok(snapshot)
     }
 }
 
@@ -235,7 +240,6 @@ pub(crate) fn snapshot(
             clusters: observed_clusters,
             cluster_queue,
             flavors: observed_flavors,
-            // The reconcile awaits its creates and then the cache: none is under way.
             creating: BTreeSet::new(),
             // A Workload that does not decode is not counted: Kueue could not read it
             // either, so it holds no quota.

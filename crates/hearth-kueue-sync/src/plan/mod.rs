@@ -244,9 +244,9 @@ pub struct PlanInput {
     pub cluster_queue: Option<ClusterQueueSpec>,
     /// Every ResourceFlavor (Hearth's and others').
     pub flavors: Vec<ObservedFlavor>,
-    /// Flavors whose create is under way and that [`Self::flavors`] does not show yet.
-    /// Their clusters are treated as the ones whose flavor this plan creates, but the plan
-    /// does not ask for them again.
+    /// Flavors whose create is under way and that [`Self::flavors`] does not show yet
+    /// (kueue-sync creates flavors in the background). Their clusters are treated as the
+    /// ones whose flavor this plan creates, but the plan does not ask for them again.
     pub creating: BTreeSet<String>,
     /// Workloads admitted per flavor, this Hearth's lock sentinels aside
     /// ([`crate::workloads::admitted_per_flavor`]): what a cordoned cluster drains.
@@ -260,7 +260,7 @@ pub struct PlanInput {
 pub struct Plan {
     /// Flavors of clusters that have none yet and whose create is not under way. Create
     /// (server-side apply) them at any time: no entry names a flavor before the cache
-    /// shows it.
+    /// shows it, so nothing waits for these writes but the entries of their clusters.
     pub flavors_to_create: Vec<ResourceFlavor>,
     /// Hearth flavors whose `fournos.dev/cluster` node label is wrong: the desired
     /// object, to server-side apply.
