@@ -129,6 +129,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         leader: rt.leader(),
         changes: watch.changes.clone(),
         reported: Mutex::new(ReportedOnce::default()),
+        written_queue: Mutex::default(),
     };
     Triggers {
         changes: watch.changes.subscribe(),

@@ -1,5 +1,6 @@
 //! One global reconcile: snapshot (the caches, with the flavors whose create is under
-//! way) → [`plan`] → apply (with its writeback), in the order the plan requires:
+//! way and the ClusterQueue as kueue-sync last wrote it) → [`plan`] → apply (with its
+//! writeback), in the order the plan requires:
 //!
 //! 1. repair and adopt existing ResourceFlavors (an entry may name them this round);
 //! 2. hand the new flavors to [`NewFlavors`], which creates them in the background: no
@@ -13,10 +14,10 @@
 //!    [`Statuses`], which writes it in the background (with an Event when its news
 //!    changed), so that no plan waits for the status writes of the one before.
 //!
-//! Then it waits (bounded) until the caches show its ClusterQueue write, so that the
-//! reconcile it triggers plans from it instead of racing it into a conflict, and its
-//! repairs and adoptions of existing flavors (a plan that missed one would ask for it
-//! again). It does not wait for new flavors.
+//! The next plan starts from the ClusterQueue the update returned, until the cache shows
+//! that version or a later one, so it neither waits for the watch nor races its own write
+//! into a conflict. Only repairs and adoptions of existing flavors are waited for
+//! (bounded) until the cache shows them: a plan that missed one would ask for it again.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -43,8 +44,8 @@ use crate::writeback::INVALID_OBJECT;
 enum QueueWrite {
     /// The plan leaves the ClusterQueue as it is (or there is none).
     Unchanged,
-    /// Updated; the new resourceVersion.
-    Written(String),
+    /// Updated.
+    Written,
     /// Another writer won, or it was deleted: plan again from this ClusterQueue.
     Replan(Option<Option<Arc<QueueObject>>>),
     Failed(Error),
@@ -56,7 +57,7 @@ enum QueueWrite {
 pub(crate) const MAX_ATTEMPTS: usize = 5;
 /// How long to wait after a conflict for the cache to show the winner's version.
 const CACHE_LAG: Duration = Duration::from_secs(2);
-/// How long to wait for the caches to show this reconcile's own writes.
+/// How long to wait for the cache to show this reconcile's repairs and adoptions.
 const CATCH_UP: Duration = Duration::from_secs(5);
 
 /// The four watch caches (their stores are [`Stores`], what the snapshot reads).
@@ -82,13 +83,28 @@ pub(crate) struct Context {
     pub statuses: Statuses,
     /// The flavor creates, in the background.
     pub new_flavors: NewFlavors,
+    /// The ClusterQueue as the last update returned it, while the cache lags behind it.
+    pub written_queue: Mutex<Option<WrittenQueue>>,
 }
 
-/// A write whose result the caches should show before the next reconcile.
-#[derive(Debug)]
-enum Written {
-    Queue(String),
-    Flavor(String, String),
+/// The ClusterQueue as kueue-sync's last update returned it: what the next plan starts
+/// from while the cache still shows a version older than it.
+pub(crate) struct WrittenQueue {
+    object: Arc<QueueObject>,
+    /// The versions the cache may still show that are older than it: the one the update
+    /// replaced, the one the cache showed when its plan started, and those older than the
+    /// update before it when that plan started from it. Any other version the cache
+    /// shows came after the update (which succeeded on the replaced one), so it is the
+    /// update's own or a later writer's.
+    older: Vec<String>,
+}
+
+impl WrittenQueue {
+    /// Whether it is newer than the ClusterQueue the cache shows at version `cached`
+    /// (`None`: the cache has none, so it was deleted since).
+    fn newer_than(&self, cached: Option<&str>) -> bool {
+        cached.is_some_and(|rv| self.older.iter().any(|o| o == rv))
+    }
 }
 
 impl Context {
@@ -104,9 +120,9 @@ impl Context {
             self.statuses.settle();
             self.new_flavors.settle();
             let creating = self.new_flavors.creating();
-            let snapshot = self
-                .stores
-                .snapshot(&self.settings, fresh_queue.take(), creating)?;
+            let cached_queue = self.cached_queue_version();
+            let queue = fresh_queue.take().or_else(|| self.written_queue());
+            let snapshot = self.stores.snapshot(&self.settings, queue, creating)?;
             self.writer
                 .metrics
                 .observed(snapshot.hearth_flavors(), &snapshot.invalid_counts());
@@ -127,18 +143,17 @@ impl Context {
                 "plan"
             );
 
-            let (mut written, mut errors) = self.apply_existing_flavors(&plan).await;
+            let (written, mut errors) = self.apply_existing_flavors(&plan).await;
             handed += plan
                 .flavors_to_create
                 .iter()
                 .filter(|f| self.new_flavors.submit(f))
                 .count();
-            let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
-                QueueWrite::Unchanged => true,
-                QueueWrite::Written(rv) => {
-                    written.push(Written::Queue(rv));
-                    true
-                }
+            let queue_written = match self
+                .write_queue(&snapshot, &plan, attempt, cached_queue)
+                .await?
+            {
+                QueueWrite::Unchanged | QueueWrite::Written => true,
                 QueueWrite::Failed(error) => {
                     errors.push(error);
                     false
@@ -174,8 +189,9 @@ impl Context {
     }
 
     /// Repairs and adopts the planned existing flavors, [`WRITES_IN_FLIGHT`] at a time
-    /// (flavors are independent objects): what was written, and the errors.
-    async fn apply_existing_flavors(&self, plan: &Plan) -> (Vec<Written>, Vec<Error>) {
+    /// (flavors are independent objects): `(name, resourceVersion)` of each written,
+    /// and the errors.
+    async fn apply_existing_flavors(&self, plan: &Plan) -> (Vec<(String, String)>, Vec<Error>) {
         let flavors = plan
             .flavors_to_repair
             .iter()
@@ -194,10 +210,7 @@ impl Context {
         let mut written = Vec::new();
         for result in results {
             match result {
-                Ok(applied) => {
-                    written
-                        .extend(version_of(&applied).map(|(name, rv)| Written::Flavor(name, rv)));
-                }
+                Ok(applied) => written.extend(version_of(&applied)),
                 Err(error) => errors.push(error),
             }
         }
@@ -205,11 +218,13 @@ impl Context {
     }
 
     /// Updates the ClusterQueue when the plan changes it, guarded by the observed version.
+    /// `cached`: the version the cache showed when the plan started.
     async fn write_queue(
         &self,
         snapshot: &Snapshot,
         plan: &Plan,
         attempt: usize,
+        cached: Option<String>,
     ) -> Result<QueueWrite, Error> {
         let (Some(spec), Some(observed)) = (&plan.cluster_queue, snapshot.queue()) else {
             return Ok(QueueWrite::Unchanged);
@@ -222,16 +237,32 @@ impl Context {
             .unwrap_or_default()
             .to_owned();
         match self.writer.update_cluster_queue(observed, spec).await {
-            Ok(updated) => {
+            Ok(mut updated) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Ok);
-                let rv = updated.metadata.resource_version.unwrap_or_default();
+                let rv = updated
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default();
                 tracing::info!(
                     cluster_queue = %self.settings.cluster_queue,
                     resource_version = %rv,
                     changes = %cluster_queue_changes_summary(Some(&observed.spec), spec),
                     "updated ClusterQueue"
                 );
-                Ok(QueueWrite::Written(rv))
+                // As the cache would hold it.
+                updated.metadata.managed_fields = None;
+                // Older than this update: what it replaced, what the cache showed when the
+                // plan started, and what was older than the update that plan started from.
+                let mut written = self.lock_written_queue();
+                let mut older = written.take().map(|w| w.older).unwrap_or_default();
+                older.extend([Some(sent), cached].into_iter().flatten());
+                older.retain(|v| *v != rv);
+                *written = Some(WrittenQueue {
+                    object: Arc::new(kube::core::DeserializeGuard(Ok(updated))),
+                    older,
+                });
+                Ok(QueueWrite::Written)
             }
             Err(error) if is_conflict(&error) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Conflict);
@@ -241,7 +272,14 @@ impl Context {
                     attempt,
                     "ClusterQueue changed by another writer; re-planning from its new version"
                 );
-                Ok(QueueWrite::Replan(self.fresh_queue(&sent).await?))
+                // Neither our last update nor what the cache held before it is the latest.
+                let mut stale = self
+                    .lock_written_queue()
+                    .take()
+                    .map(|w| w.older)
+                    .unwrap_or_default();
+                stale.push(sent);
+                Ok(QueueWrite::Replan(self.fresh_queue(&stale).await?))
             }
             Err(error) if is_not_found(&error) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Error);
@@ -284,16 +322,22 @@ impl Context {
         (deletes, errors)
     }
 
-    /// The ClusterQueue to re-plan from after a conflict on version `sent`: the cache's,
-    /// once it shows another version (`None`: use the cache), else one GET.
-    async fn fresh_queue(&self, sent: &str) -> Result<Option<Option<Arc<QueueObject>>>, Error> {
+    /// The ClusterQueue to re-plan from after a conflict on a version of `stale`: the
+    /// cache's, once it shows another version (`None`: use the cache), else one GET.
+    async fn fresh_queue(
+        &self,
+        stale: &[String],
+    ) -> Result<Option<Option<Arc<QueueObject>>>, Error> {
         let name = &self.settings.cluster_queue;
         let moved = self
             .changes
             .wait_until(CACHE_LAG, || {
-                self.stores
-                    .queue(name)
-                    .is_none_or(|q| q.meta().resource_version.as_deref() != Some(sent))
+                self.stores.queue(name).is_none_or(|q| {
+                    q.meta()
+                        .resource_version
+                        .as_ref()
+                        .is_none_or(|rv| !stale.contains(rv))
+                })
             })
             .await;
         if moved {
@@ -318,6 +362,33 @@ impl Context {
             .filter_map(|(name, sync)| snapshot.cluster(name).map(|c| (c, sync)))
             .filter(|(cluster, sync)| self.statuses.submit(cluster, sync))
             .count()
+    }
+
+    /// The ClusterQueue to plan from instead of the cache's: the one the last update
+    /// returned, while the cache still shows a version older than it.
+    fn written_queue(&self) -> Option<Option<Arc<QueueObject>>> {
+        let cached = self.cached_queue_version();
+        let mut written = self.lock_written_queue();
+        match written.as_ref() {
+            Some(w) if w.newer_than(cached.as_deref()) => Some(Some(w.object.clone())),
+            _ => {
+                *written = None;
+                None
+            }
+        }
+    }
+
+    /// The resourceVersion of the ClusterQueue in the cache.
+    fn cached_queue_version(&self) -> Option<String> {
+        self.stores
+            .queue(&self.settings.cluster_queue)
+            .and_then(|q| q.meta().resource_version.clone())
+    }
+
+    fn lock_written_queue(&self) -> std::sync::MutexGuard<'_, Option<WrittenQueue>> {
+        self.written_queue
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Logs, and for FournosClusters also reports as a Warning Event, each object that
@@ -377,20 +448,17 @@ impl Context {
         }
     }
 
-    /// Waits until the caches show `written` (or [`CATCH_UP`] passes).
-    async fn catch_up(&self, written: &[Written]) {
+    /// Waits until the flavor cache shows the repairs and adoptions `written` (or
+    /// [`CATCH_UP`] passes): a plan that missed one would ask for it again.
+    async fn catch_up(&self, written: &[(String, String)]) {
         if written.is_empty() {
             return;
         }
-        let queue = &self.settings.cluster_queue;
-        let caches = &self.caches;
+        let flavors = &self.caches.flavors;
         let caught_up = self
             .changes
             .wait_until(CATCH_UP, || {
-                written.iter().all(|w| match w {
-                    Written::Queue(rv) => caches.queues.shows(queue, rv),
-                    Written::Flavor(name, rv) => caches.flavors.shows(name, rv),
-                })
+                written.iter().all(|(name, rv)| flavors.shows(name, rv))
             })
             .await;
         if !caught_up {
@@ -451,6 +519,24 @@ fn version_of<K: Resource>(object: &K) -> Option<(String, String)> {
 mod tests {
     use super::*;
     use crate::testing::{World, cluster};
+
+    #[test]
+    fn the_written_queue_is_planned_from_only_while_the_cache_shows_an_older_one() {
+        let written = WrittenQueue {
+            object: Arc::new(kube::core::DeserializeGuard(Ok(ClusterQueue::new(
+                "q",
+                Default::default(),
+            )))),
+            older: vec!["10".into(), "9".into()],
+        };
+        assert!(written.newer_than(Some("10")), "the version it replaced");
+        assert!(written.newer_than(Some("9")), "what the cache held then");
+        assert!(
+            !written.newer_than(Some("11")),
+            "its own, or a later writer's"
+        );
+        assert!(!written.newer_than(None), "deleted since");
+    }
 
     #[test]
     fn only_a_wait_for_a_flavor_on_its_way_is_held_back() {
