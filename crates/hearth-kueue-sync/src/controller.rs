@@ -124,12 +124,14 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
             queues: caches.queues.store(),
             flavors: caches.flavors.store(),
             workloads: caches.workloads.store(),
+            views: Default::default(),
         },
         caches,
         leader: rt.leader(),
         changes: watch.changes.clone(),
         reported: Mutex::new(ReportedOnce::default()),
         written_queue: Mutex::default(),
+        planned: Mutex::default(),
     };
     Triggers {
         changes: watch.changes.subscribe(),

@@ -19,12 +19,13 @@
 //! into a conflict. Only repairs and adoptions of existing flavors are waited for
 //! (bounded) until the cache shows them: a plan that missed one would ask for it again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
+use hearth_api::conditions::Status;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -85,6 +86,8 @@ pub(crate) struct Context {
     pub new_flavors: NewFlavors,
     /// The ClusterQueue as the last update returned it, while the cache lags behind it.
     pub written_queue: Mutex<Option<WrittenQueue>>,
+    /// What [`Context::log_planned`] said last of each cluster whose status waits.
+    pub planned: Mutex<HashMap<String, (String, Status)>>,
 }
 
 /// The ClusterQueue as kueue-sync's last update returned it: what the next plan starts
@@ -132,7 +135,7 @@ impl Context {
             }
             self.report_invalid(&snapshot).await;
             let plan = plan(&snapshot.input);
-            log_planned(&plan);
+            self.log_planned(&plan);
             if plan.is_noop() {
                 self.writer.metrics.published(&plan);
                 return Ok(handed);
@@ -299,13 +302,13 @@ impl Context {
     /// Deletes the orphaned flavors the plan lists, [`WRITES_IN_FLIGHT`] at a time;
     /// returns how many went, and the errors.
     async fn delete_flavors(&self, snapshot: &Snapshot, plan: &Plan) -> (usize, Vec<Error>) {
+        if plan.flavors_to_delete.is_empty() {
+            return (0, Vec::new());
+        }
+        let versions = snapshot.flavor_versions();
         let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
             .map(|name| {
-                let (uid, rv) = snapshot
-                    .flavor_versions
-                    .get(name)
-                    .cloned()
-                    .unwrap_or_default();
+                let (uid, rv) = versions.get(name.as_str()).cloned().unwrap_or_default();
                 self.writer.delete_flavor(name, uid, rv)
             })
             .buffer_unordered(WRITES_IN_FLIGHT)
@@ -391,6 +394,35 @@ impl Context {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// One debug line per cluster whose status a plan changes, the first time a plan says
+    /// it: when kueue-sync saw what a cluster's status will say (the benchmark's stage
+    /// table reads it). Not again while the status waits to be written: rounds follow each
+    /// other faster than statuses are written, and the lines cost more than the rounds.
+    fn log_planned(&self, plan: &Plan) {
+        if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
+            return;
+        }
+        let mut logged = self
+            .planned
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        logged.retain(|name, _| plan.clusters.get(name).is_some_and(|s| s.status_changed));
+        for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
+            let said = (sync.reason().to_owned(), sync.condition.status);
+            if logged.get(cluster) == Some(&said) {
+                continue;
+            }
+            tracing::debug!(
+                target: "hearth_kueue_sync::plan",
+                %cluster,
+                reason = sync.reason(),
+                synced = sync.condition.status.as_str(),
+                "planned"
+            );
+            logged.insert(cluster.clone(), said);
+        }
+    }
+
     /// Logs, and for FournosClusters also reports as a Warning Event, each object that
     /// does not decode, once per version.
     async fn report_invalid(&self, snapshot: &Snapshot) {
@@ -469,23 +501,6 @@ impl Context {
                 "the caches do not show every write yet"
             );
         }
-    }
-}
-
-/// One debug line per cluster whose status this plan changes: when kueue-sync saw what
-/// a cluster's status will say (the benchmark's stage table reads it).
-fn log_planned(plan: &Plan) {
-    if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
-        return;
-    }
-    for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
-        tracing::debug!(
-            target: "hearth_kueue_sync::plan",
-            %cluster,
-            reason = sync.reason(),
-            synced = sync.condition.status.as_str(),
-            "planned"
-        );
     }
 }
 

@@ -309,13 +309,13 @@ impl World {
             clusters: self
                 .clusters
                 .iter()
-                .map(ObservedCluster::from_cluster)
+                .map(|c| Arc::new(ObservedCluster::from_cluster(c)))
                 .collect(),
             cluster_queue: self.queue.clone(),
             flavors: self
                 .flavors
                 .iter()
-                .map(|f| ObservedFlavor::from_flavor(f, &self.settings.namespace))
+                .map(|f| Arc::new(ObservedFlavor::from_flavor(f, &self.settings.namespace)))
                 .collect(),
             creating: self
                 .in_flight

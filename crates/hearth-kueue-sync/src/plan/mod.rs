@@ -180,6 +180,7 @@ mod summary;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
@@ -238,12 +239,13 @@ impl PlanSettings {
 #[derive(Clone, Debug)]
 pub struct PlanInput {
     pub settings: PlanSettings,
-    /// Every FournosCluster in Hearth's namespace, including those being deleted.
-    pub clusters: Vec<ObservedCluster>,
+    /// Every FournosCluster in Hearth's namespace, including those being deleted (shared
+    /// with the next snapshot, see [`crate::snapshot`]).
+    pub clusters: Vec<Arc<ObservedCluster>>,
     /// Spec of the ClusterQueue named in the settings; `None` if it does not exist.
     pub cluster_queue: Option<ClusterQueueSpec>,
     /// Every ResourceFlavor (Hearth's and others').
-    pub flavors: Vec<ObservedFlavor>,
+    pub flavors: Vec<Arc<ObservedFlavor>>,
     /// Flavors whose create is under way and that [`Self::flavors`] does not show yet
     /// (kueue-sync creates flavors in the background). Their clusters are treated as the
     /// ones whose flavor this plan creates, but the plan does not ask for them again.
@@ -363,8 +365,11 @@ pub(crate) enum FlavorState {
 
 /// The plan. See the module documentation for the rules.
 pub fn plan(input: &PlanInput) -> Plan {
-    let flavors: BTreeMap<&str, &ObservedFlavor> =
-        input.flavors.iter().map(|f| (f.name.as_str(), f)).collect();
+    let flavors: BTreeMap<&str, &ObservedFlavor> = input
+        .flavors
+        .iter()
+        .map(|f| (f.name.as_str(), &**f))
+        .collect();
     let live = live_clusters_oldest_first(&input.clusters);
     let live_names: BTreeSet<&str> = live.iter().map(|c| c.name.as_str()).collect();
     let mut plan = Plan::default();
@@ -438,8 +443,13 @@ fn plan_queue(
 ) -> Option<QueuePlan> {
     let settings = &input.settings;
     let current = input.cluster_queue.as_ref()?;
-    let slot_group = queue::slot_group_index(current).map(|i| &current.resource_groups[i]);
-    let holds = |name: &str| slot_group.is_some_and(|g| g.flavors.iter().any(|f| f.name == name));
+    let listed: BTreeSet<&str> = queue::slot_group_index(current)
+        .map(|i| current.resource_groups[i].flavors.iter())
+        .into_iter()
+        .flatten()
+        .map(|f| f.name.as_str())
+        .collect();
+    let holds = |name: &str| listed.contains(name);
     let mut not_counted = Vec::new();
     let candidates: Vec<Candidate> = live
         .iter()
@@ -588,8 +598,12 @@ pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
 /// Live clusters (not being deleted) in the order newcomers get room: oldest
 /// `creationTimestamp` first (none: last), then name (unique in the namespace, so two
 /// clusters created in the same second are ordered the same way on every plan).
-fn live_clusters_oldest_first(clusters: &[ObservedCluster]) -> Vec<&ObservedCluster> {
-    let mut live: Vec<&ObservedCluster> = clusters.iter().filter(|c| !c.deleting).collect();
+fn live_clusters_oldest_first(clusters: &[Arc<ObservedCluster>]) -> Vec<&ObservedCluster> {
+    let mut live: Vec<&ObservedCluster> = clusters
+        .iter()
+        .map(|c| &**c)
+        .filter(|c| !c.deleting)
+        .collect();
     live.sort_by(|a, b| {
         (a.created.is_none(), a.created, &a.name).cmp(&(b.created.is_none(), b.created, &b.name))
     });
