@@ -1534,10 +1534,11 @@ async fn wait_settled(
 
 /// Quota, once given, stays, whatever order clusters arrive and become candidates in. With
 /// room for 4, twenty clusters are onboarded at once while kueue-sync is down: the ten
-/// younger ones' flavors exist already (they were published before), so they are
-/// candidates first; the ten older ones, which sort earlier, become candidates a round
-/// later, once their flavors exist. Then, with kueue-sync running, ten more arrive at once.
-/// A watch records every cluster's `KueueSynced`: no cluster ever goes from having quota to
+/// younger ones' flavors exist already (they were published before); the ten older ones,
+/// which sort earlier, have none yet. Places do not depend on flavors: the four oldest
+/// reserve theirs while their flavors are created, and none of the younger ones gets an
+/// entry in between. Then, with kueue-sync running, ten more arrive at once. A watch
+/// records every cluster's `KueueSynced`: no cluster ever goes from having quota to
 /// `LimitReached`, exactly as many clusters ever had quota as fit (the ones in the queue at
 /// the end), and those waiting are told who holds the places.
 #[tokio::test]
@@ -1575,6 +1576,17 @@ async fn quota_once_given_stays_while_many_clusters_arrive_at_once() -> Result<(
     let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
     let first: Vec<String> = older.iter().chain(&younger).cloned().collect();
     let holders = wait_settled(&k, &ks, &first, ROOM).await?;
+    let mut by_age = Vec::new();
+    for name in &first {
+        let created = k.clusters.get(name).await?.metadata.creation_timestamp;
+        by_age.push((created.map(|t| t.0), name.clone()));
+    }
+    by_age.sort();
+    let oldest: BTreeSet<String> = by_age.into_iter().take(ROOM).map(|(_, n)| n).collect();
+    ensure!(
+        holders == oldest,
+        "the places went to {holders:?}, not to the {ROOM} oldest {oldest:?}"
+    );
 
     onboard_at_once(&k, &later, &gpus).await?;
     let all: Vec<String> = first.iter().chain(&later).cloned().collect();

@@ -27,6 +27,7 @@ use crate::apply::Writer;
 use crate::config::KueueSyncConfig;
 use crate::error::Error;
 use crate::metrics::Metrics;
+use crate::new_flavors::NewFlavors;
 use crate::reconcile::{Caches, Context};
 use crate::snapshot::Stores;
 use crate::statuses::Statuses;
@@ -107,21 +108,30 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         rt.leader(),
         watch.changes.clone(),
     );
+    let new_flavors = NewFlavors::new(
+        writer.clone(),
+        caches.flavors.clone(),
+        rt.leader(),
+        watch.changes.clone(),
+    );
     let context = Context {
         writer,
         statuses,
+        new_flavors,
         settings,
         stores: Stores {
             clusters: caches.clusters.store(),
             queues: caches.queues.store(),
             flavors: caches.flavors.store(),
             workloads: caches.workloads.store(),
+            views: Default::default(),
         },
         caches,
         leader: rt.leader(),
         changes: watch.changes.clone(),
         reported: Mutex::new(ReportedOnce::default()),
-        waiting_for_new_flavor: Mutex::default(),
+        written_queue: Mutex::default(),
+        planned: Mutex::default(),
     };
     Triggers {
         changes: watch.changes.subscribe(),

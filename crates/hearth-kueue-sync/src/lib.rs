@@ -9,10 +9,12 @@
 //! reads the caches and writes.
 
 mod apply;
+mod background;
 pub mod config;
 pub mod controller;
 mod error;
 mod metrics;
+mod new_flavors;
 pub mod plan;
 mod reconcile;
 mod snapshot;

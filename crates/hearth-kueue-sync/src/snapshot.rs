@@ -10,12 +10,13 @@
 //! - the ClusterQueue: the reconcile stops with [`Error::InvalidClusterQueue`]; Hearth
 //!   never rewrites an object it cannot fully read.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use k8s_openapi::jiff::Timestamp;
+use kube::Resource as _;
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::reflector::Store;
 
@@ -71,6 +72,62 @@ pub(crate) struct Stores {
     pub flavors: Store<FlavorObject>,
     /// Every Workload, trimmed ([`crate::workloads::trim`]).
     pub workloads: Store<WorkloadObject>,
+    /// The plan's views of the cached clusters and flavors, from one snapshot to the next.
+    pub views: Arc<Mutex<Views>>,
+}
+
+/// What the plan reads of each cached FournosCluster and ResourceFlavor, kept from one
+/// snapshot to the next: an object the cache still holds (the very same `Arc`: the
+/// cache replaces an object when it changes) is not read again, and the snapshot shares
+/// its view instead of a copy. A round plans every cluster, and rounds follow each other
+/// as fast as changes arrive; reading, copying and freeing 1000 clusters took 40% of each
+/// round's time.
+#[derive(Default)]
+pub(crate) struct Views {
+    clusters: HashMap<String, View<ClusterObject, ObservedCluster>>,
+    flavors: HashMap<String, View<FlavorObject, ObservedFlavor>>,
+    /// Counts snapshots: a view not used by the latest one is dropped.
+    round: u64,
+}
+
+struct View<O, V> {
+    object: Arc<O>,
+    view: Arc<V>,
+    round: u64,
+}
+
+impl Views {
+    /// The view of `object`, read by `read` unless the same object was read before.
+    fn of<O: kube::Resource, V>(
+        views: &mut HashMap<String, View<O, V>>,
+        round: u64,
+        object: &Arc<O>,
+        read: impl FnOnce(&O) -> V,
+    ) -> Arc<V> {
+        let name = object.meta().name.as_deref().unwrap_or_default();
+        if let Some(known) = views.get_mut(name)
+            && Arc::ptr_eq(&known.object, object)
+        {
+            known.round = round;
+            return known.view.clone();
+        }
+        let view = Arc::new(read(object));
+        views.insert(
+            name.to_owned(),
+            View {
+                object: object.clone(),
+                view: view.clone(),
+                round,
+            },
+        );
+        view
+    }
+
+    /// Drops the views the snapshot of `round` did not use: their objects are gone.
+    fn forget_older_than(&mut self, round: u64) {
+        self.clusters.retain(|_, v| v.round == round);
+        self.flavors.retain(|_, v| v.round == round);
+    }
 }
 
 impl Stores {
@@ -83,21 +140,31 @@ impl Stores {
     }
 
     /// Everything the plan needs, from the caches; `queue` replaces the cached
-    /// ClusterQueue (after a conflict the cache may lag behind a GET).
+    /// ClusterQueue (the cache may lag behind a GET after a conflict, or behind the
+    /// object kueue-sync's own update returned); `creating`: the flavors whose create is
+    /// under way ([`PlanInput::creating`]).
     pub fn snapshot(
         &self,
         settings: &PlanSettings,
         queue: Option<Option<Arc<QueueObject>>>,
+        creating: BTreeSet<String>,
     ) -> Result<Snapshot, Error> {
         let queue = queue.unwrap_or_else(|| self.queue(&settings.cluster_queue));
-        snapshot(
+        let mut views = self
+            .views
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut snapshot = snapshot(
             settings,
+            &mut views,
             &self.clusters.state(),
             queue,
             &self.flavors.state(),
             &self.workloads.state(),
             Timestamp::now(),
-        )
+        )?;
+        snapshot.input.creating = creating;
+        Ok(snapshot)
     }
 }
 
@@ -119,11 +186,11 @@ pub(crate) struct Invalid {
 pub(crate) struct Snapshot {
     pub input: PlanInput,
     /// FournosClusters that decoded, by name.
-    clusters: BTreeMap<String, Arc<ClusterObject>>,
+    clusters: HashMap<String, Arc<ClusterObject>>,
     /// The ClusterQueue, if it exists (it decoded, or there is no snapshot).
     queue: Option<Arc<QueueObject>>,
-    /// `(uid, resourceVersion)` of every ResourceFlavor, for delete preconditions.
-    pub flavor_versions: BTreeMap<String, (Option<String>, Option<String>)>,
+    /// Every ResourceFlavor.
+    flavors: Vec<Arc<FlavorObject>>,
     /// Objects skipped because they do not decode.
     pub invalid: Vec<Invalid>,
 }
@@ -137,6 +204,21 @@ impl Snapshot {
     /// The ClusterQueue, if it exists.
     pub fn queue(&self) -> Option<&ClusterQueue> {
         self.queue.as_ref().and_then(|q| q.0.as_ref().ok())
+    }
+
+    /// `(uid, resourceVersion)` of every ResourceFlavor by name, for delete
+    /// preconditions.
+    pub fn flavor_versions(&self) -> HashMap<&str, (Option<String>, Option<String>)> {
+        self.flavors
+            .iter()
+            .map(|f| {
+                let meta = f.meta();
+                (
+                    meta.name.as_deref().unwrap_or_default(),
+                    (meta.uid.clone(), meta.resource_version.clone()),
+                )
+            })
+            .collect()
     }
 
     pub fn queue_resource_version(&self) -> Option<&str> {
@@ -170,28 +252,37 @@ impl Snapshot {
     }
 }
 
-/// Builds the [`Snapshot`] from cached objects. Pure.
+/// Builds the [`Snapshot`] from cached objects, reading only those `views` has not read
+/// before.
 pub(crate) fn snapshot(
     settings: &PlanSettings,
+    views: &mut Views,
     clusters: &[Arc<ClusterObject>],
     queue: Option<Arc<QueueObject>>,
     flavors: &[Arc<FlavorObject>],
     workloads: &[Arc<WorkloadObject>],
     now: Timestamp,
 ) -> Result<Snapshot, Error> {
+    views.round += 1;
+    let round = views.round;
     let mut invalid = Vec::new();
     let mut observed_clusters = Vec::with_capacity(clusters.len());
-    let mut decoded = BTreeMap::new();
+    let mut decoded = HashMap::with_capacity(clusters.len());
     for object in clusters {
+        observed_clusters.push(Views::of(
+            &mut views.clusters,
+            round,
+            object,
+            |o| match &o.0 {
+                Ok(cluster) => ObservedCluster::from_cluster(cluster),
+                Err(error) => undecodable_cluster(error),
+            },
+        ));
         match &object.0 {
-            Ok(cluster) => {
-                observed_clusters.push(ObservedCluster::from_cluster(cluster));
+            Ok(_) => {
                 decoded.insert(meta_name(object.as_ref()), object.clone());
             }
-            Err(error) => {
-                observed_clusters.push(undecodable_cluster(error));
-                invalid.push(invalid_object("FournosCluster", error));
-            }
+            Err(error) => invalid.push(invalid_object("FournosCluster", error)),
         }
     }
 
@@ -207,27 +298,24 @@ pub(crate) fn snapshot(
     };
 
     let mut observed_flavors = Vec::with_capacity(flavors.len());
-    let mut flavor_versions = BTreeMap::new();
     for object in flavors {
-        let meta = kube::Resource::meta(object.as_ref());
-        flavor_versions.insert(
-            meta_name(object.as_ref()),
-            (meta.uid.clone(), meta.resource_version.clone()),
-        );
-        match &object.0 {
-            Ok(flavor) => {
-                observed_flavors.push(ObservedFlavor::from_flavor(flavor, &settings.namespace))
+        observed_flavors.push(Views::of(&mut views.flavors, round, object, |o| {
+            match &o.0 {
+                Ok(flavor) => ObservedFlavor::from_flavor(flavor, &settings.namespace),
+                Err(error) => {
+                    let flavor = ResourceFlavor {
+                        metadata: error.metadata.clone(),
+                        spec: Default::default(),
+                    };
+                    ObservedFlavor::from_flavor(&flavor, &settings.namespace)
+                }
             }
-            Err(error) => {
-                let flavor = ResourceFlavor {
-                    metadata: error.metadata.clone(),
-                    spec: Default::default(),
-                };
-                observed_flavors.push(ObservedFlavor::from_flavor(&flavor, &settings.namespace));
-                invalid.push(invalid_object("ResourceFlavor", error));
-            }
+        }));
+        if let Err(error) = &object.0 {
+            invalid.push(invalid_object("ResourceFlavor", error));
         }
     }
+    views.forget_older_than(round);
 
     Ok(Snapshot {
         input: PlanInput {
@@ -235,6 +323,7 @@ pub(crate) fn snapshot(
             clusters: observed_clusters,
             cluster_queue,
             flavors: observed_flavors,
+            creating: BTreeSet::new(),
             // A Workload that does not decode is not counted: Kueue could not read it
             // either, so it holds no quota.
             admitted: admitted_per_flavor(
@@ -245,7 +334,7 @@ pub(crate) fn snapshot(
         },
         clusters: decoded,
         queue,
-        flavor_versions,
+        flavors: flavors.to_vec(),
         invalid,
     })
 }
@@ -334,6 +423,7 @@ mod tests {
         let queue = queue_object(json!({"cohortName": "x"}));
         let snapshot = snapshot(
             &settings(),
+            &mut Views::default(),
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[flavor],
@@ -350,7 +440,7 @@ mod tests {
             json!("x")
         );
         assert_eq!(
-            snapshot.flavor_versions["a"],
+            snapshot.flavor_versions()["a"],
             (Some("u-a".into()), Some("3".into()))
         );
         assert_eq!(snapshot.hearth_flavors(), 1);
@@ -375,6 +465,7 @@ mod tests {
         }]}));
         let snapshot = snapshot(
             &settings(),
+            &mut Views::default(),
             &[valid_cluster("a"), broken_cluster("b"), broken_cluster("c")],
             Some(Arc::new(queue)),
             &[
@@ -425,6 +516,7 @@ mod tests {
         assert!(queue.0.is_err());
         let error = snapshot(
             &settings(),
+            &mut Views::default(),
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[],
@@ -447,6 +539,7 @@ mod tests {
         assert!(flavor.0.is_err());
         let snapshot = snapshot(
             &settings(),
+            &mut Views::default(),
             &[],
             None,
             &[flavor],
@@ -519,5 +612,44 @@ mod tests {
         assert!(cluster.spec.cordon.is_some() && cluster.metadata.labels.is_some());
         assert!(status.hardware.as_ref().unwrap().last_error.is_none());
         assert!(cluster.metadata.annotations.is_none() && cluster.spec.owner.is_none());
+    }
+
+    #[test]
+    fn an_object_the_cache_still_holds_is_read_once() {
+        let mut views = Views::default();
+        let (a, b) = (valid_cluster("a"), valid_cluster("b"));
+        let flavor = hearth_flavor_object("a");
+        let take = |views: &mut Views, clusters: &[Arc<ClusterObject>]| {
+            snapshot(
+                &settings(),
+                views,
+                clusters,
+                None,
+                std::slice::from_ref(&flavor),
+                &[],
+                Timestamp::UNIX_EPOCH,
+            )
+            .unwrap()
+        };
+        let first = take(&mut views, &[a.clone(), b.clone()]);
+        let again = take(&mut views, &[a.clone(), b]);
+        assert!(Arc::ptr_eq(
+            &first.input.clusters[0],
+            &again.input.clusters[0]
+        ));
+        assert!(Arc::ptr_eq(
+            &first.input.flavors[0],
+            &again.input.flavors[0]
+        ));
+
+        // "a" changed (the cache holds a new object), "b" is gone.
+        let changed = valid_cluster("a");
+        let next = take(&mut views, &[changed]);
+        assert!(!Arc::ptr_eq(
+            &first.input.clusters[0],
+            &next.input.clusters[0]
+        ));
+        assert_eq!(*first.input.clusters[0], *next.input.clusters[0]);
+        assert_eq!(views.clusters.len(), 1, "b is forgotten");
     }
 }

@@ -18,17 +18,20 @@
 //! that re-plans it; the reconcile reports the failure (`WriteStatusFailed`).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use hearth_api::FournosCluster;
-use hearth_runtime::kit::{Backoff, Cache, Changes, ClusterObject, WRITES_IN_FLIGHT};
+#[cfg(doc)]
+use hearth_runtime::kit::WRITES_IN_FLIGHT;
+use hearth_runtime::kit::{Cache, Changes, ClusterObject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
 use kube::core::DeserializeGuard;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::apply::Writer;
+use crate::background::Background;
 use crate::error::{Error, is_not_found};
 use crate::plan::{ClusterSync, SyncReason};
 use crate::writeback::{cordon_event_for, event_for};
@@ -79,17 +82,8 @@ pub(crate) struct Statuses {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    writer: Writer,
-    clusters: Cache<FournosCluster>,
-    leader: watch::Receiver<bool>,
-    /// Wakes a reconcile when a failed write is due again.
-    changes: Changes,
-    /// Wakes a worker when a write waits.
-    ready: Notify,
-    backoff: Backoff,
-    state: Mutex<State>,
-}
+/// What the workers share; the cache is the cluster cache.
+type Inner = Background<FournosCluster, State>;
 
 #[derive(Default)]
 struct State {
@@ -111,28 +105,17 @@ impl Statuses {
         leader: watch::Receiver<bool>,
         changes: Changes,
     ) -> Self {
-        let statuses = Self {
-            inner: Arc::new(Inner {
-                writer,
-                clusters,
-                leader,
-                changes,
-                ready: Notify::new(),
-                backoff: Backoff::default(),
-                state: Mutex::default(),
+        Self {
+            inner: Background::spawn(writer, clusters, leader, changes, |inner| async move {
+                inner.work().await;
             }),
-        };
-        for _ in 0..WRITES_IN_FLIGHT {
-            let inner = statuses.inner.clone();
-            tokio::spawn(async move { inner.work().await });
         }
-        statuses
     }
 
     /// Forgets the writes the cache shows (or whose cluster is gone). Call before taking
     /// the snapshot, so that the plan and this memory agree on what is written.
     pub fn settle(&self) {
-        let clusters = &self.inner.clusters;
+        let clusters = &self.inner.cache;
         self.inner
             .lock()
             .entries
@@ -224,12 +207,6 @@ impl Statuses {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// One worker: takes the next waiting write, urgent ones first, forever.
     async fn work(&self) {
         loop {
@@ -304,8 +281,8 @@ impl Inner {
     /// when there is nothing to write (any more).
     fn start(&self, name: &str) -> Option<(Said, FournosCluster)> {
         let mut state = self.lock();
-        let leader = *self.leader.borrow();
-        let cached = self.clusters.named(name);
+        let leader = self.is_leader();
+        let cached = self.cache.named(name);
         let entry = state.entries.get_mut(name)?;
         if !leader || !matches!(entry.stage, Stage::Waiting) {
             // A standby writes nothing; its leader will re-plan from scratch.
@@ -321,7 +298,7 @@ impl Inner {
                     .meta()
                     .resource_version
                     .as_deref()
-                    .is_some_and(|rv| self.clusters.shows(name, rv)) =>
+                    .is_some_and(|rv| self.cache.shows(name, rv)) =>
             {
                 Some(written.clone())
             }
@@ -354,7 +331,7 @@ impl Inner {
         let again = matches!(entry.stage, Stage::Writing { again: true });
         match result {
             Ok(mut updated) => {
-                self.backoff.succeeded(&name.to_owned());
+                self.succeeded(name);
                 let rv = updated
                     .metadata
                     .resource_version
@@ -370,14 +347,11 @@ impl Inner {
             }
             Err(error) => {
                 tracing::warn!(cluster = %name, %error, "cannot write status");
-                let delay = self.backoff.failed(name.to_owned());
                 entry.stage = Stage::Failed {
-                    retry_at: Instant::now() + delay,
+                    retry_at: self.failed(name),
                 };
                 failed.push(name.to_owned());
                 first_error.get_or_insert(error);
-                // A reconcile then re-plans and asks for the failed write again.
-                self.changes.bump_after(delay);
             }
         }
         if again {
@@ -390,120 +364,50 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Metrics;
-    use crate::testing::{World, cluster};
-    use hearth_api::names::controllers::KUEUE_SYNC;
-    use hearth_runtime::events::Events;
+    use crate::testing::{FakeApi, World, cluster};
     use hearth_runtime::kit::HandFeed;
-    use http::{Request, Response, StatusCode};
-    use http_body_util::BodyExt;
     use serde_json::{Value, json};
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
-    /// A fake apiserver for status writes: records `(cluster, KueueSynced reason)` of
-    /// each write as it arrives, then answers once `gate` gives a permit (or 500 while
-    /// `fail` is set) with the object at a new resourceVersion.
-    #[derive(Clone)]
-    struct Server {
-        seen: Arc<Mutex<Vec<(String, String)>>>,
-        gate: Arc<tokio::sync::Semaphore>,
-        fail: Arc<AtomicBool>,
-        version: Arc<AtomicU64>,
+    /// `(cluster, KueueSynced reason)` of each status write `api` saw.
+    fn seen(api: &FakeApi) -> Vec<(String, String)> {
+        api.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(path, body)| {
+                let name = path.trim_end_matches("/status").rsplit('/').next();
+                let reason = body["status"]["conditions"][0]["reason"].as_str();
+                (
+                    name.unwrap_or_default().to_owned(),
+                    reason.unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
     }
 
-    impl Server {
-        fn new(open: bool) -> Self {
-            let permits = if open {
-                tokio::sync::Semaphore::MAX_PERMITS
-            } else {
-                0
-            };
-            Self {
-                seen: Arc::default(),
-                gate: Arc::new(tokio::sync::Semaphore::new(permits)),
-                fail: Arc::default(),
-                version: Arc::new(AtomicU64::new(100)),
-            }
-        }
-
-        fn seen(&self) -> Vec<(String, String)> {
-            self.seen.lock().unwrap().clone()
-        }
-
-        fn client(&self) -> kube::Client {
-            let server = self.clone();
-            let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-                let server = server.clone();
-                async move {
-                    let path = request.uri().path().to_owned();
-                    let body: Value =
-                        serde_json::from_slice(&request.into_body().collect().await?.to_bytes())?;
-                    if !path.ends_with("/status") {
-                        // An Event: echoed, not recorded.
-                        return Ok(Response::builder()
-                            .status(StatusCode::CREATED)
-                            .header("content-type", "application/json")
-                            .body(kube::client::Body::from(serde_json::to_vec(&body)?))?);
-                    }
-                    let name = path
-                        .trim_end_matches("/status")
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let reason = body["status"]["conditions"][0]["reason"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    server.seen.lock().unwrap().push((name.clone(), reason));
-                    server.gate.acquire().await?.forget();
-                    let (status, answer) = if server.fail.load(Ordering::SeqCst) {
-                        (
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                   "reason": "InternalError", "code": 500, "message": "etcd is down"}),
-                        )
-                    } else {
-                        let rv = server.version.fetch_add(1, Ordering::SeqCst);
-                        (
-                            StatusCode::OK,
-                            json!({"apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-                                   "metadata": {"name": name, "namespace": "hearth",
-                                                "uid": format!("uid-{name}"), "generation": 1,
-                                                "resourceVersion": rv.to_string()},
-                                   "spec": {"kubeconfigSecret": name},
-                                   "status": body["status"]}),
-                        )
-                    };
-                    let response = Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?;
-                    Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
-                }
-            });
-            kube::Client::new(service, "hearth")
-        }
+    /// The cluster a status write of `path` answers with, at version `rv`.
+    fn written(path: &str, body: &Value, rv: &str) -> Value {
+        let name = path.trim_end_matches("/status").rsplit('/').next();
+        json!({"apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+               "metadata": {"name": name, "namespace": "hearth", "uid": format!("uid-{}", name.unwrap_or_default()),
+                            "generation": 1, "resourceVersion": rv},
+               "spec": {"kubeconfigSecret": name},
+               "status": body["status"]})
     }
 
     struct Kit {
         statuses: Statuses,
-        server: Server,
+        server: FakeApi,
         feed: HandFeed<FournosCluster>,
         world: World,
     }
 
-    /// Statuses writing to a [`Server`], with clusters `names` (8 A100s each) cached.
+    /// Statuses writing to a [`FakeApi`], with clusters `names` (8 A100s each) cached.
     fn kit(open: bool, names: &[&str]) -> Kit {
-        let server = Server::new(open);
-        let client = server.client();
-        let (leader_tx, leader) = watch::channel(true);
-        // The sender lives as long as the test's runtime: leadership never moves.
-        std::mem::forget(leader_tx);
-        let mut registry = prometheus_client::registry::Registry::default();
-        let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader.clone());
-        let writer = Writer::new(client, "hearth", events, Metrics::register(&mut registry));
+        let server = FakeApi::new(open);
+        let (writer, leader) = server.writer(|path| path.ends_with("/status"), written);
         let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("hearth"));
         let world = World::new().with_clusters(names.iter().map(|n| cluster(n).gpu("a100", 8)));
         for c in &world.clusters {
@@ -569,7 +473,7 @@ mod tests {
         assert!(kit.submit("a", SyncReason::LimitReached));
         kit.settled().await;
         assert_eq!(
-            kit.server.seen(),
+            seen(&kit.server),
             [("a".to_owned(), "LimitReached".to_owned())]
         );
     }
@@ -583,19 +487,19 @@ mod tests {
         assert!(kit.submit("u", SyncReason::Synced));
         // Every worker takes what it may: the urgent one first, then two waiting ones.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while kit.server.seen().len() < 1 + LATER_IN_FLIGHT {
-            assert!(Instant::now() < deadline, "{:?}", kit.server.seen());
+        while seen(&kit.server).len() < 1 + LATER_IN_FLIGHT {
+            assert!(Instant::now() < deadline, "{:?}", seen(&kit.server));
             tokio::task::yield_now().await;
         }
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
-        let seen = kit.server.seen();
-        assert_eq!(seen[0], ("u".to_owned(), "Synced".to_owned()));
-        assert_eq!(seen.len(), 1 + LATER_IN_FLIGHT, "{seen:?}");
+        let first = seen(&kit.server);
+        assert_eq!(first[0], ("u".to_owned(), "Synced".to_owned()));
+        assert_eq!(first.len(), 1 + LATER_IN_FLIGHT, "{first:?}");
         kit.server.gate.add_permits(10);
         kit.settled().await;
-        assert_eq!(kit.server.seen().len(), 4);
+        assert_eq!(seen(&kit.server).len(), 4);
     }
 
     #[tokio::test]
@@ -622,7 +526,7 @@ mod tests {
             "a new status is written"
         );
         kit.settled().await;
-        assert_eq!(kit.server.seen().len(), 2);
+        assert_eq!(seen(&kit.server).len(), 2);
     }
 
     #[tokio::test]
@@ -640,6 +544,6 @@ mod tests {
             !kit.submit("a", SyncReason::Synced),
             "not before its backoff"
         );
-        assert_eq!(kit.server.seen().len(), 1);
+        assert_eq!(seen(&kit.server).len(), 1);
     }
 }

@@ -1,21 +1,31 @@
 //! Test object builders, a check of Kueue's ClusterQueue validation, and [`World`]: a
 //! small simulation of the apply step and of Kueue's flavor finalizer, to run the plan
-//! round after round. The one place tests get their objects from.
+//! round after round; [`FakeApi`], an apiserver for the background writers. The one
+//! place tests get their objects from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use hearth_api::conditions::set_condition;
 use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor, ResourceFlavorSpec, quantity_to_i64};
+use hearth_api::names::controllers::KUEUE_SYNC;
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POOL_LABEL_KEYS_ANNOTATION,
 };
 use hearth_api::{
     FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus,
 };
+use hearth_runtime::events::Events;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
+use tokio::sync::watch;
 
+use crate::apply::Writer;
+use crate::metrics::Metrics;
 use crate::plan::{
     ObservedCluster, ObservedFlavor, Plan, PlanInput, PlanSettings, RESOURCE_IN_USE_FINALIZER,
     desired_flavor, plan,
@@ -254,6 +264,12 @@ pub(crate) struct World {
     pub now: i64,
     /// Workloads admitted per flavor, as Kueue would report them.
     pub admitted: BTreeMap<String, i64>,
+    /// Names whose flavor creates land on the server but not in the cache yet: a create
+    /// of one of them goes to [`Self::in_flight`] instead of [`Self::flavors`].
+    pub slow: BTreeSet<String>,
+    /// Flavors created, not yet in the cache ([`PlanInput::creating`]); [`Self::deliver`]
+    /// brings one in.
+    pub in_flight: Vec<ResourceFlavor>,
 }
 
 impl World {
@@ -266,6 +282,8 @@ impl World {
             flavors: Vec::new(),
             now: 10_000,
             admitted: BTreeMap::new(),
+            slow: BTreeSet::new(),
+            in_flight: Vec::new(),
         }
     }
 
@@ -291,13 +309,18 @@ impl World {
             clusters: self
                 .clusters
                 .iter()
-                .map(ObservedCluster::from_cluster)
+                .map(|c| Arc::new(ObservedCluster::from_cluster(c)))
                 .collect(),
             cluster_queue: self.queue.clone(),
             flavors: self
                 .flavors
                 .iter()
-                .map(|f| ObservedFlavor::from_flavor(f, &self.settings.namespace))
+                .map(|f| Arc::new(ObservedFlavor::from_flavor(f, &self.settings.namespace)))
+                .collect(),
+            creating: self
+                .in_flight
+                .iter()
+                .filter_map(|f| f.metadata.name.clone())
                 .collect(),
             admitted: self.admitted.clone(),
             now: at(self.now).0,
@@ -334,9 +357,19 @@ impl World {
         for flavor in &plan.flavors_to_create {
             let name = flavor.metadata.name.clone().unwrap();
             assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
+            assert!(
+                self.in_flight
+                    .iter()
+                    .all(|f| f.metadata.name.as_ref() != Some(&name)),
+                "create {name} again while its create is under way"
+            );
             let mut flavor = flavor.clone();
             flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
-            self.flavors.push(flavor);
+            if self.slow.contains(&name) {
+                self.in_flight.push(flavor);
+            } else {
+                self.flavors.push(flavor);
+            }
         }
         for desired in &plan.flavors_to_repair {
             let name = desired.metadata.name.as_deref().unwrap();
@@ -480,6 +513,18 @@ impl World {
         panic!("no fixpoint after 10 rounds: {:#?}", self.plan());
     }
 
+    /// The cache shows the flavor `name` whose create was under way.
+    pub fn deliver(&mut self, name: &str) {
+        let at = self
+            .in_flight
+            .iter()
+            .position(|f| f.metadata.name.as_deref() == Some(name))
+            .expect("a flavor whose create is under way");
+        let flavor = self.in_flight.remove(at);
+        self.slow.remove(name);
+        self.flavors.push(flavor);
+    }
+
     pub fn flavor(&self, name: &str) -> Option<&ResourceFlavor> {
         self.flavors
             .iter()
@@ -542,5 +587,95 @@ impl World {
             label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
                 && label(CLUSTER_NAMESPACE_LABEL) == Some(&self.settings.namespace)
         })
+    }
+}
+
+/// A fake apiserver for the background writers' tests. Records the path and body of each
+/// write `record` wants as it arrives, then answers once `gate` gives a permit: 500 while
+/// `fail` is set, else `answer(path, body, resourceVersion)`. Any other request (an
+/// Event) is answered at once with its body.
+#[derive(Clone)]
+pub(crate) struct FakeApi {
+    pub seen: Arc<Mutex<Vec<(String, Value)>>>,
+    /// Recorded requests waiting at the gate.
+    pub at_gate: Arc<AtomicU64>,
+    pub gate: Arc<tokio::sync::Semaphore>,
+    pub fail: Arc<AtomicBool>,
+    version: Arc<AtomicU64>,
+}
+
+/// What a [`FakeApi`] answers to a write it records: from its path, body and new
+/// resourceVersion.
+pub(crate) type Answer = fn(&str, &Value, &str) -> Value;
+
+impl FakeApi {
+    /// `open`: the gate lets every request through; closed, each waits for a permit.
+    pub fn new(open: bool) -> Self {
+        let permits = if open {
+            tokio::sync::Semaphore::MAX_PERMITS
+        } else {
+            0
+        };
+        Self {
+            seen: Arc::default(),
+            at_gate: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(permits)),
+            fail: Arc::default(),
+            version: Arc::new(AtomicU64::new(100)),
+        }
+    }
+
+    /// A [`Writer`] on this apiserver for a leader whose leadership never moves, and that
+    /// leadership.
+    pub fn writer(
+        &self,
+        record: fn(&str) -> bool,
+        answer: Answer,
+    ) -> (Writer, watch::Receiver<bool>) {
+        let client = self.client(record, answer);
+        let (leader_tx, leader) = watch::channel(true);
+        // The sender lives as long as the test's runtime.
+        std::mem::forget(leader_tx);
+        let mut registry = prometheus_client::registry::Registry::default();
+        let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader.clone());
+        let writer = Writer::new(client, "hearth", events, Metrics::register(&mut registry));
+        (writer, leader)
+    }
+
+    fn client(&self, record: fn(&str) -> bool, answer: Answer) -> kube::Client {
+        let api = self.clone();
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let api = api.clone();
+            async move {
+                let path = request.uri().path().to_owned();
+                let body: Value =
+                    serde_json::from_slice(&request.into_body().collect().await?.to_bytes())?;
+                let (status, answered) = if !record(&path) {
+                    (StatusCode::CREATED, body)
+                } else {
+                    api.seen.lock().unwrap().push((path.clone(), body.clone()));
+                    api.at_gate.fetch_add(1, Ordering::SeqCst);
+                    api.gate.acquire().await?.forget();
+                    api.at_gate.fetch_sub(1, Ordering::SeqCst);
+                    if api.fail.load(Ordering::SeqCst) {
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "InternalError", "code": 500,
+                                "message": "etcd is down"}),
+                        )
+                    } else {
+                        let rv = api.version.fetch_add(1, Ordering::SeqCst).to_string();
+                        (StatusCode::OK, answer(&path, &body, &rv))
+                    }
+                };
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(serde_json::to_vec(&answered)?))?;
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
+            }
+        });
+        kube::Client::new(service, "hearth")
     }
 }

@@ -39,7 +39,7 @@ pub(crate) fn cluster_report(
 ) -> (Option<KueueStatus>, DesiredCondition) {
     let name = &cluster.name;
     let queue = &settings.cluster_queue;
-    let published = flavor_not_ready(name, flavor, queue_exists, settings)
+    let published = flavor_not_ready(name, flavor, queue_exists, entry, settings)
         .map_or_else(|| entry_quotas(name, entry, queue), Err);
     let (quotas, left_out) = match published {
         Ok(published) => published,
@@ -62,10 +62,14 @@ pub(crate) fn cluster_report(
 type NoEntry = (SyncReason, String);
 
 /// Why a cluster whose flavor is not ready (or whose queue is missing) gets no entry.
+/// A cluster whose flavor is being created was ranked like the others: only one that got
+/// a place (`entry`: [`EntryOutcome::Reserved`]) waits for its flavor; the others are told
+/// what their place depends on, which the flavor does not change.
 fn flavor_not_ready(
     name: &str,
     flavor: FlavorState,
     queue_exists: bool,
+    entry: Option<&EntryOutcome>,
     settings: &PlanSettings,
 ) -> Option<NoEntry> {
     let queue = &settings.cluster_queue;
@@ -104,14 +108,17 @@ fn flavor_not_ready(
                  quota is published at once."
             ),
         )),
-        FlavorState::Creating => Some((
+        FlavorState::Creating if matches!(entry, None | Some(EntryOutcome::Reserved)) => Some((
             SyncReason::WaitingForFlavor,
             format!(
-                "Creating ResourceFlavor '{name}'. Its entry in ClusterQueue '{queue}' is \
-                 added once the flavor exists (a ClusterQueue that references a missing \
-                 flavor stops admitting); nothing to do unless this lasts."
+                "Creating ResourceFlavor '{name}'. Its place in ClusterQueue '{queue}' is \
+                 kept for it, and its entry is added once the flavor exists (a ClusterQueue \
+                 that references a missing flavor stops admitting); nothing to do unless \
+                 this lasts."
             ),
         )),
+        // No place (or no claim): the entry's outcome says why.
+        FlavorState::Creating => None,
         FlavorState::Deleting => Some((
             SyncReason::WaitingForFlavor,
             format!(
@@ -133,6 +140,13 @@ fn entry_quotas<'e>(
 ) -> Result<(&'e BTreeMap<String, i64>, &'e [LeftOut]), NoEntry> {
     match entry {
         Some(EntryOutcome::Published { quotas, left_out }) => Ok((quotas, left_out)),
+        // A cluster with a reservation is told that it waits for its flavor, above.
+        Some(EntryOutcome::Reserved) => Err((
+            SyncReason::WaitingForFlavor,
+            format!(
+                "Waiting for ResourceFlavor '{name}'; its place in ClusterQueue '{queue}' is kept for it."
+            ),
+        )),
         Some(EntryOutcome::FlavorInOtherGroup { group }) => Err((
             SyncReason::Conflict,
             format!(

@@ -30,7 +30,8 @@
 //! **Flavors.** Every live cluster (no `deletionTimestamp`) gets a ResourceFlavor named
 //! after it, `nodeLabels {fournos.dev/cluster: <cluster>}`, labeled managed-by=hearth,
 //! whether or not it fits in the ClusterQueue: a flavor costs nothing and lets the
-//! cluster enter the queue as soon as there is room. Each flavor also carries the
+//! cluster enter the queue as soon as there is room. A flavor whose create is under way
+//! ([`PlanInput::creating`]) is not asked for again. Each flavor also carries the
 //! cluster's *pool labels*: every key of `HEARTH_POOL_LABEL_KEYS`, with the cluster's value
 //! or `none` (see [`flavor_shape`]). A Hearth flavor whose `fournos.dev/cluster` node label
 //! or pool labels are wrong is repaired (other node labels are left to whoever set them). A Hearth flavor with no live cluster is deleted, but only once no
@@ -44,11 +45,13 @@
 //! `fournos/cluster-slot`; if none does, a new group is appended (it is the only one
 //! when the queue has none), but only when it gets at least one flavor, and a group
 //! left without flavors is removed (Kueue requires 1–64 flavors per group). A cluster
-//! gets an entry once its flavor exists and is not being deleted (a ClusterQueue that
-//! references a missing flavor stops admitting): the round that creates the flavor
-//! reports `WaitingForFlavor`, the next one adds the entry. A Terminating flavor of a
-//! live cluster (deleted and recreated quickly) loses its entry so that the deletion
-//! can finish; the flavor is then recreated (and the cluster comes back as a newcomer).
+//! gets an entry once its flavor is in the cache and is not being deleted (a ClusterQueue
+//! that references a missing flavor stops admitting). Until then a cluster with a place
+//! only *reserves* it (below): the rounds that create the flavor, or that wait for the
+//! cache to show it, report `WaitingForFlavor`; the first round that sees it adds the
+//! entry. A Terminating flavor of a live cluster (deleted and recreated quickly) loses its
+//! entry so that the deletion can finish; the flavor is then recreated (and the cluster
+//! comes back as a newcomer).
 //! Entries keep their position; new ones are appended oldest cluster first. Hearth owns the `name` and `nominalQuota` of its
 //! entries; other fields found on them (e.g. `borrowingLimit`) are kept, except that a
 //! `lendingLimit` above the new nominal quota is lowered to it (Kueue rejects more).
@@ -68,9 +71,33 @@
 //! ClusterQueue lists (a *holder*) keeps its entry for as long as it is live and has a
 //! claim, drained or not; only the room left goes to *newcomers*, in age order
 //! (`creationTimestamp`, then name, which is unique, so same-second ties always go the
-//! same way). Nothing that arrives later, becomes a candidate later (counted today,
-//! flavor ready today) or sorts earlier displaces a holder, and no decision depends on
-//! the order in which the watches deliver objects.
+//! same way). Nothing that arrives later, becomes a candidate later (counted today) or
+//! sorts earlier displaces a holder, and no decision depends on the order in which the
+//! watches deliver objects.
+//!
+//! **Reservations.** Places do not depend on flavors: every live cluster with a claim
+//! is ranked, whether its flavor is in the cache (*ready*) or not yet (this plan
+//! creates it, or its create is under way: [`PlanInput::creating`]). A newcomer whose
+//! flavor is not ready and that gets a place *reserves* it: no entry (an entry may only
+//! name a flavor that exists), `WaitingForFlavor`, and the place counts as taken, so no
+//! younger cluster gets it; nor does the room its GPU models need under the
+//! covered-resource limit (it is counted, not written). The first plan that sees the
+//! flavor adds the entry. Why: which flavors the cache shows yet is an accident of
+//! timing (a flavor is created when its cluster first shows up, and its watch event may
+//! come after that cluster's count, or after a younger cluster's flavor), and a plan
+//! that waited for every flavor would hold every count up behind every create. Were
+//! only ready clusters ranked, a younger cluster whose flavor the cache happened to
+//! show first would take the last place from an older one, for good (it becomes a
+//! holder). A reservation is recomputed by every plan from what is observed, not
+//! remembered: it is not a holding. An older cluster that gets its claim meanwhile
+//! (counted later) ranks before it, exactly as it would before a ready newcomer's entry
+//! is written. A cluster whose flavor is Terminating reserves nothing (that can last:
+//! Kueue holds the flavor while any queue or Cohort references it), nor does one whose
+//! flavor is not Hearth's or whose name is invalid (it can never get an entry), nor one
+//! that claims nothing. A create that keeps failing keeps its reservation: failures in
+//! a burst are transient (the apiserver's 429s, timeouts), and giving the place away on
+//! a failure would make it depend on them; the failure is reported and retried with
+//! backoff.
 //!
 //! **Quota.** A cluster's entry gives `fournos/cluster-slot` = the configured slots and
 //! `<prefix><shortName>` = the count of each of its models (models sharing a short name
@@ -102,20 +129,24 @@
 //!
 //! **Limits** (Kueue's; the ClusterQueue is never made invalid). At most 64 flavors in
 //! the group and 256 in the queue: foreign flavors count and are never evicted; the
-//! remaining room goes to the holders, then to newcomers in age order, and the others
-//! get `LimitReached`, naming how many clusters hold the places and the first few of
-//! them. No group covers the
-//! slot resource and the queue already has 16 groups: no cluster gets an entry
-//! (`LimitReached`). At most 64 covered resources: the resources above are kept first,
-//! then GPU resources are added cluster by cluster, holders first, each in age order
-//! (each cluster's models in
-//! name order); a model that does not fit is left out of that cluster's entry only — the
-//! cluster keeps its entry with its slots and other models and reports `LimitReached`
-//! naming what was left out. A model whose resource another group covers (a resource may
-//! belong to only one group) is left out the same way (`Conflict`), and so is a short
-//! name that does not make a valid resource name (`InvalidResourceName`). A cluster
-//! whose flavor another group already lists gets no entry (`Conflict`); a cluster whose
-//! name cannot be a node-label value gets nothing (`InvalidName`).
+//! remaining room goes to the holders, then to newcomers in age order (reservations
+//! included), and the others get `LimitReached`, naming how many clusters have the
+//! places and the first few of them. No group covers the slot resource and the queue
+//! already has 16 groups: no cluster gets an entry (`LimitReached`). At most 64 covered
+//! resources: the resources above are kept first, then the models holders publish now
+//! (covered already: a newcomer never takes a covered resource from a holder's model),
+//! holders in age order, then every other model of the clusters with a place, cluster
+//! by cluster in age order, holders, newcomers and reservations alike (each cluster's
+//! models in name order). Age order, not holders first, for the models not covered yet:
+//! a reserved cluster becomes a holder only a round after a younger one whose flavor
+//! was ready, and must then still come first for the room its models need. A model that
+//! does not fit is left out of that cluster's entry only — the cluster keeps its entry
+//! with its slots and other models and reports `LimitReached` naming what was left out.
+//! A model whose resource another group covers (a resource may belong to only one
+//! group) is left out the same way (`Conflict`), and so is a short name that does not
+//! make a valid resource name (`InvalidResourceName`). A cluster whose flavor another
+//! group already lists gets no entry (`Conflict`); a cluster whose name cannot be a
+//! node-label value gets nothing (`InvalidName`).
 //!
 //! **Cordons.** A cluster with `spec.cordon` gets the taint `fournos.dev/cordoned`
 //! (NoSchedule) on its flavor; its entry and quota do not change. Its `Schedulable`
@@ -142,11 +173,14 @@ mod places_tests;
 #[cfg(test)]
 mod pools_tests;
 mod queue;
+#[cfg(test)]
+mod reservations_tests;
 mod summary;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
@@ -205,12 +239,17 @@ impl PlanSettings {
 #[derive(Clone, Debug)]
 pub struct PlanInput {
     pub settings: PlanSettings,
-    /// Every FournosCluster in Hearth's namespace, including those being deleted.
-    pub clusters: Vec<ObservedCluster>,
+    /// Every FournosCluster in Hearth's namespace, including those being deleted (shared
+    /// with the next snapshot, see [`crate::snapshot`]).
+    pub clusters: Vec<Arc<ObservedCluster>>,
     /// Spec of the ClusterQueue named in the settings; `None` if it does not exist.
     pub cluster_queue: Option<ClusterQueueSpec>,
     /// Every ResourceFlavor (Hearth's and others').
-    pub flavors: Vec<ObservedFlavor>,
+    pub flavors: Vec<Arc<ObservedFlavor>>,
+    /// Flavors whose create is under way and that [`Self::flavors`] does not show yet
+    /// (kueue-sync creates flavors in the background). Their clusters are treated as the
+    /// ones whose flavor this plan creates, but the plan does not ask for them again.
+    pub creating: BTreeSet<String>,
     /// Workloads admitted per flavor, this Hearth's lock sentinels aside
     /// ([`crate::workloads::admitted_per_flavor`]): what a cordoned cluster drains.
     pub admitted: BTreeMap<String, i64>,
@@ -221,8 +260,9 @@ pub struct PlanInput {
 /// What to write, and what each cluster's status should say.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
-    /// Flavors of clusters that have none yet. Create (or server-side apply) them
-    /// before writing the ClusterQueue; their entries come next round.
+    /// Flavors of clusters that have none yet and whose create is not under way. Create
+    /// (server-side apply) them at any time: no entry names a flavor before the cache
+    /// shows it, so nothing waits for these writes but the entries of their clusters.
     pub flavors_to_create: Vec<ResourceFlavor>,
     /// Hearth flavors whose `fournos.dev/cluster` node label is wrong: the desired
     /// object, to server-side apply.
@@ -259,7 +299,7 @@ impl Plan {
         self.writes_nothing() && self.clusters.values().all(|c| !c.status_changed)
     }
 
-    /// Whether applying this plan leaves work for the next round: entries of flavors
+    /// Whether applying this plan leaves work for a later round: entries of flavors
     /// created now, deletes of flavors whose entry is removed now. The watches on
     /// flavors and the ClusterQueue trigger that round anyway; this says to expect it.
     pub fn expects_another_round(&self) -> bool {
@@ -312,7 +352,8 @@ pub enum FlavorNote {
 pub(crate) enum FlavorState {
     /// Exists, is Hearth's, not being deleted: the cluster may have an entry.
     Ready,
-    /// Created by this plan.
+    /// Not in the cache: created by this plan, or its create is under way. The cluster
+    /// may reserve a place.
     Creating,
     /// Hearth's, but Terminating.
     Deleting,
@@ -324,13 +365,16 @@ pub(crate) enum FlavorState {
 
 /// The plan. See the module documentation for the rules.
 pub fn plan(input: &PlanInput) -> Plan {
-    let flavors: BTreeMap<&str, &ObservedFlavor> =
-        input.flavors.iter().map(|f| (f.name.as_str(), f)).collect();
+    let flavors: BTreeMap<&str, &ObservedFlavor> = input
+        .flavors
+        .iter()
+        .map(|f| (f.name.as_str(), &**f))
+        .collect();
     let live = live_clusters_oldest_first(&input.clusters);
     let live_names: BTreeSet<&str> = live.iter().map(|c| c.name.as_str()).collect();
     let mut plan = Plan::default();
 
-    let states = plan_live_flavors(&live, &flavors, &live_names, &input.settings, &mut plan);
+    let states = plan_live_flavors(input, &live, &flavors, &live_names, &mut plan);
     let queue = plan_queue(input, &live, &states, &flavors, &live_names, &mut plan);
     plan_orphaned_flavors(input, &live_names, &mut plan);
     plan_cluster_statuses(input, &live, &states, queue.as_ref(), &mut plan);
@@ -340,16 +384,18 @@ pub fn plan(input: &PlanInput) -> Plan {
 /// The flavor of each live cluster: created, adopted or repaired as needed, and how far
 /// it is.
 fn plan_live_flavors<'a>(
+    input: &PlanInput,
     live: &[&'a ObservedCluster],
     flavors: &BTreeMap<&str, &ObservedFlavor>,
     live_names: &BTreeSet<&str>,
-    settings: &PlanSettings,
     plan: &mut Plan,
 ) -> BTreeMap<&'a str, FlavorState> {
+    let settings = &input.settings;
     let mut states = BTreeMap::new();
     for cluster in live {
         let state = match flavors.get(cluster.name.as_str()) {
             _ if !is_label_value(&cluster.name) => FlavorState::InvalidName,
+            None if input.creating.contains(&cluster.name) => FlavorState::Creating,
             None => {
                 plan.flavors_to_create
                     .push(cluster_flavor(cluster, settings));
@@ -384,8 +430,9 @@ fn plan_live_flavors<'a>(
     states
 }
 
-/// The ClusterQueue over the clusters whose flavor is ready; the new spec goes in the
-/// plan only when it differs from the current one.
+/// The ClusterQueue over the clusters whose flavor is ready or being created (those
+/// reserve their place); the new spec goes in the plan only when it differs from the
+/// current one.
 fn plan_queue(
     input: &PlanInput,
     live: &[&ObservedCluster],
@@ -396,22 +443,32 @@ fn plan_queue(
 ) -> Option<QueuePlan> {
     let settings = &input.settings;
     let current = input.cluster_queue.as_ref()?;
-    let slot_group = queue::slot_group_index(current).map(|i| &current.resource_groups[i]);
-    let holds = |name: &str| slot_group.is_some_and(|g| g.flavors.iter().any(|f| f.name == name));
+    let listed: BTreeSet<&str> = queue::slot_group_index(current)
+        .map(|i| current.resource_groups[i].flavors.iter())
+        .into_iter()
+        .flatten()
+        .map(|f| f.name.as_str())
+        .collect();
+    let holds = |name: &str| listed.contains(name);
     let mut not_counted = Vec::new();
     let candidates: Vec<Candidate> = live
         .iter()
-        .filter(|c| states[c.name.as_str()] == FlavorState::Ready)
         .filter_map(|c| {
+            let ready = match states[c.name.as_str()] {
+                FlavorState::Ready => true,
+                FlavorState::Creating => false,
+                _ => return None,
+            };
             let under_takeover = flavors
                 .get(c.name.as_str())
                 .is_some_and(|f| f.under_takeover(c, live_names));
-            let holds = holds(&c.name);
+            // An entry naming a flavor that does not exist is foreign, not the cluster's.
+            let holds = ready && holds(&c.name);
             let claim = c
                 .quota_gpus(under_takeover)
                 .or_else(|| (c.undecodable && holds).then_some(&[][..]));
             match claim {
-                Some(gpus) => Some(Candidate::new(c, gpus, holds, settings)),
+                Some(gpus) => Some(Candidate::new(c, gpus, holds, ready, settings)),
                 None => {
                     not_counted.push(c.name.clone());
                     None
@@ -541,8 +598,12 @@ pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
 /// Live clusters (not being deleted) in the order newcomers get room: oldest
 /// `creationTimestamp` first (none: last), then name (unique in the namespace, so two
 /// clusters created in the same second are ordered the same way on every plan).
-fn live_clusters_oldest_first(clusters: &[ObservedCluster]) -> Vec<&ObservedCluster> {
-    let mut live: Vec<&ObservedCluster> = clusters.iter().filter(|c| !c.deleting).collect();
+fn live_clusters_oldest_first(clusters: &[Arc<ObservedCluster>]) -> Vec<&ObservedCluster> {
+    let mut live: Vec<&ObservedCluster> = clusters
+        .iter()
+        .map(|c| &**c)
+        .filter(|c| !c.deleting)
+        .collect();
     live.sort_by(|a, b| {
         (a.created.is_none(), a.created, &a.name).cmp(&(b.created.is_none(), b.created, &b.name))
     });

@@ -17,14 +17,16 @@ use super::{
     ObservedCluster, PlanSettings, is_resource_name,
 };
 
-/// A live cluster whose flavor is ready and that has a claim on the queue (discovery
-/// counted it, or it is under takeover): it may get an entry.
+/// A live cluster whose flavor is ready or being created and that has a claim on the
+/// queue (discovery counted it, or it is under takeover): it may get a place.
 pub(crate) struct Candidate<'a> {
     pub name: &'a str,
     pub drained: bool,
     /// Its flavor is listed in the slot group of the current ClusterQueue: it keeps that
     /// place.
     pub holds: bool,
+    /// Its flavor is in the cache: a place becomes an entry. Otherwise it is reserved.
+    pub ready: bool,
     /// Count per valid GPU resource (models sharing a short name summed).
     pub gpus: BTreeMap<String, i64>,
     /// Count per GPU resource whose name is not a valid resource name.
@@ -39,6 +41,7 @@ impl<'a> Candidate<'a> {
         cluster: &'a ObservedCluster,
         gpus: &[GpuInfo],
         holds: bool,
+        ready: bool,
         settings: &PlanSettings,
     ) -> Self {
         let mut per_resource: BTreeMap<String, i64> = BTreeMap::new();
@@ -65,6 +68,7 @@ impl<'a> Candidate<'a> {
             name: &cluster.name,
             drained: cluster.drained(),
             holds,
+            ready,
             gpus: valid,
             invalid_gpus,
             beyond_model_limit,
@@ -96,6 +100,9 @@ pub(crate) enum EntryOutcome {
         quotas: BTreeMap<String, i64>,
         left_out: Vec<LeftOut>,
     },
+    /// No entry yet: the cluster has a place, but its flavor is not in the cache. The
+    /// place (and the room its models need among the covered resources) is kept for it.
+    Reserved,
     /// No entry: no room under Kueue's limits; `holders` have the places.
     NoRoom { why: NoRoom, holders: Holders },
     /// No entry: discovery has never counted the cluster (and it is not under takeover),
@@ -183,16 +190,25 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
     let room = room(current, slot_index, foreign.len(), others.flavor_count);
     let mut entries = BTreeMap::new();
     let selected = select(input.candidates, &others, room, &mut entries);
-    let mut covered = covered_before_gpus(group, &foreign, input.settings);
+    let before_gpus = covered_before_gpus(group, &foreign, input.settings);
     let published = publish(
-        &selected,
+        &Places {
+            selected: &selected,
+            by_age: input.candidates,
+            covered_now: &group.covered_resources,
+        },
         &others,
-        &mut covered,
+        before_gpus.clone(),
         input.settings,
         &mut entries,
     );
+    // What reservations count among the covered resources is not written: no entry
+    // publishes it yet.
+    let mut covered = before_gpus;
+    covered.extend(published.values().flat_map(|q| q.keys().cloned()));
     let covered: Vec<String> = covered.into_iter().collect();
-    let flavors = arrange_flavors(group, &selected, input.is_hearths, &covered, &published);
+    let entered: Vec<&Candidate<'_>> = selected.iter().copied().filter(|c| c.ready).collect();
+    let flavors = arrange_flavors(group, &entered, input.is_hearths, &covered, &published);
     QueuePlan {
         spec: with_slot_group(current, slot_index, covered, flavors),
         entries,
@@ -255,11 +271,13 @@ fn room(
     })
 }
 
-/// The candidates that get an entry. Quota, once given, stays: the clusters that hold
-/// a place keep it, and only the room left goes to newcomers, oldest first. So nothing
-/// that arrives later, or becomes a candidate later, or sorts earlier, displaces a
-/// holder. The others' outcomes go into `entries`; the result is holders first, then
-/// newcomers, each in age order.
+/// The candidates that get a place (an entry, or a reservation while their flavor is
+/// not ready). Quota, once given, stays: the clusters that hold a place keep it, and only
+/// the room left goes to newcomers, oldest first, whether their flavor is ready or not.
+/// So nothing that arrives later, or becomes a candidate later, or sorts earlier,
+/// displaces a holder, and which flavors the cache shows yet decides nothing. The
+/// others' outcomes go into `entries`; the result is holders first, then newcomers,
+/// each in age order.
 fn select<'c>(
     candidates: &'c [Candidate<'c>],
     others: &OtherGroups<'_>,
@@ -339,19 +357,46 @@ fn covered_before_gpus(
     covered
 }
 
-/// The quotas of each selected cluster, in selection order (holders first, so a
-/// newcomer never takes a covered resource from a holder's model), adding its GPU
-/// resources to `covered` while there is room; its outcome goes into `entries`.
+/// Who has the places, for [`publish`].
+struct Places<'p, 'c> {
+    /// Holders first, then newcomers, each in age order ([`select`]).
+    selected: &'p [&'c Candidate<'c>],
+    /// Every candidate, in age order.
+    by_age: &'c [Candidate<'c>],
+    /// The slot group's covered resources now.
+    covered_now: &'p [String],
+}
+
+/// The quotas of each selected cluster with a ready flavor, adding GPU resources to
+/// `covered` (which starts as [`covered_before_gpus`]) while there is room: first the
+/// models holders publish now (already covered; a newcomer never takes them), then every
+/// other model cluster by cluster in age order, reservations included, so that the room
+/// a reserved cluster's models need is kept for it. Each cluster's outcome goes into
+/// `entries`.
 fn publish<'c>(
-    selected: &[&'c Candidate<'c>],
+    places: &Places<'_, 'c>,
     others: &OtherGroups<'_>,
-    covered: &mut BTreeSet<String>,
+    mut covered: BTreeSet<String>,
     settings: &PlanSettings,
     entries: &mut BTreeMap<String, EntryOutcome>,
 ) -> BTreeMap<&'c str, BTreeMap<String, i64>> {
+    let fits = |covered: &BTreeSet<String>, resource: &str| {
+        covered.contains(resource) || covered.len() < MAX_COVERED_RESOURCES
+    };
+    for holder in places.selected.iter().filter(|c| c.holds) {
+        for resource in holder.gpus.keys() {
+            if places.covered_now.contains(resource)
+                && !others.resources.contains_key(resource.as_str())
+                && fits(&covered, resource)
+            {
+                covered.insert(resource.clone());
+            }
+        }
+    }
+    let selected: BTreeSet<&str> = places.selected.iter().map(|c| c.name).collect();
     let slots = settings.cluster_slots.max(0);
     let mut published = BTreeMap::new();
-    for candidate in selected {
+    for candidate in places.by_age.iter().filter(|c| selected.contains(c.name)) {
         let quota = |n: i64| if candidate.drained { 0 } else { n };
         let mut quotas = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), quota(slots))]);
         let mut left_out = Vec::new();
@@ -372,7 +417,7 @@ fn publish<'c>(
         for (resource, &count) in &candidate.gpus {
             let why = if let Some(&group) = others.resources.get(resource.as_str()) {
                 LeftOutWhy::CoveredByGroup(group)
-            } else if covered.contains(resource) || covered.len() < MAX_COVERED_RESOURCES {
+            } else if fits(&covered, resource) {
                 covered.insert(resource.clone());
                 quotas.insert(resource.clone(), quota(count));
                 continue;
@@ -385,6 +430,10 @@ fn publish<'c>(
                 why,
             });
         }
+        if !candidate.ready {
+            entries.insert(candidate.name.to_owned(), EntryOutcome::Reserved);
+            continue;
+        }
         published.insert(candidate.name, quotas.clone());
         entries.insert(
             candidate.name.to_owned(),
@@ -394,8 +443,9 @@ fn publish<'c>(
     published
 }
 
-/// The slot group's flavors: existing entries keep their place, new ones are appended
-/// in selection order (oldest first); every one lists every covered resource.
+/// The slot group's flavors: existing entries keep their place, new ones (of `selected`,
+/// the clusters with a place and a ready flavor) are appended in selection order (oldest
+/// first); every one lists every covered resource.
 fn arrange_flavors(
     group: &ResourceGroup,
     selected: &[&Candidate<'_>],
