@@ -795,13 +795,14 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
             Some("default"),
             false,
         ),
-        (d, "update", &cq, None, false),
+        (d, "patch", &cq, None, false),
         (k, "create", "resourceflavors.kueue.x-k8s.io", None, true),
         (k, "delete", "resourceflavors.kueue.x-k8s.io", None, true),
-        (k, "update", &cq, None, true),
+        (k, "patch", &cq, None, true),
+        (k, "update", &cq, None, false),
         (
             k,
-            "update",
+            "patch",
             "clusterqueues.kueue.x-k8s.io/someone-elses-queue",
             None,
             false,
@@ -832,7 +833,7 @@ async fn rbac_grants_each_controller_only_what_it_needs() -> Result<()> {
             true,
         ),
         (l, "create", "workloads.kueue.x-k8s.io", Some(ns), false),
-        (l, "update", &cq, None, false),
+        (l, "patch", &cq, None, false),
         (l, "patch", "fournosclusters.fournos.dev", Some(ns), true),
         (l, "get", "secrets", Some(secrets), false),
         (
@@ -1133,7 +1134,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
         format!("ok      ClusterQueue {} exists", iso.cluster_queue),
         format!("ok      hearth-discovery may watch secrets in namespace {secrets}"),
         format!(
-            "ok      hearth-kueue-sync may update clusterqueues {}",
+            "ok      hearth-kueue-sync may patch clusterqueues {}",
             iso.cluster_queue
         ),
         format!("ok      hearth-lock-manager may create fournosjobs in namespace {exec}"),
@@ -1172,7 +1173,7 @@ async fn doctor_passes_a_good_install_and_names_what_a_broken_one_lacks() -> Res
             .to_owned(),
         format!("MISSING LocalQueue no-such-local-queue in namespace {exec} does not exist"),
         format!(
-            "MISSING hearth-kueue-sync (ServiceAccount {}/hearth-kueue-sync) may not update \
+            "MISSING hearth-kueue-sync (ServiceAccount {}/hearth-kueue-sync) may not patch \
              clusterqueues no-such-queue: the chart was installed with another \
              config.clusterQueueName",
             iso.namespace

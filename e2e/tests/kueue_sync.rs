@@ -1180,7 +1180,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
 }
 
 /// Kueue allows 64 flavors in a resource group: with 65 clusters the newest waits
-/// (`LimitReached`), the queue stays valid and Active, and one ClusterQueue write carries
+/// (`LimitReached`), the queue stays valid and Active, and a few ClusterQueue writes carry
 /// all the entries. When an older cluster goes, the newest takes its place.
 #[tokio::test]
 async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> Result<()> {
@@ -1223,14 +1223,20 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
             .ok_or_else(|| format!("{:?}", cq.status))
     })
     .await?;
-    // No write storm: the entries of 64 new clusters went in together (a conflict with
-    // Kueue's own status updates may add a retry).
+    // No write storm: the entries of 64 new clusters went in a few writes, not one per
+    // cluster. Their flavors are created in the background (32 at a time) and an entry
+    // follows its flavor into the cache, so the writes follow the flavors' arrival: 3 to 5
+    // on this machine, loaded or not. Kueue's own status writes no longer make one fail
+    // (the write is guarded by the spec's generation), so none is a conflict.
     let writes = ks
         .metric_sum("hearth_kueue_sync_cluster_queue_writes_total")
         .await?;
+    let conflicts = ks
+        .metric("hearth_kueue_sync_cluster_queue_writes_total{outcome=\"conflict\"}")
+        .await?;
     ensure!(
-        writes <= 3.0,
-        "{writes} ClusterQueue writes for one batch of clusters"
+        writes <= 8.0 && conflicts == 0.0,
+        "{writes} ClusterQueue writes ({conflicts} conflicts) for one batch of clusters"
     );
 
     k.clusters.delete(oldest, &DeleteParams::default()).await?;

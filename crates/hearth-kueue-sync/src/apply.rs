@@ -3,10 +3,15 @@
 //! - ResourceFlavors Hearth owns: server-side apply under [`KUEUE_SYNC`], forced (the
 //!   label says they are Hearth's), and deletes with `uid`/`resourceVersion`
 //!   preconditions (a flavor recreated or changed meanwhile is left to the next round).
-//! - The shared ClusterQueue: `PUT` of the object as observed with only `spec` replaced,
-//!   carrying the observed `resourceVersion`, so a concurrent writer makes it fail with
-//!   409 instead of being overwritten. Never server-side apply or merge patch: Hearth
-//!   would then either claim fields others own or lose their concurrent changes.
+//! - The shared ClusterQueue: a JSON patch that replaces `spec` only if the object's
+//!   `uid` and `metadata.generation` are still those observed (two `test` operations the
+//!   apiserver checks against the stored object, atomically). `generation` moves with
+//!   every spec change and never with a status write, so a concurrent writer of the
+//!   spec (GitOps, a person) makes it fail instead of being overwritten, while Kueue's
+//!   own status writes, which follow every change of the queue, no longer do (a
+//!   `resourceVersion` guard failed on them, and each failure cost a re-plan). Never
+//!   server-side apply or merge patch: Hearth would then either claim fields others own
+//!   or lose their concurrent changes.
 //! - FournosCluster status: server-side apply of kueue-sync's own fields.
 
 use hearth_api::FournosCluster;
@@ -15,7 +20,7 @@ use hearth_api::names::controllers::KUEUE_SYNC;
 use hearth_runtime::events::Events;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DeserializeGuard;
 
 use crate::error::{Error, is_conflict, is_not_found};
@@ -130,20 +135,24 @@ impl Writer {
         }
     }
 
-    /// The resourceVersion-guarded update of the ClusterQueue. A 409 means someone
-    /// else wrote first: re-observe and re-plan.
+    /// The generation-guarded update of the ClusterQueue's spec. A failure that
+    /// [`is_spec_conflict`] means someone else changed the spec first: re-observe and
+    /// re-plan.
     pub async fn update_cluster_queue(
         &self,
         observed: &ClusterQueue,
         spec: &ClusterQueueSpec,
     ) -> Result<ClusterQueue, kube::Error> {
-        let update = cluster_queue_update(observed, spec);
-        let name = update.metadata.name.clone().unwrap_or_default();
-        let params = PostParams {
-            dry_run: false,
+        let name = observed.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::from_value(cluster_queue_patch(observed, spec))
+            .map_err(kube::Error::SerdeError)?;
+        let params = PatchParams {
             field_manager: Some(KUEUE_SYNC.to_owned()),
+            ..PatchParams::default()
         };
-        self.queues.replace(&name, &params, &update).await
+        self.queues
+            .patch(&name, &params, &Patch::<()>::Json(patch))
+            .await
     }
 
     /// One read of the ClusterQueue, when the watch cache lags after a conflict.
@@ -184,18 +193,37 @@ impl Writer {
     }
 }
 
-/// The object to `PUT`: the ClusterQueue as observed (`resourceVersion`, labels,
-/// annotations, every spec field Hearth does not model) with `spec` replaced. Without
-/// `managedFields` (the server keeps its own) and `status` (a subresource; ignored).
-pub(crate) fn cluster_queue_update(
+/// The JSON patch that replaces the ClusterQueue's `spec` (every field Hearth does not
+/// model included, as observed) if it is still the object observed, at the generation
+/// observed. Metadata and status are not touched. An object without a generation (the
+/// apiserver always sets one) is guarded by its `resourceVersion` instead.
+pub(crate) fn cluster_queue_patch(
     observed: &ClusterQueue,
     spec: &ClusterQueueSpec,
-) -> ClusterQueue {
-    let mut update = observed.clone();
-    update.metadata.managed_fields = None;
-    update.status = None;
-    update.spec = spec.clone();
-    update
+) -> serde_json::Value {
+    let meta = &observed.metadata;
+    let guard = match meta.generation {
+        Some(generation) => {
+            serde_json::json!({"op": "test", "path": "/metadata/generation", "value": generation})
+        }
+        None => serde_json::json!({
+            "op": "test", "path": "/metadata/resourceVersion", "value": meta.resource_version
+        }),
+    };
+    serde_json::json!([
+        {"op": "test", "path": "/metadata/uid", "value": meta.uid},
+        guard,
+        {"op": "replace", "path": "/spec", "value": spec},
+    ])
+}
+
+/// Whether a ClusterQueue update failed because the queue changed since it was
+/// observed: a failed `test` of [`cluster_queue_patch`] (the apiserver answers 422 with
+/// the JSON patch library's "testing value … failed"), or a 409.
+pub(crate) fn is_spec_conflict(error: &kube::Error) -> bool {
+    is_conflict(error)
+        || matches!(error, kube::Error::Api(status)
+            if status.code == 422 && status.message.contains("testing value"))
 }
 
 #[cfg(test)]
@@ -214,6 +242,7 @@ mod tests {
             "metadata": {
                 "name": "fournos-queue",
                 "resourceVersion": "4242",
+                "generation": 7,
                 "uid": "u-1",
                 "labels": {"team": "platform"},
                 "managedFields": [{"manager": "argocd", "operation": "Apply"}]
@@ -226,20 +255,25 @@ mod tests {
     }
 
     #[test]
-    fn the_update_is_the_observed_object_with_the_new_spec() {
+    fn the_update_replaces_only_the_spec_of_the_generation_observed() {
         let spec = queue(json!({"cohortName": "gpu", "resourceGroups": [
             {"coveredResources": ["fournos/cluster-slot"],
              "flavors": [{"name": "a", "resources": [{"name": "fournos/cluster-slot", "nominalQuota": "100"}]}]}
         ]}));
-        let update = serde_json::to_value(cluster_queue_update(&observed(), &spec)).unwrap();
-        assert_eq!(update["metadata"]["resourceVersion"], "4242");
-        assert_eq!(update["metadata"]["labels"]["team"], "platform");
-        assert!(update["metadata"].get("managedFields").is_none());
-        assert!(update.get("status").is_none());
-        assert_eq!(update["spec"]["cohortName"], "gpu");
+        let patch = cluster_queue_patch(&observed(), &spec);
         assert_eq!(
-            update["spec"]["resourceGroups"][0]["flavors"][0]["name"],
-            "a"
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "u-1"},
+                {"op": "test", "path": "/metadata/generation", "value": 7},
+                {"op": "replace", "path": "/spec", "value": serde_json::to_value(&spec).unwrap()},
+            ])
+        );
+        let mut no_generation = observed();
+        no_generation.metadata.generation = None;
+        assert_eq!(
+            cluster_queue_patch(&no_generation, &spec)[1],
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": "4242"})
         );
     }
 
@@ -284,7 +318,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_cluster_queue_is_put_with_the_observed_resource_version() {
+    async fn the_cluster_queue_spec_is_patched_guarded_by_uid_and_generation() {
         let mut answer = serde_json::to_value(observed()).unwrap();
         answer["metadata"]["resourceVersion"] = json!("4243");
         let (client, seen) = fake_client(StatusCode::OK, answer);
@@ -298,29 +332,51 @@ mod tests {
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 1, "exactly one request: {seen:?}");
         let (method, path, body) = &seen[0];
-        assert_eq!(method, Method::PUT);
+        assert_eq!(method, Method::PATCH);
         assert_eq!(
             path,
             "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fournos-queue?&fieldManager=hearth-kueue-sync"
         );
-        assert_eq!(body["metadata"]["resourceVersion"], "4242");
-        assert_eq!(body["metadata"]["uid"], "u-1");
-        assert_eq!(body["spec"], json!({"cohortName": "gpu"}));
+        assert_eq!(body, &cluster_queue_patch(&observed(), &spec));
     }
 
+    /// A failed update of the queue: a conflict (re-plan) only when the queue changed.
     #[tokio::test]
-    async fn a_stale_resource_version_is_a_conflict() {
-        let status = json!({
-            "kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict",
-            "code": 409,
-            "message": "Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io \"fournos-queue\": the object has been modified; please apply your changes to the latest version and try again"
-        });
-        let (client, _) = fake_client(StatusCode::CONFLICT, status);
-        let error = writer(client)
-            .update_cluster_queue(&observed(), &queue(json!({})))
-            .await
-            .unwrap_err();
-        assert!(is_conflict(&error), "{error:?}");
+    async fn a_changed_queue_is_a_conflict_and_an_invalid_spec_is_not() {
+        let answers = [
+            // A 409 (kept: a stale resourceVersion guard).
+            (
+                StatusCode::CONFLICT,
+                "Conflict",
+                "Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io \"fournos-queue\": the object has been modified",
+                true,
+            ),
+            // What kube-apiserver answers when a `test` operation fails.
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "testing value /metadata/generation failed: test failed",
+                true,
+            ),
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "ClusterQueue.kueue.x-k8s.io \"fournos-queue\" is invalid: spec.resourceGroups: Too many: 17: must have at most 16 items",
+                false,
+            ),
+        ];
+        for (code, reason, message, conflict) in answers {
+            let status = json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": reason, "code": code.as_u16(), "message": message
+            });
+            let (client, _) = fake_client(code, status);
+            let error = writer(client)
+                .update_cluster_queue(&observed(), &queue(json!({})))
+                .await
+                .unwrap_err();
+            assert_eq!(is_spec_conflict(&error), conflict, "{error:?}");
+        }
     }
 
     #[tokio::test]

@@ -66,7 +66,7 @@ impl Metrics {
         metrics.controller.register(r);
         r.register(
             "cluster_queue_writes",
-            "resourceVersion-guarded ClusterQueue updates, by outcome (ok, conflict, error)",
+            "generation-guarded ClusterQueue spec updates, by outcome (ok, conflict, error)",
             metrics.cluster_queue_writes.clone(),
         );
         r.register(

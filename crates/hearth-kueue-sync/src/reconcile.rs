@@ -29,11 +29,12 @@ use hearth_api::conditions::Status;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use tokio::sync::watch;
 
-use crate::apply::{FlavorAction, Writer};
-use crate::error::{Error, is_conflict, is_not_found};
+use crate::apply::{FlavorAction, Writer, is_spec_conflict};
+use crate::error::{Error, is_not_found};
 use crate::metrics::Outcome;
 use crate::new_flavors::NewFlavors;
 use crate::plan::{
@@ -93,22 +94,26 @@ pub(crate) struct Context {
 }
 
 /// The ClusterQueue as kueue-sync's last update returned it: what the next plan starts
-/// from while the cache still shows a version older than it.
+/// from while the cache still shows a spec older than it.
 pub(crate) struct WrittenQueue {
     object: Arc<QueueObject>,
-    /// The versions the cache may still show that are older than it: the one the update
-    /// replaced, the one the cache showed when its plan started, and those older than the
-    /// update before it when that plan started from it. Any other version the cache
-    /// shows came after the update (which succeeded on the replaced one), so it is the
-    /// update's own or a later writer's.
-    older: Vec<String>,
 }
 
 impl WrittenQueue {
-    /// Whether it is newer than the ClusterQueue the cache shows at version `cached`
-    /// (`None`: the cache has none, so it was deleted since).
-    fn newer_than(&self, cached: Option<&str>) -> bool {
-        cached.is_some_and(|rv| self.older.iter().any(|o| o == rv))
+    /// Whether its spec is newer than that of the ClusterQueue the cache shows (`None`:
+    /// the cache has none, so it was deleted since). `metadata.generation` counts the
+    /// spec's changes, so a cached object of the same uid at a lower generation lacks
+    /// the update; at the same or a higher one it has it (and maybe a later writer's).
+    /// Kueue's status writes move neither.
+    fn newer_than(&self, cached: Option<&ObjectMeta>) -> bool {
+        let written = self.object.meta();
+        cached.is_some_and(|cached| {
+            cached.uid == written.uid
+                && cached
+                    .generation
+                    .zip(written.generation)
+                    .is_some_and(|(cached, written)| cached < written)
+        })
     }
 }
 
@@ -125,7 +130,6 @@ impl Context {
             self.statuses.settle();
             self.new_flavors.settle();
             let creating = self.new_flavors.creating();
-            let cached_queue = self.cached_queue_version();
             let queue = fresh_queue.take().or_else(|| self.written_queue());
             let snapshot = self.stores.snapshot(&self.settings, queue, creating)?;
             self.writer
@@ -154,10 +158,7 @@ impl Context {
                 .iter()
                 .filter(|f| self.new_flavors.submit(f))
                 .count();
-            let queue_written = match self
-                .write_queue(&snapshot, &plan, attempt, cached_queue)
-                .await?
-            {
+            let queue_written = match self.write_queue(&snapshot, &plan, attempt).await? {
                 QueueWrite::Unchanged | QueueWrite::Written => true,
                 QueueWrite::Failed(error) => {
                     errors.push(error);
@@ -222,14 +223,13 @@ impl Context {
         (written, errors)
     }
 
-    /// Updates the ClusterQueue when the plan changes it, guarded by the observed version.
-    /// `cached`: the version the cache showed when the plan started.
+    /// Updates the ClusterQueue when the plan changes it, guarded by the observed
+    /// generation (see [`crate::apply`]).
     async fn write_queue(
         &self,
         snapshot: &Snapshot,
         plan: &Plan,
         attempt: usize,
-        cached: Option<String>,
     ) -> Result<QueueWrite, Error> {
         let (Some(spec), Some(observed)) = (&plan.cluster_queue, snapshot.queue()) else {
             return Ok(QueueWrite::Unchanged);
@@ -237,54 +237,36 @@ impl Context {
         if !self.is_leader() {
             return Ok(QueueWrite::NotLeader);
         }
-        let sent = snapshot
-            .queue_resource_version()
-            .unwrap_or_default()
-            .to_owned();
         match self.writer.update_cluster_queue(observed, spec).await {
             Ok(mut updated) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Ok);
-                let rv = updated
-                    .metadata
-                    .resource_version
-                    .clone()
-                    .unwrap_or_default();
                 tracing::info!(
                     cluster_queue = %self.settings.cluster_queue,
-                    resource_version = %rv,
+                    resource_version = updated.metadata.resource_version.as_deref().unwrap_or_default(),
+                    generation = updated.metadata.generation.unwrap_or_default(),
                     changes = %cluster_queue_changes_summary(Some(&observed.spec), spec),
                     "updated ClusterQueue"
                 );
                 // As the cache would hold it.
                 updated.metadata.managed_fields = None;
-                // Older than this update: what it replaced, what the cache showed when the
-                // plan started, and what was older than the update that plan started from.
-                let mut written = self.lock_written_queue();
-                let mut older = written.take().map(|w| w.older).unwrap_or_default();
-                older.extend([Some(sent), cached].into_iter().flatten());
-                older.retain(|v| *v != rv);
-                *written = Some(WrittenQueue {
+                *self.lock_written_queue() = Some(WrittenQueue {
                     object: Arc::new(kube::core::DeserializeGuard(Ok(updated))),
-                    older,
                 });
                 Ok(QueueWrite::Written)
             }
-            Err(error) if is_conflict(&error) => {
+            Err(error) if is_spec_conflict(&error) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Conflict);
                 tracing::info!(
                     cluster_queue = %self.settings.cluster_queue,
-                    resource_version = %sent,
+                    generation = observed.metadata.generation.unwrap_or_default(),
                     attempt,
-                    "ClusterQueue changed by another writer; re-planning from its new version"
+                    "ClusterQueue spec changed by another writer; re-planning from its new version"
                 );
                 // Neither our last update nor what the cache held before it is the latest.
-                let mut stale = self
-                    .lock_written_queue()
-                    .take()
-                    .map(|w| w.older)
-                    .unwrap_or_default();
-                stale.push(sent);
-                Ok(QueueWrite::Replan(self.fresh_queue(&stale).await?))
+                self.lock_written_queue().take();
+                Ok(QueueWrite::Replan(
+                    self.fresh_queue(&observed.metadata).await?,
+                ))
             }
             Err(error) if is_not_found(&error) => {
                 self.writer.metrics.cluster_queue_write(Outcome::Error);
@@ -327,21 +309,20 @@ impl Context {
         (deletes, errors)
     }
 
-    /// The ClusterQueue to re-plan from after a conflict on a version of `stale`: the
-    /// cache's, once it shows another version (`None`: use the cache), else one GET.
+    /// The ClusterQueue to re-plan from after a conflict on `stale` (the object the
+    /// plan started from): the cache's, once it shows another spec (`None`: use the
+    /// cache), else one GET.
     async fn fresh_queue(
         &self,
-        stale: &[String],
+        stale: &ObjectMeta,
     ) -> Result<Option<Option<Arc<QueueObject>>>, Error> {
         let name = &self.settings.cluster_queue;
         let moved = self
             .changes
             .wait_until(CACHE_LAG, || {
                 self.stores.queue(name).is_none_or(|q| {
-                    q.meta()
-                        .resource_version
-                        .as_ref()
-                        .is_none_or(|rv| !stale.contains(rv))
+                    let cached = q.meta();
+                    cached.uid != stale.uid || cached.generation != stale.generation
                 })
             })
             .await;
@@ -370,24 +351,19 @@ impl Context {
     }
 
     /// The ClusterQueue to plan from instead of the cache's: the one the last update
-    /// returned, while the cache still shows a version older than it.
+    /// returned, while the cache still shows a spec older than it.
     fn written_queue(&self) -> Option<Option<Arc<QueueObject>>> {
-        let cached = self.cached_queue_version();
+        let cached = self.stores.queue(&self.settings.cluster_queue);
         let mut written = self.lock_written_queue();
         match written.as_ref() {
-            Some(w) if w.newer_than(cached.as_deref()) => Some(Some(w.object.clone())),
+            Some(w) if w.newer_than(cached.as_deref().map(|q| q.meta())) => {
+                Some(Some(w.object.clone()))
+            }
             _ => {
                 *written = None;
                 None
             }
         }
-    }
-
-    /// The resourceVersion of the ClusterQueue in the cache.
-    fn cached_queue_version(&self) -> Option<String> {
-        self.stores
-            .queue(&self.settings.cluster_queue)
-            .and_then(|q| q.meta().resource_version.clone())
     }
 
     fn lock_written_queue(&self) -> std::sync::MutexGuard<'_, Option<WrittenQueue>> {
@@ -545,20 +521,32 @@ mod tests {
     use crate::testing::{World, cluster};
 
     #[test]
-    fn the_written_queue_is_planned_from_only_while_the_cache_shows_an_older_one() {
-        let written = WrittenQueue {
-            object: Arc::new(kube::core::DeserializeGuard(Ok(ClusterQueue::new(
-                "q",
-                Default::default(),
-            )))),
-            older: vec!["10".into(), "9".into()],
+    fn the_written_queue_is_planned_from_only_while_the_cache_shows_an_older_spec() {
+        let meta = |uid: &str, generation: i64| ObjectMeta {
+            name: Some("q".into()),
+            uid: Some(uid.into()),
+            generation: Some(generation),
+            ..ObjectMeta::default()
         };
-        assert!(written.newer_than(Some("10")), "the version it replaced");
-        assert!(written.newer_than(Some("9")), "what the cache held then");
+        let mut queue = ClusterQueue::new("q", Default::default());
+        queue.metadata = meta("u", 5);
+        let written = WrittenQueue {
+            object: Arc::new(kube::core::DeserializeGuard(Ok(queue))),
+        };
         assert!(
-            !written.newer_than(Some("11")),
-            "its own, or a later writer's"
+            written.newer_than(Some(&meta("u", 4))),
+            "the spec it replaced"
         );
+        assert!(
+            written.newer_than(Some(&meta("u", 3))),
+            "the cache lags by more"
+        );
+        assert!(
+            !written.newer_than(Some(&meta("u", 5))),
+            "its own (or its own with Kueue's status written since)"
+        );
+        assert!(!written.newer_than(Some(&meta("u", 6))), "a later writer's");
+        assert!(!written.newer_than(Some(&meta("v", 1))), "recreated since");
         assert!(!written.newer_than(None), "deleted since");
     }
 

@@ -221,11 +221,6 @@ impl Snapshot {
             .collect()
     }
 
-    pub fn queue_resource_version(&self) -> Option<&str> {
-        self.queue()
-            .and_then(|q| q.metadata.resource_version.as_deref())
-    }
-
     /// Invalid objects per kind (every kind present, zero included).
     pub fn invalid_counts(&self) -> BTreeMap<&'static str, usize> {
         let mut counts = BTreeMap::new();
@@ -434,7 +429,12 @@ mod tests {
         assert_eq!(snapshot.input.clusters.len(), 1);
         assert_eq!(snapshot.input.clusters[0].gpus[0].count, 8);
         assert!(snapshot.cluster("a").is_some());
-        assert_eq!(snapshot.queue_resource_version(), Some("42"));
+        assert_eq!(
+            snapshot
+                .queue()
+                .and_then(|q| q.metadata.resource_version.as_deref()),
+            Some("42")
+        );
         assert_eq!(
             snapshot.input.cluster_queue.as_ref().unwrap().other["cohortName"],
             json!("x")

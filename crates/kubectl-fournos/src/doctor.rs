@@ -72,7 +72,7 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
         },
         Right {
             controller: KUEUE_SYNC,
-            verb: "update",
+            verb: "patch",
             group: "kueue.x-k8s.io",
             resource: "clusterqueues",
             name: Some(settings.cluster_queue.clone()),
@@ -538,7 +538,7 @@ mod tests {
         assert!(
             text.contains(
                 "MISSING hearth-kueue-sync (ServiceAccount hearth/hearth-kueue-sync) may not \
-                 update clusterqueues fournos-queue: the chart was installed with another \
+                 patch clusterqueues fournos-queue: the chart was installed with another \
                  config.clusterQueueName"
             ),
             "{text}"
