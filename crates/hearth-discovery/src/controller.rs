@@ -15,6 +15,7 @@
 //! - Reads come from the caches only. Only the lease holder probes and writes; a replica
 //!   that becomes leader reconciles everything at once.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 
@@ -99,9 +100,13 @@ pub(crate) struct Context {
     pub cluster_api: Api<FournosCluster>,
     pub events: Events,
     pub metrics: Metrics,
-    /// Bumped on every change either cache sees; wakes the sweep.
+    /// Wakes the sweep: bumped by every Secret event and by the cluster events that
+    /// change what the sweep reads ([`Context::watched`]).
     pub changes: Changes,
     memory: Mutex<Memory>,
+    /// What the sweep read of each cached cluster when its last event came (a hash of
+    /// [`crate::sweep::observe_cluster`]), by name.
+    swept: Mutex<HashMap<String, u64>>,
 }
 
 impl Context {
@@ -125,9 +130,14 @@ impl Context {
         format!("{}/{name}", self.settings.secrets_namespace)
     }
 
-    /// Forgets clusters that are gone (by uid).
+    /// Forgets clusters that are gone (by uid), and what the sweep read of clusters no
+    /// longer cached (a re-list delivers no event for what went meanwhile).
     pub fn forget_except(&self, live: impl Fn(&str) -> bool) {
         self.lock_memory().forget_except(live);
+        self.swept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|name, _| self.clusters.named(name).is_some());
     }
 
     fn lock_memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -142,7 +152,7 @@ impl Context {
     ) -> (Option<u64>, Option<FournosClusterStatus>) {
         let name = cluster.metadata.name.as_deref().unwrap_or_default();
         let shows = |written: &str| self.clusters.shows(name, written);
-        self.lock_memory().recall(&cached(cluster, &shows))
+        self.lock_memory().recall(&cached_view(cluster, &shows))
     }
 
     /// After a reconcile: its fingerprint and write, the write forgotten at once if the
@@ -162,28 +172,42 @@ impl Context {
             && let Ok(current) = &current.0
         {
             let delivered = |written: &str| self.clusters.delivered(name, written);
-            memory.forget_delivered(&cached(current, &delivered));
+            memory.forget_delivered(&cached_view(current, &delivered));
         }
     }
 
-    /// Forgets the writes whose versions the watch delivered, `clusters` being the whole
-    /// cache: run on every cache change, so a written status is not kept beside the
-    /// cached one it became. Nothing is allocated: it runs that often.
-    pub(crate) fn forget_delivered(&self, clusters: &[Arc<ClusterObject>]) {
-        let mut memory = self.lock_memory();
-        if !memory.awaits_any() {
-            return;
+    /// On each watch event of a cluster (the cache holds it already): forgets the write
+    /// it delivers, so a written status is not kept beside the cached one it became, and
+    /// wakes the sweep only when what the sweep reads of the cluster changed, or it went.
+    /// In an onboarding burst most events are status writes (discovery's, kueue-sync's,
+    /// lock-manager's), and a sweep reads every cluster: waking it for each would make
+    /// the burst cost clusters × events.
+    pub(crate) fn watched(&self, name: &str) {
+        let cached = self.clusters.named(name);
+        if let Some(cluster) = cached.as_deref().and_then(|c| c.0.as_ref().ok()) {
+            let mut memory = self.lock_memory();
+            if memory.awaits_any() {
+                let delivered = |written: &str| self.clusters.delivered(name, written);
+                memory.forget_delivered(&cached_view(cluster, &delivered));
+            }
         }
-        for cluster in clusters.iter().filter_map(|c| c.0.as_ref().ok()) {
-            let name = cluster.metadata.name.as_deref().unwrap_or_default();
-            let delivered = |written: &str| self.clusters.delivered(name, written);
-            memory.forget_delivered(&cached(cluster, &delivered));
+        let seen = cached.as_deref().map(crate::sweep::sweep_fingerprint);
+        let mut swept = self
+            .swept
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = match seen {
+            Some(seen) => swept.insert(name.to_owned(), seen),
+            None => swept.remove(name),
+        };
+        if before != seen {
+            self.changes.bump();
         }
     }
 }
 
 /// `cluster` as [`Memory`] sees it; `delivered` says which versions the watch delivered.
-fn cached<'a>(cluster: &'a CachedCluster, delivered: &'a dyn Fn(&str) -> bool) -> Cached<'a> {
+fn cached_view<'a>(cluster: &'a CachedCluster, delivered: &'a dyn Fn(&str) -> bool) -> Cached<'a> {
     Cached {
         uid: cluster.metadata.uid.as_deref().unwrap_or_default(),
         resource_version: cluster.metadata.resource_version.as_deref(),
@@ -244,9 +268,18 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         clusters: clusters.clone(),
         secrets,
         metrics,
-        changes: watch.changes.clone(),
+        changes: Changes::default(),
         memory: Mutex::default(),
+        swept: Mutex::default(),
     });
+    let watched = ctx.clone();
+    let cluster_objects = cluster_objects
+        .inspect(move |object| {
+            if let Ok(object) = object {
+                watched.watched(&object.name_any());
+            }
+        })
+        .boxed();
 
     let mapper_ctx = ctx.clone();
     let triggers = RunTriggers {
@@ -254,6 +287,8 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
         related: vec![
             secret_objects
                 .filter_map(move |secret| {
+                    // Every Secret event is the sweep's business (onboarding, offboarding).
+                    mapper_ctx.changes.bump();
                     std::future::ready(
                         secret
                             .ok()

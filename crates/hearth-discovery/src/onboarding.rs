@@ -94,7 +94,7 @@ pub struct ObservedSecret {
 }
 
 /// A FournosCluster, as far as onboarding cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ObservedCluster {
     pub name: String,
     pub uid: Option<String>,

@@ -12,7 +12,6 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
 };
@@ -46,10 +45,34 @@ struct Reported {
     not_adopted: HashSet<(String, String)>,
     /// Wakes the sweep at the next held-back deadline; replaced by every sweep.
     wake: Option<AbortOnDrop>,
-    /// Clusters this replica created that the cache does not show yet, and when: a sweep
-    /// that follows a create before its watch event would create them again (a 409 each,
-    /// hundreds in a burst of onboardings).
-    created: HashMap<String, Instant>,
+}
+
+/// The creates handed to the background and the clusters created that the cache does
+/// not show yet, by name, and when they were handed over: a sweep that follows a create
+/// before its watch event would create them again (a 409 each, hundreds in a burst of
+/// onboardings). A failed create is forgotten, so the next sweep plans it again.
+#[derive(Clone)]
+struct Creates {
+    handed: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
+    /// [`WRITES_IN_FLIGHT`] creates at a time: what protects the apiserver.
+    in_flight: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Creates {
+    fn default() -> Self {
+        Self {
+            handed: Arc::default(),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
+        }
+    }
+}
+
+impl Creates {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.handed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// Aborts the task when dropped, so a replaced wake-up never fires.
@@ -72,6 +95,7 @@ pub(crate) async fn run(ctx: Arc<Context>) {
     );
 
     let reported = tokio::sync::Mutex::new(Reported::default());
+    let creates = Creates::default();
     Triggers {
         changes: ctx.changes.subscribe(),
         leader: ctx.rt.leader(),
@@ -80,13 +104,13 @@ pub(crate) async fn run(ctx: Arc<Context>) {
         shutdown: ctx.rt.shutdown(),
     }
     .run(|| async {
-        sweep_once(&ctx, &mut *reported.lock().await).await;
+        sweep_once(&ctx, &mut *reported.lock().await, &creates).await;
         Ok::<_, Infallible>(())
     })
     .await;
 }
 
-async fn sweep_once(ctx: &Context, reported: &mut Reported) {
+async fn sweep_once(ctx: &Arc<Context>, reported: &mut Reported, creates: &Creates) {
     let secrets = ctx.secrets.state();
     let clusters = ctx.clusters.state();
     record_and_forget(ctx, &secrets, &clusters, reported);
@@ -123,13 +147,12 @@ async fn sweep_once(ctx: &Context, reported: &mut Reported) {
     // Leadership can be lost mid-sweep: each step stops as soon as it is.
     let create = not_created_yet(
         create,
-        &mut reported.created,
+        &mut creates.lock(),
         Instant::now() - ctx.settings.resync,
         |name| ctx.clusters.named(name).is_some(),
     );
-    if !onboard_all(ctx, create, &mut reported.created).await
-        || !offboard_all(ctx, delete, reported).await
-    {
+    onboard_all(ctx, create, creates);
+    if !offboard_all(ctx, delete, reported).await {
         return;
     }
     announce_held_back(ctx, held_back, reported).await;
@@ -211,7 +234,6 @@ fn record_and_forget(
         .filter_map(|c| c.meta().uid.as_deref())
         .collect();
     ctx.forget_except(|uid| live.contains(uid));
-    ctx.forget_delivered(clusters);
     reported.forget_gone(&live, secrets, clusters);
 }
 
@@ -264,37 +286,29 @@ fn not_created_yet(
         .collect()
 }
 
-/// Creates the planned clusters, [`WRITES_IN_FLIGHT`] at a time (each is its own
-/// object: one slow create must not hold up the rest); false when leadership was lost on
-/// the way (creates not yet sent are not sent).
-async fn onboard_all(
-    ctx: &Context,
-    create: Vec<NewCluster>,
-    created: &mut HashMap<String, Instant>,
-) -> bool {
-    let results: Vec<(Option<String>, bool)> = futures::stream::iter(create)
-        .map(|new| async move {
-            if !ctx.rt.is_leader() {
-                return (None, false);
-            }
-            match onboard(ctx, &new).await {
-                Ok(()) => (Some(new.name), true),
-                Err(error) => {
-                    tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
-                    (None, true)
-                }
-            }
-        })
-        .buffer_unordered(WRITES_IN_FLIGHT)
-        .collect()
-        .await;
+/// Hands each planned create to a task of its own, [`WRITES_IN_FLIGHT`] at a time, and
+/// returns at once. Each cluster is its own object: a Secret that arrives while other
+/// creates are on their way is planned by the next sweep and created beside them, not
+/// after them. A task sends nothing once this replica lost leadership.
+fn onboard_all(ctx: &Arc<Context>, create: Vec<NewCluster>, creates: &Creates) {
     let now = Instant::now();
-    let mut led = true;
-    for (name, still_leader) in results {
-        created.extend(name.map(|name| (name, now)));
-        led &= still_leader;
+    for new in create {
+        creates.lock().insert(new.name.clone(), now);
+        let (ctx, creates) = (ctx.clone(), creates.clone());
+        tokio::spawn(async move {
+            let Ok(_permit) = creates.in_flight.acquire().await else {
+                return;
+            };
+            if !ctx.rt.is_leader() {
+                creates.lock().remove(&new.name);
+                return;
+            }
+            if let Err(error) = onboard(&ctx, &new).await {
+                tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+                creates.lock().remove(&new.name);
+            }
+        });
     }
-    led
 }
 
 /// Deletes the planned clusters, each once; false when leadership was lost on the way.
@@ -364,6 +378,17 @@ fn observe_secret(secret: &SecretObject) -> ObservedSecret {
     }
 }
 
+/// What the sweep reads of `cluster`, hashed: [`observe_cluster`], or, for one that does
+/// not decode, its version (each version is reported).
+pub(crate) fn sweep_fingerprint(cluster: &ClusterObject) -> u64 {
+    use std::hash::{BuildHasher as _, BuildHasherDefault, DefaultHasher};
+    let hasher = BuildHasherDefault::<DefaultHasher>::default();
+    match &cluster.0 {
+        Ok(_) => hasher.hash_one(observe_cluster(cluster)),
+        Err(_) => hasher.hash_one(&cluster.meta().resource_version),
+    }
+}
+
 fn observe_cluster(cluster: &ClusterObject) -> ObservedCluster {
     let meta = cluster.meta();
     let decoded = cluster.0.as_ref().ok();
@@ -429,7 +454,6 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
             // In the background: the next create must not wait for a best-effort write.
             ctx.events
                 .publish_in_background(created.object_ref(&()), event);
-            ctx.changes.bump();
             Ok(())
         }
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
@@ -553,6 +577,47 @@ mod tests {
         cluster.metadata.uid = Some(uid.to_owned());
         cluster.metadata.resource_version = Some(rv.to_owned());
         Arc::new(kube::core::DeserializeGuard(Ok(cluster)))
+    }
+
+    #[test]
+    fn only_what_the_sweep_reads_wakes_it() {
+        let base = cached_cluster("a", "1");
+        let with = |change: fn(&mut crate::cluster_cache::CachedCluster)| {
+            let mut cluster = base.0.as_ref().unwrap().clone();
+            cluster.metadata.resource_version = Some("2".into());
+            change(&mut cluster);
+            sweep_fingerprint(&kube::core::DeserializeGuard(Ok(cluster)))
+        };
+        let before = sweep_fingerprint(&base);
+        // A status write (discovery's count, kueue-sync's, a probe time) is not the sweep's.
+        assert_eq!(
+            with(|c| {
+                c.status = Some(hearth_api::FournosClusterStatus {
+                    gpu_summary: Some("8x A100".into()),
+                    ..Default::default()
+                })
+            }),
+            before
+        );
+        assert_ne!(with(|c| c.spec.owner = Some("alice".into())), before);
+        assert_ne!(with(|c| c.spec.kubeconfig_secret = "other".into()), before);
+        assert_ne!(with(|c| c.auto_discovered = true), before);
+        assert_ne!(
+            with(|c| {
+                c.status = Some(hearth_api::FournosClusterStatus {
+                    locked: Some(true),
+                    lock_owner: Some("alice".into()),
+                    ..Default::default()
+                })
+            }),
+            before,
+            "a locked cluster's offboarding is held back"
+        );
+        assert_ne!(
+            with(|c| c.metadata.uid = Some("b".into())),
+            before,
+            "recreated"
+        );
     }
 
     #[test]
