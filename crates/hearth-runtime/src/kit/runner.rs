@@ -114,6 +114,7 @@ impl Runner {
             shutdown,
         } = triggers;
         let concurrency = concurrency.max(1);
+        let this = Arc::new(self);
         let mut changed =
             objects.filter_map(|object| std::future::ready(object.ok().map(|o| o.name_any())));
         let mut related: SelectAll<_> = futures::stream::select_all(related);
@@ -132,8 +133,22 @@ impl Runner {
                     // Gone since it was queued: nothing to reconcile.
                     None => queue.finished(&name, None),
                     Some(object) => {
-                        let run = self.one(object.clone(), reconcile(object, ctx.clone()));
-                        running.push(run.map(move |next| (name, next)));
+                        let run = this
+                            .clone()
+                            .one(object.clone(), reconcile(object, ctx.clone()));
+                        // A task of its own: a reconcile's I/O (a probe's TLS handshake,
+                        // each response frame) then wakes only its task, not this loop
+                        // and every branch it polls. Measured at 1000 clusters: polling
+                        // this loop on the reconciles' wake-ups took half of discovery's
+                        // CPU.
+                        let task = tokio::spawn(run);
+                        running.push(task.map(move |joined| {
+                            let next = joined.unwrap_or_else(|error| {
+                                tracing::error!(cluster = %name, %error, "reconcile task failed");
+                                Next::OnChange
+                            });
+                            (name, next)
+                        }));
                     }
                 }
             }
@@ -175,7 +190,7 @@ impl Runner {
     /// One reconcile of `object`: in its span, counted, and what it asks for next
     /// (after a failure: the backoff delay, or the next change).
     fn one<K: Resource, E: Reason + Display>(
-        &self,
+        self: Arc<Self>,
         object: Arc<DeserializeGuard<K>>,
         reconcile: impl Future<Output = Result<Next, E>>,
     ) -> impl Future<Output = Next>
