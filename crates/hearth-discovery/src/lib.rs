@@ -11,6 +11,7 @@
 
 pub mod cluster_cache;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod credentials;
 pub mod error;

@@ -18,7 +18,7 @@ use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::controller::{ClusterObject, Context};
+use crate::context::{ClusterObject, Context};
 use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::Written;

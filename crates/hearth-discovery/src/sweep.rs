@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::controller::{ClusterObject, Context, SecretObject};
+use crate::context::{ClusterObject, Context, SecretObject};
 use crate::error::Error;
 use crate::onboarding::{
     CLUSTER_NOT_FROM_SECRET, HeldBack, NewCluster, NotAdopted, OFFBOARDING_HELD_BACK,

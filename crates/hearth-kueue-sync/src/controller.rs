@@ -25,10 +25,10 @@ use std::sync::Mutex;
 
 use crate::apply::Writer;
 use crate::config::KueueSyncConfig;
+use crate::context::{Caches, Context};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::new_flavors::NewFlavors;
-use crate::reconcile::{Caches, Context};
 use crate::snapshot::Stores;
 use crate::statuses::Statuses;
 

@@ -11,6 +11,7 @@
 mod apply;
 mod background;
 pub mod config;
+mod context;
 pub mod controller;
 mod error;
 mod metrics;

@@ -19,29 +19,23 @@
 //! into a conflict. Only repairs and adoptions of existing flavors are waited for
 //! (bounded) until the cache shows them: a plan that missed one would ask for it again.
 
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
-use hearth_api::conditions::Status;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
-use hearth_runtime::kit::{Cache, Changes, ReportedOnce, WRITES_IN_FLIGHT};
+use hearth_runtime::kit::WRITES_IN_FLIGHT;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use tokio::sync::watch;
 
-use crate::apply::{FlavorAction, Writer, is_spec_conflict};
+use crate::apply::{FlavorAction, is_spec_conflict};
+use crate::context::{Context, WrittenQueue};
 use crate::error::{Error, is_not_found};
 use crate::metrics::Outcome;
-use crate::new_flavors::NewFlavors;
-use crate::plan::{
-    Plan, PlanSettings, SyncReason, cluster_queue_changes_summary, plan, plan_summary,
-};
-use crate::snapshot::{QueueObject, Snapshot, Stores};
-use crate::statuses::Statuses;
+use crate::plan::{Plan, SyncReason, cluster_queue_changes_summary, plan, plan_summary};
+use crate::snapshot::{QueueObject, Snapshot};
 use crate::writeback::INVALID_OBJECT;
 
 /// How the ClusterQueue step of one attempt ended.
@@ -63,41 +57,6 @@ pub(crate) const MAX_ATTEMPTS: usize = 5;
 const CACHE_LAG: Duration = Duration::from_secs(2);
 /// How long to wait for the cache to show this reconcile's repairs and adoptions.
 const CATCH_UP: Duration = Duration::from_secs(5);
-
-/// The four watch caches (their stores are [`Stores`], what the snapshot reads).
-pub(crate) struct Caches {
-    pub clusters: Cache<FournosCluster>,
-    pub queues: Cache<ClusterQueue>,
-    pub flavors: Cache<ResourceFlavor>,
-    pub workloads: Cache<Workload>,
-}
-
-/// Everything a reconcile needs.
-pub(crate) struct Context {
-    pub settings: PlanSettings,
-    pub stores: Stores,
-    pub caches: Caches,
-    pub writer: Writer,
-    pub leader: watch::Receiver<bool>,
-    /// Bumped on every change any cache sees.
-    pub changes: Changes,
-    /// Invalid objects already reported, by `(kind, name, resourceVersion)`.
-    pub reported: Mutex<ReportedOnce<(&'static str, String, Option<String>)>>,
-    /// The cluster status writes, in the background.
-    pub statuses: Statuses,
-    /// The flavor creates, in the background.
-    pub new_flavors: NewFlavors,
-    /// The ClusterQueue as the last update returned it, while the cache lags behind it.
-    pub written_queue: Mutex<Option<WrittenQueue>>,
-    /// What [`Context::log_planned`] said last of each cluster whose status waits.
-    pub planned: Mutex<HashMap<String, (String, Status)>>,
-}
-
-/// The ClusterQueue as kueue-sync's last update returned it: what the next plan starts
-/// from while the cache still shows a spec older than it.
-pub(crate) struct WrittenQueue {
-    object: Arc<QueueObject>,
-}
 
 impl WrittenQueue {
     /// Whether its spec is newer than that of the ClusterQueue the cache shows (`None`:
@@ -528,7 +487,7 @@ mod tests {
             generation: Some(generation),
             ..ObjectMeta::default()
         };
-        let mut queue = ClusterQueue::new("q", Default::default());
+        let mut queue = hearth_api::kueue::ClusterQueue::new("q", Default::default());
         queue.metadata = meta("u", 5);
         let written = WrittenQueue {
             object: Arc::new(kube::core::DeserializeGuard(Ok(queue))),

@@ -80,12 +80,14 @@
 
 pub mod apply;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod error;
 pub mod fournos_lock;
 pub mod holders;
 pub mod metrics;
 pub mod plan;
+mod reconcile;
 pub mod sentinel;
 pub mod state;
 pub mod status;

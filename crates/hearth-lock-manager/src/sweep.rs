@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt};
 
-use crate::controller::Context;
+use crate::context::Context;
 use crate::error::is_status;
 use crate::sentinel::{Sentinel, cluster_of};
 

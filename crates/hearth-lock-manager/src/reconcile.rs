@@ -1,0 +1,139 @@
+//! One reconcile of one FournosCluster's lock: observe (watch caches only) →
+//! [`plan_lock`] (pure) → [`apply_plan`] (leader only) → requeue at the lock's expiry,
+//! so a TTL runs out on time rather than up to a resync interval late.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hearth_api::FournosCluster;
+use hearth_api::kueue::Workload;
+use hearth_runtime::kit::Next;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::{Resource, ResourceExt};
+
+use crate::apply::{Applied, Writer, adopt_legacy, apply_plan};
+use crate::error::Error;
+use crate::fournos_lock::{self};
+use crate::holders;
+use crate::plan::{ClusterView, plan_lock};
+use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
+
+use crate::context::Context;
+
+/// Retry after the cluster changed under an expiry (the watch event usually comes first).
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+pub(crate) async fn reconcile_lock<K: Sentinel>(
+    object: Arc<DeserializeGuard<FournosCluster>>,
+    ctx: Arc<Context<K>>,
+) -> Result<Next, Error> {
+    let cluster = match &object.0 {
+        Ok(cluster) => cluster,
+        Err(invalid) => return Err(Error::InvalidCluster(invalid.error.clone())),
+    };
+    // Planning from a half-filled sentinel cache would create duplicates.
+    ctx.sentinels.synced().await.map_err(|_| Error::CacheGone)?;
+    let name = cluster.name_any();
+    let status = cluster.status.clone().unwrap_or_default();
+    if ctx.rt.is_leader()
+        && status.lock_job_uid.is_none()
+        && let Some(legacy) = status.lock_job_name.as_deref()
+        && ctx.sentinels.named(legacy).is_none()
+        && adopt_legacy(&ctx.writer, &cluster.object_ref(&()), &name, legacy).await?
+    {
+        // Its watch event, now that it carries the labels, plans the lock with it.
+        return Ok(Next::After(ctx.rt.reconcile_interval()));
+    }
+    let observed = ctx
+        .sentinels
+        .store()
+        .state_filter(|s| cluster_of(s) == Some(name.as_str()));
+    let expect = Expect::of(&status);
+    let recorded = status.lock_job_uid.as_deref();
+    let proven = |uid: &str| recorded == Some(uid) || ctx.writer.created.contains(uid);
+    let views: Vec<_> = observed
+        .iter()
+        .map(|s| observe(s.as_ref(), &expect, proven))
+        .collect();
+    let view = ClusterView {
+        name: &name,
+        owner: cluster.spec.owner.as_deref(),
+        ttl: cluster.spec.ttl.as_deref(),
+        deleting: cluster.metadata.deletion_timestamp.is_some(),
+        cordoned: cluster.spec.cordon.is_some(),
+        status: &status,
+    };
+    let now = Timestamp::now();
+    let (mut plan, owned) = match &ctx.lock_workloads {
+        Some(workloads) => {
+            // Planning from a half-filled Workload cache would call a lock lost.
+            workloads.synced().await.map_err(|_| Error::CacheGone)?;
+            let facts = fournos_lock::FournosFacts::observe(&workloads.store(), &name, &observed);
+            let plan = plan_lock(&view, &views, Some(&facts.view()), now);
+            let owned = facts.owned_by_kept(&plan);
+            (plan, owned)
+        }
+        None => (plan_lock(&view, &views, None, now), None),
+    };
+    if let Some(flavor) = status.kueue.as_ref().map(|k| k.flavor.as_str()) {
+        ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
+        // This Hearth's lock is not a foreign holder: its proven sentinels, and for
+        // `fournosjob` the Workloads Fournos made for them.
+        let ours: Vec<&str> = views
+            .iter()
+            .filter(|v| v.proven)
+            .filter_map(|v| v.uid.as_deref())
+            .collect();
+        let workloads = ctx.admitted.state();
+        plan.status.slot_holders = holders::slot_holders(
+            workloads.iter().filter_map(|w| w.0.as_ref().ok()),
+            flavor,
+            |w| {
+                w.uid().is_some_and(|u| ours.contains(&u.as_str()))
+                    || w.owner_references()
+                        .iter()
+                        .any(|o| ours.contains(&o.uid.as_str()))
+            },
+        );
+    }
+    tracing::debug!(plan = %crate::summary::plan_summary(&plan), "planned");
+
+    if !ctx.rt.is_leader() {
+        // Becoming leader reconciles everything again.
+        return Ok(Next::OnChange);
+    }
+    let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
+    if applied == Applied::Done
+        && let Some(workload) = owned
+    {
+        keep_ready(&ctx.writer, &workload, now).await?;
+    }
+    let action = match applied {
+        // Kept growing (to a minute) while the name stays taken: one read and one refused
+        // create per look.
+        Applied::NameTaken => return Ok(Next::After(ctx.backoff.failed(name))),
+        Applied::Conflict => Next::After(CONFLICT_RETRY),
+        Applied::Done => {
+            let resync = ctx.rt.reconcile_interval();
+            Next::After(plan.requeue_after.map_or(resync, |d| d.min(resync)))
+        }
+    };
+    ctx.backoff.succeeded(&name);
+    Ok(action)
+}
+
+/// `PodsReady=True` on the kept sentinel's admitted Workload, as for a `workload`
+/// sentinel: it has no pods, and Kueue's WaitForPodsReady would evict it.
+async fn keep_ready<K: Sentinel>(
+    writer: &Writer<K>,
+    workload: &Workload,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let Some(status) = Sentinel::upkeep(workload, now) else {
+        return Ok(());
+    };
+    let api: Api<Workload> =
+        Api::namespaced(writer.client.clone(), &writer.config.execution_namespace);
+    crate::apply::upkeep_with(&api, &writer.metrics, &workload.name_any(), status).await
+}
