@@ -1,9 +1,11 @@
 //! The onboarding sweep: observe both caches, plan with
 //! [`plan_onboarding`](crate::onboarding::plan_onboarding), apply (create, delete, warn),
-//! and forget what the caches no longer need remembered (gone objects, delivered writes).
+//! and forget what the caches no longer need remembered (gone objects).
 //!
-//! It runs on every change either watch sees, when this replica becomes leader, and
-//! every resync interval, and never before both caches hold a full list: an empty
+//! It runs on every Secret event and on the cluster events that change what it reads
+//! ([`sweep_fingerprint`]; see `Context::watched`), when this replica becomes leader,
+//! and every resync interval, resting three times its planning time between sweeps
+//! ([`SWEEP_REST`]); never before both caches hold a full list: an empty
 //! Secret cache would otherwise read as "every Secret is gone" and offboard everything.
 //! Only the lease holder applies; every replica counts undecodable objects.
 

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::queue::WorkQueue;
+use super::trigger::sleep_until;
 use super::{Backoff, Cache, ControllerMetrics, Objects, Reason};
 use crate::events::{Event, Events};
 
@@ -223,14 +224,6 @@ impl Runner {
                 }
             }
         }
-    }
-}
-
-/// Waits until `due` (forever when `None`; the branch is disabled then).
-async fn sleep_until(due: Option<Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(due).await,
-        None => std::future::pending().await,
     }
 }
 

@@ -177,7 +177,8 @@ impl Triggers {
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+/// Waits until `at`, or forever when `None` (a `select!` branch that never fires).
+pub(super) async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
