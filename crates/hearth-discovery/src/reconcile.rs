@@ -6,6 +6,7 @@
 //! once, and the requeue is the time until its next probe (at most the resync interval,
 //! at least 100 ms so that a clock step never spins it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_api::FournosClusterStatus;
@@ -18,13 +19,13 @@ use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::context::{ClusterObject, Context};
+use crate::context::{ClusterObject, Context, SecretObject};
 use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::Written;
 use crate::onboarding::lock_holder;
 use crate::probe::probe;
-use crate::schedule::{DueInput, ProbeDue, probe_due, probe_interval, until_due};
+use crate::schedule::{DueInput, Known, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
 use crate::status::{
     EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
@@ -55,20 +56,29 @@ pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<N
 
 async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Next, Error> {
     let settings = &ctx.settings;
-    let (current, kubeconfig) = read_kubeconfig(cluster, ctx);
+    let (current, secret) = secret_of(cluster, ctx);
     let interval = probe_interval(
         cluster.spec.gpu_discovery_interval.as_deref(),
         settings.default_interval,
     );
     let (remembered, previous) = ctx.recall(cluster);
 
+    // The kubeconfig is read (decoded and validated) only when needed: see `Known`.
+    let mut kubeconfig = None;
+    let known = match remembered {
+        Some(fingerprint) => Known::Probed(fingerprint),
+        None => Known::Unprobed(
+            kubeconfig
+                .insert(read_kubeconfig(cluster, ctx, secret.as_deref()))
+                .view(),
+        ),
+    };
     let due = probe_due(&DueInput {
         now: Timestamp::now(),
         interval,
         status: previous.as_ref(),
-        remembered,
+        known,
         fingerprint: current,
-        secret: kubeconfig.view(),
         generation: cluster.metadata.generation,
     });
     let kubeconfig_changed = match due {
@@ -83,6 +93,7 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
         ProbeDue::Now { kubeconfig_changed } => kubeconfig_changed,
     };
 
+    let kubeconfig = kubeconfig.unwrap_or_else(|| read_kubeconfig(cluster, ctx, secret.as_deref()));
     let (outcome, credentials, elapsed) = run_probe(&cluster.name_any(), kubeconfig, ctx).await;
     let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
     // Only a cluster the sweep would delete has its offboarding held back.
@@ -146,12 +157,12 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
     ))
 }
 
-/// The cluster's kubeconfig as the Secret cache shows it, with the fingerprint that tells
-/// a rotation apart.
-fn read_kubeconfig(cluster: &CachedCluster, ctx: &Context) -> (u64, SecretKubeconfig) {
+/// The cluster's Secret as cached (`None` when it does not decode), with the
+/// fingerprint that tells a rotation apart.
+fn secret_of(cluster: &CachedCluster, ctx: &Context) -> (u64, Option<Arc<SecretObject>>) {
     let secret_name = &cluster.spec.kubeconfig_secret;
     let cached = ctx.secret(secret_name);
-    let secret = match cached.as_deref().map(|s| &s.0) {
+    let decoded = match cached.as_deref().map(|s| &s.0) {
         None => None,
         Some(Ok(secret)) => Some(secret),
         Some(Err(_)) => {
@@ -160,17 +171,26 @@ fn read_kubeconfig(cluster: &CachedCluster, ctx: &Context) -> (u64, SecretKubeco
             None
         }
     };
-    let current = fingerprint(secret_name, secret);
-    let kubeconfig = match (cached.is_some(), secret) {
-        (true, None) => SecretKubeconfig::KeyMissing,
-        (_, secret) => SecretKubeconfig::read_for(
-            secret,
+    (fingerprint(secret_name, decoded), cached)
+}
+
+/// What the cached Secret (from [`secret_of`]) holds for the cluster: decoding and
+/// validating its kubeconfig is the CPU-heavy part of a look at a cluster.
+fn read_kubeconfig(
+    cluster: &CachedCluster,
+    ctx: &Context,
+    cached: Option<&SecretObject>,
+) -> SecretKubeconfig {
+    let secret_name = &cluster.spec.kubeconfig_secret;
+    match cached.map(|s| s.0.as_ref()) {
+        Some(Err(_)) => SecretKubeconfig::KeyMissing,
+        decoded => SecretKubeconfig::read_for(
+            decoded.and_then(Result::ok),
             secret_name,
             &cluster.name_any(),
             &ctx.settings.pattern,
         ),
-    };
-    (current, kubeconfig)
+    }
 }
 
 /// Probes a usable kubeconfig; a missing or refused one is the outcome without a call.

@@ -129,14 +129,24 @@ pub struct DueInput<'a> {
     pub interval: Duration,
     /// The cluster's status as discovery last wrote it.
     pub status: Option<&'a FournosClusterStatus>,
-    /// Fingerprint of the kubeconfig this replica last probed the cluster with; `None`
-    /// after a restart or a change of leader.
-    pub remembered: Option<u64>,
+    /// What this replica knows of the kubeconfig it last probed the cluster with.
+    pub known: Known,
     /// Fingerprint of the kubeconfig the Secret holds now.
     pub fingerprint: u64,
-    pub secret: SecretView,
     /// `metadata.generation` of the cluster.
     pub generation: Option<i64>,
+}
+
+/// What a replica knows of the kubeconfig a cluster was last probed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Known {
+    /// It probed the cluster, with the kubeconfig of this fingerprint.
+    Probed(u64),
+    /// It has not (it just started or just became leader): what the Secret says now,
+    /// to compare with the status. Only then is the kubeconfig read to decide whether a
+    /// probe is due: validating one (up to 1 MiB of YAML) on every look at a cluster
+    /// that is not due took most of discovery's CPU on the hostile e2e suite.
+    Unprobed(SecretView),
 }
 
 /// Whether to probe a cluster now.
@@ -167,9 +177,9 @@ pub fn probe_due(input: &DueInput<'_>) -> ProbeDue {
             kubeconfig_changed: false,
         };
     };
-    let changed = match input.remembered {
-        Some(remembered) => remembered != input.fingerprint,
-        None => !status_agrees(status, input.secret),
+    let changed = match input.known {
+        Known::Probed(remembered) => remembered != input.fingerprint,
+        Known::Unprobed(secret) => !status_agrees(status, secret),
     };
     if changed {
         return ProbeDue::Now {
@@ -361,9 +371,8 @@ mod tests {
                 now: now(),
                 interval: FIVE_MIN,
                 status,
-                remembered,
+                known: remembered.map_or(Known::Unprobed(secret), Known::Probed),
                 fingerprint: 7,
-                secret,
                 generation: None,
             })
         }
@@ -420,9 +429,8 @@ mod tests {
                     now: now(),
                     interval: FIVE_MIN,
                     status: Some(&s),
-                    remembered: Some(7),
+                    known: Known::Probed(7),
                     fingerprint: 7,
-                    secret: USABLE,
                     generation,
                 })
             };

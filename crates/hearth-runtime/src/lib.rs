@@ -48,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 pub use crate::{
-    admin::{AdminError, AdminServer},
+    admin::{AdminError, AdminServer, AdminThread, Liveness},
     args::{CommonArgs, LogFormat, LogLevel},
     client::{ClientConfigError, WriteRefused, is_not_leader, kube_config},
     lease::{LeaseError, LeaseSettings, MAX_WRITE_TIMEOUT},
@@ -66,7 +66,9 @@ pub use crate::{
 /// was most of the difference between a controller's live heap and its RSS (see
 /// `bench-results/2026-11-25/MEMORY.md`). On one thread every allocation is in the main
 /// arena, which gives memory back from its top. Blocking work (DNS lookups, the last
-/// trace flush) still runs on Tokio's blocking pool.
+/// trace flush) still runs on Tokio's blocking pool, and the admin server (probes and
+/// scrapes) on a thread of its own, so that it answers while this one is busy (see
+/// [`AdminServer`]).
 pub fn block_on<F>(future: F) -> anyhow::Result<()>
 where
     F: Future<Output = anyhow::Result<()>>,
@@ -237,8 +239,15 @@ where
 
         let readiness = Readiness::new();
         let metrics = Metrics::new(controller);
-        let admin = AdminServer::bind(args.admin_addr, readiness.clone(), metrics.clone()).await?;
-        let admin = tokio::spawn(admin.serve(admin_stop.clone()));
+        let liveness = Liveness::new();
+        let admin = AdminServer::bind(
+            args.admin_addr,
+            readiness.clone(),
+            metrics.clone(),
+            liveness.clone(),
+        )?
+        .spawn(admin_stop.clone())?;
+        tokio::spawn(liveness.beat_until(admin_stop.clone()));
 
         let lease_settings = lease.clone();
         let (always_leader, leader, lease_task) = match lease {
@@ -304,9 +313,7 @@ where
     }
     drop(always_leader);
     admin_stop.cancel();
-    if let Err(error) = admin.await {
-        tracing::warn!(%error, "admin server task failed");
-    }
+    admin.stopped().await;
     result
 }
 
