@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DeserializeGuard;
 
+use crate::cached::CachedCluster;
 use crate::error::{Error, is_conflict, is_not_found};
 use crate::metrics::Metrics;
 use crate::plan::ClusterSync;
@@ -170,10 +171,10 @@ impl Writer {
             })
     }
 
-    /// Writes `sync` to the cluster's status.
+    /// Writes `sync` to the cluster's status; returns the cluster as written.
     pub async fn write_status(
         &self,
-        cluster: &FournosCluster,
+        cluster: &CachedCluster,
         sync: &ClusterSync,
         now: &Time,
     ) -> Result<FournosCluster, kube::Error> {

@@ -5,13 +5,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hearth_api::FournosCluster;
 use hearth_api::conditions::Status;
-use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
+use hearth_api::kueue::{ClusterQueue, Workload};
 use hearth_runtime::kit::{Cache, Changes, ReportedOnce};
 use tokio::sync::watch;
 
 use crate::apply::Writer;
+use crate::cached::{CachedCluster, CachedFlavor};
 use crate::new_flavors::NewFlavors;
 use crate::plan::PlanSettings;
 use crate::snapshot::{QueueObject, Stores};
@@ -19,9 +19,9 @@ use crate::statuses::Statuses;
 
 /// The four watch caches (their stores are [`Stores`], what the snapshot reads).
 pub(crate) struct Caches {
-    pub clusters: Cache<FournosCluster>,
+    pub clusters: Cache<CachedCluster>,
     pub queues: Cache<ClusterQueue>,
-    pub flavors: Cache<ResourceFlavor>,
+    pub flavors: Cache<CachedFlavor>,
     pub workloads: Cache<Workload>,
 }
 

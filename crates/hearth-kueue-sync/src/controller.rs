@@ -4,6 +4,7 @@
 //! - Watches: FournosClusters in Hearth's namespace, the one ClusterQueue (field
 //!   selector on its name), all ResourceFlavors (foreign ones matter to the plan) and all
 //!   Workloads, trimmed (a cordoned cluster counts those still admitted on its flavor).
+//!   Clusters and flavors are cached as the plan's views of them ([`crate::cached`]).
 //!   Objects that do not decode stay in the caches as errors (see [`crate::snapshot`]).
 //! - Triggers ([`Triggers`]): any cache change, gaining the Lease, and the resync
 //!   interval. A trigger starts a reconcile at once (no debounce): one reconcile runs at
@@ -43,8 +44,13 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let metrics = Metrics::register(&mut rt.metrics().registry());
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) =
-        watch.fournos_clusters_trimmed(&rt, crate::snapshot::trim_cluster);
+    let (clusters, cluster_objects) = Cache::watch(
+        "FournosCluster",
+        Api::namespaced(client.clone(), rt.namespace()),
+        watcher::Config::default(),
+        rt.readiness().gate("fournosclusters"),
+        &watch,
+    );
     let (queues, queue_objects) = Cache::watch(
         "ClusterQueue",
         Api::all(client.clone()),
@@ -124,7 +130,6 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
             queues: caches.queues.store(),
             flavors: caches.flavors.store(),
             workloads: caches.workloads.store(),
-            views: Default::default(),
         },
         caches,
         leader: rt.leader(),

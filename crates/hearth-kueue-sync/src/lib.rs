@@ -10,6 +10,7 @@
 
 mod apply;
 mod background;
+mod cached;
 pub mod config;
 mod context;
 pub mod controller;

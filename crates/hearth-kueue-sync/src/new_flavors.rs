@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::apply::{FlavorAction, Writer};
 use crate::background::Background;
+use crate::cached::CachedFlavor;
 use crate::error::Error;
 
 /// How long a created flavor the cache does not show is remembered.
@@ -62,11 +63,13 @@ pub(crate) struct NewFlavors {
 }
 
 /// What the workers share; the cache is the flavor cache.
-type Inner = Background<ResourceFlavor, State>;
+type Inner = Background<CachedFlavor, State>;
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<String, Entry>,
+    /// Boxed: a burst of 1000 new clusters grows the table to 2048 slots, each the size of
+    /// its value (an [`Entry`] holds a whole ResourceFlavor).
+    entries: HashMap<String, Box<Entry>>,
     /// Flavors with a create waiting, in the order handed over; a name whose entry no
     /// longer waits is skipped when it comes up.
     waiting: VecDeque<String>,
@@ -77,7 +80,7 @@ struct State {
 impl NewFlavors {
     pub fn new(
         writer: Writer,
-        flavors: Cache<ResourceFlavor>,
+        flavors: Cache<CachedFlavor>,
         leader: watch::Receiver<bool>,
         changes: Changes,
     ) -> Self {
@@ -153,10 +156,10 @@ impl NewFlavors {
             None => {
                 state.entries.insert(
                     name.clone(),
-                    Entry {
+                    Box::new(Entry {
                         flavor: flavor.clone(),
                         stage: Stage::Waiting,
-                    },
+                    }),
                 );
             }
         }
@@ -248,7 +251,7 @@ mod tests {
     struct Kit {
         new_flavors: NewFlavors,
         server: FakeApi,
-        feed: HandFeed<ResourceFlavor>,
+        feed: HandFeed<CachedFlavor>,
     }
 
     /// The flavor an apply answers with: the one applied, at version `rv`.
@@ -339,7 +342,8 @@ mod tests {
         assert!(kit.new_flavors.on_its_way("a"));
         assert!(!kit.submit("a"), "created, not yet cached: not again");
 
-        kit.feed.deliver(desired_flavor("a", "hearth"));
+        kit.feed
+            .deliver(CachedFlavor::from(desired_flavor("a", "hearth")));
         kit.new_flavors.settle();
         assert!(kit.new_flavors.creating().is_empty(), "cached: forgotten");
         assert!(!kit.new_flavors.on_its_way("a"));

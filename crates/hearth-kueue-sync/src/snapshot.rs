@@ -11,123 +11,34 @@
 //!   never rewrites an object it cannot fully read.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
 use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::reflector::Store;
 
+use crate::cached::{CachedCluster, CachedFlavor};
 use crate::error::Error;
-use crate::plan::{ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
+use crate::plan::{Labels, ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
 use crate::workloads::admitted_per_flavor;
 
-pub(crate) type ClusterObject = DeserializeGuard<FournosCluster>;
+pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
 pub(crate) type QueueObject = DeserializeGuard<ClusterQueue>;
-pub(crate) type FlavorObject = DeserializeGuard<ResourceFlavor>;
+pub(crate) type FlavorObject = DeserializeGuard<CachedFlavor>;
 pub(crate) type WorkloadObject = DeserializeGuard<Workload>;
-
-/// Trims a watched FournosCluster to what kueue-sync reads ([`ObservedCluster`], the
-/// status write and its Events): metadata but the annotations, `spec.kubeconfigSecret`
-/// the legacy `spec.hardware` and `spec.cordon`, and of the status `kubeconfigStatus`, the
-/// counted GPUs, its own `kueue`, `admittedWorkloads`, `KueueSynced` and `Schedulable`.
-/// Discovery's and lock-manager's other fields
-/// and conditions never reach kueue-sync's heap.
-pub(crate) fn trim_cluster(cluster: &mut FournosCluster) {
-    cluster.metadata.annotations = None;
-    cluster.spec.owner = None;
-    cluster.spec.ttl = None;
-    cluster.spec.gpu_discovery_interval = None;
-    let Some(status) = cluster.status.take() else {
-        return;
-    };
-    let mut kept = hearth_api::FournosClusterStatus {
-        kubeconfig_status: status.kubeconfig_status,
-        hardware: status.hardware.map(|h| hearth_api::Hardware {
-            last_error: None,
-            ..h
-        }),
-        kueue: status.kueue,
-        admitted_workloads: status.admitted_workloads,
-        conditions: status.conditions,
-        ..Default::default()
-    };
-    hearth_api::conditions::retain_types(
-        &mut kept.conditions,
-        &[
-            hearth_api::names::condition_types::KUEUE_SYNCED,
-            hearth_api::names::condition_types::SCHEDULABLE,
-        ],
-    );
-    cluster.status = Some(kept);
-}
 
 /// The four watch caches.
 #[derive(Clone)]
 pub(crate) struct Stores {
+    /// Every FournosCluster of Hearth's namespace, as the plan reads it ([`CachedCluster`]).
     pub clusters: Store<ClusterObject>,
     pub queues: Store<QueueObject>,
+    /// Every ResourceFlavor, as the plan reads it ([`CachedFlavor`]).
     pub flavors: Store<FlavorObject>,
     /// Every Workload, trimmed ([`crate::workloads::trim`]).
     pub workloads: Store<WorkloadObject>,
-    /// The plan's views of the cached clusters and flavors, from one snapshot to the next.
-    pub views: Arc<Mutex<Views>>,
-}
-
-/// What the plan reads of each cached FournosCluster and ResourceFlavor, kept from one
-/// snapshot to the next: an object the cache still holds (the very same `Arc`: the
-/// cache replaces an object when it changes) is not read again, and the snapshot shares
-/// its view instead of a copy. A round plans every cluster, and rounds follow each other
-/// as fast as changes arrive; reading, copying and freeing 1000 clusters took 40% of each
-/// round's time.
-#[derive(Default)]
-pub(crate) struct Views {
-    clusters: HashMap<String, View<ClusterObject, ObservedCluster>>,
-    flavors: HashMap<String, View<FlavorObject, ObservedFlavor>>,
-    /// Counts snapshots: a view not used by the latest one is dropped.
-    round: u64,
-}
-
-struct View<O, V> {
-    object: Arc<O>,
-    view: Arc<V>,
-    round: u64,
-}
-
-impl Views {
-    /// The view of `object`, read by `read` unless the same object was read before.
-    fn of<O: kube::Resource, V>(
-        views: &mut HashMap<String, View<O, V>>,
-        round: u64,
-        object: &Arc<O>,
-        read: impl FnOnce(&O) -> V,
-    ) -> Arc<V> {
-        let name = object.meta().name.as_deref().unwrap_or_default();
-        if let Some(known) = views.get_mut(name)
-            && Arc::ptr_eq(&known.object, object)
-        {
-            known.round = round;
-            return known.view.clone();
-        }
-        let view = Arc::new(read(object));
-        views.insert(
-            name.to_owned(),
-            View {
-                object: object.clone(),
-                view: view.clone(),
-                round,
-            },
-        );
-        view
-    }
-
-    /// Drops the views the snapshot of `round` did not use: their objects are gone.
-    fn forget_older_than(&mut self, round: u64) {
-        self.clusters.retain(|_, v| v.round == round);
-        self.flavors.retain(|_, v| v.round == round);
-    }
 }
 
 impl Stores {
@@ -150,13 +61,8 @@ impl Stores {
         creating: BTreeSet<String>,
     ) -> Result<Snapshot, Error> {
         let queue = queue.unwrap_or_else(|| self.queue(&settings.cluster_queue));
-        let mut views = self
-            .views
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut snapshot = snapshot(
             settings,
-            &mut views,
             &self.clusters.state(),
             queue,
             &self.flavors.state(),
@@ -179,9 +85,10 @@ pub(crate) struct Invalid {
 
 /// The observed world: the plan's input and the objects the apply step writes to.
 ///
-/// Objects are shared with the caches, not copied: a reconcile of 1000 clusters would
-/// otherwise hold a second copy of every FournosCluster (measured: 4.8 of 13 MiB peak
-/// heap at 1000, `bench-results/2026-11-23/MEMORY.md`).
+/// Objects, and the plan's views of them ([`crate::cached`]), are shared with the caches,
+/// not copied: a reconcile of 1000 clusters would otherwise hold a second copy of every
+/// FournosCluster (measured: 4.8 of 13 MiB peak heap at 1000,
+/// `bench-results/2026-11-23/MEMORY.md`).
 #[derive(Clone, Debug)]
 pub(crate) struct Snapshot {
     pub input: PlanInput,
@@ -197,7 +104,7 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     /// The FournosCluster `name`, if it is cached and decodes.
-    pub fn cluster(&self, name: &str) -> Option<&FournosCluster> {
+    pub fn cluster(&self, name: &str) -> Option<&CachedCluster> {
         self.clusters.get(name).and_then(|c| c.0.as_ref().ok())
     }
 
@@ -247,37 +154,28 @@ impl Snapshot {
     }
 }
 
-/// Builds the [`Snapshot`] from cached objects, reading only those `views` has not read
-/// before.
+/// Builds the [`Snapshot`] from cached objects.
 pub(crate) fn snapshot(
     settings: &PlanSettings,
-    views: &mut Views,
     clusters: &[Arc<ClusterObject>],
     queue: Option<Arc<QueueObject>>,
     flavors: &[Arc<FlavorObject>],
     workloads: &[Arc<WorkloadObject>],
     now: Timestamp,
 ) -> Result<Snapshot, Error> {
-    views.round += 1;
-    let round = views.round;
     let mut invalid = Vec::new();
     let mut observed_clusters = Vec::with_capacity(clusters.len());
     let mut decoded = HashMap::with_capacity(clusters.len());
     for object in clusters {
-        observed_clusters.push(Views::of(
-            &mut views.clusters,
-            round,
-            object,
-            |o| match &o.0 {
-                Ok(cluster) => ObservedCluster::from_cluster(cluster),
-                Err(error) => undecodable_cluster(error),
-            },
-        ));
         match &object.0 {
-            Ok(_) => {
+            Ok(cluster) => {
+                observed_clusters.push(cluster.observed.clone());
                 decoded.insert(meta_name(object.as_ref()), object.clone());
             }
-            Err(error) => invalid.push(invalid_object("FournosCluster", error)),
+            Err(error) => {
+                observed_clusters.push(Arc::new(undecodable_cluster(error)));
+                invalid.push(invalid_object("FournosCluster", error));
+            }
         }
     }
 
@@ -294,23 +192,21 @@ pub(crate) fn snapshot(
 
     let mut observed_flavors = Vec::with_capacity(flavors.len());
     for object in flavors {
-        observed_flavors.push(Views::of(&mut views.flavors, round, object, |o| {
-            match &o.0 {
-                Ok(flavor) => ObservedFlavor::from_flavor(flavor, &settings.namespace),
-                Err(error) => {
-                    let flavor = ResourceFlavor {
-                        metadata: error.metadata.clone(),
-                        spec: Default::default(),
-                    };
-                    ObservedFlavor::from_flavor(&flavor, &settings.namespace)
-                }
+        match &object.0 {
+            Ok(flavor) => observed_flavors.push(flavor.observed_in(&settings.namespace)),
+            Err(error) => {
+                let flavor = ResourceFlavor {
+                    metadata: error.metadata.clone(),
+                    spec: Default::default(),
+                };
+                observed_flavors.push(Arc::new(ObservedFlavor::from_flavor(
+                    &flavor,
+                    &settings.namespace,
+                )));
+                invalid.push(invalid_object("ResourceFlavor", error));
             }
-        }));
-        if let Err(error) = &object.0 {
-            invalid.push(invalid_object("ResourceFlavor", error));
         }
     }
-    views.forget_older_than(round);
 
     Ok(Snapshot {
         input: PlanInput {
@@ -344,7 +240,7 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         created: meta.creation_timestamp.as_ref().map(|t| t.0),
         deleting: meta.deletion_timestamp.is_some(),
         generation: meta.generation,
-        labels: meta.labels.clone().unwrap_or_default(),
+        labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
         kubeconfig_secret: String::new(),
         kubeconfig_status: None,
         counted: false,
@@ -418,7 +314,6 @@ mod tests {
         let queue = queue_object(json!({"cohortName": "x"}));
         let snapshot = snapshot(
             &settings(),
-            &mut Views::default(),
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[flavor],
@@ -451,7 +346,7 @@ mod tests {
         let mut f = serde_json::to_value(hearth_flavor(name)).unwrap();
         f["metadata"]["uid"] = json!(format!("u-{name}"));
         f["metadata"]["resourceVersion"] = json!("3");
-        guard::<ResourceFlavor>(f)
+        guard::<CachedFlavor>(f)
     }
 
     #[test]
@@ -465,7 +360,6 @@ mod tests {
         }]}));
         let snapshot = snapshot(
             &settings(),
-            &mut Views::default(),
             &[valid_cluster("a"), broken_cluster("b"), broken_cluster("c")],
             Some(Arc::new(queue)),
             &[
@@ -516,7 +410,6 @@ mod tests {
         assert!(queue.0.is_err());
         let error = snapshot(
             &settings(),
-            &mut Views::default(),
             &[valid_cluster("a")],
             Some(Arc::new(queue)),
             &[],
@@ -529,7 +422,7 @@ mod tests {
 
     #[test]
     fn an_undecodable_flavor_is_known_by_its_metadata() {
-        let flavor = guard::<ResourceFlavor>(json!({
+        let flavor = guard::<CachedFlavor>(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
             "metadata": {"name": "a", "labels": {"app.kubernetes.io/managed-by": "hearth",
@@ -539,7 +432,6 @@ mod tests {
         assert!(flavor.0.is_err());
         let snapshot = snapshot(
             &settings(),
-            &mut Views::default(),
             &[],
             None,
             &[flavor],
@@ -553,76 +445,12 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_what_the_plan_reads() {
-        use hearth_api::conditions::{DesiredCondition, Status, next_condition};
-        use hearth_api::{FournosClusterStatus, GpuInfo, Hardware, KubeconfigStatus};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-        let epoch = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        let condition = |t: &'static str| {
-            next_condition(
-                None,
-                &DesiredCondition::new(t, Status::True, "", ""),
-                None,
-                &epoch,
-            )
-        };
-        let mut cluster = FournosCluster::new(
-            "a",
-            hearth_api::FournosClusterSpec {
-                kubeconfig_secret: "s".to_owned(),
-                owner: Some("bob".to_owned()),
-                cordon: Some(hearth_api::Cordon {
-                    reason: "driver upgrade".to_owned(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        );
-        cluster.metadata.labels = Some([("fournos.dev/pool".to_owned(), "perf".to_owned())].into());
-        cluster.metadata.annotations = Some([("k".to_owned(), "v".to_owned())].into());
-        cluster.status = Some(FournosClusterStatus {
-            kubeconfig_status: Some(KubeconfigStatus::Valid),
-            hardware: Some(Hardware {
-                gpus: vec![GpuInfo::default()],
-                last_discovery: Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
-                last_error: Some("x".repeat(300)),
-                ..Hardware::default()
-            }),
-            gpu_summary: Some("8x".to_owned()),
-            locked: Some(true),
-            admitted_workloads: Some(3),
-            conditions: vec![
-                condition("KubeconfigValid"),
-                condition("KueueSynced"),
-                condition("Schedulable"),
-            ],
-            ..FournosClusterStatus::default()
-        });
-        let before = crate::plan::ObservedCluster::from_cluster(&cluster);
-        trim_cluster(&mut cluster);
-        assert_eq!(crate::plan::ObservedCluster::from_cluster(&cluster), before);
-        let status = cluster.status.as_ref().unwrap();
-        assert!(status.gpu_summary.is_none() && status.locked.is_none());
-        assert_eq!(
-            status.conditions.len(),
-            2,
-            "KueueSynced and Schedulable stay"
-        );
-        assert_eq!(status.admitted_workloads, Some(3));
-        assert!(cluster.spec.cordon.is_some() && cluster.metadata.labels.is_some());
-        assert!(status.hardware.as_ref().unwrap().last_error.is_none());
-        assert!(cluster.metadata.annotations.is_none() && cluster.spec.owner.is_none());
-    }
-
-    #[test]
-    fn an_object_the_cache_still_holds_is_read_once() {
-        let mut views = Views::default();
+    fn the_plan_input_shares_the_cached_views() {
         let (a, b) = (valid_cluster("a"), valid_cluster("b"));
         let flavor = hearth_flavor_object("a");
-        let take = |views: &mut Views, clusters: &[Arc<ClusterObject>]| {
+        let take = |clusters: &[Arc<ClusterObject>]| {
             snapshot(
                 &settings(),
-                views,
                 clusters,
                 None,
                 std::slice::from_ref(&flavor),
@@ -631,8 +459,10 @@ mod tests {
             )
             .unwrap()
         };
-        let first = take(&mut views, &[a.clone(), b.clone()]);
-        let again = take(&mut views, &[a.clone(), b]);
+        let cached = |object: &Arc<ClusterObject>| object.0.as_ref().unwrap().observed.clone();
+        let first = take(&[a.clone(), b.clone()]);
+        let again = take(&[a.clone(), b]);
+        assert!(Arc::ptr_eq(&first.input.clusters[0], &cached(&a)));
         assert!(Arc::ptr_eq(
             &first.input.clusters[0],
             &again.input.clusters[0]
@@ -644,12 +474,32 @@ mod tests {
 
         // "a" changed (the cache holds a new object), "b" is gone.
         let changed = valid_cluster("a");
-        let next = take(&mut views, &[changed]);
+        let next = take(std::slice::from_ref(&changed));
+        assert!(Arc::ptr_eq(&next.input.clusters[0], &cached(&changed)));
         assert!(!Arc::ptr_eq(
             &first.input.clusters[0],
             &next.input.clusters[0]
         ));
         assert_eq!(*first.input.clusters[0], *next.input.clusters[0]);
-        assert_eq!(views.clusters.len(), 1, "b is forgotten");
+        assert_eq!(next.input.clusters.len(), 1);
+    }
+
+    #[test]
+    fn another_hearths_flavor_is_foreign_to_the_plan() {
+        let mut theirs =
+            serde_json::to_value(crate::plan::desired_flavor("x", "hearth-staging")).unwrap();
+        theirs["metadata"]["uid"] = json!("u-x");
+        let snapshot = snapshot(
+            &settings(),
+            &[],
+            None,
+            &[hearth_flavor_object("a"), guard::<CachedFlavor>(theirs)],
+            &[],
+            Timestamp::UNIX_EPOCH,
+        )
+        .unwrap();
+        assert!(snapshot.input.flavors[0].managed_by_hearth);
+        assert!(!snapshot.input.flavors[1].managed_by_hearth);
+        assert_eq!(snapshot.hearth_flavors(), 1);
     }
 }

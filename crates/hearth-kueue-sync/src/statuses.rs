@@ -23,15 +23,15 @@ use std::sync::Arc;
 use hearth_api::FournosCluster;
 #[cfg(doc)]
 use hearth_runtime::kit::WRITES_IN_FLIGHT;
-use hearth_runtime::kit::{Cache, Changes, ClusterObject};
+use hearth_runtime::kit::{Cache, Changes};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
-use kube::core::DeserializeGuard;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::apply::Writer;
 use crate::background::Background;
+use crate::cached::CachedCluster;
 use crate::error::{Error, is_not_found};
 use crate::plan::{ClusterSync, SyncReason};
 use crate::writeback::{cordon_event_for, event_for};
@@ -71,9 +71,10 @@ enum Stage {
 struct Entry {
     said: Said,
     stage: Stage,
-    /// What the last write returned, trimmed: the freshest view of the cluster until the
-    /// cache shows it (the next write's transition times and Event compare with it).
-    last_written: Option<Arc<ClusterObject>>,
+    /// What the last write returned, as the cache would hold it: the freshest view of the
+    /// cluster until the cache shows it (the next write's transition times and Event
+    /// compare with it).
+    last_written: Option<Box<CachedCluster>>,
 }
 
 /// The status writes of the leader. Cheap to clone; clones share it.
@@ -83,11 +84,13 @@ pub(crate) struct Statuses {
 }
 
 /// What the workers share; the cache is the cluster cache.
-type Inner = Background<FournosCluster, State>;
+type Inner = Background<CachedCluster, State>;
 
 #[derive(Default)]
 struct State {
-    entries: HashMap<String, Entry>,
+    /// Boxed: a burst of 1000 clusters grows the table to 2048 slots, each the size of
+    /// its value (an [`Entry`] holds a cluster's whole [`ClusterSync`]).
+    entries: HashMap<String, Box<Entry>>,
     /// Clusters with a write waiting, in the order asked; a name whose entry no longer
     /// waits (or waits in the other queue) is skipped when it comes up.
     now: VecDeque<String>,
@@ -101,7 +104,7 @@ struct State {
 impl Statuses {
     pub fn new(
         writer: Writer,
-        clusters: Cache<FournosCluster>,
+        clusters: Cache<CachedCluster>,
         leader: watch::Receiver<bool>,
         changes: Changes,
     ) -> Self {
@@ -135,7 +138,7 @@ impl Statuses {
     /// Asks for `sync` to be written to `cluster`'s status. False when that is already
     /// said (waiting, being written, written but not yet in the cache, or failed and not
     /// yet due again).
-    pub fn submit(&self, cluster: &FournosCluster, sync: &ClusterSync) -> bool {
+    pub fn submit(&self, cluster: &CachedCluster, sync: &ClusterSync) -> bool {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         let said = Said {
             uid: cluster.metadata.uid.clone(),
@@ -147,11 +150,11 @@ impl Statuses {
         let entry = state.entries.entry(name.clone());
         let queue = match entry {
             std::collections::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert(Entry {
+                vacant.insert(Box::new(Entry {
                     said,
                     stage: Stage::Waiting,
                     last_written: None,
-                });
+                }));
                 true
             }
             std::collections::hash_map::Entry::Occupied(mut occupied) => {
@@ -279,7 +282,7 @@ impl Inner {
 
     /// Marks `name` as being written and returns what to write and onto what, or `None`
     /// when there is nothing to write (any more).
-    fn start(&self, name: &str) -> Option<(Said, FournosCluster)> {
+    fn start(&self, name: &str) -> Option<(Said, CachedCluster)> {
         let mut state = self.lock();
         let leader = self.is_leader();
         let cached = self.cache.named(name);
@@ -292,7 +295,7 @@ impl Inner {
             return None;
         }
         // The freshest view: our last write until the cache shows it, else the cache.
-        let fresh = match &entry.last_written {
+        let base = match &entry.last_written {
             Some(written)
                 if !written
                     .meta()
@@ -300,11 +303,10 @@ impl Inner {
                     .as_deref()
                     .is_some_and(|rv| self.cache.shows(name, rv)) =>
             {
-                Some(written.clone())
+                Some(CachedCluster::clone(written))
             }
-            _ => cached,
+            _ => cached.and_then(|c| c.0.as_ref().ok().cloned()),
         };
-        let base = fresh.and_then(|c| c.0.as_ref().ok().cloned());
         let Some(mut base) = base.filter(|b| b.metadata.uid == entry.said.uid) else {
             // Deleted (or replaced) meanwhile: nothing to say any more.
             state.entries.remove(name);
@@ -330,15 +332,15 @@ impl Inner {
         };
         let again = matches!(entry.stage, Stage::Writing { again: true });
         match result {
-            Ok(mut updated) => {
+            Ok(updated) => {
                 self.succeeded(name);
+                let updated = CachedCluster::from(updated);
                 let rv = updated
                     .metadata
                     .resource_version
                     .clone()
                     .unwrap_or_default();
-                crate::snapshot::trim_cluster(&mut updated);
-                entry.last_written = Some(Arc::new(DeserializeGuard(Ok(updated))));
+                entry.last_written = Some(Box::new(updated));
                 entry.stage = Stage::Written(rv);
             }
             Err(error) if is_not_found(&error) => {
@@ -364,7 +366,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{FakeApi, World, cluster};
+    use crate::testing::{FakeApi, World, cached, cluster};
     use hearth_runtime::kit::HandFeed;
     use serde_json::{Value, json};
     use std::sync::atomic::Ordering;
@@ -400,7 +402,7 @@ mod tests {
     struct Kit {
         statuses: Statuses,
         server: FakeApi,
-        feed: HandFeed<FournosCluster>,
+        feed: HandFeed<CachedCluster>,
         world: World,
     }
 
@@ -411,7 +413,7 @@ mod tests {
         let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("hearth"));
         let world = World::new().with_clusters(names.iter().map(|n| cluster(n).gpu("a100", 8)));
         for c in &world.clusters {
-            feed.deliver(c.clone());
+            feed.deliver(cached(c));
         }
         let statuses = Statuses::new(writer, cache, leader, Changes::default());
         Kit {
@@ -440,7 +442,7 @@ mod tests {
 
         fn submit(&self, name: &str, reason: SyncReason) -> bool {
             let sync = self.sync(name, reason);
-            self.statuses.submit(self.cluster(name), &sync)
+            self.statuses.submit(&cached(self.cluster(name)), &sync)
         }
 
         /// Waits (10 s at most) until no write waits or is under way.
@@ -513,7 +515,7 @@ mod tests {
         );
         kit.statuses.settle();
         assert!(kit.statuses.remembers("a"));
-        let mut written = kit.cluster("a").clone();
+        let mut written = cached(kit.cluster("a"));
         written.metadata.resource_version = Some("100".into());
         kit.feed.deliver(written);
         kit.statuses.settle();

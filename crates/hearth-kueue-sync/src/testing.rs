@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::apply::Writer;
+use crate::cached::CachedCluster;
 use crate::metrics::Metrics;
 use crate::plan::{
     ObservedCluster, ObservedFlavor, Plan, PlanInput, PlanSettings, RESOURCE_IN_USE_FINALIZER,
@@ -82,6 +83,11 @@ pub(crate) fn cluster(name: &str) -> ClusterBuilder {
 }
 
 pub(crate) struct ClusterBuilder(FournosCluster);
+
+/// `cluster` as the cluster cache holds it.
+pub(crate) fn cached(cluster: &FournosCluster) -> CachedCluster {
+    CachedCluster::from(cluster.clone())
+}
 
 /// `count` GPUs of model `NVIDIA-<SHORT>`, one node.
 pub(crate) fn gpu_info(short: &str, count: i64) -> GpuInfo {

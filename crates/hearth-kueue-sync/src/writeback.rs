@@ -2,19 +2,20 @@
 //! change. Pure; the apply step sends them.
 
 use hearth_api::conditions::next_condition;
-use hearth_api::names::condition_types::{KUEUE_SYNCED, SCHEDULABLE};
-use hearth_api::{FournosCluster, KueueStatus, KueueSyncStatus, conditions};
+use hearth_api::{KueueStatus, KueueSyncStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
+use crate::cached::CachedCluster;
 use crate::plan::{ClusterSync, SyncReason};
 use hearth_api::reasons::SchedulableReason;
 
 /// The status fields kueue-sync owns, to server-side apply: `kueue` (left out, hence
 /// removed, while the cluster has no entry), `admittedWorkloads` (only while cordoned) and
 /// the `KueueSynced` and `Schedulable` conditions, whose `lastTransitionTime` moves only
-/// when their status flips.
-pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &Time) -> Value {
+/// when their status flips. The conditions' `observedGeneration` is
+/// `cluster.metadata.generation`.
+pub(crate) fn status_patch(cluster: &CachedCluster, sync: &ClusterSync, now: &Time) -> Value {
     let condition = next_condition(
         current_condition(cluster),
         &sync.condition,
@@ -22,7 +23,7 @@ pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &T
         now,
     );
     let schedulable = next_condition(
-        condition_of(cluster, SCHEDULABLE),
+        cluster.observed.schedulable_condition.as_ref(),
         &sync.schedulable,
         cluster.metadata.generation,
         now,
@@ -35,15 +36,9 @@ pub(crate) fn status_patch(cluster: &FournosCluster, sync: &ClusterSync, now: &T
     serde_json::to_value(status).expect("a status serializes")
 }
 
-fn current_condition(cluster: &FournosCluster) -> Option<&Condition> {
-    condition_of(cluster, KUEUE_SYNCED)
-}
-
-fn condition_of<'c>(cluster: &'c FournosCluster, type_: &str) -> Option<&'c Condition> {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, type_))
+/// The `KueueSynced` condition as it is now.
+fn current_condition(cluster: &CachedCluster) -> Option<&Condition> {
+    cluster.observed.synced_condition.as_ref()
 }
 
 /// An Event to publish on a FournosCluster (the runtime's one Event type).
@@ -64,12 +59,12 @@ const DRAIN: &str = "DrainQuota";
 /// the published quota of a synced cluster changed. Waiting for a new flavor, or for
 /// discovery's first count, is a moment of every onboarding, not news (discovery reports
 /// its own problems).
-pub(crate) fn event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
+pub(crate) fn event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<EventSpec> {
     let reason = SyncReason::parse(sync.reason())?;
     let before = current_condition(cluster).map(|c| c.reason.as_str());
     let message = sync.condition.message.clone();
     if before == Some(sync.reason()) {
-        let old = cluster.status.as_ref().and_then(|s| s.kueue.as_ref());
+        let old = cluster.observed.kueue.as_ref();
         return (reason == SyncReason::Synced
             && old.map(|k| &k.quotas) != sync.kueue.as_ref().map(|k| &k.quotas))
         .then(|| EventSpec {
@@ -106,8 +101,12 @@ pub(crate) const UNCORDONED: &str = "Uncordoned";
 /// The Event for a change of `Schedulable`: cordoned, drained, overdue (a Warning: a
 /// person forgot it or the maintenance overran), uncordoned. A cluster's first
 /// `Schedulable=True` is not news.
-pub(crate) fn cordon_event_for(cluster: &FournosCluster, sync: &ClusterSync) -> Option<EventSpec> {
-    let before = condition_of(cluster, SCHEDULABLE).map(|c| c.reason.as_str());
+pub(crate) fn cordon_event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<EventSpec> {
+    let before = cluster
+        .observed
+        .schedulable_condition
+        .as_ref()
+        .map(|c| c.reason.as_str());
     let now = SchedulableReason::parse(&sync.schedulable.reason)?;
     if before == Some(now.as_str()) {
         return None;
@@ -142,16 +141,16 @@ fn quotas(kueue: Option<&KueueStatus>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{World, at, cluster};
+    use crate::testing::{World, at, cached, cluster};
     use hearth_api::KubeconfigStatus;
     use serde_json::json;
 
     /// A converged world with cluster `a` (8 A100s), and what the next plan says of `a`
     /// after `change`.
-    fn after(change: impl FnOnce(&mut World)) -> (FournosCluster, ClusterSync) {
+    fn after(change: impl FnOnce(&mut World)) -> (CachedCluster, ClusterSync) {
         let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
         world.converge();
-        let before = world.clusters[0].clone();
+        let before = cached(&world.clusters[0]);
         change(&mut world);
         let sync = world.plan().clusters["a"].clone();
         (before, sync)
@@ -231,18 +230,21 @@ mod tests {
         let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
         let plan = world.plan();
         assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
-        assert_eq!(event_for(&world.clusters[0], &plan.clusters["a"]), None);
+        assert_eq!(
+            event_for(&cached(&world.clusters[0]), &plan.clusters["a"]),
+            None
+        );
         let mut uncounted = World::new().with_clusters([cluster("u").uncounted()]);
         uncounted.converge();
         let sync = &uncounted.plan().clusters["u"];
         assert_eq!(sync.reason(), "WaitingForDiscovery");
         let mut fresh = uncounted.clusters[0].clone();
         fresh.status.as_mut().unwrap().conditions.clear();
-        assert_eq!(event_for(&fresh, sync), None);
+        assert_eq!(event_for(&cached(&fresh), sync), None);
         world.converge();
         let sync = world.plan().clusters["a"].clone();
         assert!(!sync.status_changed);
-        assert_eq!(event_for(&world.clusters[0], &sync), None);
+        assert_eq!(event_for(&cached(&world.clusters[0]), &sync), None);
     }
 
     #[test]
@@ -253,7 +255,7 @@ mod tests {
             let plan = world.plan();
             let sync = plan.clusters["a"].clone();
             if sync.reason() == "Synced" && sync.status_changed {
-                published = event_for(&world.clusters[0], &sync);
+                published = event_for(&cached(&world.clusters[0]), &sync);
                 break;
             }
             world.apply(&plan);

@@ -5,7 +5,7 @@ use hearth_api::names::CORDON_TAINT_KEY;
 use hearth_api::names::condition_types::SCHEDULABLE;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-use crate::testing::{World, cluster};
+use crate::testing::{World, cached, cluster};
 use crate::writeback::cordon_event_for;
 
 fn schedulable<'a>(world: &'a World, name: &str) -> &'a Condition {
@@ -50,7 +50,7 @@ fn a_cordon_taints_the_flavor_keeps_the_quota_and_counts_down_to_drained() {
     assert!(plan.cluster_queue.is_none(), "quota unchanged: {plan:#?}");
     assert_eq!(plan.flavors_to_repair.len(), 1);
     let sync = plan.clusters["a"].clone();
-    let event = cordon_event_for(&world.clusters[0], &sync).expect("an Event");
+    let event = cordon_event_for(&cached(&world.clusters[0]), &sync).expect("an Event");
     assert_eq!((event.reason, event.warning), ("Cordoned", false));
     world.converge();
     assert!(tainted(&world, "a"));
@@ -83,7 +83,7 @@ fn a_cordon_taints_the_flavor_keeps_the_quota_and_counts_down_to_drained() {
             .contains("1 Workload admitted")
     );
 
-    let before = world.clusters[0].clone();
+    let before = cached(&world.clusters[0]);
     world.admitted.clear();
     let sync = world.plan().clusters["a"].clone();
     assert_eq!(
@@ -96,7 +96,7 @@ fn a_cordon_taints_the_flavor_keeps_the_quota_and_counts_down_to_drained() {
     assert_eq!(world.status("a").admitted_workloads, Some(0));
 
     // Uncordoned: untainted, schedulable, no count.
-    let before = world.clusters[0].clone();
+    let before = cached(&world.clusters[0]);
     world.cluster_mut("a").spec.cordon = None;
     let sync = world.plan().clusters["a"].clone();
     assert_eq!(
@@ -115,7 +115,7 @@ fn a_cordon_past_its_end_is_reported_not_lifted_and_says_the_same_each_round() {
     let mut world = World::new().with_clusters([cluster("a").cordoned("rack move", Some(10_100))]);
     world.converge();
     assert_eq!(schedulable(&world, "a").reason, "Drained");
-    let before = world.clusters[0].clone();
+    let before = cached(&world.clusters[0]);
     world.now += 200;
     let sync = world.plan().clusters["a"].clone();
     let event = cordon_event_for(&before, &sync).expect("an Event");

@@ -31,7 +31,7 @@ pub struct ObservedCluster {
     pub generation: Option<i64>,
     /// `metadata.labels`: the pool labels (`HEARTH_POOL_LABEL_KEYS`) are copied from here
     /// into the flavor's node labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// `spec.kubeconfigSecret`, named in the `Drained` message.
     pub kubeconfig_secret: String,
     /// `status.kubeconfigStatus`; anything but `Valid` drains the cluster.
@@ -72,7 +72,7 @@ impl ObservedCluster {
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             deleting: meta.deletion_timestamp.is_some(),
             generation: meta.generation,
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
             kubeconfig_secret: cluster.spec.kubeconfig_secret.clone(),
             kubeconfig_status: status.and_then(|s| s.kubeconfig_status),
             counted: hardware.is_some_and(|h| h.last_discovery.is_some()),
@@ -119,6 +119,47 @@ impl ObservedCluster {
     }
 }
 
+/// A label map as the plan reads it: sorted pairs in one allocation of their exact size.
+/// Every cluster and every flavor has one, kept in the caches for as long as the object
+/// lives; a `BTreeMap` takes a 0.5 kB node even for the one label most of them carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels(Box<[(String, String)]>);
+
+impl Labels {
+    pub fn get(&self, key: &str) -> Option<&String> {
+        self.0
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The labels, by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl From<&BTreeMap<String, String>> for Labels {
+    fn from(map: &BTreeMap<String, String>) -> Self {
+        // A map iterates in key order: what `get` searches.
+        Self(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    }
+}
+
+impl From<BTreeMap<String, String>> for Labels {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        Self(map.into_iter().collect())
+    }
+}
+
 /// A ResourceFlavor as the plan sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObservedFlavor {
@@ -127,7 +168,7 @@ pub struct ObservedFlavor {
     /// `fournos.dev/cluster-namespace=<this Hearth's namespace>`.
     pub managed_by_hearth: bool,
     /// `spec.nodeLabels`.
-    pub node_labels: BTreeMap<String, String>,
+    pub node_labels: Labels,
     /// The pool label keys kueue-sync applied last ([`POOL_LABEL_KEYS_ANNOTATION`]).
     pub pool_label_keys: Option<String>,
     /// `spec.nodeTaints` holds the cordon taint ([`CORDON_TAINT_KEY`]).
@@ -161,7 +202,7 @@ impl ObservedFlavor {
             name,
             managed_by_hearth: label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
                 && label(CLUSTER_NAMESPACE_LABEL).is_some_and(|v| v == namespace),
-            node_labels: flavor.spec.node_labels.clone(),
+            node_labels: Labels::from(&flavor.spec.node_labels),
             pool_label_keys: annotation(POOL_LABEL_KEYS_ANNOTATION).cloned(),
             cordon_tainted: flavor
                 .spec

@@ -194,7 +194,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use cluster_status::SyncReason;
 pub use cordon::{CORDON_TAINT_EFFECT, CordonState, cordon_taint};
-pub use input::{ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
+pub use input::{Labels, ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::{cluster_queue_changes_summary, plan_summary};
 
 use queue::{Candidate, QueueInput, QueuePlan};
@@ -240,7 +240,7 @@ impl PlanSettings {
 pub struct PlanInput {
     pub settings: PlanSettings,
     /// Every FournosCluster in Hearth's namespace, including those being deleted (shared
-    /// with the next snapshot, see [`crate::snapshot`]).
+    /// with the cluster cache, see [`crate::cached`]).
     pub clusters: Vec<Arc<ObservedCluster>>,
     /// Spec of the ClusterQueue named in the settings; `None` if it does not exist.
     pub cluster_queue: Option<ClusterQueueSpec>,

@@ -1162,7 +1162,7 @@ fn observed_views_read_the_api_objects() {
         ObservedFlavor {
             name: "a".into(),
             managed_by_hearth: true,
-            node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.into(), "a".into())]),
+            node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.into(), "a".into())]).into(),
             pool_label_keys: None,
             cordon_tainted: false,
             legacy: false,
@@ -1195,6 +1195,22 @@ fn observed_views_read_the_api_objects() {
     assert!(c.counted && c.legacy_gpus.is_none() && !c.undecodable);
     assert_eq!(c.uid.as_deref(), Some("uid-a"));
     assert_eq!(c.generation, Some(1));
+}
+
+#[test]
+fn labels_are_found_by_key_as_in_the_map_they_come_from() {
+    let map: BTreeMap<String, String> = [("team", "perf"), ("a/pool", "b"), ("zone", "")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let labels = Labels::from(&map);
+    for key in ["team", "a/pool", "zone", "", "pool", "zzz"] {
+        assert_eq!(labels.get(key), map.get(key), "{key}");
+    }
+    assert_eq!(labels.len(), 3);
+    assert!(labels.iter().eq(map.iter()));
+    assert_eq!(labels, Labels::from(map));
+    assert!(Labels::default().is_empty() && Labels::default().get("team").is_none());
 }
 
 #[test]
