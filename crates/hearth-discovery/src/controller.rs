@@ -59,13 +59,7 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     let watch = WatchContext::new(&metrics.controller);
     // Each cluster and Secret is cached as the view discovery reads (`cluster_cache`,
     // `secret`): a trimmed Kubernetes object costs three times as much.
-    let (clusters, cluster_objects) = Cache::watch(
-        "FournosCluster",
-        Api::namespaced(client.clone(), &settings.namespace),
-        watcher::Config::default(),
-        rt.readiness().gate("fournosclusters"),
-        &watch,
-    );
+    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     Metrics::register_cluster_gauges(&mut rt.metrics().registry(), clusters.clone());
     // Only kubeconfig Secrets (the label selector) are cached, each trimmed to what
     // discovery reads. Listed five at a time: a Secret may be 1 MiB, and a list page is

@@ -44,13 +44,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let metrics = Metrics::register(&mut rt.metrics().registry());
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) = Cache::watch(
-        "FournosCluster",
-        Api::namespaced(client.clone(), rt.namespace()),
-        watcher::Config::default(),
-        rt.readiness().gate("fournosclusters"),
-        &watch,
-    );
+    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
     let (queues, queue_objects) = Cache::watch(
         "ClusterQueue",
         Api::all(client.clone()),

@@ -71,34 +71,25 @@ impl WatchContext {
     }
 
     /// The FournosClusters in the controller's namespace, every controller's primary
-    /// watch, behind the `fournosclusters` readiness gate.
-    pub fn fournos_clusters(
-        &self,
-        rt: &crate::Runtime,
-    ) -> (
-        Cache<hearth_api::FournosCluster>,
-        Objects<hearth_api::FournosCluster>,
-    ) {
-        self.fournos_clusters_trimmed(rt, |_| {})
-    }
-
-    /// [`Self::fournos_clusters`], each trimmed by `trim` to what the controller reads
-    /// (see [`Cache::watch_trimmed`]).
-    pub fn fournos_clusters_trimmed(
-        &self,
-        rt: &crate::Runtime,
-        trim: fn(&mut hearth_api::FournosCluster),
-    ) -> (
-        Cache<hearth_api::FournosCluster>,
-        Objects<hearth_api::FournosCluster>,
-    ) {
-        Cache::watch_trimmed(
+    /// watch, behind the `fournosclusters` readiness gate. `K` is `FournosCluster`, or
+    /// the view of it the controller caches ([`view_of!`](crate::view_of)).
+    pub fn fournos_clusters<K>(&self, rt: &crate::Runtime) -> (Cache<K>, Objects<K>)
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+    {
+        Cache::watch(
             "FournosCluster",
             Api::namespaced(rt.client(), rt.namespace()),
             watcher::Config::default(),
             rt.readiness().gate("fournosclusters"),
             self,
-            trim,
         )
     }
 }

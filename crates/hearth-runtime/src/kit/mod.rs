@@ -33,7 +33,7 @@ mod watch_backoff;
 
 pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
-pub use runner::{ClusterObject, Next, RunTriggers, Runner};
+pub use runner::{Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 pub use view::identity;
 pub use watch_backoff::{CALM, WatchBackoff};

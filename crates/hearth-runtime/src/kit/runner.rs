@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, FuturesUnordered, SelectAll};
 use futures::{FutureExt as _, StreamExt as _};
-use hearth_api::FournosCluster;
 use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt as _};
 use tokio::time::Instant;
@@ -33,10 +32,6 @@ use super::queue::WorkQueue;
 use super::trigger::sleep_until;
 use super::{Backoff, Cache, ControllerMetrics, Objects, Reason};
 use crate::events::{Event, Events};
-
-/// A FournosCluster as a cache holds it when it keeps the whole object (see
-/// [`view_of!`](crate::view_of) for a cache that keeps less).
-pub type ClusterObject = DeserializeGuard<FournosCluster>;
 
 /// What a reconcile asks for next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
