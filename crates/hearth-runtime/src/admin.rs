@@ -444,25 +444,19 @@ mod tests {
         request(addr, Method::GET, path).await
     }
 
-    /// A server on a free loopback port, nothing gated.
-    fn bound() -> AdminServer {
+    /// A server on a free loopback port, live.
+    fn bound(readiness: Readiness, metrics: Metrics) -> AdminServer {
         AdminServer::bind(
             "127.0.0.1:0".parse().unwrap(),
-            Readiness::new(),
-            Metrics::new("hearth-test"),
+            readiness,
+            metrics,
             Liveness::new(),
         )
         .unwrap()
     }
 
     async fn start(readiness: Readiness, metrics: Metrics) -> (SocketAddr, CancellationToken) {
-        let server = AdminServer::bind(
-            "127.0.0.1:0".parse().unwrap(),
-            readiness,
-            metrics,
-            Liveness::new(),
-        )
-        .unwrap();
+        let server = bound(readiness, metrics);
         let addr = server.local_addr();
         let shutdown = CancellationToken::new();
         tokio::spawn(server.serve(shutdown.clone()));
@@ -558,7 +552,7 @@ mod tests {
 
     #[tokio::test]
     async fn stops_accepting_after_shutdown() {
-        let server = bound();
+        let server = bound(Readiness::new(), Metrics::new("hearth-test"));
         let addr = server.local_addr();
         let shutdown = CancellationToken::new();
         let serving = tokio::spawn(server.serve(shutdown.clone()));
@@ -679,7 +673,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            let server = bound();
+            let server = bound(Readiness::new(), Metrics::new("hearth-test"));
             let addr = server.local_addr();
             let shutdown = CancellationToken::new();
             let admin = server.spawn(shutdown.clone()).unwrap();
