@@ -8,9 +8,9 @@
 //! arrives while its `WaitingForDiscovery` write still waits gets one write, not two.
 //!
 //! Waiting is not news: a `WaitingForDiscovery` status is written only when no other
-//! status waits, at most [`LATER_IN_FLIGHT`] at a time. In a burst, the count of most
-//! clusters arrives before their turn and replaces it; on a quiet fleet it is written at
-//! once.
+//! status waits, at most [`LATER_IN_FLIGHT`] at a time, and not at all if the cluster
+//! cache shows discovery's count by its turn. In a burst, the count of most clusters
+//! arrives before their turn; on a quiet fleet it is written at once.
 //!
 //! What was handed over is remembered until the cluster cache shows the write, so a plan
 //! made from a cache that lags behind a write does not ask for it again. A failed write
@@ -312,6 +312,15 @@ impl Inner {
             state.entries.remove(name);
             return None;
         };
+        if entry.said.later() && base.observed.counted && entry.last_written.is_none() {
+            // Discovery counted the cluster while this waited its turn: it no longer waits
+            // for discovery, and the next plan says what it does wait for (or that it is
+            // synced) once the ClusterQueue write that follows is done. Written now, it
+            // would be stale news on the apiserver's busiest moment: in a burst of 10, 8
+            // of these went out after discovery's own status had.
+            state.entries.remove(name);
+            return None;
+        }
         // The status says which generation its plan saw, not the newest.
         base.metadata.generation = entry.said.generation;
         entry.stage = Stage::Writing { again: false };
@@ -433,6 +442,17 @@ mod tests {
                 .unwrap()
         }
 
+        /// Adds clusters discovery has not counted yet (cached), and returns their names.
+        fn uncounted<'a>(&mut self, names: &[&'a str]) -> Vec<&'a str> {
+            let world = std::mem::replace(&mut self.world, World::new());
+            self.world =
+                world.with_clusters(names.iter().map(|n| cluster(n).gpu("a100", 8).uncounted()));
+            for name in names {
+                self.feed.deliver(cached(self.cluster(name)));
+            }
+            names.to_vec()
+        }
+
         /// What the plan says of `name`, with the `KueueSynced` reason set to `reason`.
         fn sync(&self, name: &str, reason: SyncReason) -> ClusterSync {
             let mut sync = self.world.plan().clusters[name].clone();
@@ -480,19 +500,26 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn waiting_statuses_go_after_every_other_and_few_at_a_time() {
-        let kit = kit(false, &["w1", "w2", "w3", "u"]);
-        for waiting in ["w1", "w2", "w3"] {
+    /// `w1`–`w3` (not counted) submitted as waiting, then `u` as synced, on a closed
+    /// server; returns once the writes the workers may start are at its gate.
+    async fn three_waiting_behind_one_urgent() -> Kit {
+        let mut kit = kit(false, &["u"]);
+        for waiting in kit.uncounted(&["w1", "w2", "w3"]) {
             assert!(kit.submit(waiting, SyncReason::WaitingForDiscovery));
         }
         assert!(kit.submit("u", SyncReason::Synced));
-        // Every worker takes what it may: the urgent one first, then two waiting ones.
         let deadline = Instant::now() + Duration::from_secs(10);
         while seen(&kit.server).len() < 1 + LATER_IN_FLIGHT {
             assert!(Instant::now() < deadline, "{:?}", seen(&kit.server));
             tokio::task::yield_now().await;
         }
+        kit
+    }
+
+    #[tokio::test]
+    async fn waiting_statuses_go_after_every_other_and_few_at_a_time() {
+        // Every worker takes what it may: the urgent one first, then two waiting ones.
+        let kit = three_waiting_behind_one_urgent().await;
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
@@ -502,6 +529,24 @@ mod tests {
         kit.server.gate.add_permits(10);
         kit.settled().await;
         assert_eq!(seen(&kit.server).len(), 4);
+    }
+
+    #[tokio::test]
+    async fn waiting_is_not_written_once_discovery_counted_the_cluster_meanwhile() {
+        // The urgent write and two waiting ones are under way; w3 waits its turn…
+        let mut kit = three_waiting_behind_one_urgent().await;
+        // …while discovery counts it.
+        let counted = cluster("w3").gpu("a100", 8).build();
+        kit.feed.deliver(cached(&counted));
+        kit.server.gate.add_permits(10);
+        kit.settled().await;
+        let written: Vec<String> = seen(&kit.server).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(written.len(), 1 + LATER_IN_FLIGHT, "{written:?}");
+        assert!(!written.contains(&"w3".to_owned()), "{written:?}");
+        assert!(
+            !kit.statuses.remembers("w3"),
+            "the next plan says what w3 waits for"
+        );
     }
 
     #[tokio::test]
