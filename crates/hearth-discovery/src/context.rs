@@ -252,6 +252,7 @@ fn recall_from(
 mod tests {
     use super::*;
     use hearth_api::KubeconfigStatus;
+    use hearth_runtime::kit::HandFeed;
 
     fn cluster(version: &str, status: Option<FournosClusterStatus>) -> CachedCluster {
         let mut cluster = CachedCluster::default();
@@ -267,29 +268,35 @@ mod tests {
         cache.named("a").unwrap().0.as_ref().unwrap().clone()
     }
 
+    /// The cache after version 1 (no status) and another controller's status write,
+    /// version 2 (none of discovery's fields); discovery remembers writing `status` as
+    /// version 3, with kubeconfig fingerprint 7. Version 3 is not delivered yet.
+    fn wrote_version_3(
+        status: &FournosClusterStatus,
+    ) -> (Cache<CachedCluster>, HandFeed<CachedCluster>, Memory) {
+        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("ns"));
+        feed.deliver(cluster("1", None));
+        let mut memory = Memory::default();
+        let written = Written {
+            resource_version: Some("3".into()),
+            status: status.clone(),
+        };
+        memory.remember("uid-a", 7, Some(written));
+        feed.deliver(cluster("2", Some(FournosClusterStatus::default())));
+        (cache, feed, memory)
+    }
+
     /// The race of the 10-cluster bench: discovery writes version 3 and reconciles again
     /// (another writer's version 2 queued it); the runner hands it version 2, and only
     /// then does the watch deliver version 3.
     #[test]
     fn a_write_delivered_after_the_snapshot_is_planned_from_not_lost() {
-        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("ns"));
-        feed.deliver(cluster("1", None));
-        let mut memory = Memory::default();
         let valid = FournosClusterStatus {
             kubeconfig_status: Some(KubeconfigStatus::Valid),
             gpu_summary: Some("8x NVIDIA-A100-SXM4-80GB".into()),
             ..Default::default()
         };
-        memory.remember(
-            "uid-a",
-            7,
-            Some(Written {
-                resource_version: Some("3".into()),
-                status: valid.clone(),
-            }),
-        );
-        // Another controller's status write: none of discovery's fields.
-        feed.deliver(cluster("2", Some(FournosClusterStatus::default())));
+        let (cache, mut feed, mut memory) = wrote_version_3(&valid);
         let taken = snapshot(&cache);
         feed.deliver(cluster("3", Some(valid.clone())));
 
@@ -304,19 +311,11 @@ mod tests {
 
     #[test]
     fn a_write_not_yet_delivered_is_planned_from() {
-        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("ns"));
-        feed.deliver(cluster("1", None));
-        let mut memory = Memory::default();
         let valid = FournosClusterStatus {
             kubeconfig_status: Some(KubeconfigStatus::Valid),
             ..Default::default()
         };
-        let written = Written {
-            resource_version: Some("3".into()),
-            status: valid.clone(),
-        };
-        memory.remember("uid-a", 7, Some(written));
-        feed.deliver(cluster("2", Some(FournosClusterStatus::default())));
+        let (cache, mut feed, mut memory) = wrote_version_3(&valid);
         let (_, status) = recall_from(&mut memory, &cache, &snapshot(&cache));
         assert_eq!(status, Some(valid.clone()));
         // Once delivered, and another writer's version on top: the cache is planned from.
