@@ -106,6 +106,7 @@ pub mod etcd;
 pub mod fixtures;
 pub mod fleet;
 pub mod fournos;
+pub mod fournos_lab;
 pub mod fournos_real;
 pub mod hearth;
 pub mod hearth_py;

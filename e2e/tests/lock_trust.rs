@@ -237,8 +237,10 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
 
 /// A Fournos user's running one-slot job under the sentinel's name, carrying Hearth's
 /// labels and the owner's annotation (everything a label-and-name check looks at): the
-/// cluster never says `locked=true` while it runs there, and the lock that follows is
-/// the sentinel lock-manager created.
+/// cluster never says `locked=true` while it runs there, the lock says
+/// `SentinelNameTaken` naming it, lock-manager never deletes it (labels never condemn:
+/// they would turn a patch right into a delete right), and once its maker deletes it the
+/// lock that follows is the sentinel lock-manager created.
 #[tokio::test]
 async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
     let lab = lab("forge").await?;
@@ -257,7 +259,7 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
     // Every sample: while the forged job is admitted there, the cluster is not locked.
     until(
-        "a lock held by lock-manager's own sentinel",
+        "the forged job named, and never a lock",
         DEADLINE,
         || async {
             let fc = lab.clusters.get(&c).await?;
@@ -271,7 +273,8 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
                 "{c} says locked=true while the forged job is admitted: {}",
                 lock_state(&fc)
             );
-            Ok(if is_held(&fc) {
+            ensure!(forged_admitted, "lock-manager deleted the forged job");
+            Ok(if reason_is("SentinelNameTaken")(&fc) {
                 Ok(fc)
             } else {
                 Err(lock_state(&fc))
@@ -279,6 +282,7 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
         },
     )
     .await?;
+    workloads.delete(&name, &DeleteParams::default()).await?;
     let fc = lab.wait_cluster(&c, "held", is_held).await?;
     let sentinel = lab.workloads.get(&name).await?;
     ensure!(
@@ -402,8 +406,9 @@ async fn a_foreign_lock_is_named_in_status() -> Result<()> {
     Ok(())
 }
 
-/// How many sentinels the swapping attacker replaces before it stops.
-const SWAPS: usize = 3;
+/// How many sentinels the swapping attacker replaces: once its forgery stands under the
+/// name, lock-manager makes no new sentinel to swap (it names the forgery and leaves it).
+const SWAPS: usize = 1;
 
 /// How long the cluster may go on saying `locked=true` for its deleted sentinel while a
 /// forgery is admitted. The cluster and the Workload are two reads, and lock-manager
@@ -421,8 +426,9 @@ const STALE_CLAIM_BOUND: Duration = Duration::from_secs(5);
 /// for one slot. A forgery is never the recorded holder of a `locked=true` lock; a claim
 /// that went stale by a swap (the cluster still says `locked=true` for lock-manager's own
 /// sentinel, now deleted, while the forgery is admitted) ends within
-/// [`STALE_CLAIM_BOUND`]; every forgery is deleted, and once the attacker stops the lock
-/// is held by lock-manager's own sentinel. How many swaps landed before the UID was
+/// [`STALE_CLAIM_BOUND`]; the forgery is named (`SentinelNameTaken`) and never deleted by
+/// lock-manager, and once the attacker deletes it the lock is held by lock-manager's own
+/// sentinel. How many swaps landed before the UID was
 /// recorded is printed (the race is the attacker's to win or lose; the promise holds
 /// either way).
 #[tokio::test]
@@ -498,8 +504,9 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
     let attack = std::sync::Mutex::new(Some(attack));
     let forged_uids = std::sync::Mutex::new(Vec::<String>::new());
     let stale_since = std::sync::Mutex::new(None::<std::time::Instant>);
-    let (attack, forged_uids, stale_since, forged_live) =
-        (&attack, &forged_uids, &stale_since, &forged_live);
+    let named = std::sync::Mutex::new(false);
+    let (attack, forged_uids, stale_since, forged_live, named) =
+        (&attack, &forged_uids, &stale_since, &forged_live, &named);
     let (lab, c, name) = (&lab, &c, &name);
     let fc = until(
         "held by lock-manager's own sentinel after the attack",
@@ -553,6 +560,14 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
                 }
             }
             let forged = forged_uids.lock().expect("poisoned").clone();
+            if let Some(w) = &live
+                && forged.contains(&uid_of(w))
+                && reason_is("SentinelNameTaken")(&fc)
+            {
+                // Named, as it must be: its maker (here, the test) removes it.
+                lab.workloads.delete(name, &DeleteParams::default()).await?;
+                *named.lock().expect("poisoned") = true;
+            }
             let done = !forged.is_empty()
                 && is_held(&fc)
                 && live.is_some_and(|w| !forged.contains(&uid_of(&w)));
@@ -561,6 +576,10 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
     )
     .await?;
     let sentinel = lab.workloads.get(name).await?;
+    ensure!(
+        *named.lock().expect("poisoned"),
+        "the forgery was never named SentinelNameTaken"
+    );
     ensure!(
         fc.status.and_then(|s| s.lock_job_uid) == sentinel.uid(),
         "held by the sentinel lock-manager created"

@@ -280,6 +280,18 @@ pub struct FournosClusterStatus {
     )]
     pub lock_job_uid: Option<String>,
 
+    /// UID of the Kueue Workload that holds the cluster's slots for the lock, once
+    /// hearth-lock-manager has proven it (for a `workload` sentinel the sentinel itself,
+    /// for a FournosJob sentinel the one Workload Fournos made for it); set only while
+    /// the lock is held. hearth-kueue-sync leaves exactly this Workload out of
+    /// `admittedWorkloads`. Written by hearth-lock-manager.
+    #[serde(
+        default,
+        rename = "lockWorkloadUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lock_workload_uid: Option<String>,
+
     /// When the current owner was first seen. Written by hearth-lock-manager.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_set_at: Option<Time>,

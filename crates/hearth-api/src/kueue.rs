@@ -14,6 +14,8 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::names::CLUSTER_SLOT_RESOURCE;
+
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 pub const KUEUE_VERSION: &str = "v1beta2";
 
@@ -196,6 +198,11 @@ pub struct PodSetAssignment {
     /// Resource name → ResourceFlavor the resource was admitted on.
     #[serde(default)]
     pub flavors: BTreeMap<String, String>,
+    /// Resource name → what the pod set uses of it in all (Kueue's own accounting).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource_usage: BTreeMap<String, Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<i32>,
     #[serde(flatten)]
     pub other: Unmodeled,
 }
@@ -208,29 +215,33 @@ pub mod workload_conditions {
     pub const FINISHED: &str = "Finished";
 }
 
-/// The integer value of a quantity Hearth publishes (`100`, `8`; also `1k`, `2Ki`).
-/// Fractional or unparsable quantities give `None`: Hearth never writes those, so
-/// such a value belongs to someone else and is left alone.
+/// The integer value of a quantity Hearth publishes (`100`, `8`; also `1k`, `2Ki`,
+/// `100000m`). Fractional or unparsable quantities give `None`: Hearth never writes
+/// those, so such a value belongs to someone else and is left alone.
 pub fn quantity_to_i64(q: &Quantity) -> Option<i64> {
-    let s = q.0.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+'))
-        .unwrap_or(s.len());
-    let (digits, suffix) = s.split_at(split);
-    let n: i64 = digits.parse().ok()?;
-    let factor: i64 = match suffix {
-        "" => 1,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        _ => return None,
-    };
-    n.checked_mul(factor)
+    crate::quantity::exact_i64(&q.0)
+}
+
+/// The `fournos/cluster-slot` a Workload holds on `flavor`, as Kueue counted it: the
+/// `resourceUsage` of every pod set assigned that resource on the flavor, each rounded
+/// up as Kueue rounds (`Quantity.Value()`). `Some(0)` when it holds none there; `None`
+/// when it is not admitted, or a pod set on the flavor has no readable usage (a Kueue
+/// that does not report usage, or a value outside the grammar): a count that cannot be
+/// read never proves a lock.
+pub fn admitted_slots_on(w: &Workload, flavor: &str) -> Option<i64> {
+    let admission = w.status.as_ref()?.admission.as_ref()?;
+    admission
+        .pod_set_assignments
+        .iter()
+        .filter(|a| {
+            a.flavors
+                .get(CLUSTER_SLOT_RESOURCE)
+                .is_some_and(|f| f == flavor)
+        })
+        .try_fold(0i64, |total, a| {
+            let used = a.resource_usage.get(CLUSTER_SLOT_RESOURCE)?;
+            total.checked_add(crate::quantity::ceil_i64(&used.0)?)
+        })
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod fournosjob;
 pub mod kueue;
 pub mod kueue_validity;
 pub mod names;
+pub mod quantity;
 pub mod reasons;
 pub mod slices;
 pub mod text;

@@ -147,13 +147,17 @@ reasons! {
         Releasing = "Releasing",
         /// `fournosjob` sentinels: Fournos has not given the sentinel a phase in time.
         SentinelNotPickedUp = "SentinelNotPickedUp",
-        /// The sentinel's name is taken by an object this Hearth did not create (no
-        /// `app.kubernetes.io/managed-by=hearth` and `fournos.dev/cluster-namespace` of
-        /// this Hearth): it is named, and left alone.
+        /// The sentinel's name, or for `fournosjob` sentinels the name Fournos gives its
+        /// Workload, is taken by an object this Hearth did not create or record (its
+        /// labels prove nothing): it is named, and left alone.
         SentinelNameTaken = "SentinelNameTaken",
         /// The sentinel is admitted, but not in the cluster's ClusterQueue on the
         /// cluster's own ResourceFlavor: it holds nothing on this cluster.
         WrongFlavor = "WrongFlavor",
+        /// `fournosjob` sentinels: the Workload of the sentinel's name is not proven to
+        /// be the one Fournos made for it (labelled with the job, owned by its UID, not
+        /// older than it, its slots readable): it is named, and never trusted to hold.
+        WorkloadNotProven = "WorkloadNotProven",
     }
 }
 

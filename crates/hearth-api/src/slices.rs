@@ -65,6 +65,12 @@ pub struct LockManagerStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub lock_job_uid: Option<String>,
+    #[serde(
+        default,
+        rename = "lockWorkloadUID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lock_workload_uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_set_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +127,7 @@ impl LockManagerStatus {
             locked: status.locked,
             lock_job_name: status.lock_job_name.clone(),
             lock_job_uid: status.lock_job_uid.clone(),
+            lock_workload_uid: status.lock_workload_uid.clone(),
             owner_set_at: status.owner_set_at.clone(),
             lock_owner: status.lock_owner.clone(),
             lock_expires_at: status.lock_expires_at.clone(),
@@ -195,6 +202,7 @@ mod tests {
             locked: Some(true),
             lock_job_name: Some("cluster-lock-a".into()),
             lock_job_uid: Some("uid-a".into()),
+            lock_workload_uid: Some("w-a".into()),
             owner_set_at: Some(t()),
             lock_owner: Some("alice".into()),
             lock_expires_at: Some(t()),

@@ -208,6 +208,15 @@ pub(crate) fn snapshot(
         }
     }
 
+    // A Workload that does not decode is not counted: Kueue could not read it either,
+    // so it holds no quota.
+    let admitted = admitted_per_flavor(
+        workloads.iter().filter_map(|w| w.0.as_ref().ok()),
+        &observed_clusters
+            .iter()
+            .filter_map(|c| c.lock_workload_uid.as_deref())
+            .collect(),
+    );
     Ok(Snapshot {
         input: PlanInput {
             settings: settings.clone(),
@@ -215,12 +224,7 @@ pub(crate) fn snapshot(
             cluster_queue,
             flavors: observed_flavors,
             creating: BTreeSet::new(),
-            // A Workload that does not decode is not counted: Kueue could not read it
-            // either, so it holds no quota.
-            admitted: admitted_per_flavor(
-                workloads.iter().filter_map(|w| w.0.as_ref().ok()),
-                &settings.namespace,
-            ),
+            admitted,
             now,
         },
         clusters: decoded,
@@ -251,6 +255,7 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         cordon: None,
         schedulable_condition: None,
         admitted_workloads: None,
+        lock_workload_uid: None,
         undecodable: true,
     }
 }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use hearth_api::kueue::{Workload, workload_conditions::FINISHED};
-use hearth_api::names::has_sentinel_labels;
 
 /// Keeps of a Workload only its metadata's names and labels, its conditions and the
 /// flavors of its admission. Pod templates (images, commands, environment) can be large
@@ -32,16 +31,17 @@ pub fn trim(w: &mut Workload) {
 }
 
 /// Per flavor, the Workloads admitted on it (quota reserved, not finished), each counted
-/// once however many of its resources the flavor holds. This Hearth's own lock
-/// sentinels (the labels of `cluster_namespace`) are not counted: a lock taken during a
-/// cordon is what the operator waits to hold, not a job to drain.
+/// once however many of its resources the flavor holds. The Workloads lock-manager proved
+/// to hold a cluster's lock (`locks`, their UIDs from `status.lockWorkloadUID`) are not
+/// counted: a lock taken during a cordon is what the operator waits to hold, not a job
+/// to drain. Nothing else is left out: labels anyone may write prove nothing.
 pub fn admitted_per_flavor<'a>(
     workloads: impl IntoIterator<Item = &'a Workload>,
-    cluster_namespace: &str,
+    locks: &BTreeSet<&str>,
 ) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
     for w in workloads {
-        if has_sentinel_labels(w.metadata.labels.as_ref(), cluster_namespace) {
+        if w.metadata.uid.as_deref().is_some_and(|u| locks.contains(u)) {
             continue;
         }
         let Some(status) = &w.status else { continue };
@@ -86,7 +86,7 @@ mod tests {
         serde_json::from_value(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "Workload",
-            "metadata": {"name": name, "namespace": "exec", "annotations": {"big": "x".repeat(1000)}},
+            "metadata": {"name": name, "namespace": "exec", "uid": format!("uid-{name}"), "annotations": {"big": "x".repeat(1000)}},
             "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}]},
             "status": {"conditions": conditions, "admission": admission},
         }))
@@ -95,21 +95,21 @@ mod tests {
 
     #[test]
     fn admitted_workloads_are_counted_per_flavor_once_each() {
-        let mut sentinel = workload("cluster-lock-a", &["a"], false);
-        sentinel.metadata.labels = Some(sentinel_labels("a", "hearth"));
-        let mut other_hearths = workload("cluster-lock-a2", &["a"], false);
-        other_hearths.metadata.labels = Some(sentinel_labels("a", "hearth-staging"));
+        // A job's Workload relabelled as a sentinel still runs: only the proven lock's
+        // UID is left out.
+        let mut relabelled = workload("job-in-disguise", &["a"], false);
+        relabelled.metadata.labels = Some(sentinel_labels("a", "hearth"));
         let all = [
             workload("one", &["a"], false),
             workload("two-podsets", &["a", "a"], false),
             workload("spans", &["a", "b"], false),
             workload("done", &["a"], true),
             workload("pending", &[], false),
-            sentinel,
-            other_hearths,
+            workload("cluster-lock-a", &["a"], false),
+            relabelled,
         ];
         assert_eq!(
-            admitted_per_flavor(&all, "hearth"),
+            admitted_per_flavor(&all, &BTreeSet::from(["uid-cluster-lock-a"])),
             BTreeMap::from([("a".to_owned(), 4), ("b".to_owned(), 1)])
         );
     }
@@ -122,9 +122,10 @@ mod tests {
         ];
         let mut trimmed = all.clone();
         trimmed.iter_mut().for_each(trim);
+        let none = BTreeSet::new();
         assert_eq!(
-            admitted_per_flavor(&trimmed, "hearth"),
-            admitted_per_flavor(&all, "hearth")
+            admitted_per_flavor(&trimmed, &none),
+            admitted_per_flavor(&all, &none)
         );
         let size = |w: &Workload| serde_json::to_string(w).unwrap().len();
         assert!(size(&trimmed[0]) * 2 < size(&all[0]));

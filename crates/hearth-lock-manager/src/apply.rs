@@ -14,18 +14,19 @@
 //! 5. Status, by server-side apply of lock-manager's fields, only when it changed;
 //!    then the Events and metrics of that change.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hearth_api::FournosCluster;
 use hearth_api::names::controllers::LOCK_MANAGER;
 use hearth_api::names::{
-    CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, has_sentinel_labels,
-    sentinel_labels,
+    CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+    has_sentinel_labels, sentinel_labels,
 };
 use hearth_runtime::events::{Event, Events};
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{ApiResource, DeserializeGuard, GroupVersionKind};
@@ -175,7 +176,10 @@ pub async fn apply_plan<K: Sentinel>(
             continue;
         };
         match create_sentinel(ctx, cluster, &regarding, name, owner).await {
-            Ok(Creation::Created { uid }) => status.lock_job_uid = Some(uid),
+            Ok(Creation::Created { uid }) => {
+                status.lock_job_name = Some(name.clone());
+                status.lock_job_uid = Some(uid);
+            }
             Ok(Creation::Exists(Holder::Ours)) => {}
             Ok(Creation::Exists(Holder::Foreign(why))) => {
                 taken = true;
@@ -191,7 +195,7 @@ pub async fn apply_plan<K: Sentinel>(
         }
     }
     if let Some(name) = &plan.blocked_create
-        && let Holder::Foreign(why) = holder_of(ctx, name).await?
+        && let Holder::Foreign(why) = holder_of(ctx, cluster, name).await?
     {
         taken = true;
         status = refused(plan, name_taken(name, why));
@@ -233,9 +237,14 @@ pub enum Holder {
     Foreign(String),
 }
 
-/// Whose object `name` is, from its labels (read once, on a refused create or a held
-/// one; never in steady state).
-async fn holder_of<K: Sentinel>(ctx: &Writer<K>, name: &str) -> Result<Holder, Error> {
+/// Whose object `name` is (read once, on a refused create or a held one; never in
+/// steady state): this Hearth's sentinel of `cluster` only when labelled for it *and* its
+/// UID is the one lock-manager recorded or created.
+async fn holder_of<K: Sentinel>(
+    ctx: &Writer<K>,
+    cluster: &FournosCluster,
+    name: &str,
+) -> Result<Holder, Error> {
     let meta = ctx
         .sentinel_writes
         .get_metadata_opt(name)
@@ -244,23 +253,50 @@ async fn holder_of<K: Sentinel>(ctx: &Writer<K>, name: &str) -> Result<Holder, E
             name: name.to_owned(),
             source,
         })?;
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.lock_job_uid.as_deref());
+    let proven = |uid: &str| recorded == Some(uid) || ctx.created.contains(uid);
     Ok(match meta {
         None => Holder::Ours,
-        Some(meta) => holder(meta.metadata.labels.as_ref(), &ctx.cluster_namespace),
+        Some(meta) => holder(
+            &meta.metadata,
+            &cluster.name_any(),
+            &ctx.cluster_namespace,
+            proven,
+        ),
     })
 }
 
-/// [`Holder`] from an object's labels.
-pub fn holder(labels: Option<&BTreeMap<String, String>>, cluster_namespace: &str) -> Holder {
-    if has_sentinel_labels(labels, cluster_namespace) {
-        return Holder::Ours;
-    }
+/// [`Holder`] from an object's labels and UID: labels alone never make it ours.
+pub fn holder(
+    meta: &ObjectMeta,
+    cluster: &str,
+    cluster_namespace: &str,
+    proven: impl Fn(&str) -> bool,
+) -> Holder {
+    let labels = meta.labels.as_ref();
     // Label values are at most 63 characters; bounded anyway, as anyone may set them.
     let get = |k: &str| {
         labels
             .and_then(|l| l.get(k))
             .map(|v| hearth_api::text::bounded(v, 63))
     };
+    if has_sentinel_labels(labels, cluster_namespace) {
+        let locks = get(CLUSTER_LOCK_LABEL).unwrap_or_default();
+        return if locks != cluster {
+            Holder::Foreign(format!(
+                "it carries this Hearth's sentinel labels for cluster {locks}, not {cluster}"
+            ))
+        } else if meta.uid.as_deref().is_some_and(proven) {
+            Holder::Ours
+        } else {
+            Holder::Foreign(
+                "it carries this Hearth's sentinel labels, but its UID is not the one lock-manager recorded (status.lockJobUID) when it created the sentinel, and labels prove nothing".to_owned(),
+            )
+        };
+    }
     Holder::Foreign(
         match (get(MANAGED_BY_LABEL), get(CLUSTER_NAMESPACE_LABEL)) {
             (Some(by), Some(ns)) if by == MANAGED_BY_VALUE => {
@@ -460,7 +496,9 @@ async fn create_sentinel<K: Sentinel>(
             ctx.metrics.wrote("sentinel_create");
             created.uid().unwrap_or_default()
         }
-        Err(e) if is_status(&e, 409) => return holder_of(ctx, name).await.map(Creation::Exists),
+        Err(e) if is_status(&e, 409) => {
+            return holder_of(ctx, cluster, name).await.map(Creation::Exists);
+        }
         Err(source) => {
             return Err(Error::CreateSentinel {
                 name: name.to_owned(),
@@ -581,6 +619,34 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    /// A 409 on the sentinel's name is ours only for the object lock-manager recorded:
+    /// labelled for this very cluster and with the recorded (or created) UID.
+    #[test]
+    fn an_existing_name_is_ours_only_by_label_for_the_cluster_and_recorded_uid() {
+        let meta = |cluster: &str, uid: &str| ObjectMeta {
+            uid: Some(uid.into()),
+            labels: Some(sentinel_labels(cluster, "hearth")),
+            ..ObjectMeta::default()
+        };
+        let recorded = |uid: &str| uid == "u1";
+        assert_eq!(
+            holder(&meta("a", "u1"), "a", "hearth", recorded),
+            Holder::Ours
+        );
+        let Holder::Foreign(why) = holder(&meta("a", "u2"), "a", "hearth", recorded) else {
+            panic!("labels alone made it ours");
+        };
+        assert!(why.contains("status.lockJobUID"), "{why}");
+        let Holder::Foreign(why) = holder(&meta("other", "u1"), "a", "hearth", recorded) else {
+            panic!("another cluster's label made it ours");
+        };
+        assert!(why.contains("cluster other"), "{why}");
+        let Holder::Foreign(why) = holder(&meta("a", "u1"), "a", "elsewhere", recorded) else {
+            panic!("another Hearth's sentinel made it ours");
+        };
+        assert!(why.contains("namespace hearth"), "{why}");
+    }
 
     #[test]
     fn a_refused_sentinel_is_a_bounded_condition_with_the_apiservers_reason() {

@@ -15,12 +15,15 @@ pub struct Context<K: Sentinel> {
     pub writer: Writer<K>,
     pub clusters: Cache<FournosCluster>,
     pub sentinels: Cache<K>,
-    /// `fournosjob` sentinels only: the Workloads Fournos made (what holds the slots).
-    pub lock_workloads: Option<Cache<Workload>>,
-    /// Every Workload of the execution namespace: who else holds a cluster's slots.
+    /// `fournosjob` sentinels: the lock is held by the Workload Fournos makes for one.
+    pub fournos: bool,
+    /// Every Workload of the execution namespace, trimmed ([`crate::holders::trim`]): who
+    /// else holds a cluster's slots, and for `fournosjob` the Workloads of a lock's name.
     pub admitted: Cache<Workload>,
     /// Bumped on every change any cache sees; wakes the sweep.
     pub changes: Changes,
+    /// Sentinel UIDs seen recorded in clusters' statuses ([`crate::sweep::Recorded`]).
+    pub recorded: crate::sweep::Recorded,
     /// Consecutive failures per cluster, for the retry delay.
     pub(crate) backoff: Backoff,
 }

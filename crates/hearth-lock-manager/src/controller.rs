@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use crate::apply::Writer;
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
-use crate::fournos_lock::{self, JOB_NAME_LABEL};
+use crate::fournos_lock;
 use crate::holders;
 use crate::metrics::LockMetrics;
 use crate::sentinel::{Sentinel, cluster_of};
@@ -64,20 +64,10 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         rt.readiness().gate("sentinels"),
         &watch,
     );
-    // `fournosjob`: Fournos's Workloads too, each mapped to the cluster it is pinned to
-    // (its node selector) when it is a lock's (named like a sentinel).
-    let lock_workloads = (config.sentinel == SentinelKind::FournosJob).then(|| {
-        Cache::<Workload>::watch(
-            "Workload",
-            Api::namespaced(client.clone(), &config.execution_namespace),
-            watcher::Config::default().labels(JOB_NAME_LABEL),
-            rt.readiness().gate("workloads"),
-            &watch,
-        )
-    });
-
-    // Every Workload, mapped to the cluster whose flavor it is admitted on: a change of
-    // who holds a cluster's slots is said in its status (`slotHolders`).
+    // Every Workload of the execution namespace, trimmed to what is read: who holds a
+    // cluster's slots (`slotHolders`) and, for `fournosjob`, the Workload Fournos made for
+    // a sentinel, found by name as Fournos finds it (a label would miss a Workload someone
+    // made under that name, and Fournos adopts whatever has the name).
     let (admitted, admitted_objects) = Cache::<Workload>::watch_trimmed(
         "AdmittedWorkload",
         Api::namespaced(client.clone(), &config.execution_namespace),
@@ -98,9 +88,10 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         ),
         clusters: clusters.clone(),
         sentinels,
-        lock_workloads: lock_workloads.as_ref().map(|(cache, _)| cache.clone()),
+        fournos: config.sentinel == SentinelKind::FournosJob,
         admitted,
         changes: watch.changes.clone(),
+        recorded: Default::default(),
         backoff: Backoff::default(),
     });
 
@@ -108,37 +99,32 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     log_settings(&config);
-    // Related objects, each mapped to the cluster it concerns: the cluster's sentinels,
-    // every Workload admitted on its flavor (who holds its slots) and, for `fournosjob`,
-    // the Workloads Fournos made for its sentinels.
+    // Related objects, each mapped to the clusters it concerns: the cluster's sentinels,
+    // and every Workload admitted on its flavor (who holds its slots) or, for
+    // `fournosjob`, of a lock's name (what holds a lock).
     let one = |cluster: Option<&str>| std::future::ready(cluster.map(|c| vec![c.to_owned()]));
-    let mut related = vec![
+    let related = vec![
         sentinel_objects
             .filter_map(move |s| one(s.ok().as_ref().and_then(cluster_of)))
             .boxed(),
         admitted_objects
             .filter_map(move |w| {
-                one(w
-                    .ok()
-                    .and_then(|w| w.0.ok())
-                    .as_ref()
-                    .and_then(holders::admitted_flavor))
+                let clusters = w.ok().and_then(|w| w.0.ok()).map(|w| {
+                    let mut clusters: Vec<String> = [
+                        holders::admitted_flavor(&w),
+                        fournos_lock::lock_workload_cluster(&w),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_owned)
+                    .collect();
+                    clusters.dedup();
+                    clusters
+                });
+                std::future::ready(clusters.filter(|c| !c.is_empty()))
             })
             .boxed(),
     ];
-    if let Some((_, workload_objects)) = lock_workloads {
-        related.push(
-            workload_objects
-                .filter_map(move |w| {
-                    one(w
-                        .ok()
-                        .and_then(|w| w.0.ok())
-                        .as_ref()
-                        .and_then(fournos_lock::lock_workload_cluster))
-                })
-                .boxed(),
-        );
-    }
     let triggers = RunTriggers {
         related,
         everything: on_acquired(rt.leader()).boxed(),

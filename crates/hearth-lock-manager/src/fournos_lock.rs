@@ -16,15 +16,15 @@
 use std::time::Duration;
 
 use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::{Workload, quantity_to_i64, workload_conditions};
-use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, LOCK_SENTINEL_PREFIX};
+use hearth_api::kueue::{Workload, admitted_slots_on, workload_conditions};
+use hearth_api::names::{CLUSTER_NODE_LABEL, LOCK_SENTINEL_PREFIX};
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
 
 use hearth_api::names::lock_sentinel_name;
 use kube::ResourceExt as _;
 use kube::core::DeserializeGuard;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::Value;
 
 use crate::plan::{FournosView, LockAction, LockPlan};
@@ -58,15 +58,21 @@ pub struct JobView {
     pub fournos_said: Option<String>,
 }
 
-/// A Workload Fournos made for a FournosJob.
+/// A Workload of a lock's name in the execution namespace: the one Fournos made for a
+/// FournosJob sentinel, or whatever else took that name (Fournos adopts any Workload of
+/// the job's name). Everything here but Kueue's admission may be written by anyone who
+/// may create Workloads; [`crate::state`] proves it before trusting it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockWorkloadView {
     pub name: String,
-    /// `fournos.dev/job-name`.
-    pub job: String,
-    /// UID of the FournosJob that owns it.
+    pub uid: Option<String>,
+    pub created: Option<Timestamp>,
+    /// `fournos.dev/job-name`, as labelled.
+    pub job: Option<String>,
+    /// UID of the FournosJob its ownerReference names.
     pub owner_uid: Option<String>,
-    /// `fournos/cluster-slot` requested by its first pod set.
+    /// `fournos/cluster-slot` Kueue admitted it with on [`Self::slot_flavor`]
+    /// ([`hearth_api::kueue::admitted_slots_on`]); `None` when not admitted or unreadable.
     pub slots: Option<i64>,
     /// Admitted in this ClusterQueue (`status.admission`).
     pub cluster_queue: Option<String>,
@@ -74,6 +80,7 @@ pub struct LockWorkloadView {
     pub slot_flavor: Option<String>,
     pub admitted: bool,
     pub evicted: bool,
+    pub finished: bool,
     /// Kueue counts its quota as used (reserved or admitted, not finished).
     pub holds_quota: bool,
     pub pods_ready: bool,
@@ -91,8 +98,13 @@ pub struct FournosFacts {
 }
 
 impl FournosFacts {
+    /// The cluster's FournosJob sentinels and the Workloads of their names (and of the
+    /// canonical sentinel name), from `store`: every Workload of the execution namespace.
+    /// A Workload is a lock's by its name alone, as Fournos finds it; a label or an
+    /// ownerReference anyone can write makes no Workload part of a lock.
     pub fn observe<K: Sentinel>(
         store: &Store<DeserializeGuard<Workload>>,
+        namespace: &str,
         cluster: &str,
         observed: &[Arc<DeserializeGuard<K>>],
     ) -> Self {
@@ -100,22 +112,19 @@ impl FournosFacts {
             .iter()
             .filter_map(|s| s.0.as_ref().ok()?.job_view())
             .collect();
-        let canonical = lock_sentinel_name(cluster);
-        let names: Vec<&str> = jobs
-            .iter()
-            .map(|j| j.name.as_str())
-            .chain([canonical.as_str()])
-            .collect();
-        let uids: Vec<&str> = jobs.iter().filter_map(|j| j.uid.as_deref()).collect();
+        let mut names: Vec<String> = jobs.iter().map(|j| j.name.clone()).collect();
+        names.push(lock_sentinel_name(cluster));
+        names.sort();
+        names.dedup();
         let mut workloads = Vec::new();
         let mut views = Vec::new();
-        for w in store.state() {
-            if let Ok(w) = &w.0
-                && let Some(v) = observe_workload(w)
-                && belongs(&v, &names, &uids)
+        for name in &names {
+            let key = ObjectRef::new(name).within(namespace);
+            if let Some(w) = store.get(&key)
+                && let Ok(w) = &w.0
             {
+                views.push(observe_workload(w));
                 workloads.push(w.clone());
-                views.push(v);
             }
         }
         Self {
@@ -148,18 +157,8 @@ impl FournosFacts {
         self.workloads
             .iter()
             .zip(&self.views)
-            .find_map(|(w, v)| (job.uid.is_some() && v.owner_uid == job.uid).then(|| w.clone()))
+            .find_map(|(w, v)| (v.name == job.name && v.owner_uid == job.uid).then(|| w.clone()))
     }
-}
-
-/// Whether `workload` belongs to the lock of `cluster`: Fournos's Workload of one of
-/// the cluster's sentinels (by owner UID or job name), or of its canonical name.
-pub fn belongs(workload: &LockWorkloadView, names: &[&str], uids: &[&str]) -> bool {
-    names.contains(&workload.job.as_str())
-        || workload
-            .owner_uid
-            .as_deref()
-            .is_some_and(|u| uids.contains(&u))
 }
 
 fn is_true(w: &Workload, type_: &str) -> bool {
@@ -183,41 +182,38 @@ pub fn workload_cluster(w: &Workload) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// The cluster a lock's Workload (Fournos's Workload of a job named like a sentinel) is
-/// pinned to; `None` for every other Workload, whose changes are not a lock's.
+/// The cluster a Workload may be a lock's Workload of, for waking that cluster's
+/// reconcile: named like a sentinel (the name says the cluster, unless it was shortened)
+/// or labelled with such a job, and pinned to a cluster (its node selector). A hint
+/// only: whatever it says, the reconcile proves the Workload by name and UID.
 pub fn lock_workload_cluster(w: &Workload) -> Option<&str> {
-    let job = w.labels().get(JOB_NAME_LABEL)?;
-    if !job.starts_with(LOCK_SENTINEL_PREFIX) {
+    let name = w.metadata.name.as_deref()?;
+    if let Some(cluster) = name.strip_prefix(LOCK_SENTINEL_PREFIX)
+        && lock_sentinel_name(cluster) == name
+    {
+        return Some(cluster);
+    }
+    let job = w.labels().get(JOB_NAME_LABEL);
+    if !(name.starts_with(LOCK_SENTINEL_PREFIX)
+        || job.is_some_and(|j| j.starts_with(LOCK_SENTINEL_PREFIX)))
+    {
         return None;
     }
     workload_cluster(w)
 }
 
-/// What the state machine needs of a Workload Fournos made.
-pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
-    let job = w.labels().get(JOB_NAME_LABEL)?.clone();
+/// What the state machine needs of a Workload of a lock's name.
+pub fn observe_workload(w: &Workload) -> LockWorkloadView {
     let owner_uid = w
         .owner_references()
         .iter()
         .find(|o| o.kind == "FournosJob")
         .map(|o| o.uid.clone());
-    let slots = w.spec.pod_sets.first().and_then(|ps| {
-        ps.template
-            .spec
-            .as_ref()?
-            .containers
-            .first()?
-            .resources
-            .as_ref()?
-            .requests
-            .as_ref()?
-            .get(CLUSTER_SLOT_RESOURCE)
-            .and_then(quantity_to_i64)
-    });
     let admitted = is_true(w, workload_conditions::ADMITTED);
     let admission = w.status.as_ref().and_then(|s| s.admission.as_ref());
     let cluster_queue = admission.map(|a| a.cluster_queue.clone());
     let slot_flavor = crate::holders::admitted_flavor(w).map(str::to_owned);
+    let slots = slot_flavor.as_deref().and_then(|f| admitted_slots_on(w, f));
     let finished = is_true(w, workload_conditions::FINISHED);
     let message = w.status.as_ref().and_then(|s| {
         s.conditions
@@ -234,20 +230,23 @@ pub fn observe_workload(w: &Workload) -> Option<LockWorkloadView> {
             .max_by_key(|c| c.last_transition_time.0)
             .map(|c| c.message.clone())
     });
-    Some(LockWorkloadView {
+    LockWorkloadView {
         name: w.name_any(),
-        job,
+        uid: w.uid(),
+        created: w.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        job: w.labels().get(JOB_NAME_LABEL).cloned(),
         owner_uid,
         slots,
         cluster_queue,
         slot_flavor,
         admitted,
         evicted: is_true(w, workload_conditions::EVICTED),
+        finished,
         holds_quota: !finished && (admitted || is_true(w, workload_conditions::QUOTA_RESERVED)),
         pods_ready: is_true(w, crate::sentinel::PODS_READY),
         message,
         deleting: w.metadata.deletion_timestamp.is_some(),
-    })
+    }
 }
 
 /// What the state machine needs of a FournosJob sentinel.
@@ -305,20 +304,32 @@ mod tests {
                 { "type": "Admitted", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" } ] },
         }))
         .unwrap();
-        let v = observe_workload(&w).unwrap();
+        let v = observe_workload(&w);
         assert_eq!(v.owner_uid.as_deref(), Some("u1"));
-        assert_eq!(v.slots, Some(100));
-        assert!(v.admitted && v.holds_quota && !v.evicted);
+        assert_eq!(v.job.as_deref(), Some(JOB));
+        assert_eq!(
+            v.slots, None,
+            "Kueue reported no usage: the count cannot be read"
+        );
+        assert!(v.admitted && v.holds_quota && !v.evicted && !v.finished);
         assert_eq!(workload_cluster(&w), Some("a"));
         assert_eq!(lock_workload_cluster(&w), Some("a"));
         let mut not_a_lock = w.clone();
+        not_a_lock.metadata.name = Some("training-run".into());
         not_a_lock
             .labels_mut()
             .insert(JOB_NAME_LABEL.into(), "training-run".into());
         assert_eq!(lock_workload_cluster(&not_a_lock), None);
-        assert!(
-            belongs(&v, &[JOB], &[]) && belongs(&v, &[], &["u1"]) && !belongs(&v, &["x"], &["u2"])
+        let mut counted = w.clone();
+        let status = counted.status.as_mut().unwrap();
+        status.admission = Some(
+            serde_json::from_value(serde_json::json!({
+            "clusterQueue": "q", "podSetAssignments": [{ "name": "launcher",
+                "flavors": { "fournos/cluster-slot": "a" },
+                "resourceUsage": { "fournos/cluster-slot": "100" } }] }))
+            .unwrap(),
         );
+        assert_eq!(observe_workload(&counted).slots, Some(100));
 
         let j: FournosJob = serde_json::from_value(serde_json::json!({
             "apiVersion": "fournos.dev/v1", "kind": "FournosJob",

@@ -6,8 +6,8 @@
 
 use hearth_api::SlotHolder;
 use hearth_api::conditions::is_true;
-use hearth_api::kueue::{Workload, workload_conditions};
-use hearth_api::names::{CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
+use hearth_api::kueue::{Workload, admitted_slots_on, workload_conditions};
+use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
 use hearth_api::text::bounded;
 
 use crate::fournos_lock::JOB_NAME_LABEL;
@@ -79,24 +79,26 @@ fn holds_quota(w: &Workload) -> bool {
         && !is_true(conditions, workload_conditions::FINISHED)
 }
 
-/// `fournos/cluster-slot` the Workload was admitted with on `flavor`: each pod set whose
-/// assignment puts the resource on that flavor, its requests times its count.
+/// `fournos/cluster-slot` the Workload was admitted with on `flavor`, as Kueue counted
+/// it; a Workload whose count cannot be read is named with the slots it asks for on the
+/// flavor unknown, as 0 (it is still a holder: Kueue admitted it there).
 fn slots_on(w: &Workload, flavor: &str) -> Option<i64> {
-    let admission = w.status.as_ref()?.admission.as_ref()?;
-    let total: i64 = admission
+    let on_flavor = w
+        .status
+        .as_ref()?
+        .admission
+        .as_ref()?
         .pod_set_assignments
         .iter()
-        .filter(|a| {
+        .any(|a| {
             a.flavors
                 .get(CLUSTER_SLOT_RESOURCE)
                 .is_some_and(|f| f == flavor)
-        })
-        .filter_map(|a| {
-            let ps = w.spec.pod_sets.iter().find(|p| p.name == a.name)?;
-            crate::sentinel::pod_set_slots(ps)
-        })
-        .sum();
-    (total > 0).then_some(total)
+        });
+    if !on_flavor {
+        return None;
+    }
+    Some(admitted_slots_on(w, flavor).unwrap_or(0))
 }
 
 /// The flavor a Workload holds `fournos/cluster-slot` on, if it is admitted: the cluster
@@ -111,34 +113,44 @@ pub fn admitted_flavor(w: &Workload) -> Option<&str> {
         .find_map(|a| a.flavors.get(CLUSTER_SLOT_RESOURCE).map(String::as_str))
 }
 
-/// Keeps of a Workload only what [`slot_holders`] and [`admitted_flavor`] read: its
-/// names, the job label and owner annotation, each pod set's name, count and containers'
-/// requests, and its conditions and admission. Pod templates (images, commands,
-/// environment) can be large and are never read.
+/// Longest condition message kept (Kueue's words, quoted bounded anyway).
+const MAX_MESSAGE: usize = 1024;
+
+/// Keeps of a Workload only what lock-manager reads: its names, UID, creation and
+/// deletion times, the job label, the FournosJob ownerReference and the owner
+/// annotation (bounded), each pod set's name, count and cluster node selector, and its
+/// conditions (messages bounded) and admission. Everything else, pod templates first,
+/// can be large, is written by whoever may create Workloads, and is never read.
 pub fn trim(w: &mut Workload) {
-    if let Some(annotations) = &mut w.metadata.annotations {
+    let meta = &mut w.metadata;
+    meta.managed_fields = None;
+    meta.finalizers = None;
+    meta.generate_name = None;
+    if let Some(labels) = &mut meta.labels {
+        labels.retain(|key, _| key == JOB_NAME_LABEL);
+    }
+    if let Some(annotations) = &mut meta.annotations {
         annotations.retain(|key, _| key == OWNER_ANNOTATION);
+        for value in annotations.values_mut() {
+            *value = bounded(value, MAX_NAME);
+        }
+    }
+    if let Some(owners) = &mut meta.owner_references {
+        owners.retain(|o| o.kind == "FournosJob");
+        owners.truncate(1);
     }
     for ps in &mut w.spec.pod_sets {
         ps.other.clear();
-        ps.template.metadata = None;
-        if let Some(spec) = ps.template.spec.take() {
-            let containers = spec
-                .containers
-                .into_iter()
-                .map(|c| k8s_openapi::api::core::v1::Container {
-                    name: c.name,
-                    resources: c.resources.map(|r| {
-                        k8s_openapi::api::core::v1::ResourceRequirements {
-                            requests: r.requests,
-                            ..Default::default()
-                        }
-                    }),
-                    ..Default::default()
-                })
-                .collect();
+        let cluster = ps.template.spec.as_ref().and_then(|spec| {
+            spec.node_selector
+                .as_ref()?
+                .get(CLUSTER_NODE_LABEL)
+                .cloned()
+        });
+        ps.template = Default::default();
+        if let Some(cluster) = cluster {
             ps.template.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-                containers,
+                node_selector: Some([(CLUSTER_NODE_LABEL.to_owned(), cluster)].into()),
                 ..Default::default()
             });
         }
@@ -146,16 +158,34 @@ pub fn trim(w: &mut Workload) {
     w.spec.other.clear();
     if let Some(status) = &mut w.status {
         status.other.clear();
+        for c in &mut status.conditions {
+            if c.message.len() > MAX_MESSAGE {
+                c.message = bounded(&c.message, MAX_MESSAGE);
+            }
+        }
+        if let Some(admission) = &mut status.admission {
+            admission.other.clear();
+            for a in &mut admission.pod_set_assignments {
+                a.other.clear();
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
     fn workload(name: &str, flavor: &str, slots: i64, conditions: &[&str]) -> Workload {
+        workload_using(name, flavor, &slots.to_string(), conditions)
+    }
+
+    /// A Workload Kueue admitted (per `conditions`) on `flavor`, using `usage` of the
+    /// cluster's slots by its own count.
+    fn workload_using(name: &str, flavor: &str, usage: &str, conditions: &[&str]) -> Workload {
         let conditions: Vec<_> = conditions
             .iter()
             .map(|t| {
@@ -168,9 +198,10 @@ mod tests {
             "metadata": {"name": name, "namespace": "exec", "uid": format!("uid-{name}"),
                          "labels": {"fournos.dev/job-name": name}},
             "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {
-                "containers": [{"name": "c", "resources": {"requests": {"fournos/cluster-slot": slots.to_string()}}}]}}}]},
+                "containers": [{"name": "c", "resources": {"requests": {"fournos/cluster-slot": usage}}}]}}}]},
             "status": {"conditions": conditions, "admission": {"clusterQueue": "q",
-                "podSetAssignments": [{"name": "main", "flavors": {"fournos/cluster-slot": flavor}, "count": 1}]}},
+                "podSetAssignments": [{"name": "main", "flavors": {"fournos/cluster-slot": flavor},
+                    "resourceUsage": {"fournos/cluster-slot": usage}, "count": 1}]}},
         }))
         .unwrap()
     }
@@ -252,7 +283,16 @@ mod tests {
             )]
             .into(),
         );
-        all[0].spec.pod_sets[0].count = 50;
+        all[0]
+            .status
+            .as_mut()
+            .unwrap()
+            .admission
+            .as_mut()
+            .unwrap()
+            .pod_set_assignments[0]
+            .resource_usage
+            .insert(CLUSTER_SLOT_RESOURCE.into(), Quantity("50".into()));
         let holders = slot_holders(&all, "a", |_| false);
         assert_eq!(holders.len(), MAX_HOLDERS);
         assert_eq!(holders[0].workload, "exec/job-0");
@@ -260,5 +300,59 @@ mod tests {
         let owner = holders[0].owner.as_deref().unwrap();
         assert!(!owner.contains('\u{1b}'), "{owner}");
         assert!(owner.chars().count() <= MAX_NAME + 1, "{owner}");
+    }
+
+    #[test]
+    fn slots_are_counted_as_kueue_counts_them_whatever_the_notation() {
+        let all = [
+            workload_using("milli", "a", "99500m", &["Admitted"]),
+            workload_using("second-container", "a", "1", &["Admitted"]),
+            workload_using("unreadable", "a", "lots", &["Admitted"]),
+        ];
+        let holders = slot_holders(&all, "a", |_| false);
+        let slots: Vec<_> = holders
+            .iter()
+            .map(|h| (h.workload.as_str(), h.slots))
+            .collect();
+        assert_eq!(
+            slots,
+            vec![
+                ("exec/milli", 100),
+                ("exec/second-container", 1),
+                ("exec/unreadable", 0)
+            ],
+            "a Workload Kueue admitted on the flavor is named even when its count cannot be read"
+        );
+    }
+
+    #[test]
+    fn trimming_keeps_what_a_lock_proof_reads_and_drops_what_anyone_may_bloat() {
+        let mut w = workload("cluster-lock-a", "a", 100, &["Admitted"]);
+        w.metadata.owner_references = Some(vec![
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u0"})).unwrap(),
+            serde_json::from_value(json!({"apiVersion": "fournos.dev/v1", "kind": "FournosJob", "name": "cluster-lock-a", "uid": "u1"})).unwrap(),
+        ]);
+        w.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("junk".into(), "z".repeat(63));
+        w.spec.pod_sets[0]
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .node_selector = Some([(CLUSTER_NODE_LABEL.to_owned(), "a".to_owned())].into());
+        w.status.as_mut().unwrap().conditions[0].message = "m".repeat(100_000);
+        let before = crate::fournos_lock::observe_workload(&w);
+        trim(&mut w);
+        assert!(serde_json::to_string(&w).unwrap().len() < 3000);
+        let after = crate::fournos_lock::observe_workload(&w);
+        assert_eq!(after.owner_uid.as_deref(), Some("u1"));
+        assert_eq!(
+            (after.job, after.slots, after.created, after.uid),
+            (before.job, before.slots, before.created, before.uid)
+        );
+        assert_eq!(crate::fournos_lock::lock_workload_cluster(&w), Some("a"));
     }
 }

@@ -25,6 +25,9 @@ pub struct LockMetrics {
     pub acquisition: Histogram,
     /// Sentinels deleted because their cluster no longer exists.
     pub orphans_deleted: Counter,
+    /// Sentinels whose FournosCluster no longer exists that lock-manager cannot prove its
+    /// own (labels prove nothing), so it leaves them for a person.
+    pub orphans_unproven: Gauge,
     /// Reconciles, their errors and durations, watch errors, undecodable objects.
     pub controller: ControllerMetrics,
     /// Writes to the API, by what was written: zero in steady state.
@@ -41,6 +44,7 @@ impl LockMetrics {
             // 1s … ~9h: a lock on a busy cluster waits for running jobs to finish.
             acquisition: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
             orphans_deleted: Counter::default(),
+            orphans_unproven: Gauge::default(),
             controller: ControllerMetrics::default(),
             writes: Family::default(),
         }
@@ -78,6 +82,11 @@ impl LockMetrics {
             "orphan_sentinels_deleted",
             "Sentinels deleted because their FournosCluster no longer exists",
             self.orphans_deleted.clone(),
+        );
+        r.register(
+            "orphan_sentinels_unproven",
+            "Labelled sentinels of FournosClusters that no longer exist, whose UID lock-manager never created or saw recorded: left for a person to delete",
+            self.orphans_unproven.clone(),
         );
         r.register(
             "writes",

@@ -15,7 +15,7 @@ use crate::fournos_lock::{
     FOURNOS_EXCLUSIVE_SLOTS, PICKUP_GRACE, REPAIR_GRACE, WORKLOAD_LOST_EVENT,
 };
 pub use crate::state::{
-    FournosView, Kept, Lock, LockState, Lost, Mismatch, Refusal, Wait, classify,
+    Doubt, FournosView, Kept, Lock, LockState, Lost, Mismatch, Refusal, Wait, classify,
 };
 
 /// Condition reasons of `Locked` (see [`hearth_api::reasons::LockedReason`]).
@@ -120,6 +120,8 @@ pub struct LockStatus {
     /// The UID of the kept sentinel; for a sentinel created now, the apply step fills it
     /// in from the create's answer.
     pub lock_job_uid: Option<String>,
+    /// The proven Workload that holds the cluster's slots, while the lock is held.
+    pub lock_workload_uid: Option<String>,
     pub owner_set_at: Option<Timestamp>,
     pub lock_expires_at: Option<Timestamp>,
     pub lock_owner: Option<String>,
@@ -176,11 +178,15 @@ fn quoted(text: &str) -> String {
     hearth_api::text::bounded(text, MAX_QUOTED)
 }
 
-/// Deletes every live sentinel except the one named `keep`.
+/// Deletes every live proven sentinel except the one named `keep`. An unproven object
+/// is never deleted, whatever its labels say: anyone who may patch an object in the
+/// execution namespace may give it the labels, and a label must not turn into a delete.
 fn delete_all_but(sentinels: &[SentinelView], keep: Option<&str>) -> Vec<LockAction> {
     sentinels
         .iter()
-        .filter(|s| s.state != SentinelState::Terminating && Some(s.name.as_str()) != keep)
+        .filter(|s| {
+            s.proven && s.state != SentinelState::Terminating && Some(s.name.as_str()) != keep
+        })
         .map(|s| LockAction::DeleteSentinel {
             name: s.name.clone(),
         })
@@ -217,20 +223,25 @@ fn status_of(state: &LockState, cluster: &str) -> LockStatus {
             ..LockStatus::default()
         };
     };
-    let (lock_job_name, lock_job_uid) = match state {
-        LockState::Creating { .. } | LockState::OldWorkload { .. } => {
-            (Some(lock_sentinel_name(cluster)), None)
-        }
+    // A sentinel is named only with the UID that proves it (a created one gets both from
+    // the apply step): a name alone would let a later reconcile adopt whatever holds it.
+    let kept = match state {
         // WorkloadLost names the sentinel it replaces until the new one exists.
-        LockState::WorkloadLost { sentinel, .. } => {
-            (Some(sentinel.name.clone()), sentinel.uid.clone())
-        }
-        _ => kept_name(state).map_or((None, None), |k| (Some(k.name.clone()), k.uid.clone())),
+        LockState::WorkloadLost { sentinel, .. } => Some(sentinel),
+        _ => kept_name(state),
+    };
+    let (lock_job_name, lock_job_uid) = kept
+        .and_then(|k| Some((Some(k.name.clone()), Some(k.uid.clone()?))))
+        .unwrap_or_default();
+    let lock_workload_uid = match state {
+        LockState::Held { workload, .. } => workload.clone(),
+        _ => None,
     };
     LockStatus {
         locked: matches!(state, LockState::Held { .. }),
         lock_job_name,
         lock_job_uid,
+        lock_workload_uid,
         owner_set_at: Some(lock.owner_set_at),
         lock_expires_at: lock.expires_at,
         lock_owner: Some(lock.owner.clone()),
@@ -294,13 +305,43 @@ fn lost_text(lost: &Lost) -> String {
             .unwrap_or_default()
     };
     match lost {
-        Lost::NoWorkload => "there is no Workload owned by it (deleted, or never made)".to_owned(),
+        Lost::NoWorkload => "there is no Workload of its name (deleted, or never made)".to_owned(),
+        Lost::Finished { workload } => format!("its Workload {workload} is finished"),
         Lost::Evicted { workload, said: s } => {
             format!("Kueue evicted its Workload {workload}{}", said(s))
         }
         Lost::NotAdmitted { workload, said: s } => {
             format!("its Workload {workload} is not admitted{}", said(s))
         }
+    }
+}
+
+fn doubt_text(doubt: &Doubt, job: &str) -> String {
+    let found = |v: &Option<String>| {
+        v.as_deref()
+            .map_or_else(|| "none".to_owned(), |v| format!("'{}'", quoted(v)))
+    };
+    match doubt {
+        Doubt::Label { found: f } => format!(
+            "it is not labelled {}={job} (found {})",
+            crate::fournos_lock::JOB_NAME_LABEL,
+            found(f)
+        ),
+        Doubt::Owner { found: f } => format!(
+            "its owner is not FournosJob {job} by UID (found {})",
+            found(f)
+        ),
+        Doubt::Older {
+            created,
+            job_created,
+        } => format!(
+            "it was created at {}, before the sentinel ({})",
+            fmt_time(*created),
+            fmt_time(*job_created)
+        ),
+        Doubt::Uncounted => format!(
+            "Kueue's count of the {CLUSTER_SLOT_RESOURCE} it holds cannot be read (status.admission.podSetAssignments[].resourceUsage)"
+        ),
     }
 }
 
@@ -360,14 +401,33 @@ fn message(state: &LockState, cluster: &str) -> Option<String> {
             sentinel,
             workload,
             holds_quota,
+            leftover,
             ..
-        } => format!(
-            "Waiting for the previous lock's Workload {workload} to be deleted by the garbage collector (its FournosJob is gone){} before creating sentinel {sentinel} for {owner}: Fournos would adopt a Workload of that name.{note}",
-            if *holds_quota {
+        } => {
+            let holds = if *holds_quota {
                 "; it still holds the cluster's slots"
             } else {
                 ""
-            },
+            };
+            if *leftover {
+                format!(
+                    "Waiting for the previous lock's Workload {workload} to be deleted by the garbage collector once its FournosJob is gone{holds}, before creating sentinel {sentinel} for {owner}: Fournos would adopt a Workload of that name. If it stays, delete it (kubectl delete workload {workload} in the execution namespace).{note}"
+                )
+            } else {
+                format!(
+                    "Workload {workload} in the execution namespace has the name Fournos gives the Workload of sentinel {sentinel}, and was not left by a lock{holds}: Fournos would adopt it, so the cluster is not locked for {owner}. Delete it (kubectl delete workload {workload} in the execution namespace); lock-manager then takes the lock on its own.{note}"
+                )
+            }
+        }
+        LockState::Unproven {
+            sentinel,
+            workload,
+            doubt,
+            ..
+        } => format!(
+            "Workload {workload} is admitted for sentinel {} but is not proven to be the one Fournos made for it: {}. It is not trusted to hold the cluster, so the cluster is not locked for {owner}. Delete the Workload (kubectl delete workload {workload} in the execution namespace); lock-manager then replaces the sentinel.{note}",
+            sentinel.name,
+            doubt_text(doubt, &sentinel.name),
         ),
         LockState::NameTaken {
             refusal:
@@ -686,7 +746,11 @@ mod tests {
             }]
         );
         assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
-        assert_eq!(plan.status.lock_job_name.as_deref(), Some("cluster-lock-a"));
+        assert_eq!(
+            (plan.status.lock_job_name, plan.status.lock_job_uid),
+            (None, None),
+            "the name is written with the UID the create answers, never alone"
+        );
         assert_eq!(plan.status.lock_owner.as_deref(), Some("alice"));
         assert_eq!(plan.requeue_after, None);
     }
@@ -1066,10 +1130,11 @@ mod tests {
         );
     }
 
-    /// Issue 24 (2b): an object that carries the sentinel labels and says it is the
-    /// owner's, admitted, is not a lock unless lock-manager made it.
+    /// An object that carries the sentinel labels and says it is the owner's, admitted,
+    /// is not a lock unless lock-manager made it; and labels never make lock-manager
+    /// delete it (anyone who may patch an object could otherwise have it deleted).
     #[test]
-    fn a_labelled_impostor_never_holds_and_is_replaced() {
+    fn a_labelled_impostor_never_holds_and_is_never_deleted() {
         let status = locked_since("alice", 0);
         let s = [impostor("cluster-lock-a", "alice", SentinelState::Holding)];
         let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
@@ -1077,12 +1142,15 @@ mod tests {
         assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
         assert_eq!(
             plan.actions,
-            vec![LockAction::DeleteSentinel {
-                name: "cluster-lock-a".into()
+            vec![LockAction::CreateSentinel {
+                name: "cluster-lock-a".into(),
+                owner: "alice".into()
             }],
-            "it takes the sentinel's name: it goes, and the real one follows"
+            "the create meets it, and the apply step names it (SentinelNameTaken)"
         );
-        // Beside the real one: the real one is kept, the impostor goes.
+        let plan = plan_lock(&view(None, None, &status), &s, at(10));
+        assert_eq!(plan.actions, vec![], "not deleted on unlock either");
+        // Beside the real one: the real one is kept, the impostor left alone.
         let s = [
             impostor("cluster-lock-a-fake", "alice", SentinelState::Holding),
             sentinel("cluster-lock-a", "alice", SentinelState::Waiting(None)),
@@ -1093,12 +1161,7 @@ mod tests {
             plan.status.lock_job_uid.as_deref(),
             Some("uid-cluster-lock-a")
         );
-        assert_eq!(
-            plan.actions,
-            vec![LockAction::DeleteSentinel {
-                name: "cluster-lock-a-fake".into()
-            }]
-        );
+        assert_eq!(plan.actions, vec![]);
     }
 
     #[test]

@@ -36,8 +36,12 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
     ctx.sentinels.synced().await.map_err(|_| Error::CacheGone)?;
     let name = cluster.name_any();
     let status = cluster.status.clone().unwrap_or_default();
+    // Adoption is for a lock of the Python Hearth's era only: its status names the
+    // sentinel without `lockOwner` and `lockJobUID`, which every lock-manager writes with
+    // a sentinel's name. A name this lock-manager wrote is never a reason to adopt.
     if ctx.rt.is_leader()
         && status.lock_job_uid.is_none()
+        && status.lock_owner.is_none()
         && let Some(legacy) = status.lock_job_name.as_deref()
         && ctx.sentinels.named(legacy).is_none()
         && adopt_legacy(&ctx.writer, &cluster.object_ref(&()), &name, legacy).await?
@@ -65,36 +69,44 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
         status: &status,
     };
     let now = Timestamp::now();
-    let (mut plan, owned) = match &ctx.lock_workloads {
-        Some(workloads) => {
-            // Planning from a half-filled Workload cache would call a lock lost.
-            workloads.synced().await.map_err(|_| Error::CacheGone)?;
-            let facts = fournos_lock::FournosFacts::observe(&workloads.store(), &name, &observed);
-            let plan = plan_lock(&view, &views, Some(&facts.view()), now);
-            let owned = facts.owned_by_kept(&plan);
-            (plan, owned)
-        }
-        None => (plan_lock(&view, &views, None, now), None),
+    // Planning from a half-filled Workload cache would call a lock lost.
+    ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
+    let (mut plan, owned) = if ctx.fournos {
+        let facts = fournos_lock::FournosFacts::observe(
+            &ctx.admitted.store(),
+            &ctx.writer.config.execution_namespace,
+            &name,
+            &observed,
+        );
+        let plan = plan_lock(&view, &views, Some(&facts.view()), now);
+        let owned = facts.owned_by_kept(&plan);
+        (plan, owned)
+    } else {
+        (plan_lock(&view, &views, None, now), None)
     };
     if let Some(flavor) = status.kueue.as_ref().map(|k| k.flavor.as_str()) {
-        ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
-        // This Hearth's lock is not a foreign holder: its proven sentinels, and for
-        // `fournosjob` the Workloads Fournos made for them.
-        let ours: Vec<&str> = views
-            .iter()
-            .filter(|v| v.proven)
-            .filter_map(|v| v.uid.as_deref())
+        // This Hearth's lock is not a foreign holder: the Workload proven to hold it and,
+        // for `workload`, the proven sentinels (each its own Workload). Only a UID proven
+        // by this Hearth hides a holder; a label or an ownerReference never does.
+        let mut ours: Vec<&str> = plan
+            .status
+            .lock_workload_uid
+            .as_deref()
+            .into_iter()
             .collect();
+        if !ctx.fournos {
+            ours.extend(
+                views
+                    .iter()
+                    .filter(|v| v.proven)
+                    .filter_map(|v| v.uid.as_deref()),
+            );
+        }
         let workloads = ctx.admitted.state();
         plan.status.slot_holders = holders::slot_holders(
             workloads.iter().filter_map(|w| w.0.as_ref().ok()),
             flavor,
-            |w| {
-                w.uid().is_some_and(|u| ours.contains(&u.as_str()))
-                    || w.owner_references()
-                        .iter()
-                        .any(|o| ours.contains(&o.uid.as_str()))
-            },
+            |w| w.uid().is_some_and(|u| ours.contains(&u.as_str())),
         );
     }
     tracing::debug!(plan = %crate::summary::plan_summary(&plan), "planned");

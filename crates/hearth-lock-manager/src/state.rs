@@ -85,10 +85,31 @@ pub enum Mismatch {
     FournosAsksOther { cluster: i64 },
 }
 
+/// Why the Workload of a `fournosjob` sentinel's name is not proven to be the one
+/// Fournos made for it. Fournos adopts any Workload of the job's name, and anyone who may
+/// create Workloads may write one's labels and ownerReferences.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Doubt {
+    /// Not labelled `fournos.dev/job-name=<job>`.
+    Label { found: Option<String> },
+    /// Its ownerReference does not name the sentinel's UID.
+    Owner { found: Option<String> },
+    /// Created before the sentinel: someone made it before Fournos could.
+    Older {
+        created: Timestamp,
+        job_created: Timestamp,
+    },
+    /// Kueue's count of the slots it holds on the flavor cannot be read.
+    Uncounted,
+}
+
 /// Why a `fournosjob` lock that Fournos calls admitted holds nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Lost {
     NoWorkload,
+    Finished {
+        workload: String,
+    },
     Evicted {
         workload: String,
         said: Option<String>,
@@ -148,6 +169,10 @@ pub enum LockState {
         sentinel: String,
         workload: String,
         holds_quota: bool,
+        /// Labelled for the sentinel's name and owned by a FournosJob: what Fournos leaves
+        /// when a lock's job goes, which the garbage collector takes. Anything else of
+        /// the name was made by someone else, and only a person can remove it.
+        leftover: bool,
     },
     /// The sentinel's name is taken by an object this Hearth did not make.
     NameTaken { lock: Lock, refusal: Refusal },
@@ -181,7 +206,21 @@ pub enum LockState {
     },
     /// The owner's proven sentinel (for `fournosjob`: its own Workload) is admitted in
     /// the cluster's ClusterQueue on its flavor with every slot: the cluster is held.
-    Held { lock: Lock, sentinel: Kept },
+    /// `workload` is that Workload's UID (`status.lockWorkloadUID`).
+    Held {
+        lock: Lock,
+        sentinel: Kept,
+        workload: Option<String>,
+    },
+    /// `fournosjob`: Fournos says admitted, and the Workload of the sentinel's name is not
+    /// proven to be the one Fournos made for it: not held, whatever Kueue admitted. The
+    /// sentinel is kept (replacing it would adopt the same Workload again).
+    Unproven {
+        lock: Lock,
+        sentinel: Kept,
+        workload: String,
+        doubt: Doubt,
+    },
     /// The owner's sentinel is admitted, or asks to be, but not for all of this cluster.
     Misplaced {
         lock: Lock,
@@ -212,7 +251,9 @@ impl LockState {
             Self::Replacing { waits, .. } | Self::Creating { waits, .. } if !waits.is_empty() => {
                 R::WaitingForRelease
             }
-            Self::OldWorkload { .. } => R::WaitingForRelease,
+            Self::OldWorkload { leftover: true, .. } => R::WaitingForRelease,
+            Self::OldWorkload { .. } => R::SentinelNameTaken,
+            Self::Unproven { .. } => R::WorkloadNotProven,
             Self::Replacing { .. }
             | Self::Creating { .. }
             | Self::Waiting { .. }
@@ -250,6 +291,7 @@ impl LockState {
             | Self::NotPickedUp { lock, .. }
             | Self::AwaitingWorkload { lock, .. }
             | Self::Held { lock, .. }
+            | Self::Unproven { lock, .. }
             | Self::Misplaced { lock, .. }
             | Self::WorkloadLost { lock, .. } => Some(lock),
         }
@@ -262,6 +304,7 @@ impl LockState {
             | Self::NotPickedUp { sentinel, .. }
             | Self::AwaitingWorkload { sentinel, .. }
             | Self::Held { sentinel, .. }
+            | Self::Unproven { sentinel, .. }
             | Self::Misplaced { sentinel, .. }
             | Self::WorkloadLost { sentinel, .. } => Some(sentinel),
             _ => None,
@@ -323,16 +366,20 @@ pub fn classify(
         if cluster.status.kueue.is_none() {
             return LockState::WaitingForFlavor { lock };
         }
-        if sentinels.iter().any(|s| s.name == canonical) {
+        // Only a proven sentinel of the name is replaced (deleted, then made anew); an
+        // unproven one is never deleted, and the create names it (`SentinelNameTaken`).
+        if sentinels.iter().any(|s| s.name == canonical && s.proven) {
             return LockState::Replacing {
                 lock,
                 waits: waits(),
             };
         }
-        // Fournos adopts a Workload of the name it is about to make: none may be left.
-        if let Some(old) = fournos.and_then(|f| f.workloads.iter().find(|w| w.job == canonical)) {
+        // Fournos adopts a Workload of the name it is about to make (it finds the job's
+        // Workload by name): none may be there, whoever made it and however labelled.
+        if let Some(old) = fournos.and_then(|f| f.workloads.iter().find(|w| w.name == canonical)) {
             return LockState::OldWorkload {
                 lock,
+                leftover: old.job.as_deref() == Some(canonical.as_str()) && old.owner_uid.is_some(),
                 sentinel: canonical,
                 workload: old.name.clone(),
                 holds_quota: old.holds_quota,
@@ -367,7 +414,11 @@ pub fn classify(
         }
         // `workload` sentinels: what the sentinel says is its own admission. (For
         // `fournosjob` a kept sentinel is a readable live job, so it has its JobView.)
-        (SentinelState::Holding, _) if fournos.is_none() => LockState::Held { lock, sentinel },
+        (SentinelState::Holding, _) if fournos.is_none() => LockState::Held {
+            workload: sentinel.uid.clone(),
+            lock,
+            sentinel,
+        },
         (SentinelState::Holding, _) => LockState::Waiting {
             lock,
             sentinel,
@@ -397,9 +448,10 @@ pub fn classify(
     }
 }
 
-/// A `fournosjob` sentinel Fournos calls admitted holds the cluster only while the
-/// Workload owned by *this* job is admitted, not evicted, in the cluster's queue on its
-/// flavor, with at least the cluster's slots.
+/// A `fournosjob` sentinel Fournos calls admitted holds the cluster only while the one
+/// Workload of its name (Fournos finds its Workload by name) is proven to be Fournos's
+/// for *this* job ([`doubt`]) and is admitted, not finished or evicted, in the cluster's
+/// queue on its flavor, with at least the cluster's slots as Kueue counted them.
 fn held_by_fournos(
     lock: Lock,
     sentinel: Kept,
@@ -408,49 +460,44 @@ fn held_by_fournos(
     expect: &Expect<'_>,
     now: Timestamp,
 ) -> LockState {
-    let workload = workloads
-        .iter()
-        .find(|w| job.uid.is_some() && w.owner_uid == job.uid && !w.deleting);
+    let workload = workloads.iter().find(|w| w.name == job.name && !w.deleting);
     let phase = job.phase.clone();
     let lost = match workload {
         None => Lost::NoWorkload,
-        Some(w) if w.evicted => Lost::Evicted {
-            workload: w.name.clone(),
-            said: w.message.clone(),
-        },
-        Some(w) if !w.admitted => Lost::NotAdmitted {
-            workload: w.name.clone(),
-            said: w.message.clone(),
-        },
         Some(w) => {
-            if let Some(why) = expect.misplaced(
-                w.cluster_queue.as_deref().unwrap_or_default(),
-                w.slot_flavor.as_deref(),
-            ) {
-                let mismatch = Mismatch::WrongFlavor {
-                    workload: Some(w.name.clone()),
-                    why,
-                };
-                return LockState::Misplaced {
+            if let Some(doubt) = doubt(w, job) {
+                return LockState::Unproven {
                     lock,
                     sentinel,
-                    mismatch,
-                };
-            }
-            let cluster = expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
-            if let Some(holds) = w.slots.filter(|s| *s < cluster) {
-                let mismatch = Mismatch::FournosTooFew {
                     workload: w.name.clone(),
-                    holds,
-                    cluster,
-                };
-                return LockState::Misplaced {
-                    lock,
-                    sentinel,
-                    mismatch,
+                    doubt,
                 };
             }
-            return LockState::Held { lock, sentinel };
+            match proven_holds(w, expect) {
+                Ok(()) => {
+                    return LockState::Held {
+                        lock,
+                        sentinel,
+                        workload: w.uid.clone(),
+                    };
+                }
+                Err(Holds::Lost(lost)) => lost,
+                Err(Holds::Mismatch(mismatch)) => {
+                    return LockState::Misplaced {
+                        lock,
+                        sentinel,
+                        mismatch,
+                    };
+                }
+                Err(Holds::Uncounted) => {
+                    return LockState::Unproven {
+                        lock,
+                        sentinel,
+                        workload: w.name.clone(),
+                        doubt: Doubt::Uncounted,
+                    };
+                }
+            }
         }
     };
     let young = job
@@ -469,6 +516,77 @@ fn held_by_fournos(
         sentinel,
         phase,
         lost,
+    }
+}
+
+/// Why the Workload of a job's name may not be the one Fournos made for that job, if
+/// it may not: Fournos labels it with the job and makes the job its owner, after the job
+/// exists. (Kueue's admission, checked after, is the part nobody else writes.)
+fn doubt(w: &LockWorkloadView, job: &JobView) -> Option<Doubt> {
+    if w.job.as_deref() != Some(job.name.as_str()) {
+        return Some(Doubt::Label {
+            found: w.job.clone(),
+        });
+    }
+    if job.uid.is_none() || w.owner_uid != job.uid {
+        return Some(Doubt::Owner {
+            found: w.owner_uid.clone(),
+        });
+    }
+    match (w.created, job.created) {
+        (Some(created), Some(job_created)) if created < job_created => Some(Doubt::Older {
+            created,
+            job_created,
+        }),
+        _ => None,
+    }
+}
+
+/// Why a proven Workload does not hold the cluster.
+enum Holds {
+    Lost(Lost),
+    Mismatch(Mismatch),
+    Uncounted,
+}
+
+/// Whether a proven Workload holds every slot of the cluster: admitted, not finished or
+/// evicted, in the cluster's queue on its flavor, with the cluster's slots or more.
+fn proven_holds(w: &LockWorkloadView, expect: &Expect<'_>) -> Result<(), Holds> {
+    if w.finished {
+        return Err(Holds::Lost(Lost::Finished {
+            workload: w.name.clone(),
+        }));
+    }
+    if w.evicted {
+        return Err(Holds::Lost(Lost::Evicted {
+            workload: w.name.clone(),
+            said: w.message.clone(),
+        }));
+    }
+    if !w.admitted {
+        return Err(Holds::Lost(Lost::NotAdmitted {
+            workload: w.name.clone(),
+            said: w.message.clone(),
+        }));
+    }
+    if let Some(why) = expect.misplaced(
+        w.cluster_queue.as_deref().unwrap_or_default(),
+        w.slot_flavor.as_deref(),
+    ) {
+        return Err(Holds::Mismatch(Mismatch::WrongFlavor {
+            workload: Some(w.name.clone()),
+            why,
+        }));
+    }
+    let cluster = expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS);
+    match w.slots {
+        None => Err(Holds::Uncounted),
+        Some(holds) if holds < cluster => Err(Holds::Mismatch(Mismatch::FournosTooFew {
+            workload: w.name.clone(),
+            holds,
+            cluster,
+        })),
+        Some(_) => Ok(()),
     }
 }
 

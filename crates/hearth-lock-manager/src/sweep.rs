@@ -1,12 +1,18 @@
-//! The derived sweep: sentinels whose FournosCluster no longer exists are deleted,
-//! including those orphaned while lock-manager was not running (no finalizers: a
-//! disabled lock-manager strands nothing). It also counts held and waiting locks for
-//! the gauges. Runs on every sentinel or cluster event and on the resync interval,
-//! from the watch caches only.
+//! The derived sweep: sentinels whose FournosCluster no longer exists are deleted when
+//! more than their labels say they are this lock-manager's: their UID is one it created,
+//! or one it saw a cluster's `status.lockJobUID` record while it ran ([`Recorded`]), or
+//! their spec is a sentinel's for that same missing cluster (what lock-manager builds;
+//! this keeps the promise that a cluster deleted while lock-manager was down strands
+//! nothing). Labels alone prove nothing: anyone who may patch an object in the execution
+//! namespace may label it for a cluster that does not exist, and a job whose spec was
+//! not made for that missing cluster is left alone, counted
+//! (`hearth_lock_manager_orphan_sentinels_unproven`) for a person to look at. It also counts held and waiting locks for the gauges.
+//! Runs on every sentinel or cluster event and on the resync interval, from the watch
+//! caches only.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_api::FournosCluster;
@@ -26,6 +32,33 @@ pub struct Orphan {
     /// Deletion is preconditioned on it, so a newer namesake is never hit.
     pub uid: Option<String>,
     pub cluster: String,
+}
+
+/// The sentinel UIDs this process saw recorded in a cluster's `status.lockJobUID`, kept
+/// while such a sentinel exists, so that a lock's sentinel is still proven once its
+/// cluster (and with it the record) is gone. Bounded by the sentinels in the cache;
+/// losing it on restart only leaves orphans for a person to delete.
+#[derive(Default)]
+pub struct Recorded(Mutex<HashSet<String>>);
+
+impl Recorded {
+    /// Adds every UID `clusters` record, forgets those no sentinel has any longer, and
+    /// says whether `uid` is one of them.
+    fn update<K: Resource>(
+        &self,
+        clusters: &[Arc<DeserializeGuard<FournosCluster>>],
+        sentinels: &[Arc<DeserializeGuard<K>>],
+    ) -> HashSet<String> {
+        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        set.extend(
+            clusters
+                .iter()
+                .filter_map(|c| c.0.as_ref().ok()?.status.as_ref()?.lock_job_uid.clone()),
+        );
+        let live: HashSet<String> = sentinels.iter().filter_map(|s| s.uid()).collect();
+        set.retain(|uid| live.contains(uid));
+        set.clone()
+    }
 }
 
 /// Sentinels (not already being deleted) whose cluster is not in `clusters`.
@@ -106,7 +139,28 @@ async fn sweep_once<K: Sentinel>(ctx: &Context<K>) {
         return;
     }
     let names: HashSet<String> = state.iter().map(|c| c.name_any()).collect();
-    for orphan in orphans(&names, &ctx.sentinels.state()) {
+    let sentinels = ctx.sentinels.state();
+    let recorded = ctx.recorded.update(&state, &sentinels);
+    let shaped: HashSet<String> = sentinels
+        .iter()
+        .filter(|s| {
+            let cluster = cluster_of(s.as_ref()).unwrap_or_default();
+            s.0.as_ref()
+                .is_ok_and(|s| !cluster.is_empty() && s.shape_problem(cluster).is_none())
+        })
+        .filter_map(|s| s.uid())
+        .collect();
+    let (proven, unproven): (Vec<Orphan>, Vec<Orphan>) =
+        orphans(&names, &sentinels).into_iter().partition(|o| {
+            o.uid.as_deref().is_some_and(|u| {
+                recorded.contains(u) || ctx.writer.created.contains(u) || shaped.contains(u)
+            })
+        });
+    ctx.writer
+        .metrics
+        .orphans_unproven
+        .set(i64::try_from(unproven.len()).unwrap_or(i64::MAX));
+    for orphan in proven {
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: orphan.uid.clone(),
@@ -201,6 +255,36 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Only what a cluster's status recorded is remembered, and only while a sentinel of
+    /// that UID exists.
+    #[test]
+    fn recorded_uids_follow_the_statuses_and_the_live_sentinels() {
+        let with_uid = |name: &str, uid: &str| -> Arc<DeserializeGuard<FournosCluster>> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
+                    "metadata": { "name": name },
+                    "spec": { "kubeconfigSecret": "k" },
+                    "status": { "lockJobUID": uid },
+                }))
+                .unwrap(),
+            )
+        };
+        let recorded = Recorded::default();
+        let a = sentinel("cluster-lock-a", Some("a"), false);
+        let forged = sentinel("cluster-lock-b", Some("b"), false);
+        let seen = recorded.update(
+            &[with_uid("a", "uid-cluster-lock-a")],
+            &[a.clone(), forged.clone()],
+        );
+        assert_eq!(seen, ["uid-cluster-lock-a".to_owned()].into());
+        // The cluster is gone: its sentinel's UID is still known, the forgery's never was.
+        let seen = recorded.update(&[], &[a, forged.clone()]);
+        assert_eq!(seen, ["uid-cluster-lock-a".to_owned()].into());
+        // The sentinel is gone: forgotten.
+        assert!(recorded.update(&[], &[forged]).is_empty());
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct ObservedCluster {
     pub schedulable_condition: Option<Condition>,
     /// `status.admittedWorkloads` as it is now.
     pub admitted_workloads: Option<i64>,
+    /// `status.lockWorkloadUID`: the Workload lock-manager proved holds the cluster's
+    /// lock, left out of every flavor's admitted count (a lock is what an operator waits
+    /// to hold, not a job to drain).
+    pub lock_workload_uid: Option<String>,
     /// Known by its metadata only (it does not decode): nothing can be said of its
     /// count, so it keeps a place it holds (at zero quota) and claims no new one.
     pub undecodable: bool,
@@ -87,6 +91,7 @@ impl ObservedCluster {
                 .and_then(|s| conditions::find(&s.conditions, condition_types::SCHEDULABLE))
                 .cloned(),
             admitted_workloads: status.and_then(|s| s.admitted_workloads),
+            lock_workload_uid: status.and_then(|s| s.lock_workload_uid.clone()),
             undecodable: false,
         }
     }

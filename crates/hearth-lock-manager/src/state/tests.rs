@@ -41,7 +41,9 @@ fn job(uid: &str, phase: Option<&str>) -> JobView {
 fn workload(owner_uid: &str, admitted: bool) -> LockWorkloadView {
     LockWorkloadView {
         name: JOB.into(),
-        job: JOB.into(),
+        uid: Some(format!("w-{owner_uid}")),
+        created: Some(at(0)),
+        job: Some(JOB.into()),
         owner_uid: Some(owner_uid.into()),
         slots: Some(100),
         cluster_queue: admitted.then(|| "q".into()),
@@ -220,7 +222,83 @@ fn a_workload_of_another_job_of_the_same_name_is_not_ours() {
         &[workload("alice-uid", true)],
     );
     assert!(!a.status.locked);
+    assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
+    assert_eq!(a.actions, vec![], "replacing the sentinel adopts it again");
+    assert_eq!(a.status.lock_workload_uid, None);
+}
+
+/// Attack: a Workload someone made under the name Fournos gives the lock's Workload,
+/// admitted with one slot (in a second container), then labelled for the job and owned
+/// by the sentinel's UID. Nothing of it is trusted but Kueue's own count.
+#[test]
+fn a_workload_made_under_the_lock_s_name_never_holds_it() {
+    let admitted = || job("u1", Some("Admitted"));
+    let forged = |f: fn(&mut LockWorkloadView)| {
+        let mut w = workload("u1", true);
+        f(&mut w);
+        alice(100, admitted(), &[w])
+    };
+    // Made before the sentinel existed: Fournos adopted it.
+    let a = forged(|w| w.created = Some(at(-5)));
+    assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
+    assert!(
+        message(&a).contains("before the sentinel"),
+        "{}",
+        message(&a)
+    );
+    // Not labelled, or owned by anything but the sentinel's UID.
+    let a = forged(|w| w.job = None);
+    assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
+    let a = forged(|w| w.owner_uid = None);
+    assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
+    // One slot of a hundred, however written: not a lock.
+    let a = forged(|w| w.slots = Some(1));
+    assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
+    // A count Kueue's accounting does not give: never held.
+    let a = forged(|w| w.slots = None);
+    assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
+    assert!(message(&a).contains("cannot be read"), "{}", message(&a));
+    // Finished is not held.
+    let a = forged(|w| w.finished = true);
     assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
+    for a in [
+        forged(|w| w.created = Some(at(-5))),
+        forged(|w| w.slots = None),
+    ] {
+        assert!(!a.status.locked);
+        assert_eq!(a.actions, vec![]);
+    }
+    // Fournos's own: held, and its UID is the one kueue-sync leaves out of a cordon.
+    let a = alice(100, admitted(), &[workload("u1", true)]);
+    assert!(a.status.locked);
+    assert_eq!(a.status.lock_workload_uid.as_deref(), Some("w-u1"));
+}
+
+/// Attack: a Workload of the lock's name made before the lock blocks it with a reason
+/// that names it; a Workload of any other name blocks nothing, whatever its labels say.
+#[test]
+fn only_the_name_fournos_uses_blocks_a_lock() {
+    let foreign = LockWorkloadView {
+        job: None,
+        owner_uid: None,
+        ..workload("x", true)
+    };
+    let a = run(Some("bob"), 100, &[], &[foreign], 10);
+    assert_eq!(a.actions, vec![], "Fournos would adopt it");
+    assert_eq!(reason(&a), LockedReason::SentinelNameTaken.as_str());
+    assert!(
+        message(&a).contains("kubectl delete workload"),
+        "{}",
+        message(&a)
+    );
+    assert_eq!(a.status.lock_job_name, None, "never named without its UID");
+    // Labelled for the lock under another name: not the lock's, not in its way.
+    let junk = LockWorkloadView {
+        name: "junk".into(),
+        ..workload("x", true)
+    };
+    let a = run(Some("bob"), 100, &[], &[junk], 10);
+    assert!(matches!(a.actions[..], [LockAction::CreateSentinel { .. }]));
 }
 
 #[test]
@@ -468,6 +546,7 @@ fn table() -> Vec<Row> {
         Row { actions: &["create"], ..row("creating", "Creating", Some(R::WaitingForAdmission)) },
         fournos(Row { actions: &["create"], ..row("creating, older going", "Creating", Some(R::WaitingForRelease)) }, vec![JobView { name: "cluster-lock-a-old".into(), ..deleting() }], vec![]),
         fournos(row("old Workload of the name", "OldWorkload", Some(R::WaitingForRelease)), vec![], vec![workload("old-uid", false)]),
+        fournos(row("someone's Workload of the name", "OldWorkload", Some(R::SentinelNameTaken)), vec![], vec![LockWorkloadView { job: None, ..workload("old-uid", false) }]),
         Row { refusal: Some(taken), ..row("name taken", "NameTaken", Some(R::SentinelNameTaken)) },
         Row { refusal: Some(failed), ..row("create failed", "CreateFailed", Some(R::SentinelCreateFailed)) },
         // The owner's sentinel.
@@ -477,7 +556,10 @@ fn table() -> Vec<Row> {
         fournos(row("awaiting its Workload", "AwaitingWorkload", Some(R::WaitingForAdmission)), vec![JobView { admitted_at: Some(at(58)), ..admitted() }], vec![]),
         fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload gone", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![]),
         fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload evicted", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![LockWorkloadView { evicted: true, ..workload("u1", true) }]),
-        fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload of another job", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![workload("someone-else", true)]),
+        fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload finished", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![LockWorkloadView { finished: true, ..workload("u1", true) }]),
+        fournos(row("Workload of another job", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![workload("someone-else", true)]),
+        fournos(row("Workload older than the job", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![LockWorkloadView { created: Some(at(-1)), ..workload("u1", true) }]),
+        fournos(row("Workload's slots unreadable", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![LockWorkloadView { slots: None, ..workload("u1", true) }]),
         Row { sentinels: vec![sentinel("alice", S::Misplaced(Misplaced::WrongFlavor("on b".into())))], ..row("wrong flavor", "Misplaced", Some(R::WrongFlavor)) },
         fournos(row("Workload on a wrong flavor", "Misplaced", Some(R::WrongFlavor)), vec![admitted()], vec![on_flavor("b")]),
         Row { sentinels: vec![sentinel("alice", S::Misplaced(Misplaced::WrongSlots("it holds 50".into())))], actions: &["delete"], ..row("wrong slots", "Misplaced", Some(R::SlotsMismatch)) },
@@ -485,8 +567,10 @@ fn table() -> Vec<Row> {
         fournos(Row { status: with_slots(120), ..row("Fournos asks other slots", "Misplaced", Some(R::SlotsMismatch)) }, vec![job("u1", Some("Pending"))], vec![]),
         Row { sentinels: vec![sentinel("alice", S::Holding)], locked: true, ..row("held", "Held", Some(R::Held)) },
         fournos(Row { locked: true, ..row("held through its Workload", "Held", Some(R::Held)) }, vec![admitted()], vec![workload("u1", true)]),
-        // What a sentinel says is not enough: unproven, it is never held.
-        Row { sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], actions: &["delete"], ..row("unproven", "Replacing", Some(R::WaitingForAdmission)) },
+        // What a sentinel says is not enough: unproven, it is never held, and never
+        // deleted (the create meets it and names it: `SentinelNameTaken`).
+        Row { sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], actions: &["create"], ..row("unproven", "Creating", Some(R::WaitingForAdmission)) },
+        Row { owner: None, sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], ..row("unproven, unlocked", "Released", Some(R::Released)) },
     ]
 }
 

@@ -1,0 +1,351 @@
+//! The harness of the tests that run hearth-lock-manager with `fournosjob` sentinels next
+//! to the real, unmodified Fournos operator ([`crate::fournos_real`]): the plane with
+//! Fournos's CRDs, shared by a test binary, and a [`Lab`] per test with Fournos, the world
+//! it needs and lock-manager running in its scope. Every look at a cluster that says
+//! `locked=true` probes it ([`LockLab::probe`]): a one-slot job must not be admitted.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, anyhow};
+use hearth_api::FournosCluster;
+use hearth_api::fournosjob::FournosJob;
+use hearth_api::kueue::Workload;
+use kube::ResourceExt;
+use kube::api::ListParams;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::ControlPlane;
+use crate::fournos_real::{self, Fournos, World};
+use crate::hearth::{self, Controller, Running};
+use crate::invariants::workload_is;
+use crate::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane};
+use crate::process::until;
+use crate::resources::apply;
+
+// ---------------------------------------------------------------------------------------
+// Shared: the plane, Fournos's venv and CRDs
+// ---------------------------------------------------------------------------------------
+
+pub struct Shared {
+    pub plane: &'static ControlPlane,
+    pub source: PathBuf,
+    pub venv: PathBuf,
+}
+
+static SHARED: OnceCell<std::result::Result<Shared, String>> = OnceCell::const_new();
+
+/// The plane with Fournos's CRDs, or `None` (after one skip line) without Fournos.
+pub async fn shared() -> Result<Option<&'static Shared>> {
+    let source = match fournos_real::source() {
+        Ok(source) => source,
+        Err(skip) => {
+            // One line for the whole binary, past libtest's capture (which hides what a
+            // passing test prints), so that `./dev test` shows that these were skipped.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fournos_real: {skip}");
+            });
+            return Ok(None);
+        }
+    };
+    let shared = SHARED
+        .get_or_init(|| async move {
+            let venv_source = source.clone();
+            let venv = tokio::task::spawn_blocking(move || fournos_real::venv(&venv_source))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+            let plane = lock_plane().await.map_err(|e| format!("{e:#}"))?;
+            let client = plane.management_client().await.map_err(|e| e.to_string())?;
+            fournos_real::install_crds(&client, &source)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Shared {
+                plane,
+                source,
+                venv,
+            })
+        })
+        .await;
+    shared
+        .as_ref()
+        .map(Some)
+        .map_err(|e| anyhow!("setting up the plane with Fournos failed: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading state
+// ---------------------------------------------------------------------------------------
+
+pub fn phase(job: &FournosJob) -> Option<&str> {
+    job.status.as_ref()?.phase.as_deref()
+}
+
+pub fn job_message(job: &FournosJob) -> String {
+    job.status
+        .as_ref()
+        .and_then(|s| s.other.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+// ---------------------------------------------------------------------------------------
+// A test's world
+// ---------------------------------------------------------------------------------------
+
+/// The shared [`LockLab`] (probing: every look at a `locked=true` cluster tries a job),
+/// with Fournos and the world it needs running in its scope.
+pub struct Lab {
+    pub lab: LockLab,
+    pub shared: &'static Shared,
+    pub fournos: tokio::sync::Mutex<Fournos>,
+    world: tokio::task::JoinHandle<Result<()>>,
+    pub lock_manager: tokio::sync::Mutex<Option<Running>>,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = LockLab;
+
+    fn deref(&self) -> &LockLab {
+        &self.lab
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.world.abort();
+    }
+}
+
+impl Lab {
+    /// A scope with Fournos (and the world it needs) running in it, or `None` to skip.
+    pub async fn new(test: &str) -> Result<Option<Lab>> {
+        let Some(shared) = shared().await? else {
+            return Ok(None);
+        };
+        let lab = LockLab::new(shared.plane, test).await?.probing();
+        let (client, scope) = (&lab.client, &lab.scope);
+        fournos_real::install_pipelines(client, &shared.source, &scope.execution_namespace).await?;
+        let world = tokio::spawn(World::new(client, &scope.execution_namespace).run());
+        let fournos = Fournos::start(shared.plane, &shared.source, &shared.venv, scope)
+            .await
+            .context("starting Fournos")?;
+        eprintln!(
+            "{test}: Fournos is up (log: {})",
+            fournos.log_path().display()
+        );
+        Ok(Some(Lab {
+            lab,
+            shared,
+            fournos: tokio::sync::Mutex::new(fournos),
+            world,
+            lock_manager: Default::default(),
+        }))
+    }
+
+    /// hearth-lock-manager with `fournosjob` sentinels, as the chart's ServiceAccount.
+    pub async fn start_lock_manager(&self) -> Result<()> {
+        let running = hearth::start(
+            self.shared.plane,
+            &self.scope,
+            Controller::LockManager,
+            "0",
+            &[
+                ("HEARTH_SENTINEL", "fournosjob"),
+                ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
+                ("HEARTH_LOG_LEVEL", "info"),
+            ],
+        )
+        .await
+        .context("starting hearth-lock-manager (cargo build --workspace --bins first)")?;
+        *self.lock_manager.lock().await = Some(running);
+        Ok(())
+    }
+
+    pub async fn metric(&self, name: &str) -> Result<f64> {
+        let guard = self.lock_manager.lock().await;
+        let running = guard.as_ref().context("lock-manager not started")?;
+        Ok(running.metric(name).await?)
+    }
+
+    /// A FournosCluster with its flavor, queue entry and `status.kueue` as kueue-sync
+    /// makes them, and the kubeconfig Secret Fournos copies for a job that runs there.
+    pub async fn cluster(&self, name: &str) -> Result<String> {
+        self.queue_cluster(name).await?;
+        self.publish_slots(name, SLOTS).await?;
+        apply(
+            &self.client,
+            &json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": { "name": format!("kubeconfig-{name}"), "namespace": self.scope.secrets_namespace },
+                "stringData": { "kubeconfig": "not used: no pipeline runs here" },
+            }),
+        )
+        .await?;
+        Ok(name.to_owned())
+    }
+
+    pub async fn set_owner(
+        &self,
+        name: &str,
+        owner: Option<&str>,
+        ttl: Option<&str>,
+    ) -> Result<()> {
+        let mut spec = json!({ "owner": owner });
+        if let Some(ttl) = ttl {
+            spec["ttl"] = ttl.into();
+        }
+        self.set_spec(name, spec).await
+    }
+
+    /// [`LockLab::wait_cluster`] (which probes) with Fournos's log on failure.
+    pub async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosCluster) -> bool,
+    ) -> Result<FournosCluster> {
+        self.lab
+            .wait_cluster(name, what, done)
+            .await
+            .map_err(|e| self.with_log(e))
+    }
+
+    pub fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
+        let log = self.fournos.try_lock().map(|f| f.log()).unwrap_or_default();
+        e.context(format!("Fournos's log ends with:\n{log}"))
+    }
+
+    /// The cluster's lock FournosJob (by the contract's label), once there is exactly one
+    /// that satisfies `done`.
+    pub async fn wait_sentinel(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&FournosJob) -> bool,
+    ) -> Result<FournosJob> {
+        until(
+            &format!("sentinel of {cluster}: {what}"),
+            DEADLINE,
+            || async {
+                let mut jobs = self.sentinels::<FournosJob>(cluster).await?;
+                Ok(match jobs.len() {
+                    1 if done(&jobs[0]) => Ok(jobs.remove(0)),
+                    1 => Err(format!("{:?} {:?}", phase(&jobs[0]), job_message(&jobs[0]))),
+                    n => Err(format!("{n} sentinels")),
+                })
+            },
+        )
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    /// The Workload Fournos made for `job` (owned by it), once `done`.
+    pub async fn wait_job_workload(
+        &self,
+        job: &FournosJob,
+        what: &str,
+        done: impl Fn(&Workload) -> bool,
+    ) -> Result<Workload> {
+        let uid = job.uid().unwrap_or_default();
+        until(
+            &format!("Workload of {}: {what}", job.name_any()),
+            DEADLINE,
+            || async {
+                let found = self
+                    .workloads
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|w| w.owner_references().iter().any(|o| o.uid == uid));
+                Ok(match found {
+                    Some(w) if done(&w) => Ok(w),
+                    Some(w) => Err(format!("{:?}", w.status.map(|s| s.conditions))),
+                    None => Err("none".into()),
+                })
+            },
+        )
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    pub async fn no_workload_named(&self, name: &str) -> Result<()> {
+        until(&format!("Workload {name} gone"), DEADLINE, || async {
+            Ok(match self.workloads.get_opt(name).await? {
+                None => Ok(()),
+                Some(w) => Err(format!("{:?}", w.status.map(|s| s.conditions))),
+            })
+        })
+        .await
+    }
+
+    /// An ordinary FournosJob for `cluster` (not exclusive), as a user submits it.
+    pub async fn submit_job(&self, name: &str, cluster: &str) -> Result<()> {
+        apply(
+            &self.client,
+            &json!({
+                "apiVersion": "fournos.dev/v1", "kind": "FournosJob",
+                "metadata": { "name": name, "namespace": self.scope.execution_namespace },
+                "spec": {
+                    "cluster": cluster, "exclusive": false, "owner": "carol",
+                    "pipeline": "fournos-full",
+                    "executionEngine": { "forge": { "project": "e2e", "args": ["noop"] } },
+                },
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn wait_job(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&FournosJob) -> bool,
+    ) -> Result<FournosJob> {
+        until(&format!("FournosJob {name}: {what}"), DEADLINE, || async {
+            let job = self.jobs.get(name).await?;
+            Ok(if done(&job) {
+                Ok(job)
+            } else {
+                Err(format!("{:?}: {}", phase(&job), job_message(&job)))
+            })
+        })
+        .await
+        .map_err(|e| self.with_log(e))
+    }
+
+    /// Lock `cluster` for `owner` and wait until it is held; the sentinel and its Workload.
+    pub async fn lock(&self, cluster: &str, owner: &str) -> Result<(FournosJob, Workload)> {
+        self.set_owner(cluster, Some(owner), None).await?;
+        let started = Instant::now();
+        self.wait_cluster(cluster, "held", is_held).await?;
+        let job = self
+            .wait_sentinel(cluster, "Admitted", |j| phase(j) == Some("Admitted"))
+            .await?;
+        let workload = self
+            .wait_job_workload(&job, "admitted", |w| workload_is(w, "Admitted"))
+            .await?;
+        eprintln!(
+            "{cluster}: held for {owner} {:?} after the owner was set",
+            started.elapsed()
+        );
+        Ok((job, workload))
+    }
+}
+
+/// A Lab with one cluster (named from `base`) and lock-manager running, or `None` (after
+/// one skip line) without Fournos.
+pub async fn lab_with_cluster(test: &str, base: &str) -> Result<Option<(Lab, String)>> {
+    let Some(lab) = Lab::new(test).await? else {
+        return Ok(None);
+    };
+    let cluster = lab.cluster(&lab.scope.cluster(base)).await?;
+    lab.start_lock_manager().await?;
+    Ok(Some((lab, cluster)))
+}
