@@ -113,9 +113,8 @@ impl Fixture {
         self.discovery
             .until(&format!("Warning {reason} on {name}"), DEADLINE, || async {
                 let list = events.list(&ListParams::default()).await?;
-                let about = |e: &Event| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                };
+                let about =
+                    |e: &Event| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name);
                 let seen: Vec<String> = list
                     .items
                     .iter()
@@ -141,8 +140,10 @@ impl Fixture {
     async fn after_a_later_sweep(&self, label: &str) -> Result<()> {
         let control = self.world.scope.cluster(label);
         self.onboard(&control).await?;
-        self.wait_cluster(&control, "created", |c| c.map(|_| ()).ok_or("absent".into()))
-            .await
+        self.wait_cluster(&control, "created", |c| {
+            c.map(|_| ()).ok_or("absent".into())
+        })
+        .await
     }
 }
 
@@ -231,13 +232,17 @@ async fn a_lock_users_edit_of_the_kubeconfig_secret_never_deletes_the_cluster() 
         uid(&after),
         after.spec.cordon
     );
-    holds_for("the cluster to stay, probe after probe", Duration::from_secs(7), || async {
-        let now = f.world.clusters.get_opt(&cluster).await?;
-        Ok(match now {
-            Some(c) if uid(&c) == uid_before => Ok(()),
-            other => Err(format!("replaced or gone: {:?}", other.map(|c| uid(&c)))),
-        })
-    })
+    holds_for(
+        "the cluster to stay, probe after probe",
+        Duration::from_secs(7),
+        || async {
+            let now = f.world.clusters.get_opt(&cluster).await?;
+            Ok(match now {
+                Some(c) if uid(&c) == uid_before => Ok(()),
+                other => Err(format!("replaced or gone: {:?}", other.map(|c| uid(&c)))),
+            })
+        },
+    )
     .await?;
 
     // Taking the label away changes nothing either: the Secret is still what offboards.
@@ -297,7 +302,9 @@ async fn a_lock_user_labelling_a_hand_made_cluster_auto_discovered_does_not_get_
             reason_or_replaced(c, &uid_before, SOURCE_NOT_RECORDED)
         })
         .await?
-        .context("the hand-made cluster was deleted after a lock user labeled it auto-discovered")?;
+        .context(
+            "the hand-made cluster was deleted after a lock user labeled it auto-discovered",
+        )?;
     ensure!(uid(&seen) == uid_before, "replaced: uid {}", uid(&seen));
     f.wait_warning(&hand, SOURCE_NOT_RECORDED).await?;
 
