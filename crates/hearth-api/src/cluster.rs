@@ -257,6 +257,18 @@ pub struct FournosClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_missing_since: Option<Time>,
 
+    /// The kubeconfig Secret this cluster was created from, by hearth-discovery (or, for a
+    /// cluster created before this field existed, the Secret discovery found it made from
+    /// the first time it looked: the pattern's name for the cluster, named by
+    /// `spec.kubeconfigSecret`, labeled). Offboarding follows this Secret alone: the cluster
+    /// is deleted when no labeled Secret has this name (or the name no longer matches the
+    /// pattern for the cluster), never because `spec.kubeconfigSecret` or a label was
+    /// edited; those edits are reported on `KubeconfigValid`. A Secret deleted and created
+    /// again under the same name is the same source, and `uid` follows it. Absent on a
+    /// cluster made by hand. Written by hearth-discovery.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_secret: Option<SourceSecret>,
+
     /// What hearth-kueue-sync published for this cluster in Kueue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kueue: Option<KueueStatus>,
@@ -411,6 +423,18 @@ pub struct GpuInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 4))]
     pub driver_versions: Vec<String>,
+}
+
+/// The kubeconfig Secret a cluster was created from (see
+/// `FournosClusterStatus::source_secret`), in the secrets namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub struct SourceSecret {
+    /// The Secret's name.
+    #[schemars(length(max = 253))]
+    pub name: String,
+    /// The Secret's UID as discovery last saw it.
+    #[schemars(length(max = 128))]
+    pub uid: String,
 }
 
 /// A lock that ran out (see `FournosClusterStatus::expired_lock`).

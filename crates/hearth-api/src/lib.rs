@@ -17,6 +17,6 @@ pub mod text;
 
 pub use cluster::{
     Cordon, ExpiredLock, FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo,
-    Hardware, KubeconfigStatus, KueueStatus, SlotHolder,
+    Hardware, KubeconfigStatus, KueueStatus, SlotHolder, SourceSecret,
 };
 pub use slices::{DiscoveryStatus, KueueSyncStatus, LockManagerStatus};

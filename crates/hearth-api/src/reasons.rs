@@ -62,6 +62,16 @@ reasons! {
         CredentialsExpired = "CredentialsExpired",
         /// `False` (`Invalid`), for a Secret that is another cluster's.
         SecretNotForThisCluster = "SecretNotForThisCluster",
+        /// `spec.kubeconfigSecret` no longer names the Secret the cluster was created from
+        /// (`status.sourceSecret`); the status follows `kubeconfigStatus`.
+        KubeconfigSecretChanged = "KubeconfigSecretChanged",
+        /// The `fournos.dev/auto-discovered` label was taken off a cluster created from a
+        /// Secret; the status follows `kubeconfigStatus`.
+        AutoDiscoveredLabelRemoved = "AutoDiscoveredLabelRemoved",
+        /// Labeled auto-discovered, but discovery has no record of creating the cluster
+        /// (no `status.sourceSecret`): it is never offboarded. The status follows
+        /// `kubeconfigStatus`.
+        SourceNotRecorded = "SourceNotRecorded",
     }
 }
 

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{
     ExpiredLock, FournosClusterStatus, Hardware, KubeconfigStatus, KueueStatus, SlotHolder,
+    SourceSecret,
 };
 use crate::conditions;
 use crate::names::condition_types::{
@@ -33,6 +34,8 @@ pub struct DiscoveryStatus {
     pub gpu_summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_missing_since: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_secret: Option<SourceSecret>,
     /// `KubeconfigValid` and `GPUDiscovered`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -104,6 +107,7 @@ impl DiscoveryStatus {
             next_probe_at: status.next_probe_at.clone(),
             gpu_summary: status.gpu_summary.clone(),
             secret_missing_since: status.secret_missing_since.clone(),
+            source_secret: status.source_secret.clone(),
             conditions: own_conditions(status, &[KUBECONFIG_VALID, GPU_DISCOVERED]),
         }
     }
@@ -148,6 +152,7 @@ impl From<DiscoveryStatus> for FournosClusterStatus {
             next_probe_at: s.next_probe_at,
             gpu_summary: s.gpu_summary,
             secret_missing_since: s.secret_missing_since,
+            source_secret: s.source_secret,
             conditions: s.conditions,
             ..Self::default()
         }
@@ -192,6 +197,10 @@ mod tests {
             next_probe_at: Some(t()),
             gpu_summary: Some("1x X".into()),
             secret_missing_since: Some(t()),
+            source_secret: Some(SourceSecret {
+                name: "kubeconfig-a".into(),
+                uid: "uid-secret".into(),
+            }),
             kueue: Some(KueueStatus {
                 flavor: "a".into(),
                 cluster_queue: "q".into(),

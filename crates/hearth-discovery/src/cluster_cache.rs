@@ -76,6 +76,7 @@ fn discovery_part(status: FournosClusterStatus) -> FournosClusterStatus {
         next_probe_at: status.next_probe_at,
         gpu_summary: status.gpu_summary,
         secret_missing_since: status.secret_missing_since,
+        source_secret: status.source_secret,
         locked: status.locked,
         lock_owner: status.lock_owner,
         conditions,

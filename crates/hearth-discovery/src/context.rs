@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hearth_api::{FournosCluster, FournosClusterStatus};
+use hearth_api::{FournosCluster, FournosClusterStatus, SourceSecret};
 use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
 use hearth_runtime::kit::{Cache, Changes};
@@ -80,6 +80,10 @@ pub(crate) struct Context {
     /// What the sweep read of each cached cluster when its last event came (a hash of
     /// [`crate::sweep::observe_cluster`]), by name.
     swept: Mutex<HashMap<String, u64>>,
+    /// The Secret this replica created each cluster from, by cluster uid, until the
+    /// cluster is gone: its first status write records it even if the Secret went in
+    /// between (see [`crate::source`]).
+    created: Mutex<HashMap<String, SourceSecret>>,
 }
 
 impl Context {
@@ -101,6 +105,7 @@ impl Context {
             changes: Changes::default(),
             memory: Mutex::default(),
             swept: Mutex::default(),
+            created: Mutex::default(),
         }
     }
 
@@ -127,11 +132,36 @@ impl Context {
     /// Forgets clusters that are gone (by uid), and what the sweep read of clusters no
     /// longer cached (a re-list delivers no event for what went meanwhile).
     pub fn forget_except(&self, live: impl Fn(&str) -> bool) {
-        self.lock_memory().forget_except(live);
+        self.lock_memory().forget_except(&live);
+        self.created
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .retain(|uid, _| live(uid));
         self.swept
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .retain(|name, _| self.clusters.named(name).is_some());
+    }
+
+    /// Remembers that this replica created the cluster of uid `uid` from Secret `secret`.
+    pub(crate) fn created_from(&self, uid: &str, secret: &str, secret_uid: &str) {
+        let source = SourceSecret {
+            name: secret.to_owned(),
+            uid: secret_uid.to_owned(),
+        };
+        self.created
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(uid.to_owned(), source);
+    }
+
+    /// The Secret this replica created the cluster of uid `uid` from, if it did.
+    pub(crate) fn created(&self, uid: &str) -> Option<SourceSecret> {
+        self.created
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(uid)
+            .cloned()
     }
 
     /// Forgets every write this replica remembers: after leadership moved, the leader

@@ -4,7 +4,8 @@
 //! Pure logic (no I/O, unit-tested): what a kubeconfig may contain ([`kubeconfig`]),
 //! when its credentials expire ([`credentials`]), how many GPUs a target's nodes hold
 //! ([`gpus`], [`short_name`]), when to probe ([`schedule`]), when the cache shows discovery's own write ([`memory`]), what status follows from a
-//! probe ([`status`]), and which clusters to create or delete ([`onboarding`]).
+//! probe ([`status`]), which Secret a cluster was created from ([`source`]), and which
+//! clusters to create or delete ([`onboarding`]).
 //!
 //! I/O around it: [`probe`] (one probe of one target), [`controller`] (watches and the
 //! per-cluster probe loop), `sweep` (onboarding and offboarding), [`metrics`].
@@ -26,6 +27,7 @@ mod reconcile;
 pub mod schedule;
 pub mod secret;
 pub mod short_name;
+pub mod source;
 pub mod status;
 mod sweep;
 

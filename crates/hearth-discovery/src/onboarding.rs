@@ -8,9 +8,12 @@
 //!   is never overwritten.
 //! - A labeled Secret whose name does not match, or whose `{cluster}` part is not a
 //!   valid cluster name, gets a Warning Event and nothing else.
-//! - A FournosCluster labeled `fournos.dev/auto-discovered=true` whose Secret is gone
-//!   (deleted, or unlabeled so the watch no longer sees it) is deleted. Hand-made
-//!   clusters are never deleted, and neither is a cluster that cannot be read.
+//! - A FournosCluster whose recorded source Secret (`status.sourceSecret`, see
+//!   [`crate::source`]) is gone (deleted, or unlabeled so the watch no longer sees it, or
+//!   its name no longer the pattern's for the cluster) is deleted. Neither
+//!   `spec.kubeconfigSecret` nor the `fournos.dev/auto-discovered` label decides it:
+//!   anyone who may lock a cluster may edit those. Clusters without a record (made by
+//!   hand) are never deleted, and neither is a cluster that cannot be read.
 //! - Unless it is locked (`spec.owner` set, or `status.locked=true`): a Secret deleted
 //!   and created again (a rotation done that way, a GitOps prune) must not drop a lock.
 //!   Such a cluster is deleted only once the grace period has passed since discovery
@@ -19,7 +22,8 @@
 //!   `KubeconfigValid=False/Missing` message saying when, and how to offboard it now
 //!   (unlock it). The Secret back within the grace: nothing happened.
 //! - A labeled Secret whose FournosCluster exists already but was not created by Hearth
-//!   (no `fournos.dev/auto-discovered=true`) is not adopted: see [`NotAdopted`].
+//!   (no `fournos.dev/auto-discovered=true`, no recorded source) is not adopted: see
+//!   [`NotAdopted`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -28,6 +32,7 @@ use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, OWNER
 use jiff::{SignedDuration, Timestamp};
 
 use crate::config::CLUSTER_PLACEHOLDER;
+use crate::source::source_kept;
 
 /// Longest cluster name: it becomes a label value (`fournos.dev/cluster: <cluster>`) on
 /// the cluster's ResourceFlavor.
@@ -102,6 +107,8 @@ pub struct ObservedCluster {
     pub auto_discovered: bool,
     /// `spec.kubeconfigSecret`; `None` when the object does not decode.
     pub kubeconfig_secret: Option<String>,
+    /// `status.sourceSecret.name`: the Secret discovery created the cluster from.
+    pub source_secret: Option<String>,
     /// Has a deletion timestamp.
     pub deleting: bool,
     /// Who holds its lock, if it is locked (see [`lock_holder`]).
@@ -128,10 +135,12 @@ impl ObservedCluster {
 pub struct NewCluster {
     pub name: String,
     pub secret: String,
+    /// The Secret's UID, recorded as the cluster's source.
+    pub secret_uid: Option<String>,
     pub owner: Option<String>,
 }
 
-/// A FournosCluster to delete: its Secret is gone.
+/// A FournosCluster to delete: the Secret it was created from is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Offboard {
     pub name: String,
@@ -342,11 +351,14 @@ pub fn plan_onboarding(
             None => plan.create.push(NewCluster {
                 name: cluster.to_owned(),
                 secret: secret.name.clone(),
+                secret_uid: secret.uid.clone(),
                 owner: secret.owner.clone(),
             }),
             Some(existing) => {
+                let created_from_it = existing.source_secret.as_deref() == Some(&secret.name);
                 if existing.kubeconfig_secret.as_deref() == Some(secret.name.as_str())
                     && !existing.auto_discovered
+                    && existing.source_secret.is_none()
                     && !existing.deleting
                 {
                     plan.not_adopted.push(NotAdopted {
@@ -357,9 +369,12 @@ pub fn plan_onboarding(
                         message: not_adopted_message(existing, secret, &shown(), namespace),
                     });
                 }
+                // A cluster made from this Secret whose spec a person changed says so
+                // itself (`KubeconfigSecretChanged`); the Secret is still its own.
                 if let Some(other) = &existing.kubeconfig_secret
                     && *other != secret.name
                     && !existing.deleting
+                    && !created_from_it
                 {
                     plan.warnings.push(warn(
                         SecretProblem::ClusterNameTaken,
@@ -380,10 +395,17 @@ pub fn plan_onboarding(
     let mut sorted: Vec<&ObservedCluster> = clusters.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     for cluster in sorted {
-        let Some(secret) = &cluster.kubeconfig_secret else {
+        // Only a recorded source condemns; a cluster that does not decode never is.
+        let (Some(secret), Some(_)) = (&cluster.source_secret, &cluster.kubeconfig_secret) else {
             continue;
         };
-        if !cluster.auto_discovered || cluster.deleting || present.contains(secret.as_str()) {
+        let kept = source_kept(
+            secret,
+            &cluster.name,
+            pattern,
+            present.contains(secret.as_str()),
+        );
+        if cluster.deleting || kept {
             continue;
         }
         let gone = Offboard {
@@ -504,6 +526,8 @@ mod tests {
             uid: Some(format!("uid-{name}")),
             auto_discovered: auto,
             kubeconfig_secret: Some(secret.into()),
+            // What discovery records for a cluster it created.
+            source_secret: auto.then(|| secret.into()),
             deleting: false,
             lock_holder: None,
             secret_missing_since: None,
@@ -597,11 +621,13 @@ mod tests {
                 NewCluster {
                     name: "a100".into(),
                     secret: "kubeconfig-a100".into(),
+                    secret_uid: Some("uid-kubeconfig-a100".into()),
                     owner: Some("alice".into()),
                 },
                 NewCluster {
                     name: "b".into(),
                     secret: "kubeconfig-b".into(),
+                    secret_uid: Some("uid-kubeconfig-b".into()),
                     owner: None,
                 },
             ]
@@ -728,18 +754,41 @@ mod tests {
     }
 
     #[test]
-    fn the_secret_a_cluster_names_is_what_keeps_it() {
-        // A person pointed an auto-discovered cluster at another labeled Secret: it
-        // stays as long as that Secret does, whatever its own name's Secret does.
-        let clusters = [cluster("a", "kubeconfig-shared", true)];
-        let p = plan(&[secret("kubeconfig-shared")], &clusters);
-        assert!(p.delete.is_empty());
-        assert_eq!(
-            p.create.len(),
-            1,
-            "kubeconfig-shared onboards cluster `shared`"
+    fn the_secret_a_cluster_was_created_from_is_what_keeps_it() {
+        // A person pointed a cluster created from kubeconfig-a at another Secret (or at
+        // none): what the spec names neither keeps nor condemns it.
+        let mut edited = cluster("a", "kubeconfig-a", true);
+        edited.kubeconfig_secret = Some("no-such-secret".into());
+        let p = plan(&[secret("kubeconfig-a")], std::slice::from_ref(&edited));
+        assert_eq!(p, OnboardingPlan::default(), "no delete, and no warning");
+        edited.kubeconfig_secret = Some("kubeconfig-shared".into());
+        let p = plan(&[secret("kubeconfig-shared")], &[edited]);
+        assert_eq!(p.delete.len(), 1, "its own Secret is gone");
+    }
+
+    #[test]
+    fn labels_neither_condemn_nor_keep() {
+        // Labeled auto-discovered by a person, no record: never deleted.
+        let mut labeled = cluster("h", "kubeconfig-h", false);
+        labeled.auto_discovered = true;
+        assert_eq!(plan(&[], &[labeled]), OnboardingPlan::default());
+        // The label taken off a recorded cluster: its Secret still offboards it.
+        let mut unlabeled = cluster("a", "kubeconfig-a", true);
+        unlabeled.auto_discovered = false;
+        assert!(
+            plan(&[secret("kubeconfig-a")], std::slice::from_ref(&unlabeled))
+                .delete
+                .is_empty()
         );
-        let p = plan(&[secret("kubeconfig-a")], &clusters);
+        assert_eq!(plan(&[], &[unlabeled]).delete.len(), 1);
+    }
+
+    #[test]
+    fn a_recorded_secret_the_pattern_no_longer_names_offboards() {
+        let mut c = cluster("a", "kubeconfig-a", true);
+        c.source_secret = Some("kc-a".into());
+        c.kubeconfig_secret = Some("kc-a".into());
+        let p = plan(&[secret("kc-a")], &[c]);
         assert_eq!(p.delete.len(), 1);
     }
 
@@ -938,13 +987,15 @@ mod tests {
             p.not_adopted[0].message
         );
 
-        // Created by Hearth, being deleted, or naming another Secret (ClusterNameTaken):
-        // no such warning.
+        // Created by Hearth (labeled, or recorded and since unlabeled), being deleted, or
+        // naming another Secret (ClusterNameTaken): no such warning.
         let ours = cluster("a", "kubeconfig-a", true);
+        let mut unlabeled = ours.clone();
+        unlabeled.auto_discovered = false;
         let mut deleting = cluster("a", "kubeconfig-a", false);
         deleting.deleting = true;
         let other = cluster("a", "other", false);
-        for c in [ours, deleting, other] {
+        for c in [ours, unlabeled, deleting, other] {
             assert!(plan(&[secret("kubeconfig-a")], &[c]).not_adopted.is_empty());
         }
     }

@@ -27,10 +27,14 @@ use crate::onboarding::lock_holder;
 use crate::probe::probe;
 use crate::schedule::{DueInput, Known, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
+use crate::source::{Source, SourceInput, plan_source, status_behind};
 use crate::status::{
     EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
     plan_status,
 };
+use hearth_api::conditions::find;
+use hearth_api::names::condition_types::KUBECONFIG_VALID;
+use hearth_api::reasons::KubeconfigValidReason;
 
 /// Probes one cluster if due, and writes what changed. Run by the kit's
 /// [`Runner`](hearth_runtime::kit::Runner): span, metrics and retries are its own.
@@ -62,6 +66,15 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
         settings.default_interval,
     );
     let (remembered, previous) = ctx.recall(cluster);
+    let source = source_of(cluster, ctx, previous.as_ref());
+    let source_behind = status_behind(
+        &source,
+        previous.as_ref().and_then(|s| s.source_secret.as_ref()),
+        previous
+            .as_ref()
+            .and_then(|s| find(&s.conditions, KUBECONFIG_VALID))
+            .and_then(|c| KubeconfigValidReason::parse(&c.reason)),
+    );
 
     // The kubeconfig is read (decoded and validated) only when needed: see `Known`.
     let mut kubeconfig = None;
@@ -80,6 +93,7 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
         known,
         fingerprint: current,
         generation: cluster.metadata.generation,
+        source_behind,
     });
     let kubeconfig_changed = match due {
         ProbeDue::After(wait) => {
@@ -97,8 +111,9 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
     let (outcome, credentials, elapsed) = run_probe(&cluster.name_any(), kubeconfig, ctx).await;
     let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
     // Only a cluster the sweep would delete has its offboarding held back.
-    let holder = cluster
-        .auto_discovered
+    let holder = source
+        .record
+        .is_some()
         .then(|| lock_holder(cluster))
         .flatten();
     let plan = plan_status(&PlanInput {
@@ -116,6 +131,8 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
             holder,
             grace: settings.offboard_locked_grace,
         }),
+        source: &source,
+        secrets_namespace: &settings.secrets_namespace,
     });
     let diff = diff_status(previous.as_ref(), &plan.status);
     tracing::event!(
@@ -172,6 +189,28 @@ fn secret_of(cluster: &CachedCluster, ctx: &Context) -> (u64, Option<Arc<SecretO
         }
     };
     (fingerprint(secret_name, decoded), cached)
+}
+
+/// Where the cluster came from ([`plan_source`]), from what status recorded (`previous`),
+/// what this replica created it from, and the cached Secrets.
+fn source_of(
+    cluster: &CachedCluster,
+    ctx: &Context,
+    previous: Option<&FournosClusterStatus>,
+) -> Source {
+    let created = ctx.created(cluster.metadata.uid.as_deref().unwrap_or_default());
+    let name = cluster.name_any();
+    let input = SourceInput {
+        cluster: &name,
+        auto_discovered: cluster.auto_discovered,
+        spec_secret: &cluster.spec.kubeconfig_secret,
+        recorded: previous.and_then(|s| s.source_secret.as_ref()),
+        created_from: created.as_ref(),
+        pattern: &ctx.settings.pattern,
+    };
+    plan_source(&input, |secret| {
+        ctx.secret(secret).and_then(|s| s.meta().uid.clone())
+    })
 }
 
 /// What the cached Secret (from [`secret_of`]) holds for the cluster: decoding and

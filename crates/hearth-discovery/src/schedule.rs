@@ -135,6 +135,10 @@ pub struct DueInput<'a> {
     pub fingerprint: u64,
     /// `metadata.generation` of the cluster.
     pub generation: Option<i64>,
+    /// The status is behind where the cluster came from (a source to record, a hand edit
+    /// of a label to report: see [`crate::source::status_behind`]); labels move no
+    /// generation.
+    pub source_behind: bool,
 }
 
 /// What a replica knows of the kubeconfig a cluster was last probed with.
@@ -184,6 +188,11 @@ pub fn probe_due(input: &DueInput<'_>) -> ProbeDue {
     if changed {
         return ProbeDue::Now {
             kubeconfig_changed: true,
+        };
+    }
+    if input.source_behind {
+        return ProbeDue::Now {
+            kubeconfig_changed: false,
         };
     }
     // The spec changed since the last probe: probe, so the conditions'
@@ -374,6 +383,7 @@ mod tests {
                 known: remembered.map_or(Known::Unprobed(secret), Known::Probed),
                 fingerprint: 7,
                 generation: None,
+                source_behind: false,
             })
         }
 
@@ -432,11 +442,27 @@ mod tests {
                     known: Known::Probed(7),
                     fingerprint: 7,
                     generation,
+                    source_behind: false,
                 })
             };
             assert_eq!(at(Some(1)), ProbeDue::After(secs(200)));
             assert_eq!(at(Some(2)), NOW);
             assert_eq!(at(None), ProbeDue::After(secs(200)));
+        }
+
+        #[test]
+        fn a_status_behind_its_source_is_written_at_once() {
+            let s = status(S::Valid, 200);
+            let behind = probe_due(&DueInput {
+                now: now(),
+                interval: FIVE_MIN,
+                status: Some(&s),
+                known: Known::Probed(7),
+                fingerprint: 7,
+                generation: None,
+                source_behind: true,
+            });
+            assert_eq!(behind, NOW, "a label edit moves no generation");
         }
 
         #[test]

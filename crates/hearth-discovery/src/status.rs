@@ -19,10 +19,15 @@
 //! - Messages are stable while the situation is: no counters or relative times in
 //!   them, so a repeated probe with the same result changes nothing but the
 //!   timestamps [`diff_status`] ignores.
-//! - `secretMissingSince` records when the Secret was first found gone and keeps that
-//!   time while it stays gone: the offboarding grace of a locked cluster counts from it
-//!   (see [`crate::onboarding`]), across restarts. A locked auto-discovered cluster's
-//!   `Missing` message says when it will be offboarded and how to do it now.
+//! - `secretMissingSince` records when the Secret the cluster was created from
+//!   (`sourceSecret`, see [`crate::source`]) was first found gone and keeps that time
+//!   while it stays gone: the offboarding grace of a locked cluster counts from it (see
+//!   [`crate::onboarding`]), across restarts. A locked cluster's `Missing` message says
+//!   when it will be offboarded and how to do it now.
+//! - A hand edit that disagrees with `sourceSecret` (see [`crate::source`]) takes the
+//!   `KubeconfigValid` reason, with a Warning Event of that reason; the condition's
+//!   status still follows `kubeconfigStatus`, and the message goes on with what the
+//!   probe found.
 
 use std::time::Duration;
 
@@ -39,6 +44,8 @@ use crate::gpus::{GpuCount, gpu_summary};
 use crate::kubeconfig::KubeconfigError;
 use crate::onboarding::{held_back_message, offboard_at};
 use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, within_threshold};
+use crate::source::{Source, is_source_reason};
+use hearth_api::reasons::KubeconfigValidReason;
 
 /// Longest detail (an error text from the probe) carried into status.
 const MAX_DETAIL_CHARS: usize = 512;
@@ -177,8 +184,14 @@ pub struct PlanInput<'a> {
     /// effect at once: the old kubeconfig's failure count and the grace a `Valid`
     /// cluster gets before turning `Unreachable` do not carry over to the new one.
     pub kubeconfig_changed: bool,
-    /// Set for an auto-discovered cluster that is locked: its offboarding is held back.
+    /// Set for a cluster with a recorded source that is locked: its offboarding is held
+    /// back.
     pub offboard_hold: Option<OffboardHold<'a>>,
+    /// Where the cluster came from: `sourceSecret` to write, whether that Secret is gone,
+    /// and a hand edit to report.
+    pub source: &'a Source,
+    /// The secrets namespace, for Secret names in messages.
+    pub secrets_namespace: &'a str,
 }
 
 /// Why and how long an auto-discovered cluster outlives its Secret.
@@ -274,14 +287,11 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
 
     // Whole seconds, as the API stores a Time: the deadline computed from what is written
     // now must be the one computed later from what was read back.
-    let secret_missing_since = match outcome {
-        ProbeOutcome::SecretMissing => {
-            Some(previous.secret_missing_since.clone().unwrap_or_else(|| {
-                Time(Timestamp::from_second(input.now.as_second()).unwrap_or(input.now))
-            }))
-        }
-        _ => None,
-    };
+    let secret_missing_since = input.source.gone.then(|| {
+        previous.secret_missing_since.clone().unwrap_or_else(|| {
+            Time(Timestamp::from_second(input.now.as_second()).unwrap_or(input.now))
+        })
+    });
 
     let credentials = match outcome {
         ProbeOutcome::SecretMissing | ProbeOutcome::KeyMissing | ProbeOutcome::Invalid(_) => None,
@@ -324,6 +334,7 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         credentials_expire_at: credentials.map(|e| Time(e.at)),
         next_probe_at: Some(Time(next_probe_at(input.now, input.interval, failures))),
         secret_missing_since,
+        source_secret: input.source.record.clone(),
         conditions,
     }
     .into();
@@ -383,14 +394,21 @@ fn kubeconfig_condition(
     secret_missing_since: Option<&Time>,
 ) -> DesiredCondition {
     let secret = input.secret;
-    let held_back = match (input.offboard_hold, secret_missing_since) {
-        (Some(hold), Some(since)) => Some(held_back_message(
-            secret,
+    let held_back = match (
+        input.offboard_hold,
+        secret_missing_since,
+        &input.source.record,
+    ) {
+        (Some(hold), Some(since), Some(source)) => Some(held_back_message(
+            &format!("{}/{}", input.secrets_namespace, source.name),
             hold.holder,
             offboard_at(since.0, hold.grace),
         )),
         _ => None,
     };
+    let held_back_shown = held_back.is_some()
+        && status == KubeconfigStatus::Missing
+        && matches!(input.outcome, ProbeOutcome::SecretMissing);
     let (ok, reason, message) = match (status, input.outcome) {
         (KubeconfigStatus::Valid, _) => {
             let (reason, message) = valid_reason_and_message(input, credentials);
@@ -403,7 +421,7 @@ fn kubeconfig_condition(
                 "Secret {secret} has no `kubeconfig` key: put the target's kubeconfig under that key"
             ),
         ),
-        (KubeconfigStatus::Missing, ProbeOutcome::SecretMissing) if held_back.is_some() => {
+        (KubeconfigStatus::Missing, ProbeOutcome::SecretMissing) if held_back_shown => {
             (false, reasons::MISSING, held_back.unwrap_or_default())
         }
         (KubeconfigStatus::Missing, _) => (
@@ -465,7 +483,18 @@ fn kubeconfig_condition(
             )
         }
     };
-    DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message)
+    match &input.source.problem {
+        Some(problem) if !held_back_shown => DesiredCondition::new(
+            KUBECONFIG_VALID,
+            ok,
+            problem.reason().as_str(),
+            format!(
+                "{}. Meanwhile: {message}",
+                problem.message(input.secrets_namespace)
+            ),
+        ),
+        _ => DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message),
+    }
 }
 
 fn gpu_condition(
@@ -631,6 +660,17 @@ fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> 
             message: c.message.clone(),
         });
     }
+    if let Some(c) = &new_kc
+        && reason_of(&old_kc) != reason_of(&new_kc)
+        && let Some(reason) =
+            KubeconfigValidReason::parse(&c.reason).filter(|r| is_source_reason(*r))
+    {
+        events.push(PlannedEvent {
+            type_: EventType::Warning,
+            reason: reason.as_str(),
+            message: c.message.clone(),
+        });
+    }
     // Discovery failures get their own Event only while the kubeconfig works; otherwise
     // the kubeconfig Event already says why.
     if let Some(c) = &new_gpu
@@ -734,6 +774,7 @@ fn discovery_view(s: &FournosClusterStatus) -> FournosClusterStatus {
         next_probe_at: None,
         gpu_summary: s.gpu_summary.clone(),
         secret_missing_since: s.secret_missing_since.clone(),
+        source_secret: s.source_secret.clone(),
         conditions,
         ..Default::default()
     }

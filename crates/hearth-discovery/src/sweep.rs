@@ -424,11 +424,11 @@ fn observe_cluster(cluster: &ClusterObject) -> ObservedCluster {
             Some(c) => c.auto_discovered,
             None => ObservedCluster::is_auto_discovered(meta.labels.as_ref()),
         },
-        kubeconfig_secret: cluster
-            .0
-            .as_ref()
-            .ok()
-            .map(|c| c.spec.kubeconfig_secret.clone()),
+        kubeconfig_secret: decoded.map(|c| c.spec.kubeconfig_secret.clone()),
+        source_secret: decoded
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.source_secret.as_ref())
+            .map(|s| s.name.clone()),
         deleting: meta.deletion_timestamp.is_some(),
     }
 }
@@ -456,6 +456,9 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
     {
         Ok(created) => {
             ctx.metrics.onboarding("create", true);
+            if let (Some(uid), Some(secret_uid)) = (&created.metadata.uid, &new.secret_uid) {
+                ctx.created_from(uid, &new.secret, secret_uid);
+            }
             let secret = ctx.secret_ref(&new.secret);
             let owner = new
                 .owner
@@ -484,8 +487,8 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
     }
 }
 
-/// Deletes an auto-discovered FournosCluster whose Secret is gone, with an Event on it
-/// first. The uid precondition keeps a cluster recreated meanwhile safe.
+/// Deletes a FournosCluster whose source Secret is gone, with an Event on it first. The
+/// uid precondition keeps a cluster recreated meanwhile safe.
 async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
     let secret = ctx.secret_ref(&gone.secret);
     let reference = cluster_reference(ctx, &gone.name, gone.uid.clone());
@@ -493,8 +496,9 @@ async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
         "Offboarded",
         "Offboard",
         format!(
-            "Secret {secret} is gone (deleted, or no longer labeled {KUBECONFIG_SECRET_SELECTOR}): \
-             deleting this auto-discovered FournosCluster"
+            "Secret {secret}, which this FournosCluster was created from, is gone (deleted, no \
+             longer labeled {KUBECONFIG_SECRET_SELECTOR}, or no longer named for it by the \
+             pattern): deleting the cluster"
         ),
     );
     ctx.events.publish(&reference, &event).await;
@@ -584,6 +588,7 @@ mod tests {
         NewCluster {
             name: name.to_owned(),
             secret: format!("{name}-kubeconfig"),
+            secret_uid: None,
             owner: None,
         }
     }
@@ -619,6 +624,19 @@ mod tests {
         assert_ne!(with(|c| c.spec.owner = Some("alice".into())), before);
         assert_ne!(with(|c| c.spec.kubeconfig_secret = "other".into()), before);
         assert_ne!(with(|c| c.auto_discovered = true), before);
+        assert_ne!(
+            with(|c| {
+                c.status = Some(hearth_api::FournosClusterStatus {
+                    source_secret: Some(hearth_api::SourceSecret {
+                        name: "kubeconfig-a".into(),
+                        uid: "u".into(),
+                    }),
+                    ..Default::default()
+                })
+            }),
+            before,
+            "a recorded source decides offboarding"
+        );
         assert_ne!(
             with(|c| {
                 c.status = Some(hearth_api::FournosClusterStatus {

@@ -45,6 +45,8 @@ struct Probe<'a> {
     credentials: Option<Expiry>,
     kubeconfig_changed: bool,
     hold: Option<OffboardHold<'static>>,
+    /// `None`: created from the Secret the spec names, gone when the probe says so.
+    source: Option<Source>,
 }
 
 impl<'a> Probe<'a> {
@@ -61,10 +63,16 @@ impl<'a> Probe<'a> {
             credentials: None,
             kubeconfig_changed: false,
             hold: None,
+            source: None,
         }
     }
 
     fn plan(&self) -> StatusPlan {
+        let source = self.source.clone().unwrap_or_else(|| Source {
+            record: Some(source_record()),
+            gone: self.outcome == ProbeOutcome::SecretMissing,
+            problem: None,
+        });
         plan_status(&PlanInput {
             outcome: &self.outcome,
             previous: self.previous,
@@ -77,7 +85,16 @@ impl<'a> Probe<'a> {
             expiry_window: crate::credentials::DEFAULT_EXPIRY_WARNING_WINDOW,
             kubeconfig_changed: self.kubeconfig_changed,
             offboard_hold: self.hold,
+            source: &source,
+            secrets_namespace: "psap-secrets",
         })
+    }
+}
+
+fn source_record() -> hearth_api::SourceSecret {
+    hearth_api::SourceSecret {
+        name: "kubeconfig-a".into(),
+        uid: "uid-secret".into(),
     }
 }
 
@@ -878,5 +895,89 @@ fn the_kubernetes_version_is_kept_only_when_it_looks_like_one() {
     assert_eq!(
         failed.hardware.unwrap().kubernetes_version.as_deref(),
         Some("v1.34.1")
+    );
+}
+
+#[test]
+fn a_hand_edit_of_the_spec_takes_the_reason_and_warns_once() {
+    use crate::source::SourceProblem;
+    let valid = plan(reached(fleet()), None, at(0)).status;
+    assert_eq!(valid.source_secret, Some(source_record()));
+    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(60));
+    probe.source = Some(Source {
+        record: Some(source_record()),
+        gone: false,
+        problem: Some(SourceProblem::SecretChanged {
+            spec: "nope".into(),
+            source: "kubeconfig-a".into(),
+        }),
+    });
+    let p = probe.plan();
+    let kc = cond(&p.status, KUBECONFIG_VALID);
+    assert_eq!(
+        (kc.status.as_str(), kc.reason.as_str()),
+        ("False", "KubeconfigSecretChanged"),
+        "the status follows kubeconfigStatus"
+    );
+    assert!(
+        kc.message
+            .starts_with("spec.kubeconfigSecret was changed to \"nope\"")
+            && kc
+                .message
+                .contains("Meanwhile: Secret psap-secrets/kubeconfig-a does not exist"),
+        "{}",
+        kc.message
+    );
+    assert_eq!(
+        p.status.secret_missing_since, None,
+        "the spec's Secret is missing, the one the cluster came from is not"
+    );
+    assert_eq!(p.status.source_secret, Some(source_record()));
+    assert_eq!(
+        event_reasons(&p),
+        ["KubeconfigMissing", "KubeconfigSecretChanged"]
+    );
+    // The next probe, same situation: no new Event.
+    let mut again = Probe::new(ProbeOutcome::SecretMissing, Some(&p.status), at(120));
+    again.source = probe.source.clone();
+    assert!(again.plan().events.is_empty());
+    // Set back: the reason goes with it.
+    let back = plan(reached(fleet()), Some(&p.status), at(180));
+    assert_eq!(cond(&back.status, KUBECONFIG_VALID).reason, "Valid");
+}
+
+#[test]
+fn a_held_back_offboarding_says_so_before_a_hand_edit() {
+    use crate::source::SourceProblem;
+    let valid = plan(reached(fleet()), None, at(0)).status;
+    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
+    probe.hold = Some(OffboardHold {
+        holder: "alice",
+        grace: Duration::from_secs(600),
+    });
+    probe.source = Some(Source {
+        record: Some(source_record()),
+        gone: true,
+        problem: Some(SourceProblem::LabelRemoved {
+            source: "kubeconfig-a".into(),
+        }),
+    });
+    let kc = cond(&probe.plan().status, KUBECONFIG_VALID).clone();
+    assert_eq!(kc.reason, "Missing");
+    assert!(kc.message.contains("locked by alice"), "{}", kc.message);
+}
+
+#[test]
+fn a_hand_made_cluster_records_no_source_and_no_missing_time() {
+    let mut probe = Probe::new(ProbeOutcome::SecretMissing, None, at(0));
+    probe.source = Some(Source {
+        record: None,
+        gone: false,
+        problem: None,
+    });
+    let status = probe.plan().status;
+    assert_eq!(
+        (status.source_secret, status.secret_missing_since),
+        (None, None)
     );
 }
