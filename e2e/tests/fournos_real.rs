@@ -1,7 +1,8 @@
 //! hearth-lock-manager with `fournosjob` sentinels next to the **real, unmodified Fournos
 //! operator** (`$HEARTH_PEERS_DIR/fournos`, default `../shared/peers/fournos`), on the
 //! local plane's real apiserver and Kueue. Without that folder every test prints one
-//! `skipped:` line and passes.
+//! `skipped:` line and passes, or fails when `HEARTH_E2E_REQUIRE_PEERS` is set (`just test`
+//! sets it when the peers folder exists).
 //!
 //! The plane runs the real kube-controller-manager, whose garbage collector deletes what
 //! Fournos leaves to it (a lockOnly job's Workload); what stands in for the kubelet and
@@ -31,6 +32,7 @@ use hearth_e2e::lab::{
     DEADLINE, LockLab, SLOTS, WAIT_FOR_PODS_READY_SECS, is_held, lock_plane, lock_state, locked,
     reason_is,
 };
+use hearth_e2e::peers::{self, Absent};
 use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
 use hearth_e2e::{ControlPlane, PlaneOptions};
@@ -55,15 +57,18 @@ static SHARED: OnceCell<std::result::Result<Shared, String>> = OnceCell::const_n
 async fn shared() -> Result<Option<&'static Shared>> {
     let source = match fournos_real::source() {
         Ok(source) => source,
-        Err(skip) => {
-            // One line for the whole binary, past libtest's capture (which hides what a
-            // passing test prints), so that `./dev test` shows that these were skipped.
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr(), "fournos_real: {skip}");
-            });
-            return Ok(None);
+        Err(why) => {
+            return match peers::on_absent("fournos_real", &why) {
+                // One line for the whole binary, so that `./dev test` shows that these
+                // were skipped.
+                skip @ Absent::Skip(_) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| drop(skip.skip_or_fail()));
+                    Ok(None)
+                }
+                // Every test that needs Fournos fails, each with the reason.
+                Absent::Fail(message) => Err(anyhow!(message)),
+            };
         }
     };
     let shared = SHARED
