@@ -60,7 +60,8 @@ unit:
 
 # The e2e tests run the controllers' binaries, so every binary is built first;
 # e2e/tests/images.rs runs the images built here, and e2e/tests/release.rs checks the
-# release folder; both must (not skip) when podman is installed.
+# release folder; both must (not skip) when podman is installed. The tests that need the
+# peers in ../shared/peers (HEARTH_PEERS_DIR) must run when that folder is there.
 # Run everything CI runs: lint, images, unit and end-to-end tests, with each phase's time.
 test:
     #!/usr/bin/env bash
@@ -89,6 +90,13 @@ test:
     # nothing. Built for the binaries alone, everything on tokio was compiled twice, and a
     # third time by the e2e tests' own build of the controllers, which the binaries just
     # built make unnecessary (HEARTH_E2E_NO_BUILD).
+    # A run that has the peers (the real Fournos and Python Hearth) must run their tests:
+    # one missing or misplaced then fails them instead of skipping (e2e/src/peers.rs).
+    if [ -d "${HEARTH_PEERS_DIR:-../shared/peers}" ]; then
+        export HEARTH_E2E_REQUIRE_PEERS=1
+    else
+        echo "peers: ${HEARTH_PEERS_DIR:-../shared/peers} is not there: the tests that need the real Fournos or Python Hearth skip"
+    fi
     phase build cargo build --workspace --all-targets
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
     export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1

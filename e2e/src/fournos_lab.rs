@@ -21,6 +21,7 @@ use crate::fournos_real::{self, Fournos, World};
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::workload_is;
 use crate::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane};
+use crate::peers::{self, Absent};
 use crate::process::until;
 use crate::resources::apply;
 
@@ -40,15 +41,24 @@ static SHARED: OnceCell<std::result::Result<Shared, String>> = OnceCell::const_n
 pub async fn shared() -> Result<Option<&'static Shared>> {
     let source = match fournos_real::source() {
         Ok(source) => source,
-        Err(skip) => {
-            // One line for the whole binary, past libtest's capture (which hides what a
-            // passing test prints), so that `./dev test` shows that these were skipped.
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                use std::io::Write as _;
-                let _ = writeln!(std::io::stderr(), "fournos_real: {skip}");
-            });
-            return Ok(None);
+        Err(why) => {
+            // The test binary's name, for the one line it prints.
+            let binary = std::env::current_exe()
+                .ok()
+                .and_then(|exe| Some(exe.file_stem()?.to_str()?.to_owned()))
+                .map(|stem| stem.split('-').next().unwrap_or_default().to_owned())
+                .unwrap_or_else(|| "fournos".to_owned());
+            return match peers::on_absent(&binary, &why) {
+                // One line for the whole binary, so that `./dev test` shows that these
+                // were skipped.
+                skip @ Absent::Skip(_) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| drop(skip.skip_or_fail()));
+                    Ok(None)
+                }
+                // Every test that needs Fournos fails, each with the reason.
+                Absent::Fail(message) => Err(anyhow!(message)),
+            };
         }
     };
     let shared = SHARED

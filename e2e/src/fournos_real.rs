@@ -50,7 +50,7 @@ const WORLD: &str = "fournos-world";
 
 pub use crate::peers::{PEERS_DIR_ENV, peers_dir};
 
-/// Fournos's source folder, or why there is none (the one line a skipped test prints).
+/// Fournos's source folder, or why there is none (for [`crate::peers::on_absent`]).
 pub fn source() -> std::result::Result<PathBuf, String> {
     Peer::Fournos.source()
 }

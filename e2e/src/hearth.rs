@@ -17,7 +17,7 @@
 //! controller gets a kubeconfig holding its own ServiceAccount's token. A rule missing
 //! from the chart fails the test that needs it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -362,8 +362,15 @@ pub async fn start_program(
     program: &Path,
     extra: &[(&str, &str)],
 ) -> Result<Running> {
-    let kubeconfig = service_account_kubeconfig(plane, iso, controller).await?;
     let mut env = iso.controller_env();
+    // The sentinel kind it runs with decides lock-manager's rights in the chart.
+    // (the plane's default is `workload`).
+    let sentinel = extra
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == "HEARTH_SENTINEL")
+        .map_or("workload", |(_, v)| *v);
+    let kubeconfig = service_account_kubeconfig_for(plane, iso, controller, sentinel).await?;
     env.extend(
         [
             ("HEARTH_LEADER_ELECTION", "false"),
@@ -446,22 +453,36 @@ pub fn helm_template(namespace: &str, set: &[String]) -> Result<Vec<serde_json::
     parse_yaml_documents(&String::from_utf8_lossy(&out.stdout), "helm template")
 }
 
-/// Applies the chart's ServiceAccounts and RBAC for `iso` (once per scope) and returns
-/// a kubeconfig file for `controller`'s ServiceAccount.
+/// Applies the chart's ServiceAccounts and RBAC for `iso` (once per scope) with
+/// `config.sentinel=workload` and returns a kubeconfig file for `controller`'s
+/// ServiceAccount.
 pub async fn service_account_kubeconfig(
     plane: &ControlPlane,
     iso: &Isolated,
     controller: Controller,
 ) -> Result<PathBuf> {
-    static INSTALLED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    service_account_kubeconfig_for(plane, iso, controller, "workload").await
+}
+
+/// [`service_account_kubeconfig`] for lock sentinels of kind `sentinel` (`workload` or
+/// `fournosjob`): the chart grants lock-manager that kind's rights only, so the RBAC is
+/// applied again when a scope's controllers change kind.
+pub async fn service_account_kubeconfig_for(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    controller: Controller,
+    sentinel: &str,
+) -> Result<PathBuf> {
+    static INSTALLED: Mutex<Option<HashMap<String, String>>> = Mutex::new(None);
     let client = plane.management_client().await?;
     let installed = INSTALLED
         .lock()
         .expect("poisoned")
-        .get_or_insert_with(HashSet::new)
-        .contains(&iso.id);
+        .get_or_insert_with(HashMap::new)
+        .get(&iso.id)
+        .is_some_and(|kind| kind == sentinel);
     if !installed {
-        for doc in render_chart(iso, &[])? {
+        for doc in render_chart(iso, &[("config.sentinel", sentinel)])? {
             if RBAC_KINDS.contains(&doc["kind"].as_str().unwrap_or_default()) {
                 apply(&client, &doc).await?;
             }
@@ -469,8 +490,8 @@ pub async fn service_account_kubeconfig(
         INSTALLED
             .lock()
             .expect("poisoned")
-            .get_or_insert_with(HashSet::new)
-            .insert(iso.id.clone());
+            .get_or_insert_with(HashMap::new)
+            .insert(iso.id.clone(), sentinel.to_owned());
     }
 
     service_account_token_kubeconfig(plane, &iso.namespace, controller.binary()).await

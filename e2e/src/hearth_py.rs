@@ -30,7 +30,7 @@ use crate::peers::{KopfProcess, Peer};
 use crate::process::{self, Spawn};
 use crate::{ControlPlane, Scope};
 
-/// The Python Hearth's source folder, or why there is none (the one skip line).
+/// The Python Hearth's source folder, or why there is none.
 pub fn source() -> std::result::Result<PathBuf, String> {
     Peer::HearthPy.source()
 }
@@ -51,16 +51,16 @@ pub struct WithFournos {
 }
 
 /// Both peers with their venvs (blocking: a venv may be built), or `None` after one
-/// `<test>: skipped …` line when either folder is absent.
+/// `<test>: skipped …` line when either folder is absent (an error instead when the peers
+/// are required: [`crate::peers::on_absent`]).
 pub fn with_fournos(test: &str) -> Result<Option<WithFournos>> {
     let sources = source().and_then(|py| Ok((py, crate::fournos_real::source()?)));
     let (py_source, fournos_source) = match sources {
         Ok(sources) => sources,
-        Err(skip) => {
-            // Past libtest's capture, so that a run shows the test was skipped.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "{test}: {skip}");
-            return Ok(None);
+        Err(why) => {
+            return crate::peers::on_absent(test, &why)
+                .skip_or_fail()
+                .map(|()| None);
         }
     };
     Ok(Some(WithFournos {

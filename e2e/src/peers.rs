@@ -1,7 +1,10 @@
 //! The pinned peer systems under `HEARTH_PEERS_DIR` (default `../shared/peers` from the
 //! repository root): the real Fournos operator and the real Python Hearth. Tests and
 //! benchmarks *run* them from a venv cached beside the other tools; nothing of theirs is
-//! copied into the project. Absent peers are a skip with one line, never a failure.
+//! copied into the project. An absent peer is a skip with one line, unless
+//! [`REQUIRE_PEERS_ENV`] is set: then a test that needs it fails ([`when_absent`]), so that
+//! a run that has the peers cannot pass by skipping them (`just test` sets it when the peers
+//! folder is there).
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -12,6 +15,54 @@ use crate::process::{self, Managed, Spawn};
 
 /// Where the peer systems are (a folder holding `fournos/` and `hearth-py/`).
 pub const PEERS_DIR_ENV: &str = "HEARTH_PEERS_DIR";
+
+/// Set (to anything but empty or `0`), a test that needs a peer fails when the peer is
+/// absent instead of skipping. `just test` sets it when the peers folder exists.
+pub const REQUIRE_PEERS_ENV: &str = "HEARTH_E2E_REQUIRE_PEERS";
+
+/// What a test does about a peer it needs and cannot find.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Absent {
+    /// Pass after printing this one line (`<test>: skipped: …`).
+    Skip(String),
+    /// Fail with this message: the peers are required.
+    Fail(String),
+}
+
+/// The decision for `test`, whose peer is absent for `why` (from [`Peer::source`]), given
+/// the value of [`REQUIRE_PEERS_ENV`].
+pub fn when_absent(test: &str, why: &str, require: Option<&std::ffi::OsStr>) -> Absent {
+    let required = require.is_some_and(|v| !v.is_empty() && v != "0");
+    if required {
+        Absent::Fail(format!(
+            "{test}: {why}, and {REQUIRE_PEERS_ENV} is set (`just test` sets it when the peers \
+             folder exists), so a test that needs a peer fails instead of skipping: put the \
+             peer there, or unset {REQUIRE_PEERS_ENV} to let the test skip"
+        ))
+    } else {
+        Absent::Skip(format!("{test}: skipped: {why}"))
+    }
+}
+
+/// [`when_absent`] with [`REQUIRE_PEERS_ENV`] as this process has it.
+pub fn on_absent(test: &str, why: &str) -> Absent {
+    when_absent(test, why, std::env::var_os(REQUIRE_PEERS_ENV).as_deref())
+}
+
+impl Absent {
+    /// Skip: prints the line past libtest's capture (which hides what a passing test
+    /// prints), so that a run shows the test was skipped, and returns `Ok`. Fail: `Err`.
+    pub fn skip_or_fail(self) -> Result<()> {
+        match self {
+            Absent::Skip(line) => {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "{line}");
+                Ok(())
+            }
+            Absent::Fail(message) => Err(PlaneError::Invalid(message)),
+        }
+    }
+}
 
 /// `HEARTH_PEERS_DIR`, or `../shared/peers` from the repository root.
 pub fn peers_dir() -> PathBuf {
@@ -46,14 +97,14 @@ impl Peer {
         }
     }
 
-    /// Its source folder, or why there is none (the one line a skipped test prints).
+    /// Its source folder, or why there is none (for [`when_absent`]).
     pub fn source(self) -> std::result::Result<PathBuf, String> {
         let dir = peers_dir().join(self.folder());
         if dir.join("pyproject.toml").is_file() {
             Ok(dir)
         } else {
             Err(format!(
-                "skipped: {} is not at {} (set {PEERS_DIR_ENV} to the folder holding {}/)",
+                "{} is not at {} (set {PEERS_DIR_ENV} to the folder holding {}/)",
                 self.display_name(),
                 dir.display(),
                 self.folder()
@@ -187,4 +238,49 @@ fn run(program: &Path, args: &[&str], what: &str) -> Result<String> {
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    const WHY: &str = "the real Fournos is not at /x/fournos (set HEARTH_PEERS_DIR to the folder holding fournos/)";
+
+    #[test]
+    fn an_absent_peer_is_a_skip_unless_required() {
+        for require in [None, Some(OsStr::new("")), Some(OsStr::new("0"))] {
+            assert_eq!(
+                when_absent("fournos_real", WHY, require),
+                Absent::Skip(format!("fournos_real: skipped: {WHY}")),
+                "{require:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_required_peer_that_is_absent_fails_saying_why_and_what_to_do() {
+        for require in ["1", "yes"] {
+            let Absent::Fail(message) = when_absent("takeover_py", WHY, Some(OsStr::new(require)))
+            else {
+                panic!("{require}: not a failure");
+            };
+            assert!(
+                message.starts_with(&format!("takeover_py: {WHY}, and")),
+                "{message}"
+            );
+            assert!(
+                message.contains("HEARTH_E2E_REQUIRE_PEERS is set"),
+                "{message}"
+            );
+            assert!(message.contains("put the peer there"), "{message}");
+            assert!(!message.contains("skipped"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_failure_is_an_error_and_a_skip_is_not() {
+        assert!(Absent::Fail("x".into()).skip_or_fail().is_err());
+        assert!(Absent::Skip("x: skipped: y".into()).skip_or_fail().is_ok());
+    }
 }

@@ -1,7 +1,8 @@
 //! hearth-lock-manager with `fournosjob` sentinels next to the **real, unmodified Fournos
 //! operator** (`$HEARTH_PEERS_DIR/fournos`, default `../shared/peers/fournos`), on the
 //! local plane's real apiserver and Kueue. Without that folder every test prints one
-//! `skipped:` line and passes.
+//! `skipped:` line and passes, or fails when `HEARTH_E2E_REQUIRE_PEERS` is set (`just test`
+//! sets it when the peers folder exists).
 //!
 //! The plane runs the real kube-controller-manager, whose garbage collector deletes what
 //! Fournos leaves to it (a lockOnly job's Workload); what stands in for the kubelet and

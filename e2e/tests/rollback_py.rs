@@ -1,7 +1,8 @@
 //! Rolling back from Hearth to the **real** Python Hearth (`$HEARTH_PEERS_DIR/hearth-py`)
 //! with the **real** Fournos (`$HEARTH_PEERS_DIR/fournos`), following `docs/upgrade.md`
 //! ("Rolling back to the Python Hearth") command by command, and proving no lock is lost.
-//! Without either folder the test prints one `skipped:` line and passes.
+//! Without either folder the test prints one `skipped:` line and passes, or fails when
+//! `HEARTH_E2E_REQUIRE_PEERS` is set.
 //!
 //! The plane runs kube-controller-manager (the hand-over of step 3 relies on its garbage
 //! collector; Fournos does too) and Kueue; [`World`] stands in for the kubelet and Tekton.

@@ -1,7 +1,7 @@
 //! The takeover from the **real** Python (kopf) Hearth (`$HEARTH_PEERS_DIR/hearth-py`,
 //! default `../shared/peers/hearth-py`), with the **real** Fournos running its lock
 //! sentinels (`$HEARTH_PEERS_DIR/fournos`). Without either folder the test prints one
-//! `skipped:` line and passes.
+//! `skipped:` line and passes, or fails when `HEARTH_E2E_REQUIRE_PEERS` is set.
 //!
 //! ```text
 //! cargo build --workspace --bins && cargo test -p hearth-e2e --test takeover_py -- --nocapture

@@ -5,8 +5,12 @@
 //! (server-side apply then removes a field the writer set before).
 //!
 //! Conditions: a slice carries only its writer's condition types, one each.
+//!
+//! A slice's schema names the fields its writer writes, for the check that the served CRD
+//! declares them ([`crate::crd::missing_status_fields`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{
@@ -19,7 +23,7 @@ use crate::names::condition_types::{
 };
 
 /// What hearth-discovery writes.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DiscoveryStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -42,7 +46,7 @@ pub struct DiscoveryStatus {
 }
 
 /// What hearth-kueue-sync writes.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KueueSyncStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,7 +59,7 @@ pub struct KueueSyncStatus {
 }
 
 /// What hearth-lock-manager writes.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LockManagerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,8 @@
 //! Reconcile = observe → [`plan`] (pure) → [`apply`] → report ([`status`]); the
 //! state machine is [`state`], the sentinel kinds live in [`sentinel`], the orphan sweep
 //! in [`sweep`]; for `fournosjob` sentinels [`fournos_lock`] observes the Workloads
-//! Fournos made.
+//! Fournos made. Before any of it runs, [`crd_check`] refuses a served CRD that would
+//! prune a status field lock-manager writes.
 //!
 //! # The lock state machine
 //!
@@ -82,6 +83,7 @@ pub mod apply;
 pub mod config;
 pub mod context;
 pub mod controller;
+pub mod crd_check;
 pub mod error;
 pub mod fournos_lock;
 pub mod holders;

@@ -14,6 +14,8 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
@@ -544,7 +546,30 @@ impl Session {
             let allowed = self.allowed(&settings.install_namespace, &right).await;
             rights.push((right, allowed));
         }
+        let fournos_cluster_crd = match Api::<CustomResourceDefinition>::all(client.clone())
+            .get_opt(names::CRD_NAME)
+            .await
+        {
+            Ok(crd) => crd.map(Ok),
+            Err(e) => Some(Err(unanswered(e, "get", "customresourcedefinitions"))),
+        };
+        let discovery_policy =
+            Api::<NetworkPolicy>::namespaced(client.clone(), &settings.install_namespace)
+                .get_opt(names::controllers::DISCOVERY)
+                .await
+                .map_or_else(
+                    |e| {
+                        Some(Err(unanswered(
+                            e,
+                            "get",
+                            "networkpolicies.networking.k8s.io",
+                        )))
+                    },
+                    |policy| policy.map(Ok),
+                );
         doctor::Observed {
+            fournos_cluster_crd,
+            discovery_policy,
             rights,
             kubernetes_version,
             kueue_versions,

@@ -2,6 +2,9 @@
 //! than guessed, each missing piece said with what to do. [`diagnose`] decides from what
 //! was observed (pure); `api` observes.
 
+use hearth_api::crd::{StatusWriter, apply_crd_hint, missing_status_fields};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 
 use crate::cli::Sentinel;
@@ -86,7 +89,8 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
             resource: sentinel.1,
             name: None,
             namespace: Some(settings.execution_namespace.clone()),
-            value: "config.executionNamespace",
+            // The chart grants only the configured sentinel kind's rights.
+            value: "config.sentinel or config.executionNamespace",
         },
         Right {
             controller: LOCK_MANAGER,
@@ -126,6 +130,12 @@ pub struct Observed {
     pub local_queue: Option<Seen>,
     /// Each of [`rights`], answered.
     pub rights: Vec<(Right, Allowed)>,
+    /// The served FournosCluster CRD, or why it could not be read; `None` when it does
+    /// not exist.
+    pub fournos_cluster_crd: Option<Result<CustomResourceDefinition, String>>,
+    /// hearth-discovery's NetworkPolicy in the install namespace, or why it could not be
+    /// read; `None` when there is none.
+    pub discovery_policy: Option<Result<NetworkPolicy, String>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -271,6 +281,9 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
                 .into(),
         )
     });
+    if let Some(served) = &observed.fournos_cluster_crd {
+        checks.push(crd_fields(served));
+    }
     if settings.sentinel == Sentinel::Fournosjob {
         checks.push(if crd("fournosjobs") {
             check(
@@ -328,6 +341,10 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
         ));
     }
     let install = &settings.install_namespace;
+    checks.push(discovery_egress(
+        settings,
+        observed.discovery_policy.as_ref(),
+    ));
     for (right, allowed) in &observed.rights {
         let Right {
             controller,
@@ -377,6 +394,105 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
     checks
 }
 
+/// Whether the served CRD declares every status field the controllers write; a field it
+/// lacks is pruned from every write, silently.
+fn crd_fields(served: &Result<CustomResourceDefinition, String>) -> Check {
+    const NAME: &str = "fournosclusters-crd-fields";
+    let crd = match served {
+        Ok(crd) => crd,
+        Err(why) => {
+            return check(
+                NAME,
+                Verdict::Unknown,
+                format!(
+                    "cannot tell whether the FournosCluster CRD declares the status fields the \
+                     controllers write: {why}"
+                ),
+            );
+        }
+    };
+    let stale: Vec<String> = StatusWriter::ALL
+        .into_iter()
+        .filter_map(|writer| {
+            let missing = missing_status_fields(crd, writer);
+            (!missing.is_empty())
+                .then(|| format!("{} writes {}", writer.controller(), missing.join(", ")))
+        })
+        .collect();
+    if stale.is_empty() {
+        check(
+            NAME,
+            Verdict::Ok,
+            "the FournosCluster CRD declares every status field the controllers write".into(),
+        )
+    } else {
+        check(
+            NAME,
+            Verdict::Missing,
+            format!(
+                "the FournosCluster CRD is older than this Hearth and the apiserver drops status \
+                 fields it does not declare ({}); hearth-lock-manager refuses to start on it. \
+                 To fix: {}.",
+                stale.join("; "),
+                apply_crd_hint()
+            ),
+        )
+    }
+}
+
+/// Whether hearth-discovery's egress is narrowed to the target clusters: with
+/// `networkPolicy.targetCIDRs` empty it may connect anywhere, and it connects wherever a
+/// labeled Secret's kubeconfig points. Said, not failed: the targets may really be anywhere.
+fn discovery_egress(settings: &Settings, policy: Option<&Result<NetworkPolicy, String>>) -> Check {
+    const NAME: &str = "discovery-egress";
+    let (install, secrets) = (&settings.install_namespace, &settings.secrets_namespace);
+    let risk = format!(
+        "whoever may create a labeled kubeconfig Secret in namespace {secrets} gets an HTTPS \
+         client and port scanner inside the cluster. List the target clusters' API server \
+         networks in networkPolicy.targetCIDRs."
+    );
+    match policy {
+        Some(Ok(policy)) if egress_is_open(policy) => check(
+            NAME,
+            Verdict::Warning,
+            format!(
+                "networkPolicy.targetCIDRs is empty: NetworkPolicy {install}/hearth-discovery \
+                 lets it connect to any address on any port, so {risk}"
+            ),
+        ),
+        Some(Ok(_)) => check(
+            NAME,
+            Verdict::Ok,
+            "hearth-discovery may connect only to the networks networkPolicy.targetCIDRs lists \
+             (and DNS, the API server)"
+                .into(),
+        ),
+        None => check(
+            NAME,
+            Verdict::Warning,
+            format!(
+                "no NetworkPolicy hearth-discovery in namespace {install} (networkPolicy.enabled \
+                 is false, or discovery is not installed there): it may connect anywhere, so {risk}"
+            ),
+        ),
+        Some(Err(why)) => check(
+            NAME,
+            Verdict::Warning,
+            format!("cannot tell where hearth-discovery may connect: {why}"),
+        ),
+    }
+}
+
+/// Whether an egress rule of `policy` allows every address and port (`{}`).
+fn egress_is_open(policy: &NetworkPolicy) -> bool {
+    let Some(spec) = &policy.spec else {
+        return false;
+    };
+    spec.egress.iter().flatten().any(|rule| {
+        rule.to.as_ref().is_none_or(Vec::is_empty) && rule.ports.as_ref().is_none_or(Vec::is_empty)
+    })
+}
+
 /// One line a check, and a last line that sums up.
 pub fn render(checks: &[Check]) -> String {
     let mut out = String::new();
@@ -415,6 +531,9 @@ pub fn outcome(checks: &[Check]) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hearth_api::FournosCluster;
+    use kube::CustomResourceExt as _;
+    use serde_json::json;
 
     fn settings(sentinel: Sentinel) -> Settings {
         Settings {
@@ -443,7 +562,84 @@ mod tests {
                 .into_iter()
                 .map(|r| (r, Allowed::Yes))
                 .collect(),
+            fournos_cluster_crd: Some(Ok(FournosCluster::crd())),
+            discovery_policy: Some(Ok(policy(&[
+                json!({ "ports": [{ "port": 53, "protocol": "UDP" }] }),
+                json!({ "to": [{ "ipBlock": { "cidr": "10.20.0.0/16" } }] }),
+            ]))),
         }
+    }
+
+    fn policy(egress: &[serde_json::Value]) -> NetworkPolicy {
+        serde_json::from_value(json!({
+            "metadata": { "name": "hearth-discovery", "namespace": "hearth" },
+            "spec": { "podSelector": {}, "policyTypes": ["Ingress", "Egress"], "egress": egress },
+        }))
+        .unwrap()
+    }
+
+    /// The generated CRD without `status.lockJobUID`: the CRD of a release before it.
+    fn crd_without_lock_job_uid() -> CustomResourceDefinition {
+        let mut crd = serde_json::to_value(FournosCluster::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("lockJobUID")
+            .unwrap();
+        serde_json::from_value(crd).unwrap()
+    }
+
+    #[test]
+    fn a_crd_that_would_prune_a_written_field_is_missing_with_what_to_apply() {
+        let s = settings(Sentinel::Fournosjob);
+        let mut o = good(&s);
+        o.fournos_cluster_crd = Some(Ok(crd_without_lock_job_uid()));
+        let checks = diagnose(&s, &o);
+        let text = render(&checks);
+        for needle in [
+            "MISSING the FournosCluster CRD is older than this Hearth",
+            "(hearth-lock-manager writes status.lockJobUID)",
+            "hearth-lock-manager refuses to start on it",
+            "`kubectl apply --server-side --force-conflicts -f charts/hearth/crds/`",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+        }
+        assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
+        o.fournos_cluster_crd = Some(Err("you may not get customresourcedefinitions".into()));
+        let text = render(&diagnose(&s, &o));
+        assert!(
+            text.contains("UNKNOWN cannot tell whether the FournosCluster CRD declares"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn discovery_egress_anywhere_is_warned_not_failed() {
+        let s = settings(Sentinel::Fournosjob);
+        let mut o = good(&s);
+        assert!(render(&diagnose(&s, &o)).contains("ok      hearth-discovery may connect only"));
+        o.discovery_policy = Some(Ok(policy(&[
+            json!({ "ports": [{ "port": 53, "protocol": "UDP" }] }),
+            json!({}),
+        ])));
+        let checks = diagnose(&s, &o);
+        let text = render(&checks);
+        assert!(
+            text.contains(
+                "warning networkPolicy.targetCIDRs is empty: NetworkPolicy hearth/hearth-discovery \
+                 lets it connect to any address on any port, so whoever may create a labeled \
+                 kubeconfig Secret in namespace psap-secrets gets an HTTPS client and port scanner"
+            ),
+            "{text}"
+        );
+        assert!(outcome(&checks).is_ok());
+        o.discovery_policy = None;
+        let text = render(&diagnose(&s, &o));
+        assert!(
+            text.contains("warning no NetworkPolicy hearth-discovery in namespace hearth"),
+            "{text}"
+        );
     }
 
     #[test]

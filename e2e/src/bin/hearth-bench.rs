@@ -708,10 +708,7 @@ async fn fournos_peer(
     if samples == 0 {
         return Err("--py-lock-samples 0".to_owned());
     }
-    // Its line is written for a skipped test; the table cell already says "not measured".
-    let source = Peer::Fournos
-        .source()
-        .map_err(|why| why.trim_start_matches("skipped: ").to_owned())?;
+    let source = Peer::Fournos.source()?;
     let venv = Peer::Fournos
         .venv(&source)
         .map_err(|e| format!("the real Fournos could not be installed: {e}"))?;
@@ -991,7 +988,9 @@ fn python_peer(sizes: &[usize]) -> std::result::Result<PeerPaths, String> {
     if sizes.iter().all(|&n| n == 0) {
         return Err("skipped: the Python Hearth (--py-sizes 0)".to_owned());
     }
-    let source = Peer::HearthPy.source()?;
+    let source = Peer::HearthPy
+        .source()
+        .map_err(|why| format!("skipped: {why}"))?;
     let venv = Peer::HearthPy
         .venv(&source)
         .map_err(|e| format!("skipped: the Python Hearth could not be installed: {e}"))?;
