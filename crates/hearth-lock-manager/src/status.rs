@@ -93,11 +93,10 @@ impl Transition {
             (Some(from), R::Released) if !matches!(from, Some(R::Released | R::Expired)) => {
                 Some(Self::Released)
             }
-            (Some(Some(R::Held)), R::WaitingForAdmission | R::WrongFlavor | R::SlotsMismatch)
-                if same_owner =>
-            {
-                Some(Self::Lost)
-            }
+            (
+                Some(Some(R::Held)),
+                R::WaitingForAdmission | R::WrongFlavor | R::SlotsMismatch | R::WorkloadNotProven,
+            ) if same_owner => Some(Self::Lost),
             _ => None,
         }
     }

@@ -705,6 +705,7 @@ fn transitions() {
         (Some(Some(R::Held)),             R::WaitingForAdmission, false, None),
         (Some(Some(R::Held)),             R::WrongFlavor,         true,  Some(T::Lost)),
         (Some(Some(R::Held)),             R::SlotsMismatch,       true,  Some(T::Lost)),
+        (Some(Some(R::Held)),             R::WorkloadNotProven,   true,  Some(T::Lost)),
         // Said by the plan's own Event (LockWorkloadLost, LockExpired).
         (Some(Some(R::Held)),             R::WorkloadLost,        true,  None),
         (Some(Some(R::Held)),             R::Expired,             true,  None),
