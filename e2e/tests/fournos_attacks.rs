@@ -66,6 +66,17 @@ fn user_workload(lab: &Lab, name: &str, cluster: &str, slots: &str) -> Result<Wo
     Ok(serde_json::from_value(w)?)
 }
 
+/// alice asks for the lock of `cluster`; it is refused (`SentinelNameTaken`) and never
+/// said to be held meanwhile (every look probes).
+async fn lock_is_refused(lab: &Lab, cluster: &str) -> Result<FournosCluster> {
+    lab.set_owner(cluster, Some("alice"), None).await?;
+    let fc = lab
+        .wait_cluster(cluster, "SentinelNameTaken", reason_is("SentinelNameTaken"))
+        .await?;
+    ensure!(fc.status.as_ref().and_then(|s| s.locked) != Some(true));
+    Ok(fc)
+}
+
 /// The user's Workloads API (their own RBAC).
 async fn as_user(lab: &Lab) -> Result<Api<Workload>> {
     Ok(Api::namespaced(
@@ -95,14 +106,7 @@ async fn a_workload_made_under_the_locks_name_never_holds_the_cluster() -> Resul
     })
     .await?;
 
-    lab.set_owner(&cluster, Some("alice"), None).await?;
-    let fc = lab
-        .wait_cluster(
-            &cluster,
-            "SentinelNameTaken",
-            reason_is("SentinelNameTaken"),
-        )
-        .await?;
+    let fc = lock_is_refused(&lab, &cluster).await?;
     let message = said(&fc);
     ensure!(message.contains(&name), "names the Workload: {message}");
     ensure!(fc.status.as_ref().and_then(|s| s.locked) != Some(true));
@@ -221,14 +225,7 @@ async fn a_forged_sentinel_is_named_and_never_trusted_or_deleted() -> Result<()>
     })
     .await?;
 
-    lab.set_owner(&cluster, Some("alice"), None).await?;
-    let fc = lab
-        .wait_cluster(
-            &cluster,
-            "SentinelNameTaken",
-            reason_is("SentinelNameTaken"),
-        )
-        .await?;
+    let fc = lock_is_refused(&lab, &cluster).await?;
     ensure!(said(&fc).contains("lockJobUID"), "{}", said(&fc));
     let holders = fc
         .status
@@ -255,14 +252,7 @@ async fn a_forged_sentinel_is_named_and_never_trusted_or_deleted() -> Result<()>
     other.metadata.labels = Some(sentinel_labels("some-other-cluster", &lab.scope.namespace));
     other.metadata.resource_version = None;
     jobs.create(&PostParams::default(), &other).await?;
-    lab.set_owner(&cluster, Some("alice"), None).await?;
-    let fc = lab
-        .wait_cluster(
-            &cluster,
-            "SentinelNameTaken",
-            reason_is("SentinelNameTaken"),
-        )
-        .await?;
+    let fc = lock_is_refused(&lab, &cluster).await?;
     ensure!(said(&fc).contains("some-other-cluster"), "{}", said(&fc));
     Ok(())
 }
