@@ -321,17 +321,18 @@ fn quote(message: &str) -> String {
     text
 }
 
-/// The holders of a cluster's slots, each with its job, owner and slots.
+/// The holders of a cluster's slots, each with its slots (Kueue's count) and the job and
+/// owner it claims: whoever made the Workload wrote its label and annotation.
 fn holder_list(holders: &[hearth_api::SlotHolder]) -> String {
     let named: Vec<String> = holders
         .iter()
         .map(|h| {
             let mut said = vec![format!("{} slots", h.slots)];
             if let Some(job) = &h.job {
-                said.insert(0, format!("FournosJob {}", bounded(job, MAX_QUOTE)));
+                said.insert(0, format!("says FournosJob {}", bounded(job, MAX_QUOTE)));
             }
             if let Some(owner) = &h.owner {
-                said.push(format!("owner {}", bounded(owner, MAX_QUOTE)));
+                said.push(format!("annotation says owner {}", bounded(owner, MAX_QUOTE)));
             }
             format!(
                 "Workload {} ({})",
@@ -607,7 +608,7 @@ mod tests {
         assert!(!text.contains("Nobody holds"), "{text}");
         assert!(
             text.contains(
-                "No Hearth lock, but its slots are all taken (100 of 100) by Workload exec/lock-a (FournosJob lock-a, 100 slots)"
+                "No Hearth lock, but its slots are all taken (100 of 100) by Workload exec/lock-a (says FournosJob lock-a, 100 slots)"
             ),
             "{text}"
         );
