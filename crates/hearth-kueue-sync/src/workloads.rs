@@ -1,17 +1,30 @@
 //! The Workloads Kueue has admitted on each flavor: what a cordoned cluster's
 //! `Schedulable` condition counts down to `Drained`. Pure; the controller's Workload cache
-//! keeps only what this reads ([`trim`]).
+//! (the execution namespace's) keeps only what this reads ([`trim`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use hearth_api::kueue::{Workload, workload_conditions::FINISHED};
-use hearth_api::names::has_sentinel_labels;
+use hearth_api::names::{
+    CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, has_sentinel_labels,
+};
 
-/// Keeps of a Workload only its metadata's names and labels, its conditions and the
-/// flavors of its admission. Pod templates (images, commands, environment) can be large
+/// The labels [`is_this_hearths_lock`] reads; a Workload's others are never kept.
+const LABELS_READ: [&str; 3] = [
+    CLUSTER_LOCK_LABEL,
+    MANAGED_BY_LABEL,
+    CLUSTER_NAMESPACE_LABEL,
+];
+
+/// Keeps of a Workload only its identity (names, uid), the labels
+/// [`is_this_hearths_lock`] reads, its conditions and the flavors of its admission. Pod
+/// templates (images, commands, environment), annotations and other labels can be large
 /// and are never read.
 pub fn trim(w: &mut Workload) {
     let meta = &mut w.metadata;
+    if let Some(labels) = &mut meta.labels {
+        labels.retain(|key, _| LABELS_READ.contains(&key.as_str()));
+    }
     meta.annotations = None;
     meta.managed_fields = None;
     meta.owner_references = None;
@@ -31,17 +44,23 @@ pub fn trim(w: &mut Workload) {
     }
 }
 
+/// Whether `w` is this Hearth's own lock, which a cordon does not wait for: a lock taken
+/// during a cordon is what the operator waits to hold, not a job to drain. Today: it
+/// carries the sentinel labels of `cluster_namespace`.
+fn is_this_hearths_lock(w: &Workload, cluster_namespace: &str) -> bool {
+    has_sentinel_labels(w.metadata.labels.as_ref(), cluster_namespace)
+}
+
 /// Per flavor, the Workloads admitted on it (quota reserved, not finished), each counted
-/// once however many of its resources the flavor holds. This Hearth's own lock
-/// sentinels (the labels of `cluster_namespace`) are not counted: a lock taken during a
-/// cordon is what the operator waits to hold, not a job to drain.
+/// once however many of its resources the flavor holds, but for this Hearth's own locks
+/// ([`is_this_hearths_lock`]).
 pub fn admitted_per_flavor<'a>(
     workloads: impl IntoIterator<Item = &'a Workload>,
     cluster_namespace: &str,
 ) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
     for w in workloads {
-        if has_sentinel_labels(w.metadata.labels.as_ref(), cluster_namespace) {
+        if is_this_hearths_lock(w, cluster_namespace) {
             continue;
         }
         let Some(status) = &w.status else { continue };
@@ -128,5 +147,26 @@ mod tests {
         );
         let size = |w: &Workload| serde_json::to_string(w).unwrap().len();
         assert!(size(&trimmed[0]) * 2 < size(&all[0]));
+    }
+
+    #[test]
+    fn trimming_keeps_only_the_labels_the_count_reads() {
+        let mut sentinel = workload("cluster-lock-a", &["a"], false);
+        let mut labels = sentinel_labels("a", "hearth");
+        labels.extend((0..100).map(|i| (format!("team.example/l{i}"), "v".repeat(63))));
+        sentinel.metadata.labels = Some(labels);
+        sentinel.metadata.uid = Some("u".into());
+        let mut trimmed = sentinel.clone();
+        trim(&mut trimmed);
+        assert_eq!(
+            trimmed.metadata.labels,
+            Some(sentinel_labels("a", "hearth")),
+            "the sentinel labels, nothing else"
+        );
+        assert_eq!(trimmed.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(
+            admitted_per_flavor([&trimmed], "hearth"),
+            admitted_per_flavor([&sentinel], "hearth")
+        );
     }
 }
