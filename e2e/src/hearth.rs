@@ -329,6 +329,33 @@ impl Running {
         }
     }
 
+    /// Waits until its `/readyz` answers 200: the plane returns once the admin server
+    /// answers, and a test wants the caches synced.
+    async fn ready_within(&self, timeout: Duration) -> Result<()> {
+        let addr = self.admin_addr()?;
+        crate::process::poll(
+            &format!("{} /readyz to answer 200", self.name()),
+            timeout,
+            || async move { Ok(matches!(http_get(addr, "/readyz").await, Ok((200, _))).then_some(())) },
+        )
+        .await
+    }
+
+    /// Its process id on `plane`, from the plane's pid file.
+    pub fn pid(&self, plane: &ControlPlane) -> Result<u32> {
+        let path = plane.state_dir().join(crate::protocol::PIDS_FILE);
+        let text = std::fs::read(&path).context(|| format!("reading {}", path.display()))?;
+        let pids: crate::protocol::Pids = serde_json::from_slice(&text)
+            .map_err(|e| PlaneError::Invalid(format!("{}: {e}", path.display())))?;
+        pids.processes
+            .iter()
+            .find(|p| p.name == self.name())
+            .map(|p| p.pid)
+            .ok_or_else(|| {
+                PlaneError::Invalid(format!("{} is not in {}", self.name(), path.display()))
+            })
+    }
+
     /// SIGKILL, as a crash at an arbitrary instant.
     pub async fn kill(&self, plane: &ControlPlane) -> Result<()> {
         plane.kill_controller(self.name()).await
@@ -345,9 +372,27 @@ pub async fn start(
     instance: &str,
     extra: &[(&str, &str)],
 ) -> Result<Running> {
+    start_within(plane, iso, controller, instance, extra, READY_WITHIN).await
+}
+
+/// How long [`start`] waits for a controller's caches to be synced.
+pub const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// [`start`], waiting up to `ready_within` for the caches to be synced: for a test that
+/// fills the apiserver with more than it serves in a minute.
+pub async fn start_within(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    controller: Controller,
+    instance: &str,
+    extra: &[(&str, &str)],
+    ready_within: Duration,
+) -> Result<Running> {
     ensure_built().await?;
     let program = hearth_binary(controller.binary())?;
-    start_program(plane, iso, controller, instance, &program, extra).await
+    let running = start_unready(plane, iso, controller, instance, &program, extra).await?;
+    running.ready_within(ready_within).await?;
+    Ok(running)
 }
 
 /// [`start`] with `program` run instead of the workspace's binary: e.g. a launcher that
@@ -355,6 +400,20 @@ pub async fn start(
 /// (the kubeconfig of `controller`'s ServiceAccount in `KUBECONFIG`, unless `extra` says
 /// otherwise) and the same readiness wait.
 pub async fn start_program(
+    plane: &ControlPlane,
+    iso: &Isolated,
+    controller: Controller,
+    instance: &str,
+    program: &Path,
+    extra: &[(&str, &str)],
+) -> Result<Running> {
+    let running = start_unready(plane, iso, controller, instance, program, extra).await?;
+    running.ready_within(READY_WITHIN).await?;
+    Ok(running)
+}
+
+/// [`start_program`] without the wait for readiness.
+async fn start_unready(
     plane: &ControlPlane,
     iso: &Isolated,
     controller: Controller,
@@ -396,16 +455,7 @@ pub async fn start_program(
     );
     let name = format!("{}-{}-{instance}", controller.binary(), iso.id);
     let state = plane.start_controller(&name, program, env).await?;
-    let running = Running { controller, state };
-    // The plane returns once the admin server answers; a test wants the caches synced.
-    let addr = running.admin_addr()?;
-    crate::process::poll(
-        &format!("{name} /readyz to answer 200"),
-        Duration::from_secs(60),
-        || async move { Ok(matches!(http_get(addr, "/readyz").await, Ok((200, _))).then_some(())) },
-    )
-    .await?;
-    Ok(running)
+    Ok(Running { controller, state })
 }
 
 /// The chart's directory in this repository.

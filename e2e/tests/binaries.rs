@@ -42,6 +42,7 @@ fn help_lists_every_setting_with_its_variable() -> Result<()> {
                 "HEARTH_KUEUE_CLUSTER_QUEUE_NAME",
                 "HEARTH_GPU_RESOURCE_PREFIX",
                 "HEARTH_POOL_LABEL_KEYS",
+                "HEARTH_EXECUTION_NAMESPACE",
             ][..],
         ),
         (

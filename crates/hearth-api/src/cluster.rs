@@ -109,7 +109,12 @@ pub fn owner_problem(owner: &str) -> Option<String> {
 pub struct FournosClusterSpec {
     /// Name of the Secret (in Hearth's secrets namespace) whose `kubeconfig` key holds
     /// this cluster's kubeconfig. Only inline credentials are accepted: server, CA
-    /// data, and a bearer token or client certificate and key data.
+    /// data, and a bearer token or client certificate and key data. A Secret's name: a
+    /// DNS subdomain of at most 253 characters.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub kubeconfig_secret: String,
 
     /// Who has locked this cluster. Setting it takes an exclusive lock (no other
@@ -144,9 +149,74 @@ pub struct FournosClusterSpec {
 
     /// Deprecated: hardware as recorded in spec by the Python controller that Hearth
     /// replaces. Hearth never writes it; discovered hardware lives in
-    /// `status.hardware`. Kept in the schema so migrating clusters lose nothing.
+    /// `status.hardware`. Kept in the schema so migrating clusters lose nothing; read
+    /// only while a takeover needs it. At most 8 GPU models, with short strings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "legacy_hardware_schema")]
     pub hardware: Option<Hardware>,
+}
+
+/// Longest `spec.kubeconfigSecret`: a Secret's name, a DNS subdomain.
+pub const MAX_KUBECONFIG_SECRET_CHARS: usize = 253;
+
+/// Longest `vendor`, `model` and `shortName` of a legacy `spec.hardware.gpus` entry: a
+/// node label value, as the Python controller read them.
+pub const MAX_LEGACY_GPU_TEXT: usize = 63;
+/// Longest legacy `spec.hardware.lastError`.
+pub const MAX_LEGACY_ERROR_CHARS: usize = 1024;
+
+/// The schema of the legacy `spec.hardware`: [`Hardware`]'s, bounded. Anyone who may edit
+/// a FournosCluster may write it, and every controller that caches the object decodes
+/// it, so the apiserver refuses what no takeover needs: more than [`MAX_GPU_MODELS`]
+/// models (what kueue-sync publishes at most), strings longer than a label value.
+/// `status.hardware` keeps [`Hardware`]'s own schema: only discovery writes it.
+fn legacy_hardware_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <Hardware as JsonSchema>::json_schema(generator);
+    let set = |schema: &mut schemars::Schema, pointer: &str, key: &str, max: usize| {
+        let at = schema
+            .pointer_mut(pointer)
+            .and_then(|v| v.as_object_mut())
+            .unwrap_or_else(|| panic!("Hardware's schema has {pointer}"));
+        at.insert(key.to_owned(), max.into());
+    };
+    set(&mut schema, "/properties/gpus", "maxItems", MAX_GPU_MODELS);
+    for field in ["vendor", "model", "shortName"] {
+        let pointer = format!("/properties/gpus/items/properties/{field}");
+        set(&mut schema, &pointer, "maxLength", MAX_LEGACY_GPU_TEXT);
+    }
+    let versions = "/properties/gpus/items/properties/driverVersions/items";
+    set(&mut schema, versions, "maxLength", MAX_VERSION_CHARS);
+    set(
+        &mut schema,
+        "/properties/lastError",
+        "maxLength",
+        MAX_LEGACY_ERROR_CHARS,
+    );
+    schema.insert("nullable".to_owned(), true.into());
+    schema
+}
+
+/// Why a legacy `spec.hardware` is beyond what the CRD accepts (an object stored before
+/// it said so), or `None`. The same bounds as [`legacy_hardware_schema`] for what the
+/// plan reads of it: how many GPU models, and their strings.
+pub fn legacy_hardware_problem(hardware: &Hardware) -> Option<String> {
+    let models = hardware.gpus.len();
+    if models > MAX_GPU_MODELS {
+        return Some(format!(
+            "spec.hardware.gpus lists {models} GPU models; at most {MAX_GPU_MODELS} are accepted"
+        ));
+    }
+    let long = |s: &String| s.chars().count() > MAX_LEGACY_GPU_TEXT;
+    hardware
+        .gpus
+        .iter()
+        .any(|g| long(&g.vendor) || long(&g.model) || long(&g.short_name))
+        .then(|| {
+            format!(
+                "a vendor, model or shortName in spec.hardware.gpus is longer than \
+                 {MAX_LEGACY_GPU_TEXT} characters"
+            )
+        })
 }
 
 /// Longest `spec.cordon.reason`: a sentence or two, with a ticket link.

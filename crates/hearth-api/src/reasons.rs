@@ -113,6 +113,11 @@ reasons! {
         /// `False`: a pool label of the cluster (a key of `HEARTH_POOL_LABEL_KEYS`) has a
         /// value that is not a label value; its flavor carries `none` for it instead.
         InvalidPoolLabel = "InvalidPoolLabel",
+        /// `False`: a cluster under takeover, not yet counted by discovery, whose legacy
+        /// `spec.hardware` is beyond what the CRD accepts (more than 8 GPU models, or
+        /// longer strings; stored before the CRD said so). None of it is read: its entry
+        /// publishes its slots and no GPU until discovery has counted it.
+        InvalidLegacyHardware = "InvalidLegacyHardware",
     }
 }
 

@@ -37,6 +37,17 @@ pub fn is_hidden(c: char) -> bool {
         )
 }
 
+/// At most `max_chars + 1` characters of `text`, as they are: what a cache keeps of text
+/// someone else wrote in a field whose limit is `max_chars` (an object stored before the
+/// CRD set it). Whoever reads it still sees that it is too long, and [`bounded`] with
+/// `max_chars` shows it exactly as it would show the whole.
+pub fn capped(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars.saturating_add(1)) {
+        Some((cut, _)) => text[..cut].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
 /// `text` as one line of at most `max_chars` characters, plus [`CUT`] when it was longer.
 /// A line break or tab (including the Unicode line and paragraph separators) becomes a
 /// space, so the text cannot forge a line of its own; every other [hidden](is_hidden)
@@ -61,6 +72,16 @@ pub fn bounded(text: &str, max_chars: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cap_keeps_enough_to_show_the_cut() {
+        let long = "é\n".repeat(2000);
+        let kept = capped(&long, 1024);
+        assert_eq!(kept.chars().count(), 1025);
+        assert_eq!(bounded(&kept, 1024), bounded(&long, 1024));
+        assert_eq!(capped("abc", 3), "abc");
+        assert_eq!(capped("abcd", 2), "abc");
+    }
 
     /// Every character a terminal or a bidi-aware viewer acts on, one of each kind.
     const HOSTILE: &str = "a\u{1b}[31mred\u{7}\u{0}\u{7f}\u{9b}2J\u{85}\r\nb\u{202e}c\u{2066}\u{200b}\u{feff}\u{e0041}\u{2028}d";

@@ -3,12 +3,16 @@
 //! metadata it reads. The rest of the status (kueue-sync's and lock-manager's fields and
 //! conditions), the labels (but the one discovery reads), the annotations
 //! (`kubectl.kubernetes.io/last-applied-configuration` can be as large as the object)
-//! and the legacy `spec.hardware` (but whether it is set) never reach its heap. At 1000
+//! and the legacy `spec.hardware` (but whether it is set) never reach its heap, and the
+//! spec's strings are kept within the CRD's limits whatever an object stored before the
+//! CRD set them holds. At 1000
 //! clusters this is a third of what the trimmed `FournosCluster` took
 //! (bench-results/2026-11-26/MEMORY.md).
 
+use hearth_api::cluster::{MAX_KUBECONFIG_SECRET_CHARS, MAX_OWNER_CHARS};
 use hearth_api::conditions::retain_types;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
+use hearth_api::text::capped;
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -30,6 +34,9 @@ pub struct CachedCluster {
     pub status: Option<FournosClusterStatus>,
 }
 
+/// Longest `spec.gpuDiscoveryInterval` the CRD accepts (four digits and a unit).
+const MAX_INTERVAL_CHARS: usize = 5;
+
 /// The spec fields discovery reads.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CachedSpec {
@@ -50,10 +57,14 @@ impl From<FournosCluster> for CachedCluster {
         Self {
             auto_discovered: ObservedCluster::is_auto_discovered(metadata.labels.as_ref()),
             metadata: hearth_runtime::kit::identity(metadata),
+            // Within the CRD's limits, with one character more for an object stored
+            // before it set them: enough to tell that it is too long.
             spec: CachedSpec {
-                kubeconfig_secret: spec.kubeconfig_secret,
-                owner: spec.owner,
-                gpu_discovery_interval: spec.gpu_discovery_interval,
+                kubeconfig_secret: capped(&spec.kubeconfig_secret, MAX_KUBECONFIG_SECRET_CHARS),
+                owner: spec.owner.map(|o| capped(&o, MAX_OWNER_CHARS)),
+                gpu_discovery_interval: spec
+                    .gpu_discovery_interval
+                    .map(|i| capped(&i, MAX_INTERVAL_CHARS)),
                 legacy_hardware: spec.hardware.is_some(),
             },
             status: status.map(discovery_part),
@@ -62,6 +73,9 @@ impl From<FournosCluster> for CachedCluster {
 }
 
 hearth_runtime::view_of!(CachedCluster, FournosCluster);
+
+/// The view keeps only what discovery reads when it is made.
+impl hearth_runtime::kit::ClusterKind for CachedCluster {}
 
 /// Discovery's fields of `status`, with `locked` and `lockOwner` (a locked cluster's
 /// offboarding is held back). Condition lists keep no spare room.

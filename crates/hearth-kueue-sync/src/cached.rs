@@ -71,6 +71,18 @@ impl From<FournosCluster> for CachedCluster {
 
 hearth_runtime::view_of!(CachedCluster, FournosCluster);
 
+/// The view keeps only what the plan reads when it is made, but for the labels, which
+/// the settings name ([`Self::keep_labels`]).
+impl hearth_runtime::kit::ClusterKind for CachedCluster {}
+
+impl CachedCluster {
+    /// Keeps only the labels of `keys` (the pool label keys) before the cluster is cached.
+    pub fn keep_labels(&mut self, keys: &[String]) {
+        // The view was made from this very object a moment ago: nobody shares it yet.
+        Arc::make_mut(&mut self.observed).keep_labels(keys);
+    }
+}
+
 /// A ResourceFlavor as kueue-sync's cache holds it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct CachedFlavor {
@@ -229,6 +241,20 @@ mod tests {
         // What does not decode as a FournosCluster does not decode as its view.
         let invalid = json!({"metadata": {"name": "a"}, "spec": {"kubeconfigSecret": 7}});
         assert!(serde_json::from_value::<CachedCluster>(invalid).is_err());
+    }
+
+    #[test]
+    fn only_the_pool_labels_are_kept() {
+        let mut cached = CachedCluster::from(busy_cluster());
+        let keys = [
+            "fournos.dev/pool".to_owned(),
+            "example.com/absent".to_owned(),
+        ];
+        cached.keep_labels(&keys);
+        let labels: Vec<_> = cached.observed.labels.iter().collect();
+        assert_eq!(labels, [(&keys[0], &"perf".to_owned())]);
+        cached.keep_labels(&[]);
+        assert!(cached.observed.labels.is_empty());
     }
 
     #[test]

@@ -64,6 +64,13 @@ pub struct KueueSyncConfig {
         value_parser = parse_pool_label_keys,
     )]
     pub pool_label_keys: PoolLabelKeys,
+
+    /// Namespace whose Workloads a cordoned cluster counts down to drained
+    /// (`status.admittedWorkloads`): where Fournos submits its jobs and lock-manager
+    /// creates its sentinels. Workloads of other namespaces are not watched: anyone who
+    /// may create one could make kueue-sync hold it.
+    #[arg(long, env = "HEARTH_EXECUTION_NAMESPACE", default_value = defaults::EXECUTION_NAMESPACE)]
+    pub execution_namespace: String,
 }
 
 /// The pool label keys: distinct label keys, at most [`MAX_POOL_LABEL_KEYS`], not
@@ -149,6 +156,7 @@ mod tests {
                 gpu_resource_prefix: "fournos/gpu-".into(),
                 cluster_slots: 100,
                 pool_label_keys: PoolLabelKeys(vec!["fournos.dev/pool".into()]),
+                execution_namespace: "psap-automation".into(),
             }
         );
     }
@@ -161,6 +169,7 @@ mod tests {
             ("gpu_resource_prefix", "HEARTH_GPU_RESOURCE_PREFIX"),
             ("cluster_slots", "HEARTH_CLUSTER_SLOTS"),
             ("pool_label_keys", "HEARTH_POOL_LABEL_KEYS"),
+            ("execution_namespace", "HEARTH_EXECUTION_NAMESPACE"),
             ("namespace", "HEARTH_NAMESPACE"),
         ] {
             let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();

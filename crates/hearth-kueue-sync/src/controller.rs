@@ -2,9 +2,10 @@
 //! runtime's controller kit ([`hearth_runtime::kit`]).
 //!
 //! - Watches: FournosClusters in Hearth's namespace, the one ClusterQueue (field
-//!   selector on its name), all ResourceFlavors (foreign ones matter to the plan) and all
-//!   Workloads, trimmed (a cordoned cluster counts those still admitted on its flavor).
-//!   Clusters and flavors are cached as the plan's views of them ([`crate::cached`]).
+//!   selector on its name), all ResourceFlavors (foreign ones matter to the plan) and the
+//!   Workloads of the execution namespace, trimmed (a cordoned cluster counts those still
+//!   admitted on its flavor). Clusters and flavors are cached as the plan's views of
+//!   them ([`crate::cached`]), clusters with only the pool labels.
 //!   Objects that do not decode stay in the caches as errors (see [`crate::snapshot`]).
 //! - Triggers ([`Triggers`]): any cache change, gaining the Lease, and the resync
 //!   interval. A trigger starts a reconcile at once (no debounce): one reconcile runs at
@@ -44,7 +45,11 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let metrics = Metrics::register(&mut rt.metrics().registry());
     let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    let (clusters, cluster_objects) = watch.fournos_clusters(&rt);
+    // The plan reads no label of a cluster but the pool labels.
+    let pool_keys = settings.pool_label_keys.clone();
+    let (clusters, cluster_objects) = watch.fournos_clusters_trimmed(&rt, move |cluster| {
+        crate::cached::CachedCluster::keep_labels(cluster, &pool_keys);
+    });
     let (queues, queue_objects) = Cache::watch(
         "ClusterQueue",
         Api::all(client.clone()),
@@ -59,11 +64,12 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         rt.readiness().gate("resourceflavors"),
         &watch,
     );
-    // Every Workload, trimmed to what the cordon count reads: how many are still admitted
-    // on a cordoned cluster's flavor.
+    // The execution namespace's Workloads (where Fournos submits), trimmed to what the
+    // cordon count reads: how many are still admitted on a cordoned cluster's flavor.
+    // Those of other namespaces are not Hearth's to hold in memory.
     let (workloads, workload_objects) = Cache::watch_trimmed(
         "Workload",
-        Api::all(client.clone()),
+        Api::namespaced(client.clone(), &config.execution_namespace),
         watcher::Config::default(),
         rt.readiness().gate("workloads"),
         &watch,

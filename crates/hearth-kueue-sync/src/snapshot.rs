@@ -249,7 +249,7 @@ fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
         kubeconfig_status: None,
         counted: false,
         gpus: Vec::new(),
-        legacy_gpus: None,
+        legacy_gpus: crate::plan::LegacyGpus::Absent,
         kueue: None,
         synced_condition: None,
         cordon: None,

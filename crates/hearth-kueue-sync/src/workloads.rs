@@ -1,16 +1,18 @@
 //! The Workloads Kueue has admitted on each flavor: what a cordoned cluster's
 //! `Schedulable` condition counts down to `Drained`. Pure; the controller's Workload cache
-//! keeps only what this reads ([`trim`]).
+//! (the execution namespace's) keeps only what this reads ([`trim`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use hearth_api::kueue::{Workload, workload_conditions::FINISHED};
 
-/// Keeps of a Workload only its metadata's names and labels, its conditions and the
-/// flavors of its admission. Pod templates (images, commands, environment) can be large
-/// and are never read.
+/// Keeps of a Workload only its identity (names, uid: a lock's Workload is left out of
+/// the count by its UID), its conditions and the flavors of its admission. Pod templates
+/// (images, commands, environment), labels and annotations can be large, are written by
+/// whoever may create Workloads, and are never read.
 pub fn trim(w: &mut Workload) {
     let meta = &mut w.metadata;
+    meta.labels = None;
     meta.annotations = None;
     meta.managed_fields = None;
     meta.owner_references = None;
@@ -25,6 +27,8 @@ pub fn trim(w: &mut Workload) {
             admission.other.clear();
             for a in &mut admission.pod_set_assignments {
                 a.other.clear();
+                a.resource_usage.clear();
+                a.count = None;
             }
         }
     }
@@ -129,5 +133,22 @@ mod tests {
         );
         let size = |w: &Workload| serde_json::to_string(w).unwrap().len();
         assert!(size(&trimmed[0]) * 2 < size(&all[0]));
+    }
+
+    #[test]
+    fn trimming_keeps_no_label_and_the_uid_the_count_reads() {
+        let mut lock = workload("cluster-lock-a", &["a"], false);
+        let mut labels = sentinel_labels("a", "hearth");
+        labels.extend((0..100).map(|i| (format!("team.example/l{i}"), "v".repeat(63))));
+        lock.metadata.labels = Some(labels);
+        let mut trimmed = lock.clone();
+        trim(&mut trimmed);
+        assert_eq!(trimmed.metadata.labels, None, "no label is read");
+        assert_eq!(trimmed.metadata.uid, lock.metadata.uid);
+        let locks = BTreeSet::from(["uid-cluster-lock-a"]);
+        assert_eq!(
+            admitted_per_flavor([&trimmed], &locks),
+            admitted_per_flavor([&lock], &locks)
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use hearth_api::cluster::MAX_GPU_MODELS;
+use hearth_api::cluster::{MAX_GPU_MODELS, MAX_LEGACY_GPU_TEXT};
 use hearth_api::conditions::{DesiredCondition, Status};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
@@ -203,6 +203,19 @@ fn published_condition(
                  as soon as the kubeconfig is {valid}.",
                 secret = cluster.kubeconfig_secret,
                 valid = KubeconfigStatus::Valid,
+            ),
+        )
+    } else if let Some(why) = cluster.legacy_gpus.refused().filter(|_| !cluster.counted) {
+        // Published without being counted: a takeover, whose spec.hardware is not read.
+        condition(
+            SyncReason::InvalidLegacyHardware,
+            format!(
+                "This cluster is taken over from the Python Hearth and hearth-discovery has \
+                 not counted its GPUs yet, but its legacy spec.hardware is not read: {why}. \
+                 Its entry in ClusterQueue '{queue}' publishes {published} (no GPU) until \
+                 discovery has counted the cluster (see condition GPUDiscovered); or correct \
+                 spec.hardware (at most {MAX_GPU_MODELS} GPU models, strings of at most \
+                 {MAX_LEGACY_GPU_TEXT} characters)."
             ),
         )
     } else if !invalid_pool.is_empty() {

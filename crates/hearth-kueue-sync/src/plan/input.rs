@@ -2,6 +2,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hearth_api::cluster::{
+    MAX_CORDON_REASON_CHARS, MAX_KUBECONFIG_SECRET_CHARS, MAX_OWNER_CHARS, legacy_hardware_problem,
+};
 use hearth_api::conditions;
 use hearth_api::kueue::ResourceFlavor;
 use hearth_api::names::{
@@ -9,7 +12,8 @@ use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CORDON_TAINT_KEY, MANAGED_BY_LABEL,
     MANAGED_BY_VALUE, POOL_LABEL_KEYS_ANNOTATION, condition_types,
 };
-use hearth_api::{Cordon, FournosCluster, GpuInfo, KubeconfigStatus, KueueStatus};
+use hearth_api::text::capped;
+use hearth_api::{Cordon, FournosCluster, GpuInfo, Hardware, KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 
@@ -30,9 +34,12 @@ pub struct ObservedCluster {
     /// `metadata.generation`, for the condition's `observedGeneration`.
     pub generation: Option<i64>,
     /// `metadata.labels`: the pool labels (`HEARTH_POOL_LABEL_KEYS`) are copied from here
-    /// into the flavor's node labels.
+    /// into the flavor's node labels. The cache keeps those keys only
+    /// ([`Self::keep_labels`]): anyone who may label a FournosCluster may add as many
+    /// others as the apiserver accepts.
     pub labels: Labels,
-    /// `spec.kubeconfigSecret`, named in the `Drained` message.
+    /// `spec.kubeconfigSecret`, named in the `Drained` message (at most one character
+    /// beyond the CRD's limit is kept: [`capped`]).
     pub kubeconfig_secret: String,
     /// `status.kubeconfigStatus`; anything but `Valid` drains the cluster.
     pub kubeconfig_status: Option<KubeconfigStatus>,
@@ -44,8 +51,8 @@ pub struct ObservedCluster {
     pub gpus: Vec<GpuInfo>,
     /// The legacy `spec.hardware.gpus` the Python Hearth wrote. Anyone who may edit the
     /// FournosCluster may write it, so it is read only for a cluster under takeover
-    /// ([`Self::quota_gpus`]).
-    pub legacy_gpus: Option<Vec<GpuInfo>>,
+    /// ([`Self::quota_gpus`]), and kept only within the CRD's bounds.
+    pub legacy_gpus: LegacyGpus,
     /// `status.kueue` as it is now.
     pub kueue: Option<KueueStatus>,
     /// The `KueueSynced` condition as it is now.
@@ -77,16 +84,16 @@ impl ObservedCluster {
             deleting: meta.deletion_timestamp.is_some(),
             generation: meta.generation,
             labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
-            kubeconfig_secret: cluster.spec.kubeconfig_secret.clone(),
+            kubeconfig_secret: capped(&cluster.spec.kubeconfig_secret, MAX_KUBECONFIG_SECRET_CHARS),
             kubeconfig_status: status.and_then(|s| s.kubeconfig_status),
             counted: hardware.is_some_and(|h| h.last_discovery.is_some()),
             gpus: hardware.map(|h| h.gpus.clone()).unwrap_or_default(),
-            legacy_gpus: cluster.spec.hardware.as_ref().map(|h| h.gpus.clone()),
+            legacy_gpus: LegacyGpus::of(cluster.spec.hardware.as_ref()),
             kueue: status.and_then(|s| s.kueue.clone()),
             synced_condition: status
                 .and_then(|s| conditions::find(&s.conditions, condition_types::KUEUE_SYNCED))
                 .cloned(),
-            cordon: cluster.spec.cordon.clone(),
+            cordon: cluster.spec.cordon.as_ref().map(bounded_cordon),
             schedulable_condition: status
                 .and_then(|s| conditions::find(&s.conditions, condition_types::SCHEDULABLE))
                 .cloned(),
@@ -113,14 +120,79 @@ impl ObservedCluster {
     /// Hearth published before discovery reports the real count. Any other cluster
     /// discovery has never counted claims nothing: its `spec.hardware` is ignored, and it
     /// takes neither a place nor a covered resource.
+    ///
+    /// A legacy `spec.hardware` beyond the CRD's bounds ([`LegacyGpus::Refused`]) brings
+    /// no GPU: the cluster keeps its place with its slots only, and says why
+    /// (`InvalidLegacyHardware`), rather than publishing a part of what it lists.
     pub fn quota_gpus(&self, under_takeover: bool) -> Option<&[GpuInfo]> {
         if self.counted {
             Some(&self.gpus)
         } else if under_takeover {
-            Some(self.legacy_gpus.as_deref().unwrap_or_default())
+            Some(match &self.legacy_gpus {
+                LegacyGpus::Listed(gpus) => gpus,
+                LegacyGpus::Absent | LegacyGpus::Refused(_) => &[],
+            })
         } else {
             None
         }
+    }
+
+    /// Keeps only the labels of `keys` (the pool label keys): the plan reads no other.
+    pub fn keep_labels(&mut self, keys: &[String]) {
+        if self.labels.iter().all(|(k, _)| keys.contains(k)) {
+            return;
+        }
+        self.labels = Labels(
+            self.labels
+                .0
+                .iter()
+                .filter(|(k, _)| keys.contains(k))
+                .cloned()
+                .collect(),
+        );
+    }
+}
+
+/// The legacy `spec.hardware.gpus`, as the plan may read it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum LegacyGpus {
+    /// No `spec.hardware`.
+    #[default]
+    Absent,
+    /// Within the CRD's bounds ([`hearth_api::cluster::legacy_hardware_problem`]).
+    Listed(Vec<GpuInfo>),
+    /// Beyond them (stored before the CRD said so): none of it is kept; why.
+    Refused(String),
+}
+
+impl LegacyGpus {
+    pub fn of(hardware: Option<&Hardware>) -> Self {
+        match hardware {
+            None => Self::Absent,
+            Some(h) => match legacy_hardware_problem(h) {
+                Some(problem) => Self::Refused(problem),
+                None => Self::Listed(h.gpus.clone()),
+            },
+        }
+    }
+
+    /// Why it is not read, when it is beyond the CRD's bounds.
+    pub fn refused(&self) -> Option<&str> {
+        match self {
+            Self::Refused(why) => Some(why),
+            Self::Absent | Self::Listed(_) => None,
+        }
+    }
+}
+
+/// `spec.cordon` with its texts capped to the CRD's limits (for one stored before it
+/// said so): what the plan shows of them is bounded to those limits anyway.
+fn bounded_cordon(cordon: &Cordon) -> Cordon {
+    Cordon {
+        reason: capped(&cordon.reason, MAX_CORDON_REASON_CHARS),
+        by: cordon.by.as_deref().map(|b| capped(b, MAX_OWNER_CHARS)),
+        since: cordon.since.clone(),
+        until: cordon.until.clone(),
     }
 }
 

@@ -194,7 +194,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use cluster_status::SyncReason;
 pub use cordon::{CORDON_TAINT_EFFECT, CordonState, cordon_taint};
-pub use input::{Labels, ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
+pub use input::{Labels, LegacyGpus, ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::{cluster_queue_changes_summary, plan_summary};
 
 use queue::{Candidate, QueueInput, QueuePlan};

@@ -435,32 +435,73 @@ fn a_cluster_publishes_at_most_the_model_limit() {
         .map(|i| format!("m{i:02}"))
         .collect();
     let many = models.iter().rev().fold(cluster("a"), |c, m| c.gpu(m, 1));
-    // The same through spec.hardware of a cluster under takeover.
-    let legacy = models
-        .iter()
-        .fold(cluster("b"), |c, m| c.gpu(m, 1))
-        .legacy();
     let mut world = World::new()
-        .with_clusters([many, legacy])
-        .with_flavors([hearth_flavor("a"), legacy_flavor("b")]);
+        .with_clusters([many])
+        .with_flavors([hearth_flavor("a")]);
     world.converge();
     assert!(kueue_problems(world.queue()).is_empty());
     let expected: Vec<String> = std::iter::once(SLOT.to_owned())
         .chain(models[..MAX_GPU_MODELS].iter().map(|m| gpu(m)))
         .collect();
     assert_eq!(covered(&world), expected);
-    for name in ["a", "b"] {
+    let kueue = world.status("a").kueue.as_ref().unwrap();
+    assert_eq!(kueue.quotas.len(), MAX_GPU_MODELS + 1);
+    let message = message_of(&world, "a", "LimitReached");
+    assert!(
+        message.ends_with(
+            "but not fournos/gpu-m08 (1 GPUs), fournos/gpu-m09 (1 GPUs): a cluster \
+             publishes at most 8 GPU models (each is a resource of the shared \
+             ClusterQueue), the first in name order. Check the GPU models in \
+             status.hardware."
+        ),
+        "{message}"
+    );
+}
+
+/// A legacy spec.hardware beyond the CRD's bounds (stored before it set them) is not
+/// read, not a part of it: the cluster under takeover keeps its place with its slots
+/// and no GPU, and says why, until discovery counts it.
+#[test]
+fn legacy_hardware_beyond_the_crd_is_not_read() {
+    let models: Vec<String> = (0..MAX_GPU_MODELS + 2)
+        .map(|i| format!("m{i:02}"))
+        .collect();
+    let many = models
+        .iter()
+        .fold(cluster("b"), |c, m| c.gpu(m, 1))
+        .legacy();
+    let long = cluster("c").gpu(&"x".repeat(64), 4).legacy();
+    let fine = cluster("d").gpu("a100", 4).legacy();
+    let mut world = World::new()
+        .with_clusters([many, long, fine])
+        .with_flavors([legacy_flavor("b"), legacy_flavor("c"), legacy_flavor("d")]);
+    world.converge();
+    assert!(kueue_problems(world.queue()).is_empty());
+    assert_eq!(covered(&world), [SLOT.to_owned(), gpu("a100")]);
+    for (name, why) in [
+        (
+            "b",
+            "spec.hardware.gpus lists 10 GPU models; at most 8 are accepted",
+        ),
+        ("c", "longer than 63 characters"),
+    ] {
         let kueue = world.status(name).kueue.as_ref().unwrap();
-        assert_eq!(kueue.quotas.len(), MAX_GPU_MODELS + 1, "{name}");
-        let message = message_of(&world, name, "LimitReached");
-        assert!(
-            message.ends_with(
-                "but not fournos/gpu-m08 (1 GPUs), fournos/gpu-m09 (1 GPUs): a cluster \
-                 publishes at most 8 GPU models (each is a resource of the shared \
-                 ClusterQueue), the first in name order. Check the GPU models in \
-                 status.hardware."
-            ),
-            "{message}"
+        assert_eq!(
+            kueue.quotas,
+            BTreeMap::from([(SLOT.to_owned(), 100)]),
+            "{name}"
         );
+        let message = message_of(&world, name, "InvalidLegacyHardware");
+        assert!(message.contains(why), "{message}");
+        assert!(message.contains("fournos/cluster-slot=100"), "{message}");
     }
+    assert_eq!(synced(&world, "d").reason, "Synced");
+
+    // Once discovery has counted it, spec.hardware is not read at all.
+    let counted = cluster("b").gpu("h100", 2).discovered();
+    let mut counted = counted.build();
+    counted.spec.hardware = world.cluster_mut("b").spec.hardware.take();
+    *world.cluster_mut("b") = counted;
+    world.converge();
+    assert_eq!(synced(&world, "b").reason, "Synced");
 }

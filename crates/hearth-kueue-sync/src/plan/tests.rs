@@ -1192,7 +1192,7 @@ fn observed_views_read_the_api_objects() {
     assert!(c.deleting && c.drained());
     assert_eq!(c.kubeconfig_secret, "kubeconfig-a");
     assert_eq!(c.gpus.len(), 1);
-    assert!(c.counted && c.legacy_gpus.is_none() && !c.undecodable);
+    assert!(c.counted && c.legacy_gpus == crate::plan::LegacyGpus::Absent && !c.undecodable);
     assert_eq!(c.uid.as_deref(), Some("uid-a"));
     assert_eq!(c.generation, Some(1));
 }

@@ -4,6 +4,8 @@
 //! default backoff); its errors are logged, counted (`watch_errors{kind}`) and dropped,
 //! so the stream never ends before shutdown.
 //! Managed fields are stripped before caching (they are most of an object's size).
+//! The first list, and every re-list, asks for pages of at most [`LIST_PAGE`] objects:
+//! a page is held whole, as text, while it is decoded, before any trim.
 //! Objects are cached as [`DeserializeGuard`]s: one that does not decode is kept as an
 //! error, skipped by the plans and logged once per version, and never stops the watch.
 
@@ -32,6 +34,20 @@ const VERSIONS_KEPT: usize = 8;
 
 /// Longest decode error quoted in a log line.
 const MAX_DECODE_ERROR: usize = 300;
+
+/// Objects per list page, at most, on every watch the kit starts (a watch may ask for
+/// fewer). A page is held whole before any trim: kube's client collects its body, copies
+/// it into text and decodes every object of it, and a full `FournosCluster` page is
+/// decoded whole before the first object is trimmed. An object may be as large as etcd
+/// accepts (1.5 MiB by default), and the people who share the cluster write most of what
+/// Hearth watches (FournosCluster labels and spec, Workloads), so a page costs up to
+/// about four times its objects' size for the moment it is read: five such objects,
+/// 7.5 MiB of text, are some 30 MiB, within the chart's 128 Mi limit with room for the
+/// rest. Measured with pages of ten: a controller restarted into 60 FournosClusters of
+/// 1.2 MB peaked at up to 92 MiB (docs/performance.md). kube asks for 500. At 1000
+/// small clusters a list is 200 round trips instead of two, a few milliseconds each,
+/// paid at start and on a re-list only: events arrive one object at a time.
+pub const LIST_PAGE: u32 = 5;
 
 /// The stream a [`Cache`] is fed by: the objects the watch touched, for a kube
 /// [`Controller`](kube::runtime::Controller) (`for_stream`, `watches_stream`) or to be
@@ -72,25 +88,59 @@ impl WatchContext {
 
     /// The FournosClusters in the controller's namespace, every controller's primary
     /// watch, behind the `fournosclusters` readiness gate. `K` is `FournosCluster`, or
-    /// the view of it the controller caches ([`view_of!`](crate::view_of)).
-    pub fn fournos_clusters<K>(&self, rt: &crate::Runtime) -> (Cache<K>, Objects<K>)
-    where
-        K: Resource<Scope = kube::core::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    {
-        Cache::watch(
+    /// the view of it the controller caches ([`view_of!`](crate::view_of)); either way
+    /// only what [`ClusterKind::drop_unread`] leaves is cached.
+    pub fn fournos_clusters<K: ClusterKind>(&self, rt: &crate::Runtime) -> (Cache<K>, Objects<K>) {
+        self.fournos_clusters_trimmed(rt, |_| {})
+    }
+
+    /// [`Self::fournos_clusters`], with `trim` applied to each object after
+    /// [`ClusterKind::drop_unread`]: for what only the controller's settings say it
+    /// does not read (kueue-sync's pool label keys).
+    pub fn fournos_clusters_trimmed<K: ClusterKind>(
+        &self,
+        rt: &crate::Runtime,
+        trim: impl Fn(&mut K) + Send + 'static,
+    ) -> (Cache<K>, Objects<K>) {
+        Cache::watch_trimmed(
             "FournosCluster",
             Api::namespaced(rt.client(), rt.namespace()),
             watcher::Config::default(),
             rt.readiness().gate("fournosclusters"),
             self,
+            move |cluster: &mut K| {
+                cluster.drop_unread();
+                trim(cluster);
+            },
         )
+    }
+}
+
+/// What a controller caches a FournosCluster as: the full kind or a view of it.
+pub trait ClusterKind:
+    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// Drops, before the object is cached, what no controller reads of it from this
+    /// kind. A view keeps only its own fields when it is made: nothing more to drop.
+    fn drop_unread(&mut self) {}
+}
+
+/// The full kind (lock-manager's cache). Labels, annotations and the legacy
+/// `spec.hardware` are written by anyone who may edit a FournosCluster, may be as large
+/// as the apiserver accepts, and a controller that reads one caches a view instead.
+/// Every write of a cached cluster is a patch, never the object sent back whole, so
+/// nothing dropped here is lost on the server.
+impl ClusterKind for hearth_api::FournosCluster {
+    fn drop_unread(&mut self) {
+        self.metadata.labels = None;
+        self.metadata.annotations = None;
+        self.spec.hardware = None;
     }
 }
 
@@ -120,8 +170,9 @@ where
         config: watcher::Config,
         gate: ReadinessGate,
         context: &WatchContext,
-        trim: fn(&mut K),
+        trim: impl Fn(&mut K) + Send + 'static,
     ) -> (Self, Objects<K>) {
+        let config = small_pages(config);
         let (store, writer) = reflector::store();
         let (synced_tx, synced) = watch::channel(false);
         let cache = Self {
@@ -183,6 +234,14 @@ where
             .boxed();
         (cache, stream)
     }
+}
+
+/// `config` listing at most [`LIST_PAGE`] objects a page (fewer if it asks for fewer).
+fn small_pages(config: watcher::Config) -> watcher::Config {
+    let page = config
+        .page_size
+        .map_or(LIST_PAGE, |asked| asked.min(LIST_PAGE));
+    config.page_size(page)
 }
 
 /// Feeds a [`Cache::by_hand`] the way its watch would.
@@ -579,6 +638,50 @@ mod tests {
         assert!(!reported.first(("a", "1")));
         reported.retain(|k| k.1 == "2");
         assert!(reported.first(("a", "1")));
+    }
+
+    #[test]
+    fn lists_are_paged_small() {
+        assert_eq!(
+            small_pages(watcher::Config::default()).page_size,
+            Some(LIST_PAGE)
+        );
+        let asked = |n| small_pages(watcher::Config::default().page_size(n)).page_size;
+        assert_eq!(asked(2), Some(2), "a watch may ask for fewer");
+        assert_eq!(asked(500), Some(LIST_PAGE));
+        let unpaged = watcher::Config {
+            page_size: None,
+            ..watcher::Config::default()
+        };
+        assert_eq!(small_pages(unpaged).page_size, Some(LIST_PAGE));
+    }
+
+    #[test]
+    fn a_full_fournos_cluster_is_cached_without_what_anyone_may_bloat() {
+        use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, Hardware};
+        let mut cluster = FournosCluster::new(
+            "a",
+            FournosClusterSpec {
+                kubeconfig_secret: "kubeconfig-a".into(),
+                owner: Some("bob".into()),
+                hardware: Some(Hardware {
+                    gpus: vec![GpuInfo::default(); 100],
+                    ..Hardware::default()
+                }),
+                ..FournosClusterSpec::default()
+            },
+        );
+        cluster.metadata.labels = Some([("k".to_owned(), "v".repeat(63))].into());
+        cluster.metadata.annotations = Some([("k".to_owned(), "v".repeat(9000))].into());
+        cluster.metadata.uid = Some("u".into());
+        let mut kept = cluster.clone();
+        kept.drop_unread();
+        assert_eq!(kept.metadata.labels, None);
+        assert_eq!(kept.metadata.annotations, None);
+        assert_eq!(kept.spec.hardware, None);
+        assert_eq!(kept.metadata.uid, cluster.metadata.uid);
+        assert_eq!(kept.spec.owner, cluster.spec.owner);
+        assert_eq!(kept.spec.kubeconfig_secret, cluster.spec.kubeconfig_secret);
     }
 
     #[test]

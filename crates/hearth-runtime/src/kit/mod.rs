@@ -31,7 +31,10 @@ mod trigger;
 mod view;
 mod watch_backoff;
 
-pub use cache::{Cache, CacheGone, HandFeed, Objects, ReportedOnce, WatchContext, bounded};
+pub use cache::{
+    Cache, CacheGone, ClusterKind, HandFeed, LIST_PAGE, Objects, ReportedOnce, WatchContext,
+    bounded,
+};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
