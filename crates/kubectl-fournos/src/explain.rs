@@ -332,7 +332,10 @@ fn holder_list(holders: &[hearth_api::SlotHolder]) -> String {
                 said.insert(0, format!("says FournosJob {}", bounded(job, MAX_QUOTE)));
             }
             if let Some(owner) = &h.owner {
-                said.push(format!("annotation says owner {}", bounded(owner, MAX_QUOTE)));
+                said.push(format!(
+                    "annotation says owner {}",
+                    bounded(owner, MAX_QUOTE)
+                ));
             }
             format!(
                 "Workload {} ({})",
