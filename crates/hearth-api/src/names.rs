@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use sha2::{Digest, Sha256};
+
 /// API group of the FournosCluster CRD (and of Fournos's FournosJob).
 pub const GROUP: &str = "fournos.dev";
 /// API version of the FournosCluster CRD.
@@ -155,19 +157,32 @@ pub const MAX_SENTINEL_NAME: usize = 63;
 /// equal, whatever the cluster is called.
 pub const MAX_PLAIN_SENTINEL_CLUSTER: usize = MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len() - 1;
 
+/// Bytes of the SHA-256 a shortened sentinel name keeps: 128 bits, so finding two cluster
+/// names with one sentinel name costs about 2^64 hashes.
+const SENTINEL_HASH_BYTES: usize = 16;
+
 /// Name of the lock sentinel for `cluster`: `cluster-lock-<cluster>`, or, for a name
-/// longer than [`MAX_PLAIN_SENTINEL_CLUSTER`], the cluster name cut short plus 64 bits of
-/// a hash of the whole name, exactly [`MAX_SENTINEL_NAME`] characters. Distinct clusters
-/// get distinct names: two plain names differ in their cluster part, a plain and a
-/// shortened one differ in length, and two shortened ones differ in their hash (FNV-1a is no
-/// cryptographic hash, but only those who may create FournosClusters choose these names,
-/// and they need not collide names to take a cluster). The
-/// `fournos.dev/cluster-lock` label, not the name, links a sentinel to its cluster.
+/// longer than [`MAX_PLAIN_SENTINEL_CLUSTER`], the cluster name cut short plus 128 bits of
+/// the SHA-256 of the whole name, exactly [`MAX_SENTINEL_NAME`] characters. Distinct
+/// clusters get distinct names: two plain names differ in their cluster part, a plain and
+/// a shortened one differ in length, and two shortened ones differ in their hash. The hash
+/// is a cryptographic one because whoever may create FournosClusters chooses the names:
+/// with a 64-bit non-cryptographic hash (FNV-1a, before) two names that share a sentinel
+/// could be searched for, and one cluster's lock would then stand in another's way.
+///
+/// Changing the hash renames no live sentinel: a held lock keeps the sentinel it has,
+/// proven by the UID in status, whatever its name; only the next lock uses the new name.
+/// The `fournos.dev/cluster-lock` label and the recorded UID, not the name, link a
+/// sentinel to its cluster.
 pub fn lock_sentinel_name(cluster: &str) -> String {
     if cluster.len() <= MAX_PLAIN_SENTINEL_CLUSTER {
         return format!("{LOCK_SENTINEL_PREFIX}{cluster}");
     }
-    let hash = format!("{:016x}", fnv1a(cluster.as_bytes()));
+    let digest = Sha256::digest(cluster.as_bytes());
+    let hash: String = digest[..SENTINEL_HASH_BYTES]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let room = MAX_SENTINEL_NAME - LOCK_SENTINEL_PREFIX.len() - 1 - hash.len();
     // A cluster name may be a DNS subdomain: its dots become dashes so that the kept part
     // never ends a DNS label on a separator next to the hash's dash. Padding with `x`
@@ -223,14 +238,6 @@ pub fn has_sentinel_labels(
         && get(CLUSTER_NAMESPACE_LABEL) == Some(cluster_namespace)
 }
 
-/// FNV-1a, 64 bits: stable across Rust versions and platforms, unlike `DefaultHasher`,
-/// so a sentinel's name never changes with an upgrade.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +275,12 @@ mod tests {
         assert!(na.starts_with("cluster-lock-xxx"), "{na}");
         assert_ne!(na, nb, "a shared prefix still gives distinct names");
         assert_eq!(na, lock_sentinel_name(&a), "stable");
+        // The hash is the first 128 bits of SHA-256 of the whole name, fixed by its
+        // definition, so a sentinel's name never changes with a Rust or crate upgrade.
+        assert_eq!(
+            lock_sentinel_name(&"a".repeat(60)),
+            "cluster-lock-aaaaaaaaaaaaaaaaa-11ee391211c6256460b6ed375957fadd"
+        );
         for cluster in [
             format!("{}.{}", "y".repeat(32), "z".repeat(30)),
             format!("{}-{}", "y".repeat(40), "z".repeat(30)),

@@ -125,6 +125,27 @@ fn held_when_its_own_workload_is_admitted() {
     assert_eq!(a.actions, vec![]);
 }
 
+/// A sentinel made under an older name rule (shortened names hashed with FNV-1a before
+/// SHA-256) keeps holding its lock after an upgrade: it is proven by its UID, not by its
+/// name, so the upgrade neither deletes it nor makes a second one beside it.
+#[test]
+fn a_held_sentinel_under_an_older_name_is_kept() {
+    let old = "cluster-lock-a-cbf29ce484222325";
+    let job = JobView {
+        name: old.into(),
+        ..job("u1", Some("Admitted"))
+    };
+    let workload = LockWorkloadView {
+        name: old.into(),
+        job: Some(old.into()),
+        ..workload("u1", true)
+    };
+    let a = alice(100, job, &[workload]);
+    assert!(a.status.locked, "{}", message(&a));
+    assert_eq!(reason(&a), LockedReason::Held.as_str());
+    assert_eq!(a.actions, vec![], "nothing deleted, nothing created");
+}
+
 #[test]
 fn a_fournos_lock_on_a_cordoned_cluster_says_it_waits_for_the_uncordon() {
     // Told by spec.cordon and the sentinel's kind (Fournos makes its Workload without
