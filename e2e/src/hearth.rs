@@ -563,6 +563,14 @@ pub async fn client_with_rules(
     Ok(crate::kubeconfig::client_from_yaml(&yaml).await?)
 }
 
+/// A client for a lock user of the FournosClusters in `namespace`: read and patch them
+/// and nothing else, the rights `docs/plugin.md` grants to lock, unlock and cordon.
+pub async fn lock_user(plane: &ControlPlane, namespace: &str) -> anyhow::Result<kube::Client> {
+    let rules = serde_json::json!([{"apiGroups": ["fournos.dev"], "resources": ["fournosclusters"],
+        "verbs": ["get", "list", "watch", "patch"]}]);
+    client_with_rules(plane, namespace, "lock-user", rules).await
+}
+
 /// A kubeconfig file for ServiceAccount `namespace/sa` holding exactly `rules` in
 /// `namespace`: the ServiceAccount, a Role and its binding, made as admin.
 pub async fn kubeconfig_with_rules(

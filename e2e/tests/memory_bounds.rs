@@ -167,14 +167,7 @@ async fn bloat_clusters(plane: &ControlPlane, scope: &Isolated) -> Result<usize>
             .await
             .with_context(|| format!("creating {name}"))?;
     }
-    let lock_user = hearth::client_with_rules(
-        plane,
-        &scope.namespace,
-        "lock-user",
-        json!([{"apiGroups": ["fournos.dev"], "resources": ["fournosclusters"],
-                "verbs": ["get", "list", "watch", "patch"]}]),
-    )
-    .await?;
+    let lock_user = hearth::lock_user(plane, &scope.namespace).await?;
     let allowed = gpus_allowed(&admin).await?;
     let patch = Patch::Merge(bloat(allowed));
     let params = PatchParams::default();

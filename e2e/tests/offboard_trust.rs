@@ -53,14 +53,7 @@ impl Fixture {
         let plane = ControlPlane::shared().await?;
         let scope = plane.isolated(test).await?;
         let discovery = hearth::start(plane, &scope, Controller::Discovery, "0", FAST).await?;
-        let lock_user = hearth::client_with_rules(
-            plane,
-            &scope.namespace,
-            "lock-user",
-            json!([{"apiGroups": ["fournos.dev"], "resources": ["fournosclusters"],
-                    "verbs": ["get", "list", "watch", "patch"]}]),
-        )
-        .await?;
+        let lock_user = hearth::lock_user(plane, &scope.namespace).await?;
         Ok(Fixture {
             as_lock_user: Api::namespaced(lock_user, &scope.namespace),
             world: World::new(plane, scope).await?,

@@ -229,19 +229,33 @@ pub fn quantity_to_i64(q: &Quantity) -> Option<i64> {
 /// that does not report usage, or a value outside the grammar): a count that cannot be
 /// read never proves a lock.
 pub fn admitted_slots_on(w: &Workload, flavor: &str) -> Option<i64> {
-    let admission = w.status.as_ref()?.admission.as_ref()?;
-    admission
-        .pod_set_assignments
+    w.status.as_ref()?.admission.as_ref()?;
+    slots_of(assignments_on(w, flavor))
+}
+
+/// The pod sets Kueue admitted `w` with `fournos/cluster-slot` on `flavor` (none when it
+/// is not admitted).
+pub fn assignments_on<'a>(
+    w: &'a Workload,
+    flavor: &'a str,
+) -> impl Iterator<Item = &'a PodSetAssignment> + 'a {
+    w.status
         .iter()
-        .filter(|a| {
+        .flat_map(|s| s.admission.iter())
+        .flat_map(|a| a.pod_set_assignments.iter())
+        .filter(move |a| {
             a.flavors
                 .get(CLUSTER_SLOT_RESOURCE)
                 .is_some_and(|f| f == flavor)
         })
-        .try_fold(0i64, |total, a| {
-            let used = a.resource_usage.get(CLUSTER_SLOT_RESOURCE)?;
-            total.checked_add(crate::quantity::ceil_i64(&used.0)?)
-        })
+}
+
+/// The `fournos/cluster-slot` those pod sets used, as in [`admitted_slots_on`].
+pub fn slots_of<'a>(mut assignments: impl Iterator<Item = &'a PodSetAssignment>) -> Option<i64> {
+    assignments.try_fold(0i64, |total, a| {
+        let used = a.resource_usage.get(CLUSTER_SLOT_RESOURCE)?;
+        total.checked_add(crate::quantity::ceil_i64(&used.0)?)
+    })
 }
 
 #[cfg(test)]

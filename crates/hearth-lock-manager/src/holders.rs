@@ -6,7 +6,7 @@
 
 use hearth_api::SlotHolder;
 use hearth_api::conditions::is_true;
-use hearth_api::kueue::{Workload, admitted_slots_on, workload_conditions};
+use hearth_api::kueue::{Workload, assignments_on, slots_of, workload_conditions};
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
 use hearth_api::text::bounded;
 
@@ -83,22 +83,9 @@ fn holds_quota(w: &Workload) -> bool {
 /// it; a Workload whose count cannot be read is named with the slots it asks for on the
 /// flavor unknown, as 0 (it is still a holder: Kueue admitted it there).
 fn slots_on(w: &Workload, flavor: &str) -> Option<i64> {
-    let on_flavor = w
-        .status
-        .as_ref()?
-        .admission
-        .as_ref()?
-        .pod_set_assignments
-        .iter()
-        .any(|a| {
-            a.flavors
-                .get(CLUSTER_SLOT_RESOURCE)
-                .is_some_and(|f| f == flavor)
-        });
-    if !on_flavor {
-        return None;
-    }
-    Some(admitted_slots_on(w, flavor).unwrap_or(0))
+    let mut on_flavor = assignments_on(w, flavor).peekable();
+    on_flavor.peek()?;
+    Some(slots_of(on_flavor).unwrap_or(0))
 }
 
 /// The flavor a Workload holds `fournos/cluster-slot` on, if it is admitted: the cluster

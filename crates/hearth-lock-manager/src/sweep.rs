@@ -32,6 +32,8 @@ pub struct Orphan {
     /// Deletion is preconditioned on it, so a newer namesake is never hit.
     pub uid: Option<String>,
     pub cluster: String,
+    /// Its spec is a sentinel's for that same missing cluster, as lock-manager builds it.
+    pub shaped: bool,
 }
 
 /// The sentinel UIDs this process saw recorded in a cluster's `status.lockJobUID`, kept
@@ -62,7 +64,7 @@ impl Recorded {
 }
 
 /// Sentinels (not already being deleted) whose cluster is not in `clusters`.
-pub fn orphans<K: Resource>(
+pub fn orphans<K: Sentinel>(
     clusters: &HashSet<String>,
     sentinels: &[Arc<DeserializeGuard<K>>],
 ) -> Vec<Orphan> {
@@ -75,6 +77,10 @@ pub fn orphans<K: Resource>(
                 name: s.name_any(),
                 uid: s.uid(),
                 cluster: cluster.to_owned(),
+                shaped: s
+                    .0
+                    .as_ref()
+                    .is_ok_and(|s| !cluster.is_empty() && s.shape_problem(cluster).is_none()),
             })
         })
         .collect();
@@ -141,20 +147,11 @@ async fn sweep_once<K: Sentinel>(ctx: &Context<K>) {
     let names: HashSet<String> = state.iter().map(|c| c.name_any()).collect();
     let sentinels = ctx.sentinels.state();
     let recorded = ctx.recorded.update(&state, &sentinels);
-    let shaped: HashSet<String> = sentinels
-        .iter()
-        .filter(|s| {
-            let cluster = cluster_of(s.as_ref()).unwrap_or_default();
-            s.0.as_ref()
-                .is_ok_and(|s| !cluster.is_empty() && s.shape_problem(cluster).is_none())
-        })
-        .filter_map(|s| s.uid())
-        .collect();
     let (proven, unproven): (Vec<Orphan>, Vec<Orphan>) =
         orphans(&names, &sentinels).into_iter().partition(|o| {
-            o.uid.as_deref().is_some_and(|u| {
-                recorded.contains(u) || ctx.writer.created.contains(u) || shaped.contains(u)
-            })
+            o.uid
+                .as_deref()
+                .is_some_and(|u| o.shaped || recorded.contains(u) || ctx.writer.created.contains(u))
         });
     ctx.writer
         .metrics
@@ -246,15 +243,49 @@ mod tests {
                 Orphan {
                     name: "cluster-lock-gone".into(),
                     uid: Some("uid-cluster-lock-gone".into()),
-                    cluster: "gone".into()
+                    cluster: "gone".into(),
+                    shaped: false,
                 },
                 Orphan {
                     name: "unlabeled-value".into(),
                     uid: Some("uid-unlabeled-value".into()),
-                    cluster: String::new()
+                    cluster: String::new(),
+                    shaped: false,
                 },
             ]
         );
+    }
+
+    /// A sentinel lock-manager built for the missing cluster is shaped (deletable after a
+    /// restart forgot its UID); the same object labelled for another missing cluster is not.
+    #[test]
+    fn only_a_sentinel_built_for_its_own_missing_cluster_is_shaped() {
+        use crate::sentinel::SentinelSpec;
+        let built = |cluster: &str, label: &str| {
+            let mut w = Workload::build(&SentinelSpec {
+                name: &hearth_api::names::lock_sentinel_name(cluster),
+                namespace: "exec",
+                cluster,
+                cluster_namespace: "hearth",
+                owner: "alice",
+                slots: 100,
+                local_queue: "fournos-queue",
+                priority: None,
+            });
+            w.metadata.uid = Some(format!("uid-{label}"));
+            w.labels_mut()
+                .insert(hearth_api::names::CLUSTER_LOCK_LABEL.into(), label.into());
+            Arc::new(DeserializeGuard(Ok(w)))
+        };
+        let found = orphans(
+            &HashSet::new(),
+            &[built("gone", "gone"), built("gone", "other")],
+        );
+        let shaped: Vec<(&str, bool)> = found
+            .iter()
+            .map(|o| (o.cluster.as_str(), o.shaped))
+            .collect();
+        assert_eq!(shaped, vec![("gone", true), ("other", false)]);
     }
 
     /// Only what a cluster's status recorded is remembered, and only while a sentinel of
