@@ -20,6 +20,10 @@ lint: toolchain deny
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
+# Check the code's shape: files of at most 1,000 lines, controller functions of at most 80, no import circle or upward import inside a crate (`--report` only counts).
+structure *ARGS:
+    python3 tools/structure.py {{ARGS}}
+
 # Check that rust-toolchain.toml's channel and Cargo.toml's rust-version name the same release.
 toolchain:
     #!/usr/bin/env bash
