@@ -49,9 +49,8 @@ const MAX_DECODE_ERROR: usize = 300;
 /// paid at start and on a re-list only: events arrive one object at a time.
 pub const LIST_PAGE: u32 = 5;
 
-/// The stream a [`Cache`] is fed by: the objects the watch touched, for a kube
-/// [`Controller`](kube::runtime::Controller) (`for_stream`, `watches_stream`) or to be
-/// drained by [`Cache::drive`].
+/// The stream a [`Cache`] is fed by: the objects the watch touched, drained by
+/// [`Cache::drive`].
 pub type Objects<K> =
     futures::stream::BoxStream<'static, Result<DeserializeGuard<K>, watcher::Error>>;
 
@@ -320,7 +319,7 @@ where
         self.kind
     }
 
-    /// The kube store, for a [`Controller`](kube::runtime::Controller).
+    /// The kube store the watch fills.
     pub fn store(&self) -> Store<DeserializeGuard<K>> {
         self.store.clone()
     }
