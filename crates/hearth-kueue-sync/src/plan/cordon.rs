@@ -125,7 +125,8 @@ pub(crate) fn schedulable_condition(
         ),
         CordonState::Drained => format!(
             "{cordoned} No Workload is admitted on it any more: it is drained and ready for \
-             maintenance (a lock taken now is held at once). {lift}."
+             maintenance (a lock taken now is held at once with workload sentinels; with \
+             FournosJob sentinels it waits for the uncordon). {lift}."
         ),
         // No "how long ago": the message would change on every reconcile, and so would
         // the status.
