@@ -12,7 +12,7 @@ use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use kube::ResourceExt;
-use kube::api::ListParams;
+use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -23,7 +23,12 @@ use crate::invariants::workload_is;
 use crate::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane};
 use crate::peers::{self, Absent};
 use crate::process::until;
+use crate::published;
 use crate::resources::apply;
+
+/// The label Fournos puts on a job's Workload, naming the job (a fact of Fournos's, not
+/// Hearth's): anyone who may write Workloads may write it too.
+pub const JOB_NAME_LABEL: &str = "fournos.dev/job-name";
 
 // ---------------------------------------------------------------------------------------
 // Shared: the plane, Fournos's venv and CRDs
@@ -176,6 +181,15 @@ impl Lab {
         Ok(())
     }
 
+    /// Workloads of the execution namespace as a Fournos user reaches them (their own
+    /// RBAC, [`LockLab::fournos_user`]): how every attack writes, never as admin.
+    pub async fn user_workloads(&self) -> Result<Api<Workload>> {
+        Ok(Api::namespaced(
+            self.fournos_user().await?,
+            &self.scope.execution_namespace,
+        ))
+    }
+
     pub async fn metric(&self, name: &str) -> Result<f64> {
         let guard = self.lock_manager.lock().await;
         let running = guard.as_ref().context("lock-manager not started")?;
@@ -187,6 +201,12 @@ impl Lab {
     pub async fn cluster(&self, name: &str) -> Result<String> {
         self.queue_cluster(name).await?;
         self.publish_slots(name, SLOTS).await?;
+        self.kubeconfig_secret(name).await?;
+        Ok(name.to_owned())
+    }
+
+    /// The kubeconfig Secret Fournos copies for a job that runs on cluster `name`.
+    async fn kubeconfig_secret(&self, name: &str) -> Result<()> {
         apply(
             &self.client,
             &json!({
@@ -196,6 +216,41 @@ impl Lab {
             }),
         )
         .await?;
+        Ok(())
+    }
+
+    /// hearth-kueue-sync in the lab's scope, as the chart's ServiceAccount: its Workload
+    /// cache watches the lab's execution namespace (`HEARTH_EXECUTION_NAMESPACE` from the
+    /// scope), where Fournos makes its Workloads. `HEARTH_SENTINEL=fournosjob` only keeps
+    /// the chart's RBAC of this scope as lock-manager needs it (the kit renders it once per
+    /// sentinel kind); kueue-sync makes no sentinel.
+    pub async fn start_kueue_sync(&self) -> Result<Running> {
+        hearth::start(
+            self.shared.plane,
+            &self.scope,
+            Controller::KueueSync,
+            "0",
+            &[
+                ("HEARTH_SENTINEL", "fournosjob"),
+                ("HEARTH_LOG_LEVEL", "info"),
+            ],
+        )
+        .await
+        .context("starting hearth-kueue-sync (cargo build --workspace --bins first)")
+    }
+
+    /// FournosCluster `name` as a person and hearth-discovery make it (`Valid`, `gpus`),
+    /// once the running kueue-sync `ks` has given it its flavor and queue entry
+    /// (`KueueSynced=True/Synced`); and its kubeconfig Secret.
+    pub async fn synced_cluster(
+        &self,
+        name: &str,
+        gpus: &[hearth_api::GpuInfo],
+        ks: &Running,
+    ) -> Result<String> {
+        self.kubeconfig_secret(name).await?;
+        published::onboard(&self.clusters, name, gpus).await?;
+        published::wait_reason(&self.clusters, name, "Synced", ks).await?;
         Ok(name.to_owned())
     }
 
@@ -358,4 +413,24 @@ pub async fn lab_with_cluster(test: &str, base: &str) -> Result<Option<(Lab, Str
     let cluster = lab.cluster(&lab.scope.cluster(base)).await?;
     lab.start_lock_manager().await?;
     Ok(Some((lab, cluster)))
+}
+
+/// A Lab with hearth-kueue-sync running (flavors, queue entries, `status.kueue` and a
+/// cordoned cluster's `Schedulable` count, all its own), one cluster it synced with `gpus`
+/// (named from `base`) and lock-manager running; or `None` (after one skip line) without
+/// Fournos.
+pub async fn lab_with_kueue_sync(
+    test: &str,
+    base: &str,
+    gpus: &[hearth_api::GpuInfo],
+) -> Result<Option<(Lab, String, Running)>> {
+    let Some(lab) = Lab::new(test).await? else {
+        return Ok(None);
+    };
+    let ks = lab.start_kueue_sync().await?;
+    let cluster = lab
+        .synced_cluster(&lab.scope.cluster(base), gpus, &ks)
+        .await?;
+    lab.start_lock_manager().await?;
+    Ok(Some((lab, cluster, ks)))
 }

@@ -128,6 +128,39 @@ pub async fn wait_reason(
     .await
 }
 
+/// `Schedulable` of a cluster: (status, reason, message), and `status.admittedWorkloads`
+/// (what kueue-sync counts on a cordoned cluster's flavor).
+pub fn schedulable(c: &FournosCluster) -> (Option<(String, String, String)>, Option<i64>) {
+    let status = c.status.as_ref();
+    let condition = status
+        .and_then(|s| hearth_api::conditions::find(&s.conditions, condition_types::SCHEDULABLE))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+    (condition, status.and_then(|s| s.admitted_workloads))
+}
+
+/// Waits until `name` says `Schedulable` reason `reason` with `admitted` still admitted;
+/// returns the condition's message.
+pub async fn wait_schedulable(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    reason: &str,
+    admitted: Option<i64>,
+    ks: &Running,
+) -> Result<String> {
+    ks.until(
+        &format!("{name} Schedulable={reason}, {admitted:?} admitted"),
+        DEADLINE,
+        || async {
+            let c = clusters.get(name).await?;
+            Ok(match schedulable(&c) {
+                (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
+                other => Err(format!("{other:?}")),
+            })
+        },
+    )
+    .await
+}
+
 pub fn workload_condition(w: &Workload, type_: &str) -> Option<(String, String, String)> {
     w.status
         .as_ref()?

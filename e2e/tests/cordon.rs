@@ -11,10 +11,11 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::names::condition_types::SCHEDULABLE;
 use hearth_api::names::{CLUSTER_SLOT_RESOURCE, CORDON_TAINT_KEY};
-use hearth_e2e::hearth::{self, Controller, PluginRun, Running, run_plugin};
+use hearth_e2e::hearth::{self, Controller, PluginRun, run_plugin};
 use hearth_e2e::objects;
 use hearth_e2e::published::{
-    DEADLINE, gpu, onboard, wait_admitted, wait_event, wait_pending, wait_reason,
+    DEADLINE, gpu, onboard, schedulable, wait_admitted, wait_event, wait_pending, wait_reason,
+    wait_schedulable,
 };
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
@@ -25,37 +26,6 @@ use serde_json::{Value, json};
 /// `kubectl-fournos <args>` in the scope, as the plane's admin.
 async fn plugin(plane: &ControlPlane, scope: &Isolated, args: &[&str]) -> Result<PluginRun> {
     Ok(run_plugin(&plane.management_kubeconfig(), scope, args).await?)
-}
-
-/// `Schedulable` of a cluster: (status, reason, message), and `status.admittedWorkloads`.
-fn schedulable(c: &FournosCluster) -> (Option<(String, String, String)>, Option<i64>) {
-    let status = c.status.as_ref();
-    let condition = status
-        .and_then(|s| hearth_api::conditions::find(&s.conditions, SCHEDULABLE))
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
-    (condition, status.and_then(|s| s.admitted_workloads))
-}
-
-/// Waits until `name` says `Schedulable` reason `reason` with `admitted` still admitted.
-async fn wait_schedulable(
-    clusters: &Api<FournosCluster>,
-    name: &str,
-    reason: &str,
-    admitted: Option<i64>,
-    ks: &Running,
-) -> Result<String> {
-    ks.until(
-        &format!("{name} Schedulable={reason}, {admitted:?} admitted"),
-        DEADLINE,
-        || async {
-            let c = clusters.get(name).await?;
-            Ok(match schedulable(&c) {
-                (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
-    .await
 }
 
 async fn tainted(k: &World<'_>, name: &str) -> Result<bool> {

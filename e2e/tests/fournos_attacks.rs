@@ -16,16 +16,13 @@ use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{lock_sentinel_name, sentinel_labels};
-use hearth_e2e::fournos_lab::{Lab, lab_with_cluster, phase};
+use hearth_e2e::fournos_lab::{JOB_NAME_LABEL, Lab, lab_with_cluster, phase};
 use hearth_e2e::invariants::workload_is;
 use hearth_e2e::lab::{is_held, locked, reason_is};
 use hearth_e2e::objects::slot_workload;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-
-/// The label Fournos puts on a job's Workload (a fact of Fournos's, not Hearth's).
-const JOB_NAME_LABEL: &str = "fournos.dev/job-name";
 
 /// `let (lab, cluster) = lab!("test", "base");`: a Lab, one cluster, lock-manager
 /// running; or return (skipped) without Fournos.
@@ -77,14 +74,6 @@ async fn lock_is_refused(lab: &Lab, cluster: &str) -> Result<FournosCluster> {
     Ok(fc)
 }
 
-/// The user's Workloads API (their own RBAC).
-async fn as_user(lab: &Lab) -> Result<Api<Workload>> {
-    Ok(Api::namespaced(
-        lab.fournos_user().await?,
-        &lab.scope.execution_namespace,
-    ))
-}
-
 /// Attack 1: a Workload made under the name Fournos gives the lock's Workload, asking
 /// for one slot, before the lock. Fournos would adopt it (it ignores the 409 and reads
 /// the Workload by name); the owner then made it look like the job's. The lock is never
@@ -93,7 +82,7 @@ async fn as_user(lab: &Lab) -> Result<Api<Workload>> {
 #[tokio::test]
 async fn a_workload_made_under_the_locks_name_never_holds_the_cluster() -> Result<()> {
     let (lab, cluster) = lab!("attack-named", "named");
-    let users = as_user(&lab).await?;
+    let users = lab.user_workloads().await?;
     let name = lock_sentinel_name(&cluster);
     let made = users
         .create(
@@ -156,7 +145,7 @@ async fn a_workload_made_under_the_locks_name_never_holds_the_cluster() -> Resul
 async fn a_workload_dressed_as_the_locks_proves_nothing() -> Result<()> {
     let (lab, cluster) = lab!("attack-dressed", "dressed");
     let (job, workload) = lab.lock(&cluster, "alice").await?;
-    let users = as_user(&lab).await?;
+    let users = lab.user_workloads().await?;
     let mut w = user_workload(&lab, "dressed-up", &cluster, "1")?;
     w.metadata.labels = Some([(JOB_NAME_LABEL.to_owned(), job.name_any())].into());
     w.metadata.owner_references = Some(vec![serde_json::from_value(json!({
@@ -190,7 +179,7 @@ fn workload_condition_false(w: &Workload, type_: &str) -> bool {
 #[tokio::test]
 async fn a_label_on_someone_elses_workload_does_not_block_a_lock() -> Result<()> {
     let (lab, cluster) = lab!("attack-label", "label");
-    let users = as_user(&lab).await?;
+    let users = lab.user_workloads().await?;
     let mut junk = user_workload(&lab, "junk", &cluster, "0")?;
     junk.spec.queue_name = None;
     junk.metadata.labels = Some([(JOB_NAME_LABEL.to_owned(), lock_sentinel_name(&cluster))].into());
@@ -263,7 +252,7 @@ async fn a_forged_sentinel_is_named_and_never_trusted_or_deleted() -> Result<()>
 #[tokio::test]
 async fn slot_holders_are_counted_as_kueue_counts_and_never_hidden_by_an_owner() -> Result<()> {
     let (lab, cluster) = lab!("attack-holders", "holders");
-    let users = as_user(&lab).await?;
+    let users = lab.user_workloads().await?;
     users
         .create(
             &PostParams::default(),
