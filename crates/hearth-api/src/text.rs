@@ -54,17 +54,62 @@ pub fn capped(text: &str, max_chars: usize) -> String {
 /// character becomes U+FFFD, so a reader sees that something was there without a
 /// terminal acting on it.
 pub fn bounded(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars.saturating_mul(4)));
-    let mut chars = text.chars();
-    for c in chars.by_ref().take(max_chars) {
-        out.push(match c {
+    shown(text, max_chars, usize::MAX)
+}
+
+/// [`bounded`], in at most `max_bytes` bytes of UTF-8 with the [`CUT`]: for a field whose
+/// limit is counted in bytes (an Event's note takes 1 KiB), where `max_bytes` characters
+/// could take four times as many. No character is split.
+pub fn bounded_bytes(text: &str, max_bytes: usize) -> String {
+    shown(text, usize::MAX, max_bytes)
+}
+
+/// `text` [`bounded`] to `max_chars`, in double quotes, written as a Rust string literal:
+/// a `"` or `\` in it is escaped, so the quotation cannot seem to end early, and so is a
+/// character that would not be seen for what it is (a no-break space is `\u{a0}`). For a
+/// name or words someone else wrote, set apart from the sentence around them.
+pub fn quoted(text: &str, max_chars: usize) -> String {
+    format!("{:?}", bounded(text, max_chars))
+}
+
+/// `text` as it is when it is a plain name (not empty, at most `max_chars` long, only
+/// ASCII letters, digits and `punctuation`), else [`quoted`]: most names read better bare.
+pub fn plain_or_quoted(text: &str, max_chars: usize, punctuation: &[char]) -> String {
+    let plain = !text.is_empty()
+        && text.len() <= max_chars
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || punctuation.contains(&c));
+    if plain {
+        text.to_owned()
+    } else {
+        quoted(text, max_chars)
+    }
+}
+
+/// `text` as [`bounded`] shows it, cut before it passes `max_chars` characters or, with the
+/// cut, `max_bytes` bytes.
+fn shown(text: &str, max_chars: usize, max_bytes: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars.saturating_mul(4)).min(max_bytes));
+    // The longest prefix so far that leaves room for the cut.
+    let mut cut_at = 0;
+    for (count, c) in text.chars().enumerate() {
+        let c = match c {
             '\t' | '\n' | '\u{b}' | '\u{c}' | '\r' | '\u{85}' | '\u{2028}' | '\u{2029}' => ' ',
             c if is_hidden(c) => char::REPLACEMENT_CHARACTER,
             c => c,
-        });
-    }
-    if chars.next().is_some() {
-        out.push(CUT);
+        };
+        if count == max_chars || out.len() + c.len_utf8() > max_bytes {
+            out.truncate(cut_at);
+            if out.len() + CUT.len_utf8() <= max_bytes {
+                out.push(CUT);
+            }
+            return out;
+        }
+        out.push(c);
+        if out.len() + CUT.len_utf8() <= max_bytes {
+            cut_at = out.len();
+        }
     }
     out
 }
@@ -111,6 +156,54 @@ mod tests {
         assert_eq!(bounded("x", 0), "…");
         let long = "é".repeat(10_000);
         assert_eq!(bounded(&long, 100).chars().count(), 101);
+    }
+
+    #[test]
+    fn a_byte_limit_never_splits_a_character_and_counts_the_cut() {
+        // An Event's note: 1 KiB. Two-, three- and four-byte characters, and controls
+        // that grow into three-byte U+FFFD.
+        for long in [
+            "é".repeat(1000),
+            "東".repeat(400),
+            "🙂".repeat(300),
+            "\u{1b}".repeat(1000),
+            format!("a{}", "é".repeat(512)),
+        ] {
+            let cut = bounded_bytes(&long, 1024);
+            assert!(cut.len() <= 1024, "{} bytes", cut.len());
+            assert!(cut.len() > 1024 - 4 - CUT.len_utf8(), "{} bytes", cut.len());
+            assert!(cut.ends_with(CUT));
+            assert!(!cut.chars().any(is_hidden));
+        }
+        let exact = "é".repeat(512);
+        assert_eq!(bounded_bytes(&exact, 1024), exact);
+        assert_eq!(bounded_bytes("a\nb", 3), "a b");
+        assert_eq!(bounded_bytes("abcd", 3), "…");
+        assert_eq!(bounded_bytes("abcd", 2), "");
+    }
+
+    #[test]
+    fn a_quotation_cannot_end_early_or_hide_anything() {
+        assert_eq!(quoted("kubeconfig-a", 64), "\"kubeconfig-a\"");
+        assert_eq!(quoted("東京 🙂", 64), "\"東京 🙂\"");
+        assert_eq!(quoted("a\" b\\", 64), r#""a\" b\\""#);
+        assert_eq!(quoted("abcd", 2), "\"ab…\"");
+        let shown = quoted(HOSTILE, 1000);
+        assert!(!shown.chars().any(is_hidden), "{shown:?}");
+        assert!(shown.starts_with("\"a\u{fffd}[31mred"), "{shown}");
+    }
+
+    #[test]
+    fn a_plain_name_is_shown_bare() {
+        let punctuation = ['-', '.'];
+        assert_eq!(plain_or_quoted("gpu-a.1", 8, &punctuation), "gpu-a.1");
+        for odd in ["", "gpu_a", "gpu a", "gpu-a.1-x", "é"] {
+            assert_eq!(
+                plain_or_quoted(odd, 8, &punctuation),
+                quoted(odd, 8),
+                "{odd:?}"
+            );
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use hearth_api::text::{plain_or_quoted, quoted};
 use secrecy::{ExposeSecret as _, SecretSlice, SecretString};
 use serde_json::{Map, Value};
 
@@ -376,19 +377,19 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 
     let cluster = find_named(root, "clusters", "cluster", cluster_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownCluster {
-            context: quote(&context_name),
-            cluster: quote(cluster_ref),
+            context: quoted(&context_name, MAX_QUOTED_NAME),
+            cluster: quoted(cluster_ref, MAX_QUOTED_NAME),
         }
     })?;
     let user = find_named(root, "users", "user", user_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownUser {
-            context: quote(&context_name),
-            user: quote(user_ref),
+            context: quoted(&context_name, MAX_QUOTED_NAME),
+            user: quoted(user_ref, MAX_QUOTED_NAME),
         }
     })?;
 
-    let cluster_path = format!("clusters[{}].cluster", quote(cluster_ref));
-    let user_path = format!("users[{}].user", quote(user_ref));
+    let cluster_path = format!("clusters[{}].cluster", quoted(cluster_ref, MAX_QUOTED_NAME));
+    let user_path = format!("users[{}].user", quoted(user_ref, MAX_QUOTED_NAME));
     let ClusterFields {
         server,
         ca_pem,
@@ -576,7 +577,9 @@ fn select_context(
         Some(name) => contexts
             .into_iter()
             .find(|(n, _)| *n == name)
-            .ok_or_else(|| KubeconfigError::UnknownContext { name: quote(name) })?,
+            .ok_or_else(|| KubeconfigError::UnknownContext {
+                name: quoted(name, MAX_QUOTED_NAME),
+            })?,
         None => contexts
             .into_iter()
             .next()
@@ -622,7 +625,7 @@ fn named_entries<'a>(
             Some(Value::Object(body)) => body,
             _ => {
                 return Err(KubeconfigError::WrongType {
-                    field: format!("{list_key}[{}].{body_key}", quote(name)),
+                    field: format!("{list_key}[{}].{body_key}", quoted(name, MAX_QUOTED_NAME)),
                     expected: "a mapping",
                 });
             }
@@ -654,12 +657,15 @@ fn required_name<'a>(
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         None | Some(Value::Null) | Some(Value::String(_)) => {
             Err(KubeconfigError::IncompleteContext {
-                context: quote(context_name),
+                context: quoted(context_name, MAX_QUOTED_NAME),
                 missing: key,
             })
         }
         Some(_) => Err(KubeconfigError::WrongType {
-            field: format!("contexts[{}].context.{key}", quote(context_name)),
+            field: format!(
+                "contexts[{}].context.{key}",
+                quoted(context_name, MAX_QUOTED_NAME)
+            ),
             expected: "a name",
         }),
     }
@@ -921,21 +927,8 @@ fn holds_private_key(pem: &[u8]) -> bool {
 /// A mapping key as it appears in a field path: bare when it looks like a key,
 /// quoted otherwise.
 fn field_key(key: &str) -> String {
-    let plain = !key.is_empty()
-        && key.len() <= MAX_QUOTED_NAME
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
-    if plain { key.to_owned() } else { quote(key) }
-}
-
-/// An entry name as it appears in an error: quoted, escaped, bounded.
-fn quote(name: &str) -> String {
-    let mut shown: String = name.chars().take(MAX_QUOTED_NAME).collect();
-    if shown.len() < name.len() {
-        shown.push('…');
-    }
-    format!("{shown:?}")
+    // No '.': it would read as a step of the path.
+    plain_or_quoted(key, MAX_QUOTED_NAME, &['-', '_'])
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, OWNER_ANNOTATION};
+use hearth_api::text::plain_or_quoted;
 use jiff::{SignedDuration, Timestamp};
 
 use crate::config::CLUSTER_PLACEHOLDER;
@@ -39,6 +40,8 @@ use crate::source::source_kept;
 pub const MAX_CLUSTER_NAME: usize = 63;
 /// Longest name quoted in a message; names are user input.
 const MAX_QUOTED: usize = 80;
+/// What a name may hold besides ASCII letters and digits and still be shown bare.
+const NAME_PUNCTUATION: &[char] = &['-', '.', '_'];
 
 /// The Secret name pattern, split around `{cluster}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,7 +280,7 @@ pub fn held_back_message(secret: &str, holder: &str, at: Timestamp) -> String {
          auto-discovered FournosCluster is locked by {}: it will be offboarded (deleted, with its \
          lock) at {} unless the Secret returns. To keep it, create the Secret again (labeled, \
          same name); to offboard it now, unlock it (clear spec.owner)",
-        quote(holder),
+        plain_or_quoted(holder, MAX_QUOTED, NAME_PUNCTUATION),
         Timestamp::from_second(at.as_second()).unwrap_or(at)
     )
 }
@@ -316,7 +319,12 @@ pub fn plan_onboarding(
             message,
         };
         // Only for a message: most sweeps write none, and run on every change.
-        let shown = || format!("{secrets_namespace}/{}", quote(&secret.name));
+        let shown = || {
+            format!(
+                "{secrets_namespace}/{}",
+                plain_or_quoted(&secret.name, MAX_QUOTED, NAME_PUNCTUATION)
+            )
+        };
         let cluster = pattern.cluster_name(&secret.name);
         if in_use.contains(secret.name.as_str()) && !cluster.is_some_and(is_valid_cluster_name) {
             continue;
@@ -342,7 +350,7 @@ pub fn plan_onboarding(
                      {MAX_CLUSTER_NAME} lower-case letters, digits and '-', starting and ending with a \
                      letter or digit): no FournosCluster is created for it. Rename the Secret",
                     shown(),
-                    quote(cluster)
+                    plain_or_quoted(cluster, MAX_QUOTED, NAME_PUNCTUATION)
                 ),
             ));
             continue;
@@ -382,7 +390,7 @@ pub fn plan_onboarding(
                             "FournosCluster {namespace}/{cluster} already exists and uses Secret {}: \
                              Secret {} is not used by any cluster. Point the cluster's \
                              spec.kubeconfigSecret at it, or remove the label",
-                            quote(other),
+                            plain_or_quoted(other, MAX_QUOTED, NAME_PUNCTUATION),
                             shown()
                         ),
                     ));
@@ -426,7 +434,10 @@ pub fn plan_onboarding(
                 message: until
                     .map(|at| {
                         held_back_message(
-                            &format!("{secrets_namespace}/{}", quote(secret)),
+                            &format!(
+                                "{secrets_namespace}/{}",
+                                plain_or_quoted(secret, MAX_QUOTED, NAME_PUNCTUATION)
+                            ),
                             holder,
                             at,
                         )
@@ -449,7 +460,10 @@ fn not_adopted_message(
     namespace: &str,
 ) -> String {
     let owner = match &cluster.owner {
-        Some(owner) => format!("its spec.owner ({})", quote(owner)),
+        Some(owner) => format!(
+            "its spec.owner ({})",
+            plain_or_quoted(owner, MAX_QUOTED, NAME_PUNCTUATION)
+        ),
         None => "its spec.owner (none)".to_owned(),
     };
     let (hardware, were) = if cluster.spec_hardware {
@@ -460,7 +474,7 @@ fn not_adopted_message(
     let annotation = match &secret.owner {
         Some(owner) => format!(
             "; the Secret's {OWNER_ANNOTATION} ({}) is not applied",
-            quote(owner)
+            plain_or_quoted(owner, MAX_QUOTED, NAME_PUNCTUATION)
         ),
         None => String::new(),
     };
@@ -471,7 +485,7 @@ fn not_adopted_message(
          spec.kubeconfigSecret asks, and never deletes the cluster. If the cluster is not meant to \
          be, delete it and discovery creates it from the Secret; if it is, label it \
          {AUTO_DISCOVERED_LABEL}=true",
-        quote(&cluster.name)
+        plain_or_quoted(&cluster.name, MAX_QUOTED, NAME_PUNCTUATION)
     )
 }
 
@@ -482,24 +496,6 @@ pub fn owner_from(annotations: Option<&BTreeMap<String, String>>) -> Option<Stri
         .map(|o| o.trim())
         .filter(|o| !o.is_empty())
         .map(str::to_owned)
-}
-
-/// A name as it appears in a message: bare when it is a plain name, else quoted,
-/// escaped and bounded.
-fn quote(name: &str) -> String {
-    let plain = !name.is_empty()
-        && name.len() <= MAX_QUOTED
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
-    if plain {
-        return name.to_owned();
-    }
-    let mut shown: String = name.chars().take(MAX_QUOTED).collect();
-    if shown.len() < name.len() {
-        shown.push('…');
-    }
-    format!("{shown:?}")
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf as _, Bytes};
+use hearth_api::text::{bounded, quoted};
 use http_body_util::BodyExt as _;
 use kube::api::ListParams;
 use secrecy::ExposeSecret as _;
@@ -110,7 +111,7 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: &ProbeSettings) -
                     detail: format!(
                         "the server answered HTTP {code} ({}) to GET /version{}; is the server URL a Kubernetes API server?",
                         status_class(code),
-                        quoted(&message)
+                        excerpt(&message)
                     ),
                 };
             }
@@ -252,7 +253,7 @@ async fn count_nodes(
                 Failure::Http { code, message } => NodeFailure::Failed(format!(
                     "HTTP {code} ({}) on page {number}{}",
                     status_class(code),
-                    quoted(&message)
+                    excerpt(&message)
                 )),
                 Failure::Transport(detail) => {
                     NodeFailure::Failed(format!("{detail} (page {number})"))
@@ -383,11 +384,11 @@ fn status_class(code: u16) -> &'static str {
 }
 
 /// `: "<text>"` for a non-empty excerpt, nothing otherwise.
-fn quoted(text: &str) -> String {
+fn excerpt(text: &str) -> String {
     if text.is_empty() {
         String::new()
     } else {
-        format!(": \"{text}\"")
+        format!(": {}", quoted(text, MAX_SERVER_TEXT))
     }
 }
 
@@ -539,22 +540,8 @@ impl Redactor {
                 out = out.replace(secret.as_str(), REDACTED);
             }
         }
-        bounded(&out)
+        bounded(out.trim(), MAX_SERVER_TEXT)
     }
-}
-
-/// At most [`MAX_SERVER_TEXT`] characters, control characters turned into spaces.
-fn bounded(text: &str) -> String {
-    let mut out: String = text
-        .trim()
-        .chars()
-        .take(MAX_SERVER_TEXT)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if text.trim().chars().count() > MAX_SERVER_TEXT {
-        out.push('…');
-    }
-    out
 }
 
 #[cfg(test)]
@@ -663,7 +650,9 @@ mod tests {
             "\u{fffd}\u{fffd}"
         );
         assert_eq!(error_message(chunks(&[]), &r), "");
-        assert_eq!(quoted(""), "");
+        assert_eq!(excerpt(""), "");
+        // A quote in the server's words cannot end the excerpt early.
+        assert_eq!(excerpt("say \"ok\""), r#": "say \"ok\"""#);
         assert_eq!(status_class(503), "server error");
         assert_eq!(status_class(418), "client error");
         assert_eq!(

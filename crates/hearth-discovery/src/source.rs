@@ -32,7 +32,7 @@
 use hearth_api::SourceSecret;
 use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use hearth_api::reasons::KubeconfigValidReason;
-use hearth_api::text::bounded;
+use hearth_api::text::quoted;
 
 use crate::onboarding::SecretPattern;
 
@@ -91,10 +91,10 @@ impl SourceProblem {
     pub fn message(&self, secrets_namespace: &str) -> String {
         match self {
             Self::SecretChanged { spec, source } => format!(
-                "spec.kubeconfigSecret was changed to {:?} but this cluster was created from Secret \
+                "spec.kubeconfigSecret was changed to {} but this cluster was created from Secret \
                  {secrets_namespace}/{source}; set it back (spec.kubeconfigSecret: {source}), or \
                  delete that Secret to offboard the cluster. Editing the spec never deletes it",
-                bounded(spec, MAX_NAME_CHARS)
+                quoted(spec, MAX_NAME_CHARS)
             ),
             Self::LabelRemoved { source } => format!(
                 "the label {AUTO_DISCOVERED_LABEL}=true was taken off, but this cluster was created \

@@ -46,6 +46,7 @@ use crate::onboarding::{held_back_message, offboard_at};
 use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, within_threshold};
 use crate::source::{Source, is_source_reason};
 use hearth_api::reasons::KubeconfigValidReason;
+use hearth_api::text::bounded;
 
 /// Longest detail (an error text from the probe) carried into status.
 const MAX_DETAIL_CHARS: usize = 512;
@@ -362,7 +363,7 @@ fn valid_reason_and_message(
         ProbeOutcome::Reached {
             server_version: Some(v),
             ..
-        } => format!(" (Kubernetes {})", bounded(v)),
+        } => format!(" (Kubernetes {})", bounded(v, MAX_DETAIL_CHARS)),
         _ => String::new(),
     };
     let warning = credentials.and_then(|e| {
@@ -452,7 +453,7 @@ fn kubeconfig_condition(
                 .unwrap_or_default();
             let detail = match outcome {
                 ProbeOutcome::Unauthorized { detail } if !detail.is_empty() => {
-                    format!(": {}", bounded(detail))
+                    format!(": {}", bounded(detail, MAX_DETAIL_CHARS))
                 }
                 _ => String::new(),
             };
@@ -468,7 +469,7 @@ fn kubeconfig_condition(
         (KubeconfigStatus::Unreachable, outcome) => {
             let detail = match outcome {
                 ProbeOutcome::Unreachable { detail } if !detail.is_empty() => {
-                    format!(": {}", bounded(detail))
+                    format!(": {}", bounded(detail, MAX_DETAIL_CHARS))
                 }
                 _ => String::new(),
             };
@@ -590,22 +591,14 @@ fn last_error(outcome: &ProbeOutcome, secret: &str) -> String {
             ..
         } => String::new(),
     };
-    bounded(&text)
+    bounded(&text, MAX_DETAIL_CHARS)
 }
 
 fn with_detail(detail: &str) -> String {
     if detail.is_empty() {
         String::new()
     } else {
-        format!(": {}", bounded(detail))
-    }
-}
-
-/// At most [`MAX_DETAIL_CHARS`] characters, on a character boundary.
-fn bounded(text: &str) -> String {
-    match text.char_indices().nth(MAX_DETAIL_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
+        format!(": {}", bounded(detail, MAX_DETAIL_CHARS))
     }
 }
 

@@ -19,7 +19,7 @@ use hearth_api::names::{
 };
 use hearth_api::{FournosCluster, FournosClusterSpec};
 use hearth_runtime::events::Event;
-use hearth_runtime::kit::{Triggers, WRITES_IN_FLIGHT, bounded};
+use hearth_runtime::kit::{MAX_DECODE_ERROR, Triggers, WRITES_IN_FLIGHT};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Resource as _, ResourceExt as _};
@@ -538,7 +538,7 @@ async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported:
     if reported.warned.contains(&key) {
         return;
     }
-    let error = bounded(&invalid.error);
+    let error = hearth_api::text::bounded(&invalid.error, MAX_DECODE_ERROR);
     let name = object.name_any();
     tracing::warn!(cluster = %name, %error, "FournosCluster does not decode; skipped");
     let reference = ObjectReference {

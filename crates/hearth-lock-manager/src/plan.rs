@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, lock_sentinel_name};
 use hearth_api::reasons::LockedReason;
+use hearth_api::text::{bounded, quoted};
 use hearth_api::{ExpiredLock, FournosClusterStatus};
 use k8s_openapi::jiff::Timestamp;
 
@@ -174,10 +175,6 @@ const MAX_QUOTED: usize = 300;
 /// Longest message of a `SentinelCreateFailed` condition.
 const MAX_CREATE_FAILED_CHARS: usize = 1024;
 
-fn quoted(text: &str) -> String {
-    hearth_api::text::bounded(text, MAX_QUOTED)
-}
-
 /// Deletes every live proven sentinel except the one named `keep`. An unproven object
 /// is never deleted, whatever its labels say: anyone who may patch an object in the
 /// execution namespace may give it the labels, and a label must not turn into a delete.
@@ -266,7 +263,7 @@ fn waits_text(waits: &[Wait]) -> String {
                 if finalizers.is_empty() {
                     "none".to_owned()
                 } else {
-                    quoted(&finalizers.join(", "))
+                    bounded(&finalizers.join(", "), MAX_QUOTED)
                 }
             ),
             Wait::JobToDelete { job } => format!("FournosJob {job} to be deleted"),
@@ -301,7 +298,7 @@ fn expired_message(lock: &ExpiredLock, waits: &[Wait]) -> String {
 fn lost_text(lost: &Lost) -> String {
     let said = |m: &Option<String>| {
         m.as_deref()
-            .map(|m| format!(": {}", quoted(m)))
+            .map(|m| format!(": {}", bounded(m, MAX_QUOTED)))
             .unwrap_or_default()
     };
     match lost {
@@ -319,7 +316,7 @@ fn lost_text(lost: &Lost) -> String {
 fn doubt_text(doubt: &Doubt, job: &str) -> String {
     let found = |v: &Option<String>| {
         v.as_deref()
-            .map_or_else(|| "none".to_owned(), |v| format!("'{}'", quoted(v)))
+            .map_or_else(|| "none".to_owned(), |v| quoted(v, MAX_QUOTED))
     };
     match doubt {
         Doubt::Label { found: f } => format!(
@@ -444,7 +441,7 @@ fn message(state: &LockState, cluster: &str) -> Option<String> {
         LockState::CreateFailed {
             refusal: Refusal::CreateFailed { error },
             ..
-        } => hearth_api::text::bounded(
+        } => bounded(
             &format!(
                 "{error}. The lock is not held; Hearth tries again with backoff (a 422 means the \
                  sentinel is invalid: check spec.owner)."
@@ -486,7 +483,7 @@ fn message(state: &LockState, cluster: &str) -> Option<String> {
             PICKUP_GRACE.as_secs(),
             fournos_said
                 .as_deref()
-                .map(|m| format!(" Fournos said: {}", quoted(m)))
+                .map(|m| format!(" Fournos said: {}", bounded(m, MAX_QUOTED)))
                 .unwrap_or_default(),
         ),
         LockState::AwaitingWorkload {

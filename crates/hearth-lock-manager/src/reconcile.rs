@@ -30,7 +30,12 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
 ) -> Result<Next, Error> {
     let cluster = match &object.0 {
         Ok(cluster) => cluster,
-        Err(invalid) => return Err(Error::InvalidCluster(invalid.error.clone())),
+        Err(invalid) => {
+            return Err(Error::InvalidCluster(hearth_api::text::bounded(
+                &invalid.error,
+                hearth_runtime::kit::MAX_DECODE_ERROR,
+            )));
+        }
     };
     // Planning from a half-filled sentinel cache would create duplicates.
     ctx.sentinels.synced().await.map_err(|_| Error::CacheGone)?;

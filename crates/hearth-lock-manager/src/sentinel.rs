@@ -22,6 +22,8 @@ use hearth_api::names::{
     CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
     CORDON_TAINT_KEY, DEFAULT_CLUSTER_SLOTS, MANAGED_BY_LABEL, OWNER_ANNOTATION, sentinel_labels,
 };
+use hearth_api::text::bounded;
+use hearth_runtime::kit::MAX_DECODE_ERROR;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{
     Container, PodSpec, PodTemplateSpec, ResourceRequirements, Toleration,
@@ -146,13 +148,13 @@ impl<'a> Expect<'a> {
         if let Some(want) = self.cluster_queue.filter(|w| *w != cluster_queue) {
             return Some(format!(
                 "it is admitted in ClusterQueue {} but the cluster's quota is in {want}",
-                bounded(cluster_queue)
+                bounded(cluster_queue, MAX_QUOTED)
             ));
         }
         match (self.flavor, flavor) {
             (Some(want), Some(got)) if want != got => Some(format!(
                 "its {CLUSTER_SLOT_RESOURCE} is admitted on ResourceFlavor {} but the cluster's flavor is {want}",
-                bounded(got)
+                bounded(got, MAX_QUOTED)
             )),
             (Some(want), None) => Some(format!(
                 "its admission assigns no ResourceFlavor to {CLUSTER_SLOT_RESOURCE} (the cluster's flavor is {want})"
@@ -176,10 +178,6 @@ impl<'a> Expect<'a> {
 
 /// Longest untrusted text (from a person's or Kueue's object) quoted in a message.
 const MAX_QUOTED: usize = 253;
-
-fn bounded(text: &str) -> String {
-    hearth_api::text::bounded(text, MAX_QUOTED)
-}
 
 /// What the plan needs to know about a sentinel, which carries this Hearth's labels.
 /// `proven`: its UID is the one this lock-manager created (or adopted) for the cluster;
@@ -224,7 +222,7 @@ pub fn observe<K: Sentinel>(
             proven,
             state: SentinelState::Waiting(Some(format!(
                 "the sentinel cannot be read: {}",
-                invalid.error
+                bounded(&invalid.error, MAX_DECODE_ERROR)
             ))),
         },
     }
@@ -271,7 +269,7 @@ impl Sentinel for FournosJob {
         }
         match self.spec.cluster.as_deref() {
             Some(c) if c == cluster => None,
-            Some(c) => Some(format!("its spec.cluster is {}", bounded(c))),
+            Some(c) => Some(format!("its spec.cluster is {}", bounded(c, MAX_QUOTED))),
             None => Some("it names no spec.cluster".to_owned()),
         }
     }

@@ -16,7 +16,8 @@ use crate::write_activity::WriteActivity;
 /// Events per cluster would otherwise take a third of it).
 pub const BACKGROUND_EVENT_WRITERS: usize = 4;
 
-/// Longest note the Events API accepts (1 kB); longer notes are cut, not refused.
+/// Longest note the Events API accepts, in bytes (1 KiB); longer notes are cut, not
+/// refused.
 const MAX_NOTE: usize = 1024;
 
 /// An Event as every controller plans it: the one Event type of Hearth.
@@ -27,7 +28,8 @@ pub struct Event {
     pub reason: &'static str,
     /// What the controller was doing (`Probe`, `Lock`, `Sync`, …).
     pub action: &'static str,
-    /// For people: what happened and what to do; cut to 1 kB when published.
+    /// For people: what happened and what to do; shown as
+    /// [`hearth_api::text::bounded_bytes`] shows it, in 1 KiB, when published.
     pub note: String,
 }
 
@@ -238,7 +240,7 @@ impl Events {
                 EventType::Normal
             },
             reason: reason.to_owned(),
-            note: Some(truncate(event.note.clone(), MAX_NOTE)),
+            note: Some(hearth_api::text::bounded_bytes(&event.note, MAX_NOTE)),
             action: event.action.to_owned(),
             secondary: None,
         };
@@ -258,18 +260,6 @@ impl Events {
     }
 }
 
-fn truncate(mut s: String, max: usize) -> String {
-    if s.len() > max {
-        let mut end = max - 3;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-        s.push_str("...");
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,56 +269,21 @@ mod tests {
 
     #[tokio::test]
     async fn background_events_are_all_written_few_at_a_time() {
-        let (in_flight, most, notes) = (
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(AtomicUsize::new(0)),
-            Arc::new(Mutex::new(Vec::new())),
-        );
-        let (i, m, n) = (in_flight.clone(), most.clone(), notes.clone());
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let (in_flight, most, notes) = (i.clone(), m.clone(), n.clone());
-            async move {
-                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                let body = request.into_body().collect().await?.to_bytes();
-                let event: serde_json::Value = serde_json::from_slice(&body)?;
-                // Let the other writers run before this one answers.
-                for _ in 0..10 {
-                    tokio::task::yield_now().await;
-                }
-                notes
-                    .lock()
-                    .unwrap()
-                    .push(event["note"].as_str().unwrap().to_owned());
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                    Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(body.to_vec()))?,
-                )
-            }
-        });
-        let (_leader_tx, leader) = watch::channel(true);
-        let events = Events::new(kube::Client::new(service, "ns"), "test", "t".into(), leader);
-        let regarding = ObjectReference {
-            kind: Some("ConfigMap".into()),
-            name: Some("c".into()),
-            namespace: Some("ns".into()),
-            ..ObjectReference::default()
-        };
+        let (events, seen) = recorded();
+        let regarding = config_map();
         for n in 0..20 {
             events.publish_in_background(regarding.clone(), Event::normal("R", "A", n.to_string()));
         }
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while notes.lock().unwrap().len() < 20 {
+        while seen.notes.lock().unwrap().len() < 20 {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "not all Events written"
             );
             tokio::task::yield_now().await;
         }
-        let mut written: Vec<usize> = notes
+        let mut written: Vec<usize> = seen
+            .notes
             .lock()
             .unwrap()
             .iter()
@@ -336,7 +291,7 @@ mod tests {
             .collect();
         written.sort_unstable();
         assert_eq!(written, (0..20).collect::<Vec<_>>());
-        assert_eq!(most.load(Ordering::SeqCst), BACKGROUND_EVENT_WRITERS);
+        assert_eq!(seen.most.load(Ordering::SeqCst), BACKGROUND_EVENT_WRITERS);
     }
 
     #[test]
@@ -371,25 +326,9 @@ mod tests {
         use crate::write_activity::WriteActivity;
         use tower::{Layer as _, Service as _, ServiceExt as _};
 
-        let written = Arc::new(AtomicUsize::new(0));
-        let counter = written.clone();
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let counter = counter.clone();
-            async move {
-                let body = request.into_body().collect().await?.to_bytes();
-                counter.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                    Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(body.to_vec()))?,
-                )
-            }
-        });
+        let (events, seen) = recorded();
         let activity = WriteActivity::default();
-        let (_leader_tx, leader) = watch::channel(true);
-        let events = Events::new(kube::Client::new(service, "ns"), "test", "t".into(), leader)
-            .yielding_to(activity.clone());
+        let events = events.yielding_to(activity.clone());
         // A write that stays in flight until released, counted as the write client counts.
         let (release, released) = watch::channel(false);
         let mut write = activity
@@ -410,12 +349,7 @@ mod tests {
         tokio::task::yield_now().await;
         assert_eq!(activity.in_flight(), 1);
 
-        let regarding = ObjectReference {
-            kind: Some("ConfigMap".into()),
-            name: Some("c".into()),
-            namespace: Some("ns".into()),
-            ..ObjectReference::default()
-        };
+        let regarding = config_map();
         for n in 0..3 {
             events.publish_in_background(regarding.clone(), Event::normal("R", "A", n.to_string()));
         }
@@ -423,25 +357,79 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(
-            written.load(Ordering::SeqCst),
+            seen.notes.lock().unwrap().len(),
             0,
             "an Event went before the write"
         );
         release.send_replace(true);
         status.await.unwrap().unwrap();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-        while written.load(Ordering::SeqCst) < 3 {
+        while seen.notes.lock().unwrap().len() < 3 {
             assert!(tokio::time::Instant::now() < deadline, "Events not written");
             tokio::task::yield_now().await;
         }
     }
 
-    #[test]
-    fn long_notes_are_cut_on_a_char_boundary() {
-        assert_eq!(truncate("short".into(), 1024), "short");
-        let long = "é".repeat(1000);
-        let cut = truncate(long, 1024);
-        assert!(cut.len() <= 1024);
-        assert!(cut.ends_with("..."));
+    #[tokio::test]
+    async fn a_long_note_is_sent_in_the_events_apis_limit_in_bytes() {
+        let (events, seen) = recorded();
+        let note = format!("{}\n{}", "é".repeat(400), "東".repeat(400));
+        events
+            .publish(&config_map(), &Event::warning("R", "A", note))
+            .await;
+        let sent = seen.notes.lock().unwrap().pop().unwrap();
+        assert!(sent.len() <= MAX_NOTE, "{} bytes", sent.len());
+        assert!(sent.ends_with(hearth_api::text::CUT), "{sent}");
+        assert!(!sent.contains('\n'), "{sent}");
+    }
+
+    fn config_map() -> ObjectReference {
+        ObjectReference {
+            kind: Some("ConfigMap".into()),
+            name: Some("c".into()),
+            namespace: Some("ns".into()),
+            ..ObjectReference::default()
+        }
+    }
+
+    /// What the fake apiserver of [`recorded`] saw.
+    #[derive(Default)]
+    struct Seen {
+        notes: Mutex<Vec<String>>,
+        in_flight: AtomicUsize,
+        /// The most Events written at once.
+        most: AtomicUsize,
+    }
+
+    /// Events, leading, written to a fake apiserver that keeps the note of each Event.
+    fn recorded() -> (Events, Arc<Seen>) {
+        let seen = Arc::new(Seen::default());
+        let kept = seen.clone();
+        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
+            let seen = kept.clone();
+            async move {
+                let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                seen.most.fetch_max(now, Ordering::SeqCst);
+                let body = request.into_body().collect().await?.to_bytes();
+                let event: serde_json::Value = serde_json::from_slice(&body)?;
+                // Let the other writers run before this one answers.
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+                let note = event["note"].as_str().unwrap_or_default().to_owned();
+                seen.notes.lock().unwrap().push(note);
+                seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+                    Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_vec()))?,
+                )
+            }
+        });
+        // The sender may go: the receiver keeps saying this replica leads.
+        let (_, leader) = watch::channel(true);
+        let events = Events::new(kube::Client::new(service, "ns"), "test", "t".into(), leader);
+        (events, seen)
     }
 }

@@ -87,7 +87,7 @@ fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
                 .map_or_else(|| "no GPUs counted".to_owned(), |g| format!("GPUs {g}"));
             let expiry = valid
                 .filter(|c| c.reason.starts_with("Credentials"))
-                .map(|c| format!(" Careful: {}", quote(&c.message)))
+                .map(|c| format!(" Careful: {}", sentence(&c.message)))
                 .unwrap_or_default();
             let facts = status
                 .hardware
@@ -100,7 +100,7 @@ fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
         }
         Some(s) => format!(
             "{name}'s kubeconfig is {s}{} Kueue gets zero quota for it until it is Valid again.",
-            valid.map_or_else(|| ".".to_owned(), |c| format!(": {}", quote(&c.message)))
+            valid.map_or_else(|| ".".to_owned(), |c| format!(": {}", sentence(&c.message)))
         ),
     }
 }
@@ -128,7 +128,7 @@ fn quota_sentence(status: &FournosClusterStatus) -> String {
             "It has no quota in Kueue (KueueSynced={}, {}): {}",
             c.status,
             c.reason,
-            quote(&c.message)
+            sentence(&c.message)
         ),
     }
 }
@@ -230,7 +230,7 @@ fn lock_sentence(
             }
         }
         (LockState::Free, _) => match locked.filter(|c| c.reason == "Expired") {
-            Some(c) => format!("Nobody holds a lock on it; {}", quote(&c.message)),
+            Some(c) => format!("Nobody holds a lock on it; {}", sentence(&c.message)),
             None => "Nobody holds a lock on it.".to_owned(),
         },
         (LockState::Releasing, _) => {
@@ -269,7 +269,7 @@ fn pending_lock_sentence(
     let mut s = format!(
         "{owner}'s lock is not held yet ({}): {}",
         locked.reason,
-        quote(&locked.message)
+        sentence(&locked.message)
     );
     if let Some((workload, Some(reserved))) = &evidence.sentinel
         && reserved.status != "True"
@@ -277,7 +277,7 @@ fn pending_lock_sentence(
     {
         s.push_str(&format!(
             " Kueue says of the sentinel Workload {workload}: {}",
-            quote(&reserved.message)
+            sentence(&reserved.message)
         ));
     }
     if !evidence.admitted_on_cluster.is_empty() {
@@ -300,7 +300,7 @@ fn evidence_sentences(evidence: &Evidence, now: Timestamp) -> Vec<String> {
         sentences.push(format!(
             "Latest warning Event{when}: {}: {}",
             event.reason,
-            quote(&event.message)
+            sentence(&event.message)
         ));
     }
     if !evidence.unreadable.is_empty() {
@@ -312,8 +312,8 @@ fn evidence_sentences(evidence: &Evidence, now: Timestamp) -> Vec<String> {
     sentences
 }
 
-/// A message as quoted in the paragraph: bounded, ending in a full stop.
-fn quote(message: &str) -> String {
+/// A message as one sentence of the paragraph: bounded, ending in a full stop.
+fn sentence(message: &str) -> String {
     let mut text = bounded(message.trim(), MAX_QUOTE);
     if !text.ends_with([CUT, '.', '!', '?']) {
         text.push('.');
@@ -618,11 +618,13 @@ mod tests {
     }
 
     #[test]
-    fn long_messages_are_cut() {
+    fn a_message_ends_its_sentence_unless_it_was_cut() {
+        assert_eq!(sentence(" waits for quota \n"), "waits for quota.");
+        assert_eq!(sentence("Admitted!"), "Admitted!");
         let long = "x".repeat(2000);
-        let quoted = quote(&long);
-        assert_eq!(quoted.chars().count(), MAX_QUOTE + 1);
-        assert!(quoted.ends_with('…'));
+        let cut = sentence(&long);
+        assert_eq!(cut.chars().count(), MAX_QUOTE + 1);
+        assert!(cut.ends_with(CUT), "{cut}");
     }
 
     #[test]

@@ -739,6 +739,23 @@ fn long_details_are_bounded() {
 }
 
 #[test]
+fn details_cannot_break_a_line_or_drive_a_terminal() {
+    let p = plan(
+        ProbeOutcome::Unreachable {
+            detail: "refused\n\u{1b}[2J\u{202e}".into(),
+        },
+        None,
+        at(0),
+    );
+    let kc = cond(&p.status, KUBECONFIG_VALID).message.clone();
+    let err = p.status.hardware.unwrap().last_error.unwrap();
+    for shown in [kc, err] {
+        assert!(!shown.contains(['\n', '\u{1b}', '\u{202e}']), "{shown:?}");
+        assert!(shown.contains("refused \u{fffd}[2J\u{fffd}"), "{shown:?}");
+    }
+}
+
+#[test]
 fn result_labels_for_metrics() {
     let labels: Vec<&str> = [
         ProbeOutcome::SecretMissing,

@@ -32,8 +32,8 @@ mod view;
 mod watch_backoff;
 
 pub use cache::{
-    Cache, CacheGone, ClusterKind, HandFeed, LIST_PAGE, Objects, ReportedOnce, WatchContext,
-    bounded,
+    Cache, CacheGone, ClusterKind, HandFeed, LIST_PAGE, MAX_DECODE_ERROR, Objects, ReportedOnce,
+    WatchContext,
 };
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{Next, RunTriggers, Runner};
