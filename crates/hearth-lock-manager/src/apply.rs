@@ -380,7 +380,7 @@ pub async fn adopt_legacy<K: Sentinel>(
 }
 
 /// Applies `status` when it differs from the cluster's, then the metrics and Events of
-/// that change. A cluster deleted meanwhile has nothing left to report on.
+/// that change. A cluster deleted (or replaced) meanwhile has nothing left to report on.
 async fn write_status<K: Sentinel>(
     ctx: &Writer<K>,
     cluster: &FournosCluster,
@@ -393,8 +393,10 @@ async fn write_status<K: Sentinel>(
         return Ok(());
     };
     match hearth_runtime::status::apply_status(&ctx.clusters, cluster, LOCK_MANAGER, patch).await {
-        Ok(_) => ctx.metrics.wrote("status"),
-        Err(e) if is_status(&e, 404) => return Ok(()),
+        Ok(Some(_)) => ctx.metrics.wrote("status"),
+        // Deleted, or replaced by another of its name: the successor has a reconcile of
+        // its own.
+        Ok(None) => return Ok(()),
         Err(e) => return Err(Error::Status(e)),
     }
     if became_held(&current, status)
