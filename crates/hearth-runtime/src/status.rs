@@ -54,8 +54,10 @@ const ATTEMPTS: usize = 3;
 /// untouched.
 ///
 /// Returns the object as written, or `None` when nothing was written because the object
-/// `obj` was is gone: deleted, or replaced by another object of the same name (see the
+/// `obj` shows is gone: deleted, or replaced by another object of the same name (see the
 /// module docs). Neither needs anyone's attention; a replaced object is noted at `info`.
+/// An `obj` without a `resourceVersion` (never one read from the apiserver) is applied
+/// unguarded.
 ///
 /// If `obj` carries duplicated condition types (legacy state), the list is first
 /// replaced by its de-duplicated form (see the module docs). If the apply is refused
