@@ -228,6 +228,33 @@ pub async fn run_plugin(kubeconfig: &Path, scope: &Isolated, args: &[&str]) -> R
     })
 }
 
+/// `kubectl fournos doctor` as the administrator, with `scope`'s values and workload
+/// sentinels (what [`service_account_kubeconfig`] grants): its exit code and what it
+/// printed.
+pub async fn doctor_in_scope(plane: &ControlPlane, scope: &Isolated) -> Result<(i32, String)> {
+    let run = run_plugin(
+        &plane.management_kubeconfig(),
+        scope,
+        &[
+            "doctor",
+            "-n",
+            &scope.namespace,
+            "--secrets-namespace",
+            &scope.secrets_namespace,
+            "--execution-namespace",
+            &scope.execution_namespace,
+            "--cluster-queue",
+            &scope.cluster_queue,
+            "--sentinel",
+            "workload",
+            "--local-queue",
+            &scope.local_queue,
+        ],
+    )
+    .await?;
+    Ok((run.code, format!("{}{}", run.stdout, run.stderr)))
+}
+
 /// A running controller: its name on the plane (for stop/kill), admin address and log.
 #[derive(Clone, Debug)]
 pub struct Running {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
-use hearth_e2e::hearth::{self, Controller, run_plugin, service_account_kubeconfig};
+use hearth_e2e::hearth::{self, Controller, doctor_in_scope, service_account_kubeconfig};
 use hearth_e2e::lab::own_plane;
 use hearth_e2e::process::{free_port, http_get};
 use hearth_e2e::resources::{create_crds, wait_established};
@@ -105,31 +105,6 @@ async fn run_until_exit(scope: &Isolated, kubeconfig: &Path) -> Result<Exited> {
     })
 }
 
-/// `kubectl fournos doctor` as the administrator, with `scope`'s values.
-async fn doctor(plane: &ControlPlane, scope: &Isolated) -> Result<(i32, String)> {
-    let run = run_plugin(
-        &plane.management_kubeconfig(),
-        scope,
-        &[
-            "doctor",
-            "-n",
-            &scope.namespace,
-            "--secrets-namespace",
-            &scope.secrets_namespace,
-            "--execution-namespace",
-            &scope.execution_namespace,
-            "--cluster-queue",
-            &scope.cluster_queue,
-            "--sentinel",
-            "workload",
-            "--local-queue",
-            &scope.local_queue,
-        ],
-    )
-    .await?;
-    Ok((run.code, format!("{}{}", run.stdout, run.stderr)))
-}
-
 #[tokio::test]
 async fn a_stale_crd_stops_lock_manager_and_the_doctor_names_it() -> Result<()> {
     let plane = plane().await?;
@@ -158,7 +133,7 @@ async fn a_stale_crd_stops_lock_manager_and_the_doctor_names_it() -> Result<()> 
     }
     ensure!(!exited.was_ready, "lock-manager was ready on a stale CRD");
 
-    let (code, text) = doctor(plane, &scope).await?;
+    let (code, text) = doctor_in_scope(plane, &scope).await?;
     println!("$ kubectl fournos doctor (stale CRD)\n{text}");
     ensure!(code == 4, "doctor on a stale CRD exited {code}:\n{text}");
     for needle in [
@@ -188,7 +163,7 @@ async fn a_stale_crd_stops_lock_manager_and_the_doctor_names_it() -> Result<()> 
 
     // The fix the message names: the current CRD. Both pass.
     serve(plane, crd(false)?).await?;
-    let (code, text) = doctor(plane, &scope).await?;
+    let (code, text) = doctor_in_scope(plane, &scope).await?;
     ensure!(
         text.contains("ok      the FournosCluster CRD declares every status field"),
         "doctor after the fix exited {code}:\n{text}"

@@ -13,7 +13,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::kueue::Workload;
-use hearth_e2e::hearth::{self, Controller, PluginRun, kubeconfig_with_rules, run_plugin};
+use hearth_e2e::hearth::{
+    self, Controller, PluginRun, doctor_in_scope, kubeconfig_with_rules, run_plugin,
+};
 use hearth_e2e::objects::{is_true, slot_workload};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{stdout_of, until};
@@ -21,6 +23,7 @@ use hearth_e2e::resources::{apply, dynamic_api};
 use hearth_e2e::tools::Tools;
 use hearth_e2e::{ControlPlane, Isolated};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubectl_fournos::api::Session;
 use kubectl_fournos::cli::{Global, Output};
@@ -656,6 +659,131 @@ async fn rbac_refusals_name_the_missing_right() -> Result<()> {
         .run(&["why", &cluster])
         .await?
         .failed_with(5, &["you may not get fournosclusters.fournos.dev"])?;
+    Ok(())
+}
+
+/// Takes the rules on `resource` out of Role or ClusterRole `name`, as the RBAC of a
+/// release older than them.
+async fn drop_rules<K>(api: &Api<K>, name: &str, resource: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let mut role = serde_json::to_value(api.get(name).await?)?;
+    let rules = role["rules"].as_array_mut().context("a role with rules")?;
+    let before = rules.len();
+    rules.retain(|r| {
+        !r["resources"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().any(|x| x == resource))
+    });
+    ensure!(rules.len() < before, "no rule on {resource} in {name}");
+    let patch = json!({ "rules": rules });
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Runs the doctor until it prints every one of `lines` (RBAC reaches the apiserver's
+/// authorizer through its informers): its exit code and what it printed.
+async fn doctor_until(
+    plane: &ControlPlane,
+    scope: &Isolated,
+    lines: &[String],
+) -> Result<(i32, String)> {
+    until("the doctor's lines", DEADLINE, || async {
+        let (code, text) = doctor_in_scope(plane, scope).await?;
+        let absent: Vec<&String> = lines.iter().filter(|l| !text.contains(*l)).collect();
+        Ok(if absent.is_empty() {
+            Ok((code, text))
+        } else {
+            Err(format!("{absent:?} not in:\n{text}"))
+        })
+    })
+    .await
+}
+
+/// Issue 41: the doctor checks the rights lock-manager and kueue-sync use at start that a
+/// release's RBAC may lack: lock-manager's `get` of the FournosCluster CRD (its schema
+/// check) and kueue-sync's `list` and `watch` of the execution namespace's Workloads. With
+/// the chart's RBAC they pass; with each rule taken out, the doctor names it with the
+/// commands to apply; run as printed, the commands make it pass again.
+#[tokio::test]
+async fn doctor_names_each_start_up_right_missing_with_commands_that_grant_it() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("plugin_doctor").await?;
+    let (ns, exec) = (&scope.namespace, &scope.execution_namespace);
+    // The chart's ServiceAccounts and RBAC for this scope, as helm renders them.
+    hearth::service_account_kubeconfig(plane, &scope, Controller::LockManager).await?;
+    let rights = [
+        (
+            "hearth-lock-manager",
+            "get customresourcedefinitions fournosclusters.fournos.dev".to_owned(),
+        ),
+        (
+            "hearth-kueue-sync",
+            format!("list workloads in namespace {exec}"),
+        ),
+        (
+            "hearth-kueue-sync",
+            format!("watch workloads in namespace {exec}"),
+        ),
+    ];
+    let granted: Vec<String> = rights
+        .iter()
+        .map(|(sa, right)| format!("ok      {sa} may {right}"))
+        .collect();
+    doctor_until(plane, &scope, &granted).await?;
+
+    let client = plane.management_client().await?;
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let crd_rule = "customresourcedefinitions";
+    drop_rules(
+        &cluster_roles,
+        &format!("hearth-lock-manager-{ns}"),
+        crd_rule,
+    )
+    .await?;
+    let roles: Api<Role> = Api::namespaced(client.clone(), exec);
+    drop_rules(
+        &roles,
+        &format!("hearth-kueue-sync-workloads-{ns}"),
+        "workloads",
+    )
+    .await?;
+    let missing: Vec<String> = rights
+        .iter()
+        .map(|(sa, right)| format!("MISSING {sa} (ServiceAccount {ns}/{sa}) may not {right}: "))
+        .collect();
+    let (code, text) = doctor_until(plane, &scope, &missing).await?;
+    println!("$ kubectl fournos doctor (rules taken out)\n{text}");
+    ensure!(code == 4, "doctor without the rules exited {code}:\n{text}");
+
+    // The commands it prints, run as printed.
+    let mut commands: Vec<&str> = Vec::new();
+    for command in text
+        .lines()
+        .filter(|l| l.starts_with("MISSING"))
+        .flat_map(|l| l.split('`').skip(1).step_by(2))
+        .filter(|c| c.starts_with("kubectl create "))
+    {
+        if !commands.contains(&command) {
+            commands.push(command);
+        }
+    }
+    ensure!(
+        commands.len() == 4,
+        "a role and its binding per rule: {commands:?}"
+    );
+    let kubectl = Tools::locate()?.kubectl;
+    for command in commands {
+        let mut run = std::process::Command::new(&kubectl);
+        run.args(command.split_whitespace().skip(1))
+            .arg("--kubeconfig")
+            .arg(plane.management_kubeconfig())
+            .env_remove("KUBECONFIG");
+        stdout_of(&mut run)?;
+    }
+    doctor_until(plane, &scope, &granted).await?;
     Ok(())
 }
 

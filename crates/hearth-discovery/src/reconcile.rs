@@ -283,7 +283,8 @@ fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[PlannedEvent
     }
 }
 
-/// Applies discovery's status fields; `None` when the cluster is gone.
+/// Applies discovery's status fields; `None` when the cluster is gone (deleted, or
+/// replaced by another of its name).
 async fn write_status(
     ctx: &Context,
     cluster: &CachedCluster,
@@ -295,14 +296,14 @@ async fn write_status(
         source,
     })?;
     match apply_status(&ctx.cluster_api, cluster, DISCOVERY, value).await {
-        Ok(applied) => {
+        Ok(Some(applied)) => {
             ctx.metrics.status_write(true);
             Ok(Some(Written {
                 resource_version: applied.resource_version(),
                 status: status.clone(),
             }))
         }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Ok(None) => Ok(None),
         Err(source) => {
             ctx.metrics.status_write(false);
             Err(Error::StatusWrite {

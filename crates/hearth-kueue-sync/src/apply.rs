@@ -171,17 +171,20 @@ impl Writer {
             })
     }
 
-    /// Writes `sync` to the cluster's status; returns the cluster as written.
+    /// Writes `sync` to the cluster's status; returns the cluster as written, or `None`
+    /// when it is gone (deleted, or replaced by another of its name).
     pub async fn write_status(
         &self,
         cluster: &CachedCluster,
         sync: &ClusterSync,
         now: &Time,
-    ) -> Result<FournosCluster, kube::Error> {
+    ) -> Result<Option<FournosCluster>, kube::Error> {
         let patch = status_patch(cluster, sync, now);
         let result =
             hearth_runtime::status::apply_status(&self.clusters, cluster, KUEUE_SYNC, patch).await;
-        self.metrics.status_write(result.is_ok());
+        if !matches!(result, Ok(None)) {
+            self.metrics.status_write(result.is_ok());
+        }
         result
     }
 

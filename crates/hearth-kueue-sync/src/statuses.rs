@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use crate::apply::Writer;
 use crate::background::Background;
 use crate::cached::CachedCluster;
-use crate::error::{Error, is_not_found};
+use crate::error::Error;
 use crate::plan::{ClusterSync, SyncReason};
 use crate::writeback::{cordon_event_for, event_for};
 
@@ -260,7 +260,7 @@ impl Inner {
             };
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             let result = self.writer.write_status(&base, &said.sync, &now).await;
-            if result.is_ok() {
+            if matches!(result, Ok(Some(_))) {
                 tracing::info!(cluster = %name, reason = said.sync.reason(), "wrote status");
                 // In the background: the other statuses must not wait for them.
                 for event in [
@@ -328,7 +328,7 @@ impl Inner {
     }
 
     /// Records how a write ended; true when a newer [`Said`] is to be written now.
-    fn finish(&self, name: &str, result: Result<FournosCluster, kube::Error>) -> bool {
+    fn finish(&self, name: &str, result: Result<Option<FournosCluster>, kube::Error>) -> bool {
         let mut state = self.lock();
         let State {
             entries,
@@ -341,7 +341,7 @@ impl Inner {
         };
         let again = matches!(entry.stage, Stage::Writing { again: true });
         match result {
-            Ok(updated) => {
+            Ok(Some(updated)) => {
                 self.succeeded(name);
                 let updated = CachedCluster::from(updated);
                 let rv = updated
@@ -352,10 +352,13 @@ impl Inner {
                 entry.last_written = Some(Box::new(updated));
                 entry.stage = Stage::Written(rv);
             }
-            Err(error) if is_not_found(&error) => {
+            // Deleted, or replaced by another of its name: nothing was written. What a
+            // plan said meanwhile (for the successor, if there is one) is still to write.
+            Ok(None) if !again => {
                 entries.remove(name);
                 return false;
             }
+            Ok(None) => entry.last_written = None,
             Err(error) => {
                 tracing::warn!(cluster = %name, %error, "cannot write status");
                 entry.stage = Stage::Failed {
@@ -514,6 +517,35 @@ mod tests {
             tokio::task::yield_now().await;
         }
         kit
+    }
+
+    #[tokio::test]
+    async fn the_plan_for_a_successor_outlives_the_write_for_the_cluster_it_replaced() {
+        let mut kit = kit(false, &["a"]);
+        assert!(kit.submit("a", SyncReason::Synced));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while seen(&kit.server).is_empty() {
+            assert!(Instant::now() < deadline, "the first write never started");
+            tokio::task::yield_now().await;
+        }
+        // While it is under way, `a` is deleted and created again, and the successor
+        // planned; the write for the first then finds it gone.
+        let mut successor = kit.cluster("a").clone();
+        successor.metadata.uid = Some("uid-a-2".into());
+        kit.feed.deliver(cached(&successor));
+        let sync = kit.sync("a", SyncReason::LimitReached);
+        assert!(kit.statuses.submit(&cached(&successor), &sync));
+        kit.server.gone.store(1, Ordering::SeqCst);
+        kit.server.gate.add_permits(10);
+        kit.settled().await;
+        assert_eq!(
+            seen(&kit.server),
+            [
+                ("a".to_owned(), "Synced".to_owned()),
+                ("a".to_owned(), "LimitReached".to_owned())
+            ],
+            "the successor's status was dropped with the first's"
+        );
     }
 
     #[tokio::test]

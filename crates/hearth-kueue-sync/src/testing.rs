@@ -598,8 +598,8 @@ impl World {
 
 /// A fake apiserver for the background writers' tests. Records the path and body of each
 /// write `record` wants as it arrives, then answers once `gate` gives a permit: 500 while
-/// `fail` is set, else `answer(path, body, resourceVersion)`. Any other request (an
-/// Event) is answered at once with its body.
+/// `fail` is set, 404 while `gone` counts down, else `answer(path, body,
+/// resourceVersion)`. Any other request (an Event) is answered at once with its body.
 #[derive(Clone)]
 pub(crate) struct FakeApi {
     pub seen: Arc<Mutex<Vec<(String, Value)>>>,
@@ -607,6 +607,8 @@ pub(crate) struct FakeApi {
     pub at_gate: Arc<AtomicU64>,
     pub gate: Arc<tokio::sync::Semaphore>,
     pub fail: Arc<AtomicBool>,
+    /// How many of the next recorded writes find their object gone.
+    pub gone: Arc<AtomicU64>,
     version: Arc<AtomicU64>,
 }
 
@@ -627,6 +629,7 @@ impl FakeApi {
             at_gate: Arc::default(),
             gate: Arc::new(tokio::sync::Semaphore::new(permits)),
             fail: Arc::default(),
+            gone: Arc::default(),
             version: Arc::new(AtomicU64::new(100)),
         }
     }
@@ -669,6 +672,17 @@ impl FakeApi {
                             serde_json::json!({"kind": "Status", "apiVersion": "v1",
                                 "status": "Failure", "reason": "InternalError", "code": 500,
                                 "message": "etcd is down"}),
+                        )
+                    } else if api
+                        .gone
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        (
+                            StatusCode::NOT_FOUND,
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "NotFound", "code": 404,
+                                "message": "not found"}),
                         )
                     } else {
                         let rv = api.version.fetch_add(1, Ordering::SeqCst).to_string();

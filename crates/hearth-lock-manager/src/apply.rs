@@ -209,7 +209,7 @@ pub async fn apply_plan<K: Sentinel>(
             && s.meta().deletion_timestamp.is_none()
             && let Some(status) = s.upkeep(now)
         {
-            upkeep(ctx, &s.name_any(), status).await?;
+            upkeep(ctx, s, status).await?;
         }
     }
 
@@ -380,7 +380,7 @@ pub async fn adopt_legacy<K: Sentinel>(
 }
 
 /// Applies `status` when it differs from the cluster's, then the metrics and Events of
-/// that change. A cluster deleted meanwhile has nothing left to report on.
+/// that change. A cluster deleted (or replaced) meanwhile has nothing left to report on.
 async fn write_status<K: Sentinel>(
     ctx: &Writer<K>,
     cluster: &FournosCluster,
@@ -393,8 +393,10 @@ async fn write_status<K: Sentinel>(
         return Ok(());
     };
     match hearth_runtime::status::apply_status(&ctx.clusters, cluster, LOCK_MANAGER, patch).await {
-        Ok(_) => ctx.metrics.wrote("status"),
-        Err(e) if is_status(&e, 404) => return Ok(()),
+        Ok(Some(_)) => ctx.metrics.wrote("status"),
+        // Deleted, or replaced by another of its name: the successor has a reconcile of
+        // its own.
+        Ok(None) => return Ok(()),
         Err(e) => return Err(Error::Status(e)),
     }
     if became_held(&current, status)
@@ -564,40 +566,38 @@ async fn priority<K: Sentinel>(ctx: &Writer<K>, class: &str) -> Result<Priority,
 
 async fn upkeep<K: Sentinel>(
     ctx: &Writer<K>,
-    name: &str,
+    sentinel: &K,
     status: serde_json::Value,
 ) -> Result<(), Error> {
-    upkeep_with(&ctx.sentinel_writes, &ctx.metrics, name, status).await
+    upkeep_with(&ctx.sentinel_writes, &ctx.metrics, sentinel, status).await
 }
 
-/// Applies an upkeep status patch to `name` through `api` (a sentinel, or the Workload
-/// Fournos made for a FournosJob sentinel).
+/// Applies an upkeep status patch to `object` through `api` (a sentinel, or the Workload
+/// Fournos made for a FournosJob sentinel), through the kit's status writer: only to that
+/// object, not to another that took its name since it was observed.
 pub async fn upkeep_with<R>(
     api: &Api<R>,
     metrics: &LockMetrics,
-    name: &str,
+    object: &R,
     status: serde_json::Value,
 ) -> Result<(), Error>
 where
-    R: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    R: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
 {
-    let patch = json!({
-        "apiVersion": R::api_version(&()),
-        "kind": R::kind(&()),
-        "status": status,
-    });
-    let params = PatchParams::apply(LOCK_MANAGER).force();
-    match api.patch_status(name, &params, &Patch::Apply(&patch)).await {
-        Ok(_) => {
+    let name = object.name_any();
+    match hearth_runtime::status::apply_status(api, object, LOCK_MANAGER, status).await {
+        Ok(Some(_)) => {
             metrics.wrote("sentinel_upkeep");
             tracing::info!(sentinel = name, "sentinel marked PodsReady for Kueue");
             Ok(())
         }
-        Err(e) if is_status(&e, 404) => Ok(()),
-        Err(source) => Err(Error::SentinelUpkeep {
-            name: name.to_owned(),
-            source,
-        }),
+        // Deleted, or replaced by another of its name: not ours to mark.
+        Ok(None) => Ok(()),
+        Err(source) => Err(Error::SentinelUpkeep { name, source }),
     }
 }
 

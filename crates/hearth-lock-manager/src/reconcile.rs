@@ -152,5 +152,5 @@ async fn keep_ready<K: Sentinel>(
     };
     let api: Api<Workload> =
         Api::namespaced(writer.client.clone(), &writer.config.execution_namespace);
-    crate::apply::upkeep_with(&api, &writer.metrics, &workload.name_any(), status).await
+    crate::apply::upkeep_with(&api, &writer.metrics, workload, status).await
 }

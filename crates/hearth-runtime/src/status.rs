@@ -1,6 +1,22 @@
 //! Status writes: server-side apply of only the fields a controller owns, under
 //! its own field manager, so the three controllers never clobber each other.
 //!
+//! # Written only to the object planned for
+//!
+//! A status is planned from one object, and must not land on another that took its name
+//! meanwhile (deleted and created again, with a new `metadata.uid`). The apiserver has no
+//! UID precondition for a patch of the status subresource of a custom resource: a
+//! `metadata.uid` in the body, merge patch or server-side apply, is silently dropped
+//! (the status strategy copies the stored object's metadata over the patched one) and the
+//! write lands on the successor (kube-apiserver v1.36, checked by
+//! `e2e/tests/status_uid.rs`). What it does honour is `metadata.resourceVersion`: a patch
+//! carrying one that is not the stored object's is refused, `409 Conflict` ("the object
+//! has been modified"). A version belongs to one object only, so [`apply_status`] sends
+//! the version of the object it was planned from; on a conflict it reads the object again
+//! and, if its UID is still the planned one, applies once more at the version read (what
+//! any unguarded apply would have done); if it is gone or has another UID, the write is
+//! dropped: the successor gets a reconcile of its own from its watch event.
+//!
 //! # Legacy conditions
 //!
 //! The Python controller that Hearth replaces appended a condition on every change, so a
@@ -26,63 +42,142 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// How many times one status write is sent at most: the first, then again after each
+/// conflict (someone wrote the object since it was planned, or since it was read again).
+/// Past that, the conflict is the caller's, retried by its next reconcile.
+const ATTEMPTS: usize = 3;
+
 /// Applies `status` (a JSON object holding only this controller's fields) to the
 /// status subresource of `obj` (the object, or a cache's view of it that serializes its
-/// `status.conditions` as stored). Fields this manager applied before and leaves out
-/// now are removed; other managers' fields are untouched.
+/// `status.conditions` as stored and keeps its `uid` and `resourceVersion`). Fields this
+/// manager applied before and leaves out now are removed; other managers' fields are
+/// untouched.
+///
+/// Returns the object as written, or `None` when nothing was written because the object
+/// `obj` shows is gone: deleted, or replaced by another object of the same name (see the
+/// module docs). Neither needs anyone's attention; a replaced object is noted at `info`.
+/// An `obj` without a `resourceVersion` (never one read from the apiserver) is applied
+/// unguarded.
 ///
 /// If `obj` carries duplicated condition types (legacy state), the list is first
 /// replaced by its de-duplicated form (see the module docs). If the apply is refused
 /// for duplicates that `obj` (a cache's view) did not show, the live object is read,
-/// repaired the same way, and the apply retried once.
+/// repaired the same way, and the apply retried.
 pub async fn apply_status<K, V>(
     api: &Api<K>,
     obj: &V,
     field_manager: &str,
     status: Value,
-) -> Result<K, kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     V: Resource + Serialize,
 {
     let name = obj.name_any();
-    if let Some(repair) = conditions_repair(obj) {
-        repair_conditions(api, &name, field_manager, repair).await?;
+    let planned = obj.meta().uid.as_deref();
+    // force: these fields are ours by contract; a stale claim by someone else
+    // (a person's kubectl edit) must not block the controller forever.
+    let params = PatchParams::apply(field_manager).force();
+    let mut next = repaired(api, &name, field_manager, obj).await?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let Next::At(version) = next else {
+            return Ok(None);
+        };
+        let body = apply_body::<K>(&status, version.as_deref());
+        let refusal = match api.patch_status(&name, &params, &Patch::Apply(&body)).await {
+            Ok(written) => return Ok(Some(written)),
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) if attempt < ATTEMPTS && (is_conflict(&e) || is_duplicate_refusal(&e)) => e,
+            Err(e) => return Err(e),
+        };
+        let live = match api.get_status(&name).await {
+            Ok(live) => live,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if let Some(successor) = replacement(planned, &live) {
+            tracing::info!(
+                object = %name,
+                planned_uid = planned.unwrap_or_default(),
+                successor_uid = successor,
+                "status not written: planned for an object since replaced by another of that name"
+            );
+            return Ok(None);
+        }
+        tracing::debug!(object = %name, error = %refusal, "status write refused; applying again");
+        next = repaired(api, &name, field_manager, &live).await?;
     }
-    let patch = serde_json::json!({
+}
+
+/// The version to apply to next, or that the object is gone.
+#[derive(Debug, PartialEq)]
+enum Next {
+    At(Option<String>),
+    Gone,
+}
+
+/// Repairs `obj`'s legacy conditions if it has any: the version to apply to is then the
+/// repaired one (or `obj`'s, if someone else wrote first, which the apply finds out).
+async fn repaired<K, V>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    obj: &V,
+) -> Result<Next, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    V: Resource + Serialize,
+{
+    let observed = obj.meta().resource_version.clone();
+    let Some(repair) = conditions_repair(obj) else {
+        return Ok(Next::At(observed));
+    };
+    match repair_conditions(api, name, field_manager, repair).await {
+        Ok(Some(repaired)) => Ok(Next::At(repaired.meta().resource_version.clone())),
+        Ok(None) => Ok(Next::At(observed)),
+        Err(e) if is_not_found(&e) => Ok(Next::Gone),
+        Err(e) => Err(e),
+    }
+}
+
+/// The server-side apply body of `status`, guarded by `resource_version` (the version of
+/// the object it was planned from) when there is one.
+pub fn apply_body<K: Resource<DynamicType = ()>>(
+    status: &Value,
+    resource_version: Option<&str>,
+) -> Value {
+    let mut body = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
-    // force: these fields are ours by contract; a stale claim by someone else
-    // (a person's kubectl edit) must not block the controller forever.
-    let params = PatchParams::apply(field_manager).force();
-    match api
-        .patch_status(&name, &params, &Patch::Apply(&patch))
-        .await
-    {
-        Err(e) if is_duplicate_refusal(&e) => {
-            let live = api.get_status(&name).await?;
-            if let Some(repair) = conditions_repair(&live) {
-                repair_conditions(api, &name, field_manager, repair).await?;
-            }
-            api.patch_status(&name, &params, &Patch::Apply(&patch))
-                .await
-        }
-        other => other,
+    if let Some(version) = resource_version {
+        body["metadata"] = serde_json::json!({"resourceVersion": version});
+    }
+    body
+}
+
+/// The UID of `live` when it is not the object planned for (`planned`, if known).
+fn replacement<'a, K: Resource>(planned: Option<&str>, live: &'a K) -> Option<&'a str> {
+    let live = live.meta().uid.as_deref();
+    match (planned, live) {
+        (Some(planned), Some(live)) if planned != live => Some(live),
+        _ => None,
     }
 }
 
-/// Replaces `status.conditions` with the merge patch `repair`. A conflict means someone
-/// wrote the object since it was observed (most likely another controller repairing the
-/// same list): the apply goes ahead and, if the list still has duplicates, is refused
-/// and retried by the caller's next reconcile.
+/// Replaces `status.conditions` with the merge patch `repair`; returns the repaired
+/// object. `None`: someone wrote the object since it was observed (most likely another
+/// controller repairing the same list), and the apply goes ahead; if the list still has
+/// duplicates, it is refused and repaired from the live object.
 async fn repair_conditions<K>(
     api: &Api<K>,
     name: &str,
     field_manager: &str,
     repair: Value,
-) -> Result<(), kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -94,16 +189,24 @@ where
         .patch_status(name, &params, &Patch::Merge(&repair))
         .await
     {
-        Ok(_) => {
+        Ok(repaired) => {
             tracing::info!(
                 cluster = name,
                 "replaced legacy status.conditions with one condition per type"
             );
-            Ok(())
+            Ok(Some(repaired))
         }
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// Whether the apiserver refused a write for duplicate entries of a keyed list.
@@ -131,6 +234,9 @@ pub fn conditions_repair<K: Resource + Serialize>(obj: &K) -> Option<Value> {
 pub fn dedup_conditions(conditions: &[Value]) -> Option<Vec<Value>> {
     hearth_api::conditions::dedup_by_type(conditions, |c| c.get("type").and_then(Value::as_str))
 }
+
+#[cfg(test)]
+mod guard_tests;
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 
+use hearth_api::names::controllers::{KUEUE_SYNC, LOCK_MANAGER};
+
 use crate::cli::Sentinel;
 use crate::error::Failure;
 
@@ -43,6 +45,10 @@ pub struct Right {
     pub namespace: Option<String>,
     /// The chart value that decides where the right is granted.
     pub value: &'static str,
+    /// What the controller needs the right for and exactly what to apply when it lacks
+    /// it, when the chart grants it whatever the values (a release of an older chart, or
+    /// a Role lost since); `None`: the chart grants it where `value` says.
+    pub fix: Option<String>,
 }
 
 /// What the apiserver answered about a [`Right`].
@@ -56,14 +62,15 @@ pub enum Allowed {
     Unknown(String),
 }
 
-/// The rights the chart grants that depend on the values the doctor checks.
+/// The rights the chart grants that depend on the values the doctor checks, and those
+/// a controller checks or reads at start that an older release's RBAC lacks.
 pub fn rights(settings: &Settings) -> Vec<Right> {
-    use hearth_api::names::controllers::{DISCOVERY, KUEUE_SYNC, LOCK_MANAGER};
+    use hearth_api::names::controllers::DISCOVERY;
     let sentinel = match settings.sentinel {
         Sentinel::Fournosjob => ("fournos.dev", "fournosjobs"),
         Sentinel::Workload => ("kueue.x-k8s.io", "workloads"),
     };
-    vec![
+    let mut rights = vec![
         Right {
             controller: DISCOVERY,
             verb: "watch",
@@ -72,6 +79,7 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
             name: None,
             namespace: Some(settings.secrets_namespace.clone()),
             value: "config.secretsNamespace",
+            fix: None,
         },
         Right {
             controller: KUEUE_SYNC,
@@ -81,6 +89,7 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
             name: Some(settings.cluster_queue.clone()),
             namespace: None,
             value: "config.clusterQueueName",
+            fix: None,
         },
         Right {
             controller: LOCK_MANAGER,
@@ -91,6 +100,7 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
             namespace: Some(settings.execution_namespace.clone()),
             // The chart grants only the configured sentinel kind's rights.
             value: "config.sentinel or config.executionNamespace",
+            fix: None,
         },
         Right {
             controller: LOCK_MANAGER,
@@ -100,8 +110,68 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
             name: None,
             namespace: Some(settings.namespace.clone()),
             value: "config.namespace",
+            fix: None,
         },
-    ]
+        Right {
+            controller: LOCK_MANAGER,
+            verb: "get",
+            group: "apiextensions.k8s.io",
+            resource: "customresourcedefinitions",
+            name: Some(hearth_api::names::CRD_NAME.into()),
+            namespace: None,
+            value: "the chart's version",
+            fix: Some(crd_read_fix(&settings.install_namespace)),
+        },
+    ];
+    for verb in ["list", "watch"] {
+        rights.push(Right {
+            controller: KUEUE_SYNC,
+            verb,
+            group: hearth_api::kueue::KUEUE_GROUP,
+            resource: "workloads",
+            name: None,
+            namespace: Some(settings.execution_namespace.clone()),
+            value: "config.executionNamespace",
+            fix: Some(workload_read_fix(settings)),
+        });
+    }
+    rights
+}
+
+/// What lock-manager's right to read the FournosCluster CRD is for, and how to grant it:
+/// the chart's ClusterRole has it from the release that added the start-up check.
+fn crd_read_fix(install: &str) -> String {
+    let (sa, crd) = (LOCK_MANAGER, hearth_api::names::CRD_NAME);
+    let role = format!("{sa}-crd-{install}");
+    format!(
+        "it checks at start that the served CRD declares every status field it writes (an \
+         older CRD prunes them from every write), and without this right skips the check with \
+         a warning. The chart's ClusterRole {sa}-{install} grants it: upgrade the release \
+         (`helm upgrade`), or apply it alone: `kubectl create clusterrole {role} --verb=get \
+         --resource=customresourcedefinitions.apiextensions.k8s.io --resource-name={crd}` \
+         and `kubectl create clusterrolebinding {role} --clusterrole={role} \
+         --serviceaccount={install}:{sa}`."
+    )
+}
+
+/// What kueue-sync's right to read the execution namespace's Workloads is for, and how
+/// to grant it: the chart's Role there has it when installed with that namespace.
+fn workload_read_fix(settings: &Settings) -> String {
+    let (sa, install, ns) = (
+        KUEUE_SYNC,
+        &settings.install_namespace,
+        &settings.execution_namespace,
+    );
+    let role = format!("{sa}-workloads-{install}");
+    format!(
+        "it watches them (a cordoned cluster counts those still admitted on its flavor), and \
+         without this right its caches never sync: it never gets ready and publishes no quota. \
+         The chart's Role {role} in namespace {ns} grants it when installed with \
+         config.executionNamespace={ns} (a namespace made after the install gets it only with \
+         `helm upgrade`), or apply it alone: `kubectl create role {role}-read -n {ns} \
+         --verb=get,list,watch --resource=workloads.kueue.x-k8s.io` and `kubectl create \
+         rolebinding {role}-read -n {ns} --role={role}-read --serviceaccount={install}:{sa}`."
+    )
 }
 
 /// Whether an object exists, or why it could not be told.
@@ -346,52 +416,64 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
         observed.discovery_policy.as_ref(),
     ));
     for (right, allowed) in &observed.rights {
-        let Right {
-            controller,
-            verb,
-            resource,
-            value,
-            ..
-        } = right;
-        let object = match (&right.name, &right.namespace) {
-            (Some(name), _) => format!("{resource} {name}"),
-            (None, Some(ns)) => format!("{resource} in namespace {ns}"),
-            (None, None) => (*resource).to_owned(),
-        };
-        checks.push(match allowed {
-            Allowed::Yes => check(
-                "rbac",
-                Verdict::Ok,
-                format!("{controller} may {verb} {object}"),
-            ),
-            Allowed::No => check(
+        checks.push(right_check(install, right, allowed));
+    }
+    checks
+}
+
+/// The check of one right of a controller's ServiceAccount (in namespace `install`).
+fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
+    let Right {
+        controller,
+        verb,
+        resource,
+        value,
+        ..
+    } = right;
+    let object = match (&right.name, &right.namespace) {
+        (Some(name), _) => format!("{resource} {name}"),
+        (None, Some(ns)) => format!("{resource} in namespace {ns}"),
+        (None, None) => (*resource).to_owned(),
+    };
+    match allowed {
+        Allowed::Yes => check(
+            "rbac",
+            Verdict::Ok,
+            format!("{controller} may {verb} {object}"),
+        ),
+        Allowed::No => {
+            let fix = right.fix.clone().unwrap_or_else(|| {
+                format!(
+                    "the chart was installed with another {value}, or its RBAC is missing (a \
+                     namespace made after the install gets its Role only with `helm upgrade`). \
+                     Check with the values installed (`helm get values`), or upgrade the \
+                     release with this one."
+                )
+            });
+            check(
                 "rbac",
                 Verdict::Missing,
                 format!(
-                    "{controller} (ServiceAccount {install}/{controller}) may not {verb} {object}: \
-                     the chart was installed with another {value}, or its RBAC is missing \
-                     (a namespace made after the install gets its Role only with `helm \
-                     upgrade`). Check with the values installed (`helm get values`), or \
-                     upgrade the release with this one."
+                    "{controller} (ServiceAccount {install}/{controller}) may not {verb} \
+                     {object}: {fix}"
                 ),
+            )
+        }
+        Allowed::NoServiceAccount => check(
+            "rbac",
+            Verdict::Warning,
+            format!(
+                "{controller} is not installed in namespace {install} (no ServiceAccount): its \
+                 rights were not checked. Disabled, not installed yet, or installed elsewhere \
+                 (--install-namespace)."
             ),
-            Allowed::NoServiceAccount => check(
-                "rbac",
-                Verdict::Warning,
-                format!(
-                    "{controller} is not installed in namespace {install} (no ServiceAccount): \
-                     its rights were not checked. Disabled, not installed yet, or installed \
-                     elsewhere (--install-namespace)."
-                ),
-            ),
-            Allowed::Unknown(why) => check(
-                "rbac",
-                Verdict::Unknown,
-                format!("cannot tell whether {controller} may {verb} {object}: {why}"),
-            ),
-        });
+        ),
+        Allowed::Unknown(why) => check(
+            "rbac",
+            Verdict::Unknown,
+            format!("cannot tell whether {controller} may {verb} {object}: {why}"),
+        ),
     }
-    checks
 }
 
 /// Whether the served CRD declares every status field the controllers write; a field it
@@ -749,6 +831,53 @@ mod tests {
             ),
             "{text}"
         );
+        assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
+    }
+
+    #[test]
+    fn rights_read_at_start_say_exactly_what_to_apply() {
+        let mut s = settings(Sentinel::Fournosjob);
+        s.install_namespace = "hearth-system".into();
+        let mut o = good(&s);
+        let missing = |r: &Right| {
+            (r.resource == "customresourcedefinitions" && r.verb == "get")
+                || (r.resource == "workloads" && r.controller == KUEUE_SYNC)
+        };
+        let mut denied = 0;
+        for (right, allowed) in &mut o.rights {
+            if missing(right) {
+                *allowed = Allowed::No;
+                denied += 1;
+            }
+        }
+        assert_eq!(denied, 3, "get the CRD; list and watch Workloads");
+        let checks = diagnose(&s, &o);
+        let text = render(&checks);
+        for needle in [
+            "MISSING hearth-lock-manager (ServiceAccount hearth-system/hearth-lock-manager) may \
+             not get customresourcedefinitions fournosclusters.fournos.dev: it checks at start",
+            "The chart's ClusterRole hearth-lock-manager-hearth-system grants it",
+            "`kubectl create clusterrole hearth-lock-manager-crd-hearth-system --verb=get \
+             --resource=customresourcedefinitions.apiextensions.k8s.io \
+             --resource-name=fournosclusters.fournos.dev` and `kubectl create \
+             clusterrolebinding hearth-lock-manager-crd-hearth-system \
+             --clusterrole=hearth-lock-manager-crd-hearth-system \
+             --serviceaccount=hearth-system:hearth-lock-manager`",
+            "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
+             list workloads in namespace psap-automation: it watches them",
+            "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
+             watch workloads in namespace psap-automation",
+            "The chart's Role hearth-kueue-sync-workloads-hearth-system in namespace \
+             psap-automation grants it when installed with \
+             config.executionNamespace=psap-automation",
+            "`kubectl create role hearth-kueue-sync-workloads-hearth-system-read -n \
+             psap-automation --verb=get,list,watch --resource=workloads.kueue.x-k8s.io` and \
+             `kubectl create rolebinding hearth-kueue-sync-workloads-hearth-system-read -n \
+             psap-automation --role=hearth-kueue-sync-workloads-hearth-system-read \
+             --serviceaccount=hearth-system:hearth-kueue-sync`",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+        }
         assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
     }
 
