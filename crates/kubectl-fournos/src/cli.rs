@@ -94,8 +94,8 @@ pub enum Command {
         #[arg(long)]
         reason: String,
         /// When the maintenance should end: a time (2026-11-26T08:00:00Z) or a duration
-        /// from now (90m, 4h, 2d). Past it Hearth reports the cordon overdue; it never lifts
-        /// it.
+        /// from now (90m, 4h, 1h30m, 2d: the grammar of --ttl and --timeout). Past it
+        /// Hearth reports the cordon overdue; it never lifts it.
         #[arg(long)]
         until: Option<String>,
         /// Cordon in this name (default: your user name as the apiserver knows it).
