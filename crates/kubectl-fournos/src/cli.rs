@@ -253,7 +253,8 @@ pub enum Command {
         #[arg(value_enum)]
         target: CompletionTarget,
         /// With `install`: where to write kubectl_complete-fournos (a directory on $PATH;
-        /// default: the plugin's own directory).
+        /// default: the directory on $PATH kubectl runs kubectl-fournos from, krew's
+        /// ~/.krew/bin included).
         #[arg(long, value_hint = clap::ValueHint::DirPath)]
         dir: Option<PathBuf>,
     },
