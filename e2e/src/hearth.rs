@@ -507,18 +507,26 @@ pub fn render_chart(iso: &Isolated, extra: &[(&str, &str)]) -> Result<Vec<serde_
 
 /// `helm template hearth <chart> --namespace <namespace> --set <each of set>`, parsed.
 pub fn helm_template(namespace: &str, set: &[String]) -> Result<Vec<serde_json::Value>> {
-    let tools = Tools::locate()?;
-    let mut cmd = std::process::Command::new(&tools.helm);
-    cmd.args(["template", "hearth"]).arg(chart_dir()).args([
-        "--namespace",
-        namespace,
-        "--kube-version",
-        "1.36.3",
-    ]);
+    let mut args = Vec::new();
     for s in set {
-        cmd.args(["--set", s]);
+        args.extend(["--set", s.as_str()]);
     }
-    let out = cmd
+    helm_template_chart(&chart_dir(), namespace, &args)
+}
+
+/// `helm template hearth <chart> --namespace <namespace> --kube-version <the tested one>
+/// <args>` (values files, `--include-crds`, …) of any chart, parsed.
+pub fn helm_template_chart(
+    chart: &Path,
+    namespace: &str,
+    args: &[&str],
+) -> Result<Vec<serde_json::Value>> {
+    let tools = Tools::locate()?;
+    let out = std::process::Command::new(&tools.helm)
+        .args(["template", "hearth"])
+        .arg(chart)
+        .args(["--namespace", namespace, "--kube-version", "1.36.3"])
+        .args(args)
         .output()
         .map_err(|e| PlaneError::Tools(format!("running helm: {e}")))?;
     if !out.status.success() {

@@ -17,6 +17,9 @@ use hearth_e2e::resources::{parse_yaml_documents, to_yaml};
 use hearth_e2e::tools::Tools;
 use serde_json::{Value, json};
 
+/// Where the cases expect `runbook_url` to point (`prometheusRule.runbookURL`).
+const RUNBOOK_COPY: &str = "https://runbooks.example/docs/operations.md";
+
 fn cases_file() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/alerts/hearth.test.yaml")
 }
@@ -28,6 +31,7 @@ fn prometheus_rule() -> Result<Value> {
         &[
             "prometheusRule.enabled=true".to_owned(),
             "prometheusRule.alertLabels.team=gpu-platform".to_owned(),
+            format!("prometheusRule.runbookURL={RUNBOOK_COPY}"),
         ],
     )?;
     docs.into_iter()
@@ -97,7 +101,7 @@ fn every_alert_passes_promtool_and_fires_in_a_rule_test() -> Result<()> {
         untested.is_empty(),
         "alerts never fired in a test: {untested:?}"
     );
-    ensure!(alerts.len() >= 9, "{alerts:?}");
+    ensure!(alerts.len() >= 11, "{alerts:?}");
 
     // What the runbook must explain: every alert has a section in docs/operations.md.
     let runbook = std::fs::read_to_string(
@@ -153,5 +157,70 @@ fn alerts_are_off_by_default() -> Result<()> {
         !docs.iter().any(|d| d["kind"] == "PrometheusRule"),
         "a PrometheusRule rendered with default values"
     );
+    Ok(())
+}
+
+/// The anchor GitHub gives a Markdown heading: lower case, punctuation other than `-` and
+/// `_` dropped, spaces as `-`.
+fn github_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// Every alert's `runbook_url` points at its own section of docs/operations.md: by default
+/// in this release's tag on GitHub, or in the copy `prometheusRule.runbookURL` names.
+#[test]
+fn every_alert_links_its_runbook_section() -> Result<()> {
+    let runbook = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"),
+    )?;
+    let anchors: BTreeSet<String> = runbook
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| github_anchor(l.trim_start_matches('#')))
+        .collect();
+    let chart: Value = parse_yaml_documents(
+        &std::fs::read_to_string(hearth_e2e::hearth::chart_dir().join("Chart.yaml"))?,
+        "Chart.yaml",
+    )?
+    .remove(0);
+    let tagged = format!(
+        "https://github.com/hearth-dev/hearth/blob/v{}/docs/operations.md",
+        chart["appVersion"].as_str().context("appVersion")?
+    );
+    let default_rule = helm_template("hearth", &["prometheusRule.enabled=true".to_owned()])?
+        .into_iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .context("no PrometheusRule")?;
+    for (rule, base) in [
+        (default_rule, tagged.as_str()),
+        (prometheus_rule()?, RUNBOOK_COPY),
+    ] {
+        for name in alert_names(&rule) {
+            let alert = rule["spec"]["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+                .find(|r| r["alert"] == name.as_str())
+                .context("alert")?;
+            let url = alert["annotations"]["runbook_url"]
+                .as_str()
+                .with_context(|| format!("{name} has no runbook_url"))?;
+            let (page, anchor) = url
+                .split_once('#')
+                .with_context(|| format!("{name}: {url} names no section"))?;
+            ensure!(page == base, "{name}: {url} is not in {base}");
+            ensure!(
+                anchor == github_anchor(&name) && anchors.contains(anchor),
+                "{name}: #{anchor} is not its section of docs/operations.md"
+            );
+        }
+    }
     Ok(())
 }

@@ -955,7 +955,7 @@ fn namespaces_are_created_only_when_asked() -> Result<()> {
         let annotations = &ns["metadata"]["annotations"];
         ensure!(annotations["helm.sh/resource-policy"] == "keep", "{ns}");
         ensure!(
-            annotations["argocd.argoproj.io/sync-options"] == "Prune=false",
+            annotations["argocd.argoproj.io/sync-options"] == "Prune=false,Delete=false",
             "{ns}"
         );
         ensure!(ns["metadata"]["labels"]["team"] == "gpu", "{ns}");

@@ -28,6 +28,53 @@ async fn plugin(plane: &ControlPlane, scope: &Isolated, args: &[&str]) -> Result
     Ok(run_plugin(&plane.management_kubeconfig(), scope, args).await?)
 }
 
+/// `kubectl get fc <name> [-o wide]` as the plane's admin: each column's header and value
+/// (one word each here).
+fn get_fc(
+    plane: &ControlPlane,
+    scope: &Isolated,
+    name: &str,
+    wide: bool,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut kubectl = std::process::Command::new(hearth_e2e::tools::Tools::locate()?.kubectl);
+    kubectl
+        .args(["get", "fc", name, "-n", &scope.namespace, "--kubeconfig"])
+        .arg(plane.management_kubeconfig());
+    if wide {
+        kubectl.args(["-o", "wide"]);
+    }
+    let out = kubectl.output()?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(
+        out.status.success(),
+        "kubectl get fc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let header = lines.next().context("no header")?;
+    let row = lines.next().context("no row")?;
+    // Columns start where their header starts; headers may hold one space ("LOCK JOB").
+    let starts: Vec<usize> = header
+        .match_indices(|c: char| c != ' ')
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || header[..i].ends_with("  "))
+        .collect();
+    let cell = |s: &str, from: usize, to: Option<usize>| {
+        s.get(from..to.unwrap_or(s.len()).min(s.len()))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    Ok(starts
+        .iter()
+        .enumerate()
+        .map(|(n, &at)| {
+            let end = starts.get(n + 1).copied();
+            (cell(header, at, end), cell(row, at, end))
+        })
+        .collect())
+}
+
 async fn tainted(k: &World<'_>, name: &str) -> Result<bool> {
     let flavor = k.flavors.get(name).await?;
     Ok(flavor
@@ -413,6 +460,18 @@ async fn a_fournoscluster_patcher_cordons_but_cannot_forge_what_hearth_reports()
     );
     let b_flavor = k.flavors.get(&b).await?;
     ensure!(b_flavor.spec.node_labels.get(CLUSTER_NODE_LABEL) == Some(&b));
+    // `kubectl get fc -o wide` shows what kueue-sync said and the pool; the narrow view not.
+    let wide = get_fc(plane, &scope, &a, true)?;
+    ensure!(
+        wide.get("SCHEDULABLE").map(String::as_str) == Some("Drained")
+            && wide.get("POOL").map(String::as_str) == Some("b"),
+        "{wide:?}"
+    );
+    let narrow = get_fc(plane, &scope, &a, false)?;
+    ensure!(
+        !narrow.contains_key("SCHEDULABLE") && !narrow.contains_key("POOL"),
+        "{narrow:?}"
+    );
 
     // Quota never moved: a cordon is not a drain, and labels are not capacity.
     let quota_after = k.queue().await?;

@@ -101,6 +101,20 @@ pub fn owner_problem(owner: &str) -> Option<String> {
         json_path = ".status.lockExpiresAt",
         priority = 1,
         description = "When the lock expires (UTC); a date column would print <invalid> for a future time"
+    ),
+    printcolumn(
+        name = "Schedulable",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Schedulable")].reason"#,
+        priority = 1,
+        description = "Schedulable, or Cordoned (spec.cordon set; admitted jobs still run), Drained (cordoned and nothing admitted left: ready for maintenance) or CordonOverdue"
+    ),
+    printcolumn(
+        name = "Pool",
+        type_ = "string",
+        json_path = r".metadata.labels.fournos\.dev/pool",
+        priority = 1,
+        description = "The fournos.dev/pool label, the default pool key (docs/fleet.md: Pools)"
     )
 )]
 /// What people want of the cluster: where its kubeconfig is, who locks it and for

@@ -89,7 +89,9 @@ reasons! {
     pub enum KueueSyncedReason {
         /// `True`: flavor and entry publish the cluster's quota.
         Synced = "Synced",
-        /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota.
+        /// `False`: the kubeconfig is not `Valid`; the entry publishes zero quota ("quota
+        /// zeroed"). Not [`SchedulableReason::Drained`], a cordoned cluster that runs
+        /// nothing any more: the contract gives both the same name.
         Drained = "Drained",
         /// `False`: the flavor is being created (or its old one is still being deleted);
         /// the entry follows.

@@ -58,7 +58,35 @@ fn crd_keeps_the_contract() {
         .filter(|c| c.1 == 1)
         .map(|c| c.0.as_str())
         .collect();
-    assert_eq!(wide, ["LOCK JOB", "TTL", "LOCK EXPIRES"]);
+    assert_eq!(
+        wide,
+        ["LOCK JOB", "TTL", "LOCK EXPIRES", "SCHEDULABLE", "POOL"]
+    );
+    // The wide columns read what kueue-sync and people write, under the names they use.
+    let path_of = |name: &str| {
+        v["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["jsonPath"].as_str())
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        path_of("Schedulable"),
+        format!(
+            ".status.conditions[?(@.type==\"{}\")].reason",
+            hearth_api::names::condition_types::SCHEDULABLE
+        )
+    );
+    assert_eq!(
+        path_of("Pool"),
+        format!(
+            ".metadata.labels.{}",
+            hearth_api::names::POOL_LABEL.replace('.', "\\.")
+        )
+    );
 
     let schema = &v["schema"]["openAPIV3Schema"]["properties"];
     let spec = &schema["spec"];

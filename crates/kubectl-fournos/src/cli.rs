@@ -5,11 +5,47 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use hearth_api::names::{POOL_LABEL, defaults};
 
+/// The exit codes ([`crate::error::Failure::exit_code`]), as every `--help` ends with them.
+macro_rules! exit_codes {
+    () => {
+        "Exit codes:\n\
+         \x20 0  done (or nothing to change)\n\
+         \x20 1  an unexpected error (the message says what)\n\
+         \x20 2  a usage error: an unknown flag or a missing argument\n\
+         \x20 3  refused: someone else holds the lock or cordon (--force takes it), or a flag's value is wrong\n\
+         \x20 4  not found: no such FournosCluster (wrong -n?); doctor: something Hearth needs is missing\n\
+         \x20 5  not allowed: RBAC or the credentials refused a read or a write\n\
+         \x20 6  wait: timed out, or the lock can no longer come (released, cluster deleted)\n"
+    };
+}
+
+/// After the top-level help: the commands people run most, and the exit codes.
+const TOP_AFTER_HELP: &str = concat!(
+    "Examples:\n",
+    "  kubectl fournos status                         the fleet: GPUs, pool, quota, lock, cordon\n",
+    "  kubectl fournos lock gpu-a --ttl 4h            lock gpu-a for yourself for 4 hours\n",
+    "  kubectl fournos wait gpu-a --locked            until the lock holds the cluster's slots\n",
+    "  kubectl fournos why gpu-a                      why a lock waits or a cluster has no quota\n",
+    "  kubectl fournos unlock gpu-a\n",
+    "  kubectl fournos cordon gpu-a --reason \"driver upgrade\" --until 4h\n",
+    "  kubectl fournos doctor                         what Hearth needs on this cluster\n",
+    "\n",
+    "<CLUSTER> is a FournosCluster's name in --namespace (HEARTH_NAMESPACE, default hearth).\n",
+    "Durations (--ttl, --until, --timeout): 90s, 30m, 1h30m, 2d.\n",
+    "\n",
+    exit_codes!()
+);
+
 /// Lock, unlock and inspect the GPU clusters Hearth manages (FournosClusters), with your
 /// own kubeconfig and RBAC.
 #[derive(Debug, Parser)]
 // bin_name: kubectl runs the plugin as `kubectl fournos`, so usage and help say that.
-#[command(name = "kubectl-fournos", bin_name = "kubectl fournos", version)]
+#[command(
+    name = "kubectl-fournos",
+    bin_name = "kubectl fournos",
+    version,
+    after_help = TOP_AFTER_HELP
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -62,7 +98,16 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Lock a cluster for yourself (sets spec.owner and spec.ttl).
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos lock gpu-a --ttl 4h      lock gpu-a for yourself for 4 hours\n",
+        "  kubectl fournos lock gpu-a               until you unlock it\n",
+        "  kubectl fournos wait gpu-a --locked      then wait until the lock holds its slots\n\n",
+        exit_codes!()
+    ))]
     Lock {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
         cluster: String,
         /// How long the lock lasts, in whole minutes: e.g. 30m, 4h, 1h30m, 2d (written to
         /// spec.ttl in one unit: 1h30m as 90m). Without it the lock lasts until you unlock.
@@ -76,7 +121,15 @@ pub enum Command {
         force: bool,
     },
     /// Release your lock on a cluster (clears spec.owner and spec.ttl).
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos unlock gpu-a\n",
+        "  kubectl fournos unlock gpu-a --force     release someone else's lock\n\n",
+        exit_codes!()
+    ))]
     Unlock {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
         cluster: String,
         /// The owner name you locked with (default: your user name as the apiserver knows it).
         #[arg(long)]
@@ -88,14 +141,22 @@ pub enum Command {
     /// Cordon a cluster for maintenance (sets spec.cordon): Kueue admits no new job there,
     /// jobs already admitted keep running, quota is unchanged. `status` and `why` say how
     /// many are left (Drained once none is).
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos cordon gpu-a --reason \"driver upgrade, OPS-1234\" --until 4h\n",
+        "  kubectl fournos status gpu-a             CORDON counts down to drained\n\n",
+        exit_codes!()
+    ))]
     Cordon {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
         cluster: String,
         /// Why, for everyone whose jobs now wait elsewhere (e.g. "driver upgrade, OPS-1234").
         #[arg(long)]
         reason: String,
         /// When the maintenance should end: a time (2026-11-26T08:00:00Z) or a duration
-        /// from now (90m, 4h, 2d). Past it Hearth reports the cordon overdue; it never lifts
-        /// it.
+        /// from now (90m, 4h, 1h30m, 2d: the grammar of --ttl and --timeout). Past it
+        /// Hearth reports the cordon overdue; it never lifts it.
         #[arg(long)]
         until: Option<String>,
         /// Cordon in this name (default: your user name as the apiserver knows it).
@@ -106,7 +167,15 @@ pub enum Command {
         force: bool,
     },
     /// Lift your cordon (clears spec.cordon): Kueue admits new jobs there again.
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos uncordon gpu-a\n",
+        "  kubectl fournos uncordon gpu-a --force   lift someone else's cordon\n\n",
+        exit_codes!()
+    ))]
     Uncordon {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
         cluster: String,
         /// The name you cordoned with (default: your user name as the apiserver knows it).
         #[arg(long)]
@@ -117,7 +186,15 @@ pub enum Command {
     },
     /// The fleet (or one cluster): GPUs, pool, kubeconfig validity, quota, lock, waiting
     /// reason.
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos status                   the whole fleet\n",
+        "  kubectl fournos status gpu-a -o yaml     one cluster, as YAML\n",
+        "  kubectl fournos status -l fournos.dev/pool=b\n\n",
+        exit_codes!()
+    ))]
     Status {
+        /// One FournosCluster's name, in --namespace; without it, every cluster.
         cluster: Option<String>,
         /// Only the clusters matching this label selector, e.g. fournos.dev/pool=b.
         #[arg(short = 'l', long, conflicts_with = "cluster")]
@@ -128,9 +205,26 @@ pub enum Command {
         pool_label_keys: String,
     },
     /// Explain in one paragraph why a cluster's lock waits or why it has no quota.
-    Why { cluster: String },
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos why gpu-a\n\n",
+        exit_codes!()
+    ))]
+    Why {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
+        cluster: String,
+    },
     /// Wait until a cluster's lock is held (or released).
+    #[command(after_help = concat!(
+        "Examples:\n",
+        "  kubectl fournos wait gpu-a --locked --timeout 30m\n",
+        "  kubectl fournos wait gpu-a --released\n\n",
+        exit_codes!()
+    ))]
     Wait {
+        /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
+        /// the shell completes it).
         cluster: String,
         #[command(flatten)]
         until: WaitUntil,
@@ -159,7 +253,8 @@ pub enum Command {
         #[arg(value_enum)]
         target: CompletionTarget,
         /// With `install`: where to write kubectl_complete-fournos (a directory on $PATH;
-        /// default: the plugin's own directory).
+        /// default: the directory on $PATH kubectl runs kubectl-fournos from, krew's
+        /// ~/.krew/bin included).
         #[arg(long, value_hint = clap::ValueHint::DirPath)]
         dir: Option<PathBuf>,
     },
@@ -306,6 +401,62 @@ mod tests {
         );
         assert!(parse_timeout("soon").is_err());
         assert!(parse_timeout("1 hour").is_err());
+    }
+
+    /// Every code a failure exits with is explained in every `--help`, with clap's 2.
+    #[test]
+    fn help_gives_examples_and_every_exit_code() {
+        use crate::error::Failure;
+        let codes: Vec<u8> = [
+            Failure::Refused(String::new()),
+            Failure::NotFound(String::new()),
+            Failure::Forbidden(String::new()),
+            Failure::TimedOut(String::new()),
+            Failure::WaitFailed(String::new()),
+        ]
+        .iter()
+        .map(Failure::exit_code)
+        .chain([0, 1, 2])
+        .collect();
+        let mut command = Cli::command();
+        let top = command.render_help().to_string();
+        assert!(top.contains("Examples:\n  kubectl fournos status"), "{top}");
+        assert!(
+            top.contains("<CLUSTER> is a FournosCluster's name"),
+            "{top}"
+        );
+        for sub in [
+            "lock", "unlock", "cordon", "uncordon", "status", "why", "wait",
+        ] {
+            let help = command
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_help()
+                .to_string();
+            assert!(
+                help.contains(&format!("  kubectl fournos {sub} ")),
+                "{sub}: {help}"
+            );
+            let cluster = help
+                .lines()
+                .find(|l| {
+                    l.trim_start().starts_with("[CLUSTER]")
+                        || l.trim_start().starts_with("<CLUSTER>")
+                })
+                .unwrap_or_default();
+            assert!(
+                cluster.contains("FournosCluster's name"),
+                "{sub}'s <CLUSTER> is undescribed: {help}"
+            );
+            for text in [&top, &help] {
+                for code in &codes {
+                    assert!(
+                        text.contains(&format!("\n  {code}  ")),
+                        "{sub}: exit code {code}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ const NO_FILES: u32 = 4;
 /// completion, so it survives the plugin being upgraded or moved.
 pub fn shim() -> String {
     format!(
-        "#!/bin/sh\n# Completes `kubectl fournos …` for kubectl (see `kubectl fournos completion --help`).\nexec kubectl-fournos {REQUEST} \"$@\"\n"
+        "#!/bin/sh\n# Completes `kubectl fournos …` for kubectl (see `kubectl fournos completion --help`).\nexec {PLUGIN} {REQUEST} \"$@\"\n"
     )
 }
 
@@ -47,6 +47,29 @@ pub fn install(dir: &Path) -> std::io::Result<PathBuf> {
     std::fs::write(&path, shim())?;
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
     Ok(path)
+}
+
+/// The plugin's executable, as kubectl finds it on $PATH.
+pub const PLUGIN: &str = "kubectl-fournos";
+
+/// Where `completion install` writes the shim: the first directory of `path` (the value of
+/// $PATH) that holds an executable `kubectl-fournos`, as it is written there: kubectl runs
+/// the plugin from that directory and finds the shim next to it. Under krew that is
+/// `~/.krew/bin`, whose `kubectl-fournos` is a symlink into krew's store, off $PATH
+/// (krew#812), which is where `current_exe` (the resolved link) points. `exe` (the running
+/// binary) only when no directory of `path` has the plugin.
+pub fn plugin_dir(path: Option<&std::ffi::OsStr>, exe: Option<&Path>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let on_path = path
+        .into_iter()
+        .flat_map(std::env::split_paths)
+        .find(|dir| {
+            // An empty entry means the working directory: not where a plugin is installed.
+            !dir.as_os_str().is_empty()
+                && std::fs::metadata(dir.join(PLUGIN))
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+    on_path.or_else(|| exe?.parent().map(Path::to_path_buf))
 }
 
 /// What [`complete`] answers.
@@ -224,6 +247,71 @@ mod tests {
             .map(|c| c.split('\t').next().unwrap_or_default().to_owned())
             .collect();
         (names, answer.directive)
+    }
+
+    /// A directory of its own under the system's temporary one, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Scratch {
+            let dir =
+                std::env::temp_dir().join(format!("kubectl-fournos-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Scratch(dir)
+        }
+
+        /// `rel`, created as an executable file (or a symlink to `target`).
+        fn plugin(&self, rel: &str, target: Option<&Path>) -> PathBuf {
+            use std::os::unix::fs::PermissionsExt as _;
+            let path = self.0.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            match target {
+                Some(target) => std::os::unix::fs::symlink(target, &path).unwrap(),
+                None => {
+                    std::fs::write(&path, "#!/bin/sh\n").unwrap();
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                        .unwrap();
+                }
+            }
+            path
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn the_shim_goes_where_path_finds_the_plugin_not_where_krews_link_points() {
+        let t = Scratch::new("krew");
+        // krew: the binary in its store, a symlink to it in ~/.krew/bin (on $PATH).
+        let store = t.plugin("store/fournos/v1/kubectl-fournos", None);
+        let bin = t.0.join("krew/bin");
+        t.plugin("krew/bin/kubectl-fournos", Some(&store));
+        let empty = t.0.join("empty");
+        std::fs::create_dir_all(&empty).unwrap();
+        let path =
+            std::env::join_paths(["", empty.to_str().unwrap(), bin.to_str().unwrap()]).unwrap();
+        // The running binary is the resolved link, as current_exe says on Linux.
+        assert_eq!(plugin_dir(Some(&path), Some(&store)), Some(bin.clone()));
+
+        // A file of the name that is not executable is not what kubectl runs.
+        let decoy = t.0.join("decoy");
+        std::fs::create_dir_all(&decoy).unwrap();
+        std::fs::write(decoy.join(PLUGIN), "").unwrap();
+        let path = std::env::join_paths([decoy.as_path(), bin.as_path()]).unwrap();
+        assert_eq!(plugin_dir(Some(&path), Some(&store)), Some(bin));
+
+        // Not on $PATH at all (run by its path): next to the binary.
+        let path = std::env::join_paths([empty.as_path()]).unwrap();
+        assert_eq!(
+            plugin_dir(Some(&path), Some(&store)),
+            store.parent().map(Path::to_path_buf)
+        );
+        assert_eq!(plugin_dir(None, None), None);
     }
 
     #[test]

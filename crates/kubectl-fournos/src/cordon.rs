@@ -4,7 +4,7 @@
 
 use hearth_api::FournosCluster;
 use hearth_api::cluster::{MAX_CORDON_REASON_CHARS, cordon_text_problem, owner_problem};
-use hearth_api::duration::parse_duration;
+use hearth_api::duration::parse_flag_duration;
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -94,25 +94,24 @@ pub fn plan_uncordon(fc: &FournosCluster, me: &str, force: bool) -> Plan {
     }
 }
 
-/// `--until`: an RFC 3339 time (`2026-11-26T08:00:00Z`) or a duration from now (`90m`,
-/// `4h`, `2d`, `1h30m`). Must be in the future.
+/// `--until`: an RFC 3339 time (`2026-11-26T08:00:00Z`) or a duration from now in the one
+/// grammar of every flag of the plugin (`--ttl`, `--timeout`: `90m`, `4h`, `1h30m`, `2d`;
+/// not `1 hour` or `PT90M`). Must be in the future.
 pub fn parse_until(input: &str, now: Timestamp) -> Result<Timestamp, String> {
     let input = input.trim();
     let at = if let Ok(at) = input.parse::<Timestamp>() {
         at
     } else {
-        let span = parse_duration(input)
+        let duration = parse_flag_duration(input).map_err(|e| {
+            format!(
+                "{input:?} is neither a time (2026-11-26T08:00:00Z) nor a duration \
+                 (90m, 4h, 1h30m, 2d): {e}"
+            )
+        })?;
+        jiff::SignedDuration::try_from(duration)
             .ok()
-            .and_then(|d| jiff::SignedDuration::try_from(d).ok())
-            .or_else(|| input.parse::<jiff::SignedDuration>().ok())
-            .ok_or_else(|| {
-                format!(
-                    "{input:?} is neither a time (2026-11-26T08:00:00Z) nor a duration \
-                     (90m, 4h, 2d)"
-                )
-            })?;
-        now.checked_add(span)
-            .map_err(|_| format!("{input:?} is too far away"))?
+            .and_then(|span| now.checked_add(span).ok())
+            .ok_or_else(|| format!("{input:?} is too far away"))?
     };
     if at <= now {
         return Err(format!("{at} is not in the future"));
@@ -271,5 +270,20 @@ mod tests {
         assert_eq!(at("2026-11-26T08:00:00Z").unwrap(), "2026-11-26T08:00:00Z");
         assert!(at("-1h").is_err());
         assert!(at("tomorrow").is_err());
+        assert!(at("0m").is_err(), "now is not in the future");
+    }
+
+    /// `--until`, `--ttl` and `--timeout` take one grammar: what one refuses, all refuse.
+    #[test]
+    fn every_flag_takes_the_same_time_grammar() {
+        let until = |s: &str| parse_until(s, now()).is_ok();
+        let ttl = |s: &str| hearth_api::duration::typed_to_field(s).is_ok();
+        let timeout = |s: &str| crate::cli::parse_timeout(s).is_ok();
+        for good in ["90m", "4h", "1h30m", "2d", "2d12h"] {
+            assert!(until(good) && ttl(good) && timeout(good), "{good}");
+        }
+        for bad in ["1 hour", "PT90M", "pt1h", "90 m", "1.5h", "1w", "soon", ""] {
+            assert!(!until(bad) && !ttl(bad) && !timeout(bad), "{bad}");
+        }
     }
 }

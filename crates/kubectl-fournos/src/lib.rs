@@ -230,12 +230,11 @@ fn completion(target: CompletionTarget, dir: Option<std::path::PathBuf>) -> Resu
         CompletionTarget::Install => {
             let dir = match dir {
                 Some(dir) => dir,
-                None => std::env::current_exe()?
-                    .parent()
-                    .map(std::path::Path::to_path_buf)
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("the plugin's directory is unknown: pass --dir")
-                    })?,
+                None => complete::plugin_dir(
+                    std::env::var_os("PATH").as_deref(),
+                    std::env::current_exe().ok().as_deref(),
+                )
+                .ok_or_else(|| anyhow::anyhow!("the plugin's directory is unknown: pass --dir"))?,
             };
             let path = complete::install(&dir)?;
             println!(
