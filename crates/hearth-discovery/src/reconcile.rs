@@ -28,10 +28,7 @@ use crate::probe::probe;
 use crate::schedule::{DueInput, Known, ProbeDue, probe_due, probe_interval, until_due};
 use crate::secret::{SecretKubeconfig, fingerprint};
 use crate::source::{Source, SourceInput, plan_source, status_behind};
-use crate::status::{
-    EventType, OffboardHold, PlanInput, PlannedEvent, ProbeOutcome, StatusDiff, diff_status,
-    plan_status,
-};
+use crate::status::{OffboardHold, PlanInput, ProbeOutcome, StatusDiff, diff_status, plan_status};
 use hearth_api::conditions::find;
 use hearth_api::names::condition_types::KUBECONFIG_VALID;
 use hearth_api::reasons::KubeconfigValidReason;
@@ -270,16 +267,11 @@ fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
 }
 
 /// The Events of a probe, in the background: the status they report is written.
-fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[PlannedEvent]) {
+fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[Event]) {
     let reference = cluster.object_ref(&());
     for event in events {
-        let event = Event {
-            warning: event.type_ == EventType::Warning,
-            reason: event.reason,
-            action: "Probe",
-            note: event.message.clone(),
-        };
-        ctx.events.publish_in_background(reference.clone(), event);
+        ctx.events
+            .publish_in_background(reference.clone(), event.clone());
     }
 }
 

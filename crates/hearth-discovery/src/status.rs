@@ -47,6 +47,7 @@ use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, withi
 use crate::source::{Source, is_source_reason};
 use hearth_api::reasons::KubeconfigValidReason;
 use hearth_api::text::bounded;
+use hearth_runtime::events::Event;
 
 /// Longest detail (an error text from the probe) carried into status.
 const MAX_DETAIL_CHARS: usize = 512;
@@ -207,22 +208,12 @@ pub struct OffboardHold<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusPlan {
     pub status: FournosClusterStatus,
-    pub events: Vec<PlannedEvent>,
+    /// Events to publish on the FournosCluster, on transitions only.
+    pub events: Vec<Event>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-/// An Event to publish on the FournosCluster; emitted on transitions only.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlannedEvent {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-}
+/// What discovery's Events say they were doing.
+const ACTION: &str = "Probe";
 
 /// The discovery-owned status after a probe.
 pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
@@ -603,7 +594,7 @@ fn with_detail(detail: &str) -> String {
 }
 
 /// Events for what changed between the previous status and the planned one.
-fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> Vec<PlannedEvent> {
+fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> Vec<Event> {
     let mut events = Vec::new();
     let condition = |s: &FournosClusterStatus, t| find(&s.conditions, t).cloned();
     let (old_kc, new_kc) = (
@@ -619,17 +610,18 @@ fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> 
     if previous.kubeconfig_status != next.kubeconfig_status
         && let Some(status) = next.kubeconfig_status
     {
-        let (type_, reason) = match status {
-            KubeconfigStatus::Valid => (EventType::Normal, "KubeconfigValid"),
-            KubeconfigStatus::Missing => (EventType::Warning, "KubeconfigMissing"),
-            KubeconfigStatus::Invalid => (EventType::Warning, "KubeconfigInvalid"),
-            KubeconfigStatus::Unauthorized => (EventType::Warning, "KubeconfigUnauthorized"),
-            KubeconfigStatus::Unreachable => (EventType::Warning, "KubeconfigUnreachable"),
+        let (warning, reason) = match status {
+            KubeconfigStatus::Valid => (false, "KubeconfigValid"),
+            KubeconfigStatus::Missing => (true, "KubeconfigMissing"),
+            KubeconfigStatus::Invalid => (true, "KubeconfigInvalid"),
+            KubeconfigStatus::Unauthorized => (true, "KubeconfigUnauthorized"),
+            KubeconfigStatus::Unreachable => (true, "KubeconfigUnreachable"),
         };
-        events.push(PlannedEvent {
-            type_,
+        events.push(Event {
+            warning,
             reason,
-            message: new_kc
+            action: ACTION,
+            note: new_kc
                 .as_ref()
                 .map(|c| c.message.clone())
                 .unwrap_or_default(),
@@ -647,22 +639,14 @@ fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> 
         } else {
             reasons::CREDENTIALS_EXPIRING_SOON
         };
-        events.push(PlannedEvent {
-            type_: EventType::Warning,
-            reason,
-            message: c.message.clone(),
-        });
+        events.push(Event::warning(reason, ACTION, c.message.clone()));
     }
     if let Some(c) = &new_kc
         && reason_of(&old_kc) != reason_of(&new_kc)
         && let Some(reason) =
             KubeconfigValidReason::parse(&c.reason).filter(|r| is_source_reason(*r))
     {
-        events.push(PlannedEvent {
-            type_: EventType::Warning,
-            reason: reason.as_str(),
-            message: c.message.clone(),
-        });
+        events.push(Event::warning(reason.as_str(), ACTION, c.message.clone()));
     }
     // Discovery failures get their own Event only while the kubeconfig works; otherwise
     // the kubeconfig Event already says why.
@@ -676,11 +660,7 @@ fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> 
             _ => None,
         };
         if let Some(reason) = reason {
-            events.push(PlannedEvent {
-                type_: EventType::Warning,
-                reason,
-                message: c.message.clone(),
-            });
+            events.push(Event::warning(reason, ACTION, c.message.clone()));
         }
     }
     let discovered = next
@@ -698,11 +678,7 @@ fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> 
                 next.gpu_summary.as_deref().unwrap_or_default()
             ),
         };
-        events.push(PlannedEvent {
-            type_: EventType::Normal,
-            reason: reasons::GPUS_CHANGED,
-            message,
-        });
+        events.push(Event::normal(reasons::GPUS_CHANGED, ACTION, message));
     }
     events
 }

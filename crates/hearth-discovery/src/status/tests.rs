@@ -165,7 +165,7 @@ fn first_successful_probe() {
     assert_eq!(s.credentials_expire_at, None);
     assert_eq!(event_reasons(&plan), ["KubeconfigValid", "GPUsChanged"]);
     assert_eq!(
-        plan.events[1].message,
+        plan.events[1].note,
         "GPUs discovered: 8x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S"
     );
 }
@@ -262,7 +262,7 @@ fn gpu_changes_are_a_change_with_an_event() {
     );
     assert_eq!(event_reasons(&second), ["GPUsChanged"]);
     assert_eq!(
-        second.events[0].message,
+        second.events[0].note,
         "GPUs now 12x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S (were 8x NVIDIA-A100-SXM4-80GB, 2x NVIDIA-L40S)"
     );
 }
@@ -375,7 +375,7 @@ fn valid_cluster_survives_failures_below_the_threshold() {
     );
     assert_eq!(s.next_probe_at, Some(Time(at(330 + 40))));
     assert_eq!(event_reasons(&three), ["KubeconfigUnreachable"]);
-    assert_eq!(three.events[0].type_, EventType::Warning);
+    assert!(three.events[0].warning);
 
     // Further failures: no transition, no Event, only the counter and schedule move.
     let four = plan(unreachable(), Some(&three.status), at(370));
@@ -870,7 +870,7 @@ fn a_locked_cluster_says_when_it_will_be_offboarded() {
     );
     assert!(kc.message.contains("locked by alice"), "{}", kc.message);
     assert_eq!(event_reasons(&p), ["KubeconfigMissing"]);
-    assert_eq!(p.events[0].message, kc.message);
+    assert_eq!(p.events[0].note, kc.message);
 
     // The next probe says the same: the deadline counts from the first loss.
     let mut again = Probe::new(ProbeOutcome::SecretMissing, Some(&p.status), at(600));
