@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow};
-use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use kube::ResourceExt;
@@ -20,7 +19,7 @@ use crate::ControlPlane;
 use crate::fournos_real::{self, Fournos, World};
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::workload_is;
-use crate::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane};
+use crate::lab::{DEADLINE, LockLab, Mode, SLOTS, is_held, lock_plane, start_lock_manager};
 use crate::peers::{self, Absent};
 use crate::process::until;
 use crate::published;
@@ -153,6 +152,7 @@ impl Lab {
             "{test}: Fournos is up (log: {})",
             fournos.log_path().display()
         );
+        lab.show_log(fournos.log_path());
         Ok(Some(Lab {
             lab,
             shared,
@@ -163,22 +163,10 @@ impl Lab {
     }
 
     /// hearth-lock-manager with `fournosjob` sentinels, as the chart's ServiceAccount.
-    pub async fn start_lock_manager(&self) -> Result<()> {
-        let running = hearth::start(
-            self.shared.plane,
-            &self.scope,
-            Controller::LockManager,
-            "0",
-            &[
-                ("HEARTH_SENTINEL", "fournosjob"),
-                ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
-                ("HEARTH_LOG_LEVEL", "info"),
-            ],
-        )
-        .await
-        .context("starting hearth-lock-manager (cargo build --workspace --bins first)")?;
-        *self.lock_manager.lock().await = Some(running);
-        Ok(())
+    pub async fn start_lock_manager(&self) -> Result<Running> {
+        let running = start_lock_manager(&self.lab, Mode::FournosJob).await?;
+        *self.lock_manager.lock().await = Some(running.clone());
+        Ok(running)
     }
 
     /// Workloads of the execution namespace as a Fournos user reaches them (their own
@@ -267,24 +255,6 @@ impl Lab {
         self.set_spec(name, spec).await
     }
 
-    /// [`LockLab::wait_cluster`] (which probes) with Fournos's log on failure.
-    pub async fn wait_cluster(
-        &self,
-        name: &str,
-        what: &str,
-        done: impl Fn(&FournosCluster) -> bool,
-    ) -> Result<FournosCluster> {
-        self.lab
-            .wait_cluster(name, what, done)
-            .await
-            .map_err(|e| self.with_log(e))
-    }
-
-    pub fn with_log(&self, e: anyhow::Error) -> anyhow::Error {
-        let log = self.fournos.try_lock().map(|f| f.log()).unwrap_or_default();
-        e.context(format!("Fournos's log ends with:\n{log}"))
-    }
-
     /// The cluster's lock FournosJob (by the contract's label), once there is exactly one
     /// that satisfies `done`.
     pub async fn wait_sentinel(
@@ -306,7 +276,7 @@ impl Lab {
             },
         )
         .await
-        .map_err(|e| self.with_log(e))
+        .map_err(|e| self.lab.with_logs(e))
     }
 
     /// The Workload Fournos made for `job` (owned by it), once `done`.
@@ -336,7 +306,7 @@ impl Lab {
             },
         )
         .await
-        .map_err(|e| self.with_log(e))
+        .map_err(|e| self.lab.with_logs(e))
     }
 
     pub async fn no_workload_named(&self, name: &str) -> Result<()> {
@@ -382,7 +352,7 @@ impl Lab {
             })
         })
         .await
-        .map_err(|e| self.with_log(e))
+        .map_err(|e| self.lab.with_logs(e))
     }
 
     /// Lock `cluster` for `owner` and wait until it is held; the sentinel and its Workload.
@@ -433,4 +403,56 @@ pub async fn lab_with_kueue_sync(
         .await?;
     lab.start_lock_manager().await?;
     Ok(Some((lab, cluster, ks)))
+}
+
+/// A lock test's world in either [`Mode`]: for `workload`, a probing [`LockLab`]; for
+/// `fournosjob`, a [`Lab`], with the real Fournos running in its scope. A test body takes
+/// one, so that each attack runs in both modes.
+pub enum ModeLab {
+    Workload(Box<LockLab>),
+    FournosJob(Box<Lab>),
+}
+
+impl std::ops::Deref for ModeLab {
+    type Target = LockLab;
+
+    fn deref(&self) -> &LockLab {
+        match self {
+            ModeLab::Workload(lab) => lab,
+            ModeLab::FournosJob(lab) => lab,
+        }
+    }
+}
+
+impl ModeLab {
+    /// A new scope for `test` in `mode`, or `None` (after one skip line for the test
+    /// binary) for `fournosjob` without Fournos, unless the peers are required.
+    pub async fn new(mode: Mode, test: &str) -> Result<Option<ModeLab>> {
+        Ok(match mode {
+            Mode::Workload => {
+                let lab = LockLab::new(lock_plane().await?, test).await?.probing();
+                Some(ModeLab::Workload(Box::new(lab)))
+            }
+            Mode::FournosJob => Lab::new(test)
+                .await?
+                .map(|lab| ModeLab::FournosJob(Box::new(lab))),
+        })
+    }
+
+    /// A queued cluster named from `base`, with `status.kueue` as kueue-sync leaves it
+    /// (and, for `fournosjob`, what Fournos needs of it: [`Lab::cluster`]).
+    pub async fn cluster(&self, base: &str) -> Result<String> {
+        match self {
+            ModeLab::Workload(lab) => lab.synced_cluster(base).await,
+            ModeLab::FournosJob(lab) => lab.cluster(&lab.scope.cluster(base)).await,
+        }
+    }
+
+    /// hearth-lock-manager in the lab's scope and mode.
+    pub async fn lock_manager(&self) -> Result<Running> {
+        match self {
+            ModeLab::Workload(lab) => start_lock_manager(lab, Mode::Workload).await,
+            ModeLab::FournosJob(lab) => lab.start_lock_manager().await,
+        }
+    }
 }

@@ -98,6 +98,12 @@ pub fn workload_condition<'a>(w: &'a Workload, type_: &str) -> Option<&'a Condit
     condition(&w.status.as_ref()?.conditions, type_)
 }
 
+/// Whether Kueue said `False` of the Workload's condition `type_`: e.g. `QuotaReserved`
+/// once it has looked and found no room (not merely not yet looked).
+pub fn workload_condition_false(w: &Workload, type_: &str) -> bool {
+    workload_condition(w, type_).is_some_and(|c| c.status == "False")
+}
+
 /// Whether the Workload's condition `type_` is `True` (`Admitted`, `QuotaReserved`, …).
 pub fn workload_is(w: &Workload, type_: &str) -> bool {
     w.status

@@ -6,12 +6,14 @@
 //! the real Fournos; with [`LockLab::probing`] every look at a cluster that says
 //! `locked=true` also tries to get a one-slot job admitted there, which must fail.
 
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
 use hearth_api::FournosCluster;
+use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{CLUSTER_LOCK_LABEL, condition_types::LOCKED};
 use k8s_openapi::api::events::v1::Event;
@@ -22,9 +24,10 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use crate::fixtures::{publish_kueue_status, queued_cluster};
+use crate::hearth::{self, Controller, Running};
 use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
-use crate::process::until;
+use crate::process::{tail, until};
 use crate::resources::apply;
 use crate::world::World;
 use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
@@ -125,16 +128,52 @@ pub fn lock_state(fc: &FournosCluster) -> String {
     )
 }
 
+/// The kind of sentinel lock-manager makes (`HEARTH_SENTINEL`): a bare Kueue Workload, or
+/// a Fournos `lockOnly` FournosJob (the chart's default) that the real Fournos turns into
+/// the Workload that holds the slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Workload,
+    FournosJob,
+}
+
+impl Mode {
+    /// Its `HEARTH_SENTINEL` value.
+    pub fn sentinel(self) -> &'static str {
+        match self {
+            Mode::Workload => "workload",
+            Mode::FournosJob => "fournosjob",
+        }
+    }
+}
+
+/// hearth-lock-manager with `mode`'s sentinels in `lab`'s scope, as the chart's
+/// ServiceAccount.
+pub async fn start_lock_manager(lab: &LockLab, mode: Mode) -> Result<Running> {
+    let env = [
+        ("HEARTH_SENTINEL", mode.sentinel()),
+        ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
+        ("HEARTH_LOG_LEVEL", "info"),
+    ];
+    hearth::start(lab.plane, &lab.scope, Controller::LockManager, "0", &env)
+        .await
+        .context("starting hearth-lock-manager (cargo build --workspace --bins first)")
+}
+
 /// One lock test's scope and clients: a [`World`] (its fields through `Deref`) with the
 /// scope's Events and the clusters queued so far.
 pub struct LockLab {
     world: World<'static>,
     pub events: Api<Event>,
-    /// Clusters whose flavor is in the scope's ClusterQueue.
-    queued: Mutex<Vec<String>>,
+    /// Clusters whose flavor is in the scope's ClusterQueue (shared with a lab whose
+    /// ClusterQueue is the same, [`sharing_queue`](Self::sharing_queue)).
+    queued: Arc<Mutex<Vec<String>>>,
     /// Whether each [`wait_cluster`](Self::wait_cluster) also [`probe`](Self::probe)s.
     probing: bool,
     probes: AtomicUsize,
+    /// Logs of what runs beside lock-manager (Fournos), ended by a failed wait
+    /// ([`with_logs`](Self::with_logs)).
+    logs: Mutex<Vec<PathBuf>>,
 }
 
 impl std::ops::Deref for LockLab {
@@ -164,7 +203,21 @@ impl LockLab {
             queued: Default::default(),
             probing: false,
             probes: AtomicUsize::new(0),
+            logs: Default::default(),
         })
+    }
+
+    /// A lab for a second Hearth in `scope` (its own namespace) whose execution namespace,
+    /// LocalQueue and ClusterQueue are this lab's: the queue entries either lab writes name
+    /// the clusters of both.
+    pub async fn sharing_queue(&self, mut scope: crate::Isolated) -> Result<LockLab> {
+        scope.scope.execution_namespace = self.scope.execution_namespace.clone();
+        scope.scope.local_queue = self.scope.local_queue.clone();
+        scope.scope.cluster_queue = self.scope.cluster_queue.clone();
+        let mut lab = Self::with_scope(self.plane, scope).await?;
+        lab.queued = self.queued.clone();
+        lab.probing = self.probing;
+        Ok(lab)
     }
 
     /// From now on, every [`wait_cluster`](Self::wait_cluster) ends with a
@@ -186,6 +239,15 @@ impl LockLab {
         Ok(queued_cluster(&self.client, &self.scope, name, &entries).await?)
     }
 
+    /// A cluster named from `base`, queued, with [`SLOTS`] in `status.kueue`: as
+    /// kueue-sync leaves it.
+    pub async fn synced_cluster(&self, base: &str) -> Result<String> {
+        let name = self.scope.cluster(base);
+        self.queue_cluster(&name).await?;
+        self.publish_slots(&name, SLOTS).await?;
+        Ok(name)
+    }
+
     /// `status.kueue` under kueue-sync's field manager, with `slots` as the cluster's.
     pub async fn publish_slots(&self, name: &str, slots: i64) -> Result<()> {
         Ok(publish_kueue_status(&self.client, &self.scope, name, SLOTS, slots).await?)
@@ -204,6 +266,20 @@ impl LockLab {
         Ok(())
     }
 
+    /// From now on, an error of [`with_logs`](Self::with_logs) (every failed wait) ends
+    /// with the last lines of the log at `path`.
+    pub fn show_log(&self, path: &Path) {
+        self.logs.lock().expect("poisoned").push(path.to_owned());
+    }
+
+    /// `e` with the last lines of each log given to [`show_log`](Self::show_log).
+    pub fn with_logs(&self, e: anyhow::Error) -> anyhow::Error {
+        let logs = self.logs.lock().expect("poisoned");
+        logs.iter().fold(e, |e, log| {
+            e.context(format!("{} ends with:\n{}", log.display(), tail(log, 40)))
+        })
+    }
+
     /// Polls until `done` accepts cluster `name`, then probes if [`probing`](Self::probing).
     pub async fn wait_cluster(
         &self,
@@ -219,7 +295,8 @@ impl LockLab {
                 Err(lock_state(&fc))
             })
         })
-        .await?;
+        .await
+        .map_err(|e| self.with_logs(e))?;
         if self.probing {
             self.probe(name).await?;
         }
@@ -340,7 +417,8 @@ impl LockLab {
         .await
     }
 
-    /// Polls until Workload `name` satisfies `done`.
+    /// Polls until Workload `name` exists and satisfies `done` (one Fournos makes appears
+    /// a moment after its job).
     pub async fn wait_workload(
         &self,
         name: &str,
@@ -349,14 +427,14 @@ impl LockLab {
         done: impl Fn(&Workload) -> bool,
     ) -> Result<Workload> {
         until(&format!("Workload {name}: {what}"), timeout, || async {
-            let w = self.workloads.get(name).await?;
-            Ok(if done(&w) {
-                Ok(w)
-            } else {
-                Err(format!("{:?}", w.status.as_ref().map(|s| &s.conditions)))
+            Ok(match self.workloads.get_opt(name).await? {
+                Some(w) if done(&w) => Ok(w),
+                Some(w) => Err(format!("{:?}", w.status.as_ref().map(|s| &s.conditions))),
+                None => Err("absent".to_owned()),
             })
         })
         .await
+        .map_err(|e| self.with_logs(e))
     }
 
     /// Sentinels of `cluster` (by the contract's label), of either kind.
@@ -373,6 +451,20 @@ impl LockLab {
             .list(&ListParams::default().labels(&selector))
             .await?
             .items)
+    }
+
+    /// UIDs of the sentinels of `cluster` of `mode`'s kind.
+    pub async fn sentinel_uids(&self, mode: Mode, cluster: &str) -> Result<Vec<String>> {
+        fn uids<K: Resource>(objects: Vec<K>) -> Vec<String> {
+            objects
+                .iter()
+                .filter_map(|o| o.meta().uid.clone())
+                .collect()
+        }
+        Ok(match mode {
+            Mode::Workload => uids(self.sentinels::<Workload>(cluster).await?),
+            Mode::FournosJob => uids(self.sentinels::<FournosJob>(cluster).await?),
+        })
     }
 
     /// Events with `reason` about cluster `cluster`.

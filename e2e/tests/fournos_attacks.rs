@@ -17,7 +17,7 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{lock_sentinel_name, sentinel_labels};
 use hearth_e2e::fournos_lab::{JOB_NAME_LABEL, Lab, lab_with_cluster, phase};
-use hearth_e2e::invariants::workload_is;
+use hearth_e2e::invariants::{workload_condition_false, workload_is};
 use hearth_e2e::lab::{is_held, locked, reason_is};
 use hearth_e2e::objects::slot_workload;
 use kube::ResourceExt;
@@ -167,10 +167,6 @@ async fn a_workload_dressed_as_the_locks_proves_nothing() -> Result<()> {
         fc.status
     );
     Ok(())
-}
-
-fn workload_condition_false(w: &Workload, type_: &str) -> bool {
-    hearth_e2e::invariants::workload_condition(w, type_).is_some_and(|c| c.status == "False")
 }
 
 /// Attack 2: a Workload of any other name labelled `fournos.dev/job-name=<the lock's

@@ -77,7 +77,7 @@ async fn wait_count(
 ) -> Result<String> {
     wait_schedulable(&lab.clusters, cluster, reason, Some(admitted), ks)
         .await
-        .map_err(|e| lab.with_log(e))
+        .map_err(|e| lab.with_logs(e))
 }
 
 /// A cluster locked before it is cordoned: Fournos's lock Workload (every slot, proven by

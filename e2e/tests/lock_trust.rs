@@ -1,5 +1,5 @@
-//! Attacks on the lock's promise ("`locked=true`: nobody else's job can start there"),
-//! each run by someone with exactly the rights that could run it, against the real
+//! Attacks on who a lock's sentinel is ("`locked=true`: nobody else's job can start
+//! there"), each run by someone with exactly the rights that could run it, against the real
 //! lock-manager, kube-apiserver and Kueue (issue 24). Every test here fails on a
 //! lock-manager that trusts sentinels by name and label.
 //!
@@ -8,70 +8,67 @@
 //!   object, never `locked=true`; the lock is taken once the name is free.
 //! - A Fournos user who forges a sentinel (the name, Hearth's labels, the owner's
 //!   annotation, on their own running job): never `locked=true` while it is admitted.
-//! - `Held` only in the cluster's queue, on its flavor, with every slot.
+//! - A Fournos user who swaps the sentinel for a forgery before its UID is recorded.
 //!
-//! Workload sentinels (no Fournos needed); every wait has a deadline, and with
-//! [`LockLab::probing`] each look at a cluster that says `locked=true` tries to get a
-//! one-slot job admitted there, which must fail.
+//! What `Held` needs of the Workload that holds the slots is in `lock_holds.rs`.
+//!
+//! A scenario that applies to both sentinel kinds has one body and two tests:
+//! `…_workload` (`HEARTH_SENTINEL=workload`) and `…_fournosjob` (the chart's default,
+//! beside the real Fournos: one `skipped:` line for the binary without
+//! `$HEARTH_PEERS_DIR/fournos`, a failure with `HEARTH_E2E_REQUIRE_PEERS=1`). The squatted
+//! name and the forged sentinel have `fournosjob` twins of their own in
+//! `fournos_attacks.rs` (there the name squatted first is the Workload's, which Fournos
+//! would adopt). Every wait has a deadline, and each look at a cluster that says
+//! `locked=true` tries to get a one-slot job admitted there, which must fail
+//! ([`LockLab::probing`]).
 //!
 //! Run: `cargo build --workspace --bins && cargo test -p hearth-e2e --test lock_trust`.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use hearth_api::kueue::Workload;
+use hearth_api::fournosjob::{FournosJob, FournosJobSpec};
+use hearth_api::kueue::{Workload, requested_slots};
 use hearth_api::names::{OWNER_ANNOTATION, lock_sentinel_name, sentinel_labels};
 use hearth_api::reasons::LockedReason;
 use hearth_e2e::Isolated;
 use hearth_e2e::fixtures::local_queue;
-use hearth_e2e::hearth::{self, Controller, Running};
+use hearth_e2e::fournos_lab::{ModeLab, phase};
 use hearth_e2e::invariants::workload_is;
-use hearth_e2e::lab::{DEADLINE, LockLab, SLOTS, is_held, lock_plane, lock_state, reason_is};
+use hearth_e2e::lab::{
+    DEADLINE, LockLab, Mode, SLOTS, is_held, lock_state, reason_is, says_locked, start_lock_manager,
+};
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::{holds_for, until};
 use hearth_e2e::resources::apply;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-/// How long the two-Hearths test watches both locks (each sample reads both clusters
-/// and both sentinels).
+/// How long the two-Hearths test watches both locks (each sample reads both clusters,
+/// both sentinels and both lock Workloads).
 const SHARED_WINDOW: Duration = Duration::from_secs(60);
 /// How long a refused lock is watched for never saying `locked=true`.
 const NEVER_WINDOW: Duration = Duration::from_secs(10);
 
-async fn lab(test: &str) -> Result<LockLab> {
-    Ok(LockLab::new(lock_plane().await?, test).await?.probing())
+/// A lab with lock-manager's `workload` sentinels (which never skips).
+async fn workload_lab(test: &str) -> Result<ModeLab> {
+    ModeLab::new(Mode::Workload, test)
+        .await?
+        .context("a workload lab needs no peer")
 }
 
-/// lock-manager with workload sentinels in `lab`'s scope, as the chart's ServiceAccount.
-async fn lock_manager(lab: &LockLab) -> Result<Running> {
-    let env = [
-        ("HEARTH_SENTINEL", "workload"),
-        ("HEARTH_RECONCILE_INTERVAL_SEC", "600"),
-        ("HEARTH_LOG_LEVEL", "info"),
-    ];
-    hearth::start(lab.plane, &lab.scope, Controller::LockManager, "0", &env)
-        .await
-        .context("starting hearth-lock-manager")
-}
-
-/// A queued cluster with `status.kueue`, as kueue-sync would leave it.
-async fn cluster(lab: &LockLab, base: &str) -> Result<String> {
-    let name = lab.scope.cluster(base);
-    lab.queue_cluster(&name).await?;
-    lab.publish_slots(&name, SLOTS).await?;
-    Ok(name)
-}
-
-/// `fournos/cluster-slot` as a sentinel requests it.
-fn requested_slots(w: &Workload) -> Result<String> {
-    let raw = serde_json::to_value(w)?;
-    Ok(raw["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
-        ["fournos/cluster-slot"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned())
+/// `status.lockJobUID` and `status.lockWorkloadUID` of a held lock.
+fn held_by(fc: &hearth_api::FournosCluster) -> Result<(String, String)> {
+    let status = fc.status.as_ref().context("no status")?;
+    Ok((
+        status.lock_job_uid.clone().context("lockJobUID")?,
+        status
+            .lock_workload_uid
+            .clone()
+            .context("lockWorkloadUID")?,
+    ))
 }
 
 /// A one-slot job under cluster `c`'s sentinel name with everything a name-and-label
@@ -89,70 +86,85 @@ fn forgery(lab: &LockLab, c: &str) -> Result<Workload> {
     Ok(serde_json::from_value(forged)?)
 }
 
-fn uid_of(w: &Workload) -> String {
-    w.uid().unwrap_or_default()
+fn uid_of<K: Resource>(object: &K) -> String {
+    object.meta().uid.clone().unwrap_or_default()
 }
 
-/// Two Hearth releases (their own FournosCluster namespaces and ClusterQueues) share one
-/// execution namespace, each with a lock held: neither deletes, replaces or counts the
-/// other's sentinel, and neither lock ever stops saying `locked=true`.
 #[tokio::test]
-async fn two_hearths_in_one_execution_namespace_keep_each_others_locks() -> Result<()> {
-    let plane = lock_plane().await?;
-    let first = lab("shared-exec-1").await?;
-    // The second release: its own namespace and ClusterQueue, the first's execution
-    // namespace, with a LocalQueue there for its own ClusterQueue.
-    let own = plane.isolated("shared-exec-2").await?;
-    let mut scope = own.scope.clone();
-    scope.execution_namespace = first.scope.execution_namespace.clone();
-    scope.local_queue = format!("lq-{}", own.id);
-    apply(
-        &first.client,
-        &local_queue(
-            &scope.execution_namespace,
-            &scope.local_queue,
-            &scope.cluster_queue,
-        ),
-    )
-    .await?;
-    let second = LockLab::with_scope(
-        plane,
-        Isolated {
-            id: format!("{}-x", own.id),
-            scope,
-        },
-    )
-    .await?
-    .probing();
+async fn two_hearths_in_one_execution_namespace_keep_each_others_locks_workload() -> Result<()> {
+    two_hearths_in_one_execution_namespace_keep_each_others_locks(Mode::Workload).await
+}
 
-    let a = cluster(&first, "first").await?;
-    let b = cluster(&second, "second").await?;
-    let _lm1 = lock_manager(&first).await?;
-    let _lm2 = lock_manager(&second).await?;
+#[tokio::test]
+async fn two_hearths_in_one_execution_namespace_keep_each_others_locks_fournosjob() -> Result<()> {
+    two_hearths_in_one_execution_namespace_keep_each_others_locks(Mode::FournosJob).await
+}
+
+/// Two Hearth releases (their own FournosCluster namespaces) share one execution
+/// namespace, each with a lock held: neither deletes, replaces or counts the other's
+/// sentinel or the Workload that holds the other's slots, and neither lock ever stops
+/// saying `locked=true`.
+async fn two_hearths_in_one_execution_namespace_keep_each_others_locks(mode: Mode) -> Result<()> {
+    let Some(first) = ModeLab::new(mode, "shared-exec-1").await? else {
+        return Ok(());
+    };
+    let plane = first.plane;
+    let own = plane.isolated("shared-exec-2").await?;
+    let own = Isolated {
+        id: format!("{}-x", own.id),
+        scope: own.scope,
+    };
+    let second = match mode {
+        // The second release's own ClusterQueue, through a LocalQueue of its own in the
+        // first's execution namespace.
+        Mode::Workload => {
+            let mut scope = own.scope.clone();
+            scope.execution_namespace = first.scope.execution_namespace.clone();
+            scope.local_queue = format!("lq-{}", own.id);
+            let queue = local_queue(
+                &scope.execution_namespace,
+                &scope.local_queue,
+                &scope.cluster_queue,
+            );
+            apply(&first.client, &queue).await?;
+            LockLab::with_scope(plane, Isolated { id: own.id, scope })
+                .await?
+                .probing()
+        }
+        // One Fournos serves a namespace and puts every job, locks included, in its one
+        // LocalQueue: both releases' clusters are in that queue's ClusterQueue (kueue-sync
+        // writes only its own flavors' entries there, docs/fleet.md).
+        Mode::FournosJob => first.sharing_queue(own).await?,
+    };
+
+    let a = first.cluster("first").await?;
+    let b = second.synced_cluster("second").await?;
+    let _lm1 = first.lock_manager().await?;
+    let _lm2 = start_lock_manager(&second, mode).await?;
     first.set_spec(&a, json!({ "owner": "alice" })).await?;
     second.set_spec(&b, json!({ "owner": "bob" })).await?;
-    let held_a = first.wait_cluster(&a, "held", is_held).await?;
-    let held_b = second.wait_cluster(&b, "held", is_held).await?;
-    let uid_a = held_a
-        .status
-        .and_then(|s| s.lock_job_uid)
-        .context("lockJobUID of a")?;
-    let uid_b = held_b
-        .status
-        .and_then(|s| s.lock_job_uid)
-        .context("lockJobUID of b")?;
+    let held_a = held_by(&first.wait_cluster(&a, "held", is_held).await?)?;
+    let held_b = held_by(&second.wait_cluster(&b, "held", is_held).await?)?;
 
+    let locks = [(&*first, &a, &held_a), (&second, &b, &held_b)];
     holds_for("both locks, untouched", SHARED_WINDOW, || async {
-        for (lab, cluster, uid) in [(&first, &a, &uid_a), (&second, &b, &uid_b)] {
+        for (lab, cluster, (sentinel, workload)) in locks {
             let fc = lab.clusters.get(cluster).await?;
-            if !is_held(&fc) {
+            if !is_held(&fc) || held_by(&fc)? != (sentinel.clone(), workload.clone()) {
                 return Ok(Err(format!("{cluster}: {}", lock_state(&fc))));
             }
-            let sentinels = lab.sentinels::<Workload>(cluster).await?;
-            let uids: Vec<String> = sentinels.iter().map(uid_of).collect();
-            if uids != [uid.clone()] {
+            let uids = lab.sentinel_uids(mode, cluster).await?;
+            if uids != [sentinel.clone()] {
                 return Ok(Err(format!(
-                    "{cluster}: sentinels {uids:?}, not only the one it was locked with ({uid})"
+                    "{cluster}: sentinels {uids:?}, not only the one it was locked with ({sentinel})"
+                )));
+            }
+            // The Workload that holds the slots (the sentinel, or the one Fournos made of it).
+            let holder = lab.workloads.get_opt(&lock_sentinel_name(cluster)).await?;
+            if holder.as_ref().map(uid_of).as_ref() != Some(workload) {
+                return Ok(Err(format!(
+                    "{cluster}: the lock's Workload is {:?}, not {workload}",
+                    holder.as_ref().map(uid_of)
                 )));
             }
         }
@@ -170,9 +182,9 @@ async fn two_hearths_in_one_execution_namespace_keep_each_others_locks() -> Resu
 /// alone; once the user deletes it, the lock is taken.
 #[tokio::test]
 async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
-    let lab = lab("squat").await?;
+    let lab = workload_lab("squat").await?;
     let attacker = lab.fournos_user().await?;
-    let c = cluster(&lab, "squat").await?;
+    let c = lab.cluster("squat").await?;
     let name = lock_sentinel_name(&c);
     let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
     let squat: Workload = serde_json::from_value(slot_workload(
@@ -187,7 +199,7 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
         .await?;
     lab.mark_pods_ready(&name).await?;
 
-    let _lm = lock_manager(&lab).await?;
+    let _lm = lab.lock_manager().await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
     let taken = lab
         .wait_cluster(
@@ -243,9 +255,9 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
 /// lock that follows is the sentinel lock-manager created.
 #[tokio::test]
 async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
-    let lab = lab("forge").await?;
+    let lab = workload_lab("forge").await?;
     let attacker = lab.fournos_user().await?;
-    let c = cluster(&lab, "forge").await?;
+    let c = lab.cluster("forge").await?;
     let name = lock_sentinel_name(&c);
     let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
     let forged = workloads
@@ -255,7 +267,7 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
         .await?;
     lab.mark_pods_ready(&name).await?;
 
-    let _lm = lock_manager(&lab).await?;
+    let _lm = lab.lock_manager().await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
     // Every sample: while the forged job is admitted there, the cluster is not locked.
     until(
@@ -296,207 +308,165 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
     Ok(())
 }
 
-/// `Held` needs the cluster's ClusterQueue and flavor and every slot: a flavor that
-/// kueue-sync now says is another one gives `WrongFlavor`; raised slots give
-/// `SlotsMismatch` and a sentinel that asks for all of them.
-#[tokio::test]
-async fn held_needs_the_clusters_flavor_and_every_slot() -> Result<()> {
-    let lab = lab("held-truth").await?;
-    let c = cluster(&lab, "truth").await?;
-    let _lm = lock_manager(&lab).await?;
-    lab.set_spec(&c, json!({ "owner": "alice" })).await?;
-    lab.wait_cluster(&c, "held", is_held).await?;
-
-    // kueue-sync now publishes the cluster on another flavor.
-    let moved = json!({
-        "apiVersion": "fournos.dev/v1", "kind": "FournosCluster",
-        "status": { "kueue": {
-            "flavor": format!("{c}-elsewhere"), "clusterQueue": lab.scope.cluster_queue,
-            "quotas": { "fournos/cluster-slot": SLOTS }, "clusterSlots": SLOTS,
-        }},
-    });
-    lab.clusters
-        .patch_status(
-            &c,
-            &PatchParams::apply("hearth-kueue-sync").force(),
-            &Patch::Apply(&moved),
-        )
-        .await?;
-    let wrong = lab
-        .wait_cluster(
-            &c,
-            "WrongFlavor",
-            reason_is(LockedReason::WrongFlavor.as_str()),
-        )
-        .await?;
-    ensure!(wrong.status.and_then(|s| s.locked) == Some(false));
-    lab.publish_slots(&c, SLOTS).await?;
-    let before = lab.wait_cluster(&c, "held again", is_held).await?;
-    let old_uid = before.status.and_then(|s| s.lock_job_uid);
-
-    // Raised slots: the held sentinel has too few; it is replaced by one with all of them.
-    lab.publish_slots(&c, SLOTS + 50).await?;
-    until("a sentinel asking for every slot", DEADLINE, || async {
-        let fc = lab.clusters.get(&c).await?;
-        ensure!(
-            fc.status.as_ref().and_then(|s| s.locked) != Some(true)
-                || fc.status.as_ref().and_then(|s| s.lock_job_uid.clone()) == old_uid,
-            "a replaced sentinel said locked=true: {}",
-            lock_state(&fc)
-        );
-        let sentinels = lab.sentinels::<Workload>(&c).await?;
-        Ok(match sentinels.as_slice() {
-            [s] if s.uid() != old_uid && requested_slots(s)? == (SLOTS + 50).to_string() => Ok(()),
-            _ => Err(format!(
-                "{} sentinels; {}",
-                sentinels.len(),
-                lock_state(&fc)
-            )),
-        })
-    })
-    .await?;
-    // The queue has 100 slots for it: it is not admitted, and the cluster says why.
-    lab.wait_cluster(&c, "not held", |fc| {
-        fc.status.as_ref().and_then(|s| s.locked) == Some(false)
-    })
-    .await?;
-    Ok(())
-}
-
-/// A lock nobody made with Hearth (another tool's Fournos `lockOnly` job, an exclusive
-/// job) holds every slot of a cluster: its status names the holder, so the cluster is
-/// never presented as free.
-#[tokio::test]
-async fn a_foreign_lock_is_named_in_status() -> Result<()> {
-    let lab = lab("foreign-holder").await?;
-    let attacker = lab.fournos_user().await?;
-    let c = cluster(&lab, "foreign").await?;
-    let _lm = lock_manager(&lab).await?;
-    let name = format!("lock-{c}");
-    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
-    let foreign: Workload = serde_json::from_value(slot_workload(
-        &lab.scope.execution_namespace,
-        &name,
-        &lab.scope.local_queue,
-        &c,
-        SLOTS,
-    ))?;
-    workloads.create(&PostParams::default(), &foreign).await?;
-    lab.wait_workload(&name, "admitted", DEADLINE, |w| workload_is(w, "Admitted"))
-        .await?;
-    let wanted = format!("{}/{name}", lab.scope.execution_namespace);
-    let fc = lab
-        .wait_cluster(&c, "its slot holder named", |fc| {
-            fc.status.as_ref().is_some_and(|s| {
-                s.slot_holders
-                    .iter()
-                    .any(|h| h.workload == wanted && h.slots == SLOTS)
-            })
-        })
-        .await?;
-    ensure!(fc.status.and_then(|s| s.locked) != Some(true));
-    // Gone: no longer named.
-    workloads.delete(&name, &DeleteParams::default()).await?;
-    lab.wait_cluster(&c, "no slot holder", |fc| {
-        fc.status
-            .as_ref()
-            .is_some_and(|s| s.slot_holders.is_empty())
-    })
-    .await?;
-    Ok(())
-}
-
 /// How many sentinels the swapping attacker replaces: once its forgery stands under the
 /// name, lock-manager makes no new sentinel to swap (it names the forgery and leaves it).
 const SWAPS: usize = 1;
 
 /// How long the cluster may go on saying `locked=true` for its deleted sentinel while a
-/// forgery is admitted. The cluster and the Workload are two reads, and lock-manager
+/// forgery is admitted. The cluster and the sentinel are two reads, and lock-manager
 /// learns of a swap from its watch: a status true when written is stale for one reaction
 /// (p99 0.116 s, bench-results/2026-11-25/LOCK-REACTION.md). The bound is far above that,
 /// so only a lock-manager that does not react fails it, whatever the load.
 const STALE_CLAIM_BOUND: Duration = Duration::from_secs(5);
+
+/// A kind of sentinel as the swapping attacker forges it.
+trait Forged:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// What the attacker puts under cluster `c`'s sentinel name.
+    fn forgery(lab: &LockLab, c: &str) -> Result<Self>;
+    /// Admitted (by Kueue, or as Fournos says it of a FournosJob).
+    fn admitted(&self) -> bool;
+}
+
+/// A one-slot job dressed as the sentinel ([`forgery`]).
+impl Forged for Workload {
+    fn forgery(lab: &LockLab, c: &str) -> Result<Self> {
+        forgery(lab, c)
+    }
+
+    fn admitted(&self) -> bool {
+        workload_is(self, "Admitted")
+    }
+}
+
+/// Exactly what lock-manager makes (a lockOnly FournosJob for alice with Hearth's labels),
+/// which Fournos turns into a lock of its own: only its UID tells it from the sentinel.
+impl Forged for FournosJob {
+    fn forgery(lab: &LockLab, c: &str) -> Result<Self> {
+        let mut job = FournosJob::new(
+            &lock_sentinel_name(c),
+            FournosJobSpec::lock_sentinel(c, "alice"),
+        );
+        job.metadata.labels = Some(sentinel_labels(c, &lab.scope.namespace));
+        Ok(job)
+    }
+
+    fn admitted(&self) -> bool {
+        matches!(phase(self), Some("Admitted" | "Running"))
+    }
+}
+
+#[tokio::test]
+async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds_workload() -> Result<()> {
+    a_sentinel_swapped_before_its_uid_is_recorded_never_holds::<Workload>(Mode::Workload).await
+}
+
+#[tokio::test]
+async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds_fournosjob() -> Result<()> {
+    a_sentinel_swapped_before_its_uid_is_recorded_never_holds::<FournosJob>(Mode::FournosJob).await
+}
+
+/// The attacker of [`a_sentinel_swapped_before_its_uid_is_recorded_never_holds`]: every
+/// sentinel under `name` that is not its own is deleted at once and replaced by `forged`
+/// (when the name comes free, too: a finalizer may keep the old one a moment). Each
+/// forgery's UID goes into `forged_live` as soon as it exists. The UIDs it forged, and how
+/// many of its swaps came before lock-manager recorded the swapped sentinel's UID.
+async fn swap<K: Forged>(
+    api: Api<K>,
+    clusters: Api<hearth_api::FournosCluster>,
+    (name, cluster): (String, String),
+    forged: K,
+    forged_live: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> Result<(Vec<String>, usize)> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher::{self, Event};
+
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(api.clone(), config));
+    let (mut forged_uids, mut in_window) = (Vec::<String>::new(), 0);
+    while forged_uids.len() < SWAPS {
+        let event = events.next().await.context("the attacker's watch ended")?;
+        let swapped = match event {
+            Ok(Event::Apply(s) | Event::InitApply(s)) => {
+                let uid = uid_of(&s);
+                if forged_uids.contains(&uid) || s.meta().deletion_timestamp.is_some() {
+                    continue;
+                }
+                let precondition = DeleteParams {
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                let _ = api.delete(&name, &precondition).await;
+                Some(uid)
+            }
+            Ok(Event::Delete(_)) => None,
+            _ => continue,
+        };
+        // Taken again (the old one still terminating, or lock-manager was quicker to make
+        // a new one): the next sentinel that appears, or the name coming free, is used.
+        let created = match api.create(&PostParams::default(), &forged).await {
+            Ok(created) => created,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        forged_live.lock().expect("poisoned").push(uid_of(&created));
+        let recorded = clusters
+            .get(&cluster)
+            .await?
+            .status
+            .and_then(|s| s.lock_job_uid);
+        if swapped.is_some() && recorded != swapped {
+            in_window += 1;
+        }
+        forged_uids.push(uid_of(&created));
+    }
+    Ok((forged_uids, in_window))
+}
 
 /// A Fournos user swaps the sentinel in the window between its creation and the moment
 /// lock-manager records its UID in `status.lockJobUID` (the window in which "the sentinel
 /// I just created" can only be told from a forgery by its UID, not by its name or
 /// labels). The attacker watches the sentinel's name with the chart's Fournos-user
 /// rights; each time lock-manager's sentinel appears it deletes it at once and creates
-/// its own under the same name, with Hearth's labels and the owner's annotation, asking
-/// for one slot. A forgery is never the recorded holder of a `locked=true` lock; a claim
-/// that went stale by a swap (the cluster still says `locked=true` for lock-manager's own
-/// sentinel, now deleted, while the forgery is admitted) ends within
-/// [`STALE_CLAIM_BOUND`]; the forgery is named (`SentinelNameTaken`) and never deleted by
-/// lock-manager, and once the attacker deletes it the lock is held by lock-manager's own
-/// sentinel. How many swaps landed before the UID was
-/// recorded is printed (the race is the attacker's to win or lose; the promise holds
-/// either way).
-#[tokio::test]
-async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<()> {
-    use futures::StreamExt as _;
-    use kube::runtime::watcher::{self, Event};
-
-    let lab = lab("swap").await?;
+/// its own under the same name ([`Forged::forgery`]). A forgery is never the recorded
+/// holder of a `locked=true` lock; a claim that went stale by a swap (the cluster still
+/// says `locked=true` for lock-manager's own sentinel, now deleted, while the forgery is
+/// admitted) ends within [`STALE_CLAIM_BOUND`]; the forgery is named
+/// (`SentinelNameTaken`) and never deleted by lock-manager, and once its maker deletes it
+/// the lock is held by lock-manager's own sentinel, through a Workload that asks for
+/// every slot. How many swaps landed before the UID was recorded is printed (the race is
+/// the attacker's to win or lose; the promise holds either way).
+async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds<K: Forged>(
+    mode: Mode,
+) -> Result<()> {
+    let Some(lab) = ModeLab::new(mode, "swap").await? else {
+        return Ok(());
+    };
     let attacker = lab.fournos_user().await?;
-    let c = cluster(&lab, "swap").await?;
+    let c = lab.cluster("swap").await?;
     let name = lock_sentinel_name(&c);
-    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
-    let forged = forgery(&lab, &c)?;
-
-    // The attacker: every sentinel that is not its own is swapped for a forgery. What it
-    // forged is known to the checks below as soon as it is created.
-    let clusters = lab.clusters.clone();
-    let (attack_name, attack_cluster) = (name.clone(), c.clone());
+    let sentinels: Api<K> = Api::namespaced(lab.client.clone(), &lab.scope.execution_namespace);
     let forged_live = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let forged_by_attacker = forged_live.clone();
-    let attack = tokio::spawn(async move {
-        let config = watcher::Config::default().fields(&format!("metadata.name={attack_name}"));
-        let mut events = std::pin::pin!(watcher::watcher(workloads.clone(), config));
-        let (mut forged_uids, mut in_window) = (Vec::<String>::new(), 0);
-        while forged_uids.len() < SWAPS {
-            let Some(event) = events.next().await else {
-                anyhow::bail!("the attacker's watch ended");
-            };
-            let (Ok(Event::Apply(w)) | Ok(Event::InitApply(w))) = event else {
-                continue;
-            };
-            let uid = uid_of(&w);
-            if forged_uids.contains(&uid) || w.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let precondition = DeleteParams {
-                preconditions: Some(kube::api::Preconditions {
-                    uid: Some(uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
-            let _ = workloads.delete(&attack_name, &precondition).await;
-            // Taken again (the old one still terminating, or lock-manager was quicker to
-            // make a new one): the next sentinel that appears is swapped instead.
-            let created = match workloads.create(&PostParams::default(), &forged).await {
-                Ok(created) => created,
-                Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                Err(e) => return Err(e.into()),
-            };
-            forged_by_attacker
-                .lock()
-                .expect("poisoned")
-                .push(uid_of(&created));
-            let recorded = clusters
-                .get(&attack_cluster)
-                .await?
-                .status
-                .and_then(|s| s.lock_job_uid);
-            if recorded.as_deref() != Some(uid.as_str()) {
-                in_window += 1;
-            }
-            forged_uids.push(uid_of(&created));
-        }
-        Ok((forged_uids, in_window))
-    });
+    let attack = tokio::spawn(swap(
+        Api::<K>::namespaced(attacker, &lab.scope.execution_namespace),
+        lab.clusters.clone(),
+        (name.clone(), c.clone()),
+        K::forgery(&lab, &c)?,
+        forged_live.clone(),
+    ));
 
-    let _lm = lock_manager(&lab).await?;
+    let _lm = lab.lock_manager().await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
     // Every sample while the attack goes on, and until the lock is held after it: a
     // forgery is never the recorded holder of `locked=true`, and a claim made stale by a
@@ -507,7 +477,7 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
     let named = std::sync::Mutex::new(false);
     let (attack, forged_uids, stale_since, forged_live, named) =
         (&attack, &forged_uids, &stale_since, &forged_live, &named);
-    let (lab, c, name) = (&lab, &c, &name);
+    let (lab, c, name, sentinels) = (&lab, &c, &name, &sentinels);
     let fc = until(
         "held by lock-manager's own sentinel after the attack",
         DEADLINE * 2,
@@ -528,8 +498,8 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
                 *forged_uids.lock().expect("poisoned") = uids;
             }
             let fc = lab.clusters.get(c).await?;
-            let live = lab.workloads.get_opt(name).await?;
-            let locked = fc.status.as_ref().and_then(|s| s.locked) == Some(true);
+            let live = sentinels.get_opt(name).await?;
+            let locked = says_locked(&fc);
             let recorded = fc.status.as_ref().and_then(|s| s.lock_job_uid.clone());
             let forged_now = forged_live.lock().expect("poisoned").clone();
             ensure!(
@@ -538,10 +508,10 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
                 lock_state(&fc)
             );
             let stale = locked
-                && live.as_ref().is_some_and(|w| {
-                    workload_is(w, "Admitted")
-                        && recorded.as_deref() != w.uid().as_deref()
-                        && forged_now.contains(&uid_of(w))
+                && live.as_ref().is_some_and(|s| {
+                    s.admitted()
+                        && recorded.as_deref() != s.meta().uid.as_deref()
+                        && forged_now.contains(&uid_of(s))
                 });
             {
                 let mut since = stale_since.lock().expect("poisoned");
@@ -560,33 +530,40 @@ async fn a_sentinel_swapped_before_its_uid_is_recorded_never_holds() -> Result<(
                 }
             }
             let forged = forged_uids.lock().expect("poisoned").clone();
-            if let Some(w) = &live
-                && forged.contains(&uid_of(w))
+            if let Some(s) = &live
+                && forged.contains(&uid_of(s))
                 && reason_is("SentinelNameTaken")(&fc)
             {
                 // Named, as it must be: its maker (here, the test) removes it.
-                lab.workloads.delete(name, &DeleteParams::default()).await?;
+                sentinels.delete(name, &DeleteParams::default()).await?;
                 *named.lock().expect("poisoned") = true;
             }
             let done = !forged.is_empty()
                 && is_held(&fc)
-                && live.is_some_and(|w| !forged.contains(&uid_of(&w)));
+                && live.is_some_and(|s| !forged.contains(&uid_of(&s)));
             Ok(if done { Ok(fc) } else { Err(lock_state(&fc)) })
         },
     )
     .await?;
-    let sentinel = lab.workloads.get(name).await?;
     ensure!(
         *named.lock().expect("poisoned"),
         "the forgery was never named SentinelNameTaken"
     );
+    let sentinel = sentinels.get(name).await?;
+    let (job, workload) = held_by(&fc)?;
     ensure!(
-        fc.status.and_then(|s| s.lock_job_uid) == sentinel.uid(),
+        job == uid_of(&sentinel),
         "held by the sentinel lock-manager created"
     );
+    // The Workload that holds the slots: the sentinel itself, or the one Fournos made.
+    let holder = lab.workloads.get(name).await?;
     ensure!(
-        requested_slots(&sentinel)? == SLOTS.to_string(),
-        "the sentinel asks for every slot"
+        workload == uid_of(&holder),
+        "status.lockWorkloadUID names it"
+    );
+    ensure!(
+        requested_slots(&holder) == Some(SLOTS),
+        "the lock's Workload asks for every slot"
     );
     Ok(())
 }

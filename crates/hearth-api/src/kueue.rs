@@ -14,7 +14,7 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::names::CLUSTER_SLOT_RESOURCE;
+use crate::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 pub const KUEUE_VERSION: &str = "v1beta2";
@@ -220,6 +220,46 @@ pub mod workload_conditions {
 /// those, so such a value belongs to someone else and is left alone.
 pub fn quantity_to_i64(q: &Quantity) -> Option<i64> {
     crate::quantity::exact_i64(&q.0)
+}
+
+/// The cluster a Workload's first pod set is pinned to: its node selector on
+/// [`CLUSTER_NODE_LABEL`], as Fournos and lock-manager pin a job to its cluster.
+pub fn pinned_cluster(w: &Workload) -> Option<&str> {
+    w.spec
+        .pod_sets
+        .first()?
+        .template
+        .spec
+        .as_ref()?
+        .node_selector
+        .as_ref()?
+        .get(CLUSTER_NODE_LABEL)
+        .map(String::as_str)
+}
+
+/// `fournos/cluster-slot` requested by a Workload's first pod set.
+pub fn requested_slots(w: &Workload) -> Option<i64> {
+    pod_set_slots(w.spec.pod_sets.first()?)
+}
+
+/// `fournos/cluster-slot` a pod set requests: its containers' requests times its count.
+pub fn pod_set_slots(ps: &PodSet) -> Option<i64> {
+    let each = ps
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get(CLUSTER_SLOT_RESOURCE)
+                .and_then(quantity_to_i64)
+        })
+        .sum::<i64>();
+    (each > 0).then(|| each.saturating_mul(i64::from(ps.count.max(1))))
 }
 
 /// The `fournos/cluster-slot` a Workload holds on `flavor`, as Kueue counted it: the

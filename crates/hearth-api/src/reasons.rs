@@ -152,7 +152,8 @@ reasons! {
         InvalidOwner = "InvalidOwner",
         /// The apiserver refused the sentinel.
         SentinelCreateFailed = "SentinelCreateFailed",
-        /// `fournosjob` sentinels: the Workload that held the lock is gone or evicted.
+        /// `fournosjob` sentinels: the Workload that held the lock is gone or evicted, or
+        /// not as Fournos made it (pinned elsewhere, fewer slots than Fournos asks).
         WorkloadLost = "WorkloadLost",
         /// `fournosjob` sentinels: the Workload requests fewer slots than the cluster has.
         SlotsMismatch = "SlotsMismatch",

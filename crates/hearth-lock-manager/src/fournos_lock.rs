@@ -10,14 +10,15 @@
 //!
 //! So for this kind the phase alone is not the lock. This module observes the jobs
 //! ([`JobView`]) and their Workloads ([`LockWorkloadView`]); the state machine in
-//! [`crate::state`] decides from them (`WorkloadLost`, `SlotsMismatch`, `WrongFlavor`,
+//! [`crate::state`] decides from them (`WorkloadLost`, also for a Workload changed from
+//! what Fournos made, `SlotsMismatch`, `WrongFlavor`,
 //! `WaitingForRelease`, `Releasing`, `SentinelNotPickedUp`).
 
 use std::time::Duration;
 
 use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::{Workload, admitted_slots_on, workload_conditions};
-use hearth_api::names::{CLUSTER_NODE_LABEL, LOCK_SENTINEL_PREFIX};
+use hearth_api::kueue::{Workload, admitted_slots_on, pinned_cluster, workload_conditions};
+use hearth_api::names::LOCK_SENTINEL_PREFIX;
 use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
 
@@ -71,6 +72,9 @@ pub struct LockWorkloadView {
     pub job: Option<String>,
     /// UID of the FournosJob its ownerReference names.
     pub owner_uid: Option<String>,
+    /// The cluster its first pod set is pinned to (its node selector): Fournos pins a
+    /// lock's Workload to the job's cluster.
+    pub pinned: Option<String>,
     /// `fournos/cluster-slot` Kueue admitted it with on [`Self::slot_flavor`]
     /// ([`hearth_api::kueue::admitted_slots_on`]); `None` when not admitted or unreadable.
     pub slots: Option<i64>,
@@ -167,21 +171,6 @@ fn is_true(w: &Workload, type_: &str) -> bool {
         .is_some_and(|s| hearth_api::conditions::is_true(&s.conditions, type_))
 }
 
-/// The cluster a Fournos Workload is pinned to (its node selector), for mapping
-/// Workload events to FournosClusters.
-pub fn workload_cluster(w: &Workload) -> Option<&str> {
-    w.spec
-        .pod_sets
-        .first()?
-        .template
-        .spec
-        .as_ref()?
-        .node_selector
-        .as_ref()?
-        .get(CLUSTER_NODE_LABEL)
-        .map(String::as_str)
-}
-
 /// The cluster a Workload may be a lock's Workload of, for waking that cluster's
 /// reconcile: named like a sentinel (the name says the cluster, unless it was shortened)
 /// or labelled with such a job, and pinned to a cluster (its node selector). A hint
@@ -199,7 +188,7 @@ pub fn lock_workload_cluster(w: &Workload) -> Option<&str> {
     {
         return None;
     }
-    workload_cluster(w)
+    pinned_cluster(w)
 }
 
 /// What the state machine needs of a Workload of a lock's name.
@@ -236,6 +225,7 @@ pub fn observe_workload(w: &Workload) -> LockWorkloadView {
         created: w.metadata.creation_timestamp.as_ref().map(|t| t.0),
         job: w.labels().get(JOB_NAME_LABEL).cloned(),
         owner_uid,
+        pinned: pinned_cluster(w).map(str::to_owned),
         slots,
         cluster_queue,
         slot_flavor,
@@ -307,12 +297,13 @@ mod tests {
         let v = observe_workload(&w);
         assert_eq!(v.owner_uid.as_deref(), Some("u1"));
         assert_eq!(v.job.as_deref(), Some(JOB));
+        assert_eq!(v.pinned.as_deref(), Some("a"));
         assert_eq!(
             v.slots, None,
             "Kueue reported no usage: the count cannot be read"
         );
         assert!(v.admitted && v.holds_quota && !v.evicted && !v.finished);
-        assert_eq!(workload_cluster(&w), Some("a"));
+        assert_eq!(pinned_cluster(&w), Some("a"));
         assert_eq!(lock_workload_cluster(&w), Some("a"));
         let mut not_a_lock = w.clone();
         not_a_lock.metadata.name = Some("training-run".into());

@@ -26,17 +26,17 @@
 //! | `InvalidOwner`     | `spec.owner` is one the CRD refuses                           | delete every sentinel                    | False `InvalidOwner` (false)   | — |
 //! | `Expiring`         | `ownerSetAt + ttl <= now`                                     | delete every sentinel, clear `spec.owner` (guarded by `resourceVersion`); record `expiredLock` | False `Expired` (false) | `LockExpired` |
 //! | `WaitingForFlavor` | no proven live sentinel of the owner; no `status.kueue` yet   | delete the others                        | False `WaitingForFlavor` (false) | — |
-//! | `Replacing`        | no proven sentinel of the owner; another still has the name   | delete the others                        | False `WaitingForAdmission`, or `WaitingForRelease` while a `fournosjob` release waits | — |
+//! | `Replacing`        | no proven sentinel of the owner; one of ours (another owner's, or one someone changed) still has the name | delete the others | False `WaitingForAdmission`, or `WaitingForRelease` while a `fournosjob` release waits | — |
 //! | `OldWorkload`      | `fournosjob`: no sentinel of the owner; a Workload of the name (by name, not label) still exists (Fournos would adopt it) | delete the others; the create is held back (`blocked_create`) | False `WaitingForRelease` when it is Fournos's leftover (labelled for the name, owned by a FournosJob), else `SentinelNameTaken` naming it (false) | — |
 //! | `Creating`         | no proven sentinel of the owner                               | create `cluster-lock-<cluster>`          | False `WaitingForAdmission`, or `WaitingForRelease` while older ones still go | — |
 //! | `NameTaken`        | (apply) the create, or the held-back one, meets an object of the name without this Hearth's labels | none; looked at again with backoff | False `SentinelNameTaken` (false), naming it | — |
 //! | `CreateFailed`     | (apply) the apiserver refused the create                      | none; retried with backoff               | False `SentinelCreateFailed` (false) | the failure's Warning |
 //! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload is admitted in another ClusterQueue or on another flavor | keep it, delete the others | False `WrongFlavor` (false) | `LockLost` (Warning) if it was `Held` |
-//! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload holds fewer slots than the cluster's quota | keep it, delete the others | False `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload, as Fournos made it, holds fewer slots than the cluster has | keep it, delete the others | False `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
 //! | `Unproven`         | `fournosjob`, Fournos says admitted: the Workload of its name is not labelled with the job, not owned by its UID, older than it, or its slots (Kueue's `resourceUsage`) cannot be read | keep it, delete the others | False `WorkloadNotProven` (false), naming it | `LockLost` (Warning) if it was `Held` |
 //! | `Held`             | `fournosjob`, Fournos says admitted: the Workload of its name, proven as above, is admitted, not finished or evicted, in the queue, on the flavor, with every slot as Kueue counted them | keep it, delete the others; `lockWorkloadUID` = that Workload | True `Held` (true) | `LockHeld` |
 //! | `AwaitingWorkload` | `fournosjob`, Fournos says admitted: no Workload of it in the cache, for under [`fournos_lock::REPAIR_GRACE`] | keep it, delete the others | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` |
-//! | `WorkloadLost`     | `fournosjob`, Fournos says admitted: its own Workload is gone, finished, evicted or not admitted | delete every sentinel (replaced) | False `WorkloadLost` (false) | `LockWorkloadLost` (Warning) |
+//! | `WorkloadLost`     | `fournosjob`, Fournos says admitted: its own Workload is gone, finished, evicted, not admitted, or not as Fournos made it (pinned to another cluster, or admitted with fewer slots than Fournos asks and the cluster has) | delete every sentinel (replaced) | False `WorkloadLost` (false) | `LockWorkloadLost` (Warning) |
 //! | `Misplaced`        | `fournosjob`, not admitted: the cluster has other slots than Fournos asks (100) | keep it, delete the others  | False `SlotsMismatch` (false)  | — |
 //! | `NotPickedUp`      | `fournosjob`, not admitted: no phase [`fournos_lock::PICKUP_GRACE`] after its creation | keep it, delete the others | False `SentinelNotPickedUp` (false), with Fournos's words | — |
 //! | `Waiting`          | `fournosjob`, not admitted otherwise                          | keep it, delete the others; look again when the pickup grace ends | False `WaitingForAdmission` (false), Fournos's words | `LockLost` (Warning) if it was `Held` for the same owner |
@@ -51,10 +51,11 @@
 //! for a Workload). Each row has a line in the table test (`state::tests::state_table`),
 //! which also checks that every [`hearth_api::reasons::LockedReason`] is said by one.
 //!
-//! Only a *proven* sentinel can be kept, and only a proven one is ever deleted ("delete
-//! the others" and "delete every sentinel" mean the proven ones): one carrying this
-//! Hearth's three labels (the watch sees no other) whose UID is `status.lockJobUID` or one
-//! this process created or adopted ([`apply::Created`]), and still shaped as built. Labels
+//! Only a *proven* sentinel can be kept, and only one of *ours* is ever deleted ("delete
+//! the others" and "delete every sentinel" mean ours): one carrying this Hearth's three
+//! labels (the watch sees no other) whose UID is `status.lockJobUID` or one this process
+//! created or adopted ([`apply::Created`]); proven when it is still shaped as built, too
+//! (one of ours that someone changed is replaced, never kept or left behind). Labels
 //! never prove and never condemn: any other labelled object is left alone, and an object
 //! that holds the sentinel's name without being the recorded one is named
 //! (`SentinelNameTaken`), never touched ([`apply`]). `lockJobName` is written only with

@@ -16,7 +16,7 @@ use crate::fournos_lock::{
     FOURNOS_EXCLUSIVE_SLOTS, PICKUP_GRACE, REPAIR_GRACE, WORKLOAD_LOST_EVENT,
 };
 pub use crate::state::{
-    Doubt, FournosView, Kept, Lock, LockState, Lost, Mismatch, Refusal, Wait, classify,
+    Change, Doubt, FournosView, Kept, Lock, LockState, Lost, Mismatch, Refusal, Wait, classify,
 };
 
 /// Condition reasons of `Locked` (see [`hearth_api::reasons::LockedReason`]).
@@ -77,9 +77,12 @@ pub struct SentinelView {
     pub name: String,
     pub uid: Option<String>,
     pub owner: Option<String>,
-    /// Its UID is the one lock-manager created (or adopted) for this cluster, and it is
-    /// still shaped as lock-manager built it. Only a proven sentinel can hold a lock;
-    /// any other object with the labels is deleted.
+    /// Its UID is the one lock-manager created (or adopted, or recorded) for this
+    /// cluster: lock-manager may delete it, whatever it has become since.
+    pub ours: bool,
+    /// Ours, and still shaped as lock-manager built it. Only a proven sentinel can hold a
+    /// lock; one that is ours but was changed is replaced, and any other object with the
+    /// labels is left alone.
     pub proven: bool,
     pub state: SentinelState,
 }
@@ -175,14 +178,16 @@ const MAX_QUOTED: usize = 300;
 /// Longest message of a `SentinelCreateFailed` condition.
 const MAX_CREATE_FAILED_CHARS: usize = 1024;
 
-/// Deletes every live proven sentinel except the one named `keep`. An unproven object
-/// is never deleted, whatever its labels say: anyone who may patch an object in the
-/// execution namespace may give it the labels, and a label must not turn into a delete.
+/// Deletes every live sentinel of ours except the one named `keep`. An object that is not
+/// ours by its UID is never deleted, whatever its labels say: anyone who may patch an
+/// object in the execution namespace may give it the labels, and a label must not turn
+/// into a delete. One of ours that someone changed (no longer proven) is deleted: kept
+/// by nothing, it would hold whatever it now asks for until someone else removed it.
 fn delete_all_but(sentinels: &[SentinelView], keep: Option<&str>) -> Vec<LockAction> {
     sentinels
         .iter()
         .filter(|s| {
-            s.proven && s.state != SentinelState::Terminating && Some(s.name.as_str()) != keep
+            s.ours && s.state != SentinelState::Terminating && Some(s.name.as_str()) != keep
         })
         .map(|s| LockAction::DeleteSentinel {
             name: s.name.clone(),
@@ -310,6 +315,18 @@ fn lost_text(lost: &Lost) -> String {
         Lost::NotAdmitted { workload, said: s } => {
             format!("its Workload {workload} is not admitted{}", said(s))
         }
+        Lost::Changed { workload, change } => format!(
+            "its Workload {workload} is not as Fournos made it ({}): someone changed it while it waited for quota",
+            match change {
+                Change::Pinned { to: Some(to) } =>
+                    format!("it is pinned to cluster {}", bounded(to, MAX_QUOTED)),
+                Change::Pinned { to: None } =>
+                    format!("it is pinned to no cluster by {CLUSTER_NODE_LABEL}"),
+                Change::Slots { holds } => format!(
+                    "Kueue admitted it with {holds} {CLUSTER_SLOT_RESOURCE}, and Fournos asks {FOURNOS_EXCLUSIVE_SLOTS} for a lock"
+                ),
+            }
+        ),
     }
 }
 
@@ -687,6 +704,7 @@ mod tests {
             name: name.into(),
             uid: Some(format!("uid-{name}")),
             owner: Some(owner.into()),
+            ours: true,
             proven: true,
             state,
         }
@@ -695,6 +713,7 @@ mod tests {
     /// An object with the sentinel labels that lock-manager did not create.
     fn impostor(name: &str, owner: &str, state: SentinelState) -> SentinelView {
         SentinelView {
+            ours: false,
             proven: false,
             ..sentinel(name, owner, state)
         }

@@ -60,10 +60,10 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
         .state_filter(|s| cluster_of(s) == Some(name.as_str()));
     let expect = Expect::of(&status);
     let recorded = status.lock_job_uid.as_deref();
-    let proven = |uid: &str| recorded == Some(uid) || ctx.writer.created.contains(uid);
+    let ours = |uid: &str| recorded == Some(uid) || ctx.writer.created.contains(uid);
     let views: Vec<_> = observed
         .iter()
-        .map(|s| observe(s.as_ref(), &expect, proven))
+        .map(|s| observe(s.as_ref(), &expect, ours))
         .collect();
     let view = ClusterView {
         name: &name,

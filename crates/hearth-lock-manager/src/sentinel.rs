@@ -16,7 +16,8 @@ use std::fmt::Debug;
 use hearth_api::conditions::{find as condition, is_true};
 use hearth_api::fournosjob::{FournosJob, FournosJobSpec, HOLDING_PHASES};
 use hearth_api::kueue::{
-    PodSet, PriorityClassRef, Workload, WorkloadSpec, quantity_to_i64, workload_conditions,
+    PodSet, PriorityClassRef, Workload, WorkloadSpec, pinned_cluster, requested_slots,
+    workload_conditions,
 };
 use hearth_api::names::{
     CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
@@ -180,19 +181,20 @@ impl<'a> Expect<'a> {
 const MAX_QUOTED: usize = 253;
 
 /// What the plan needs to know about a sentinel, which carries this Hearth's labels.
-/// `proven`: its UID is the one this lock-manager created (or adopted) for the cluster;
-/// an unproven one is never trusted to hold a lock. A sentinel that cannot be decoded
-/// is still labelled as one: it waits, and says why.
+/// `ours`: its UID is the one this lock-manager created (or adopted) for the cluster; only
+/// one of ours still shaped as built is trusted to hold a lock. A sentinel that cannot be
+/// decoded is still labelled as one: it waits, and says why.
 pub fn observe<K: Sentinel>(
     sentinel: &DeserializeGuard<K>,
     expect: &Expect<'_>,
-    proven: impl Fn(&str) -> bool,
+    ours: impl Fn(&str) -> bool,
 ) -> SentinelView {
     let meta = sentinel.meta();
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone();
     let cluster = cluster_of(sentinel).unwrap_or_default();
-    let proven = uid.as_deref().is_some_and(proven)
+    let ours = uid.as_deref().is_some_and(ours);
+    let proven = ours
         && sentinel
             .0
             .as_ref()
@@ -203,6 +205,7 @@ pub fn observe<K: Sentinel>(
             name,
             uid,
             owner,
+            ours,
             proven,
             state: SentinelState::Terminating,
         };
@@ -212,6 +215,7 @@ pub fn observe<K: Sentinel>(
             name,
             uid,
             owner: s.owner(),
+            ours,
             proven,
             state: s.state(expect),
         },
@@ -219,6 +223,7 @@ pub fn observe<K: Sentinel>(
             name,
             uid,
             owner: None,
+            ours,
             proven,
             state: SentinelState::Waiting(Some(format!(
                 "the sentinel cannot be read: {}",
@@ -395,12 +400,12 @@ impl Sentinel for Workload {
             if let Some(why) = expect.misplaced(queue, crate::holders::admitted_flavor(self)) {
                 return SentinelState::Misplaced(Misplaced::WrongFlavor(why));
             }
-            if let Some(why) = expect.too_few(workload_slots(self)) {
+            if let Some(why) = expect.too_few(requested_slots(self)) {
                 return SentinelState::Misplaced(Misplaced::WrongSlots(why));
             }
             return SentinelState::Holding;
         }
-        let requested = workload_slots(self);
+        let requested = requested_slots(self);
         if let Some(want) = expect.slots.filter(|want| requested != Some(*want))
             && self.metadata.deletion_timestamp.is_none()
         {
@@ -432,20 +437,12 @@ impl Sentinel for Workload {
 
     /// A lock is one pod set pinned to the cluster requesting its slots.
     fn shape_problem(&self, cluster: &str) -> Option<String> {
-        let pinned = self.spec.pod_sets.first().and_then(|ps| {
-            ps.template
-                .spec
-                .as_ref()?
-                .node_selector
-                .as_ref()?
-                .get(CLUSTER_NODE_LABEL)
-        });
-        if pinned.map(String::as_str) != Some(cluster) {
+        if pinned_cluster(self) != Some(cluster) {
             return Some(format!(
                 "its first pod set is not pinned to {CLUSTER_NODE_LABEL}={cluster}"
             ));
         }
-        workload_slots(self)
+        requested_slots(self)
             .is_none()
             .then(|| format!("it requests no {CLUSTER_SLOT_RESOURCE}"))
     }
@@ -471,31 +468,6 @@ impl Sentinel for Workload {
         };
         Some(json!({ "conditions": [condition] }))
     }
-}
-
-/// `fournos/cluster-slot` requested by a Workload's first pod set.
-pub fn workload_slots(w: &Workload) -> Option<i64> {
-    pod_set_slots(w.spec.pod_sets.first()?)
-}
-
-/// `fournos/cluster-slot` a pod set requests: its containers' requests times its count.
-pub fn pod_set_slots(ps: &PodSet) -> Option<i64> {
-    let each = ps
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get(CLUSTER_SLOT_RESOURCE)
-                .and_then(quantity_to_i64)
-        })
-        .sum::<i64>();
-    (each > 0).then(|| each.saturating_mul(i64::from(ps.count.max(1))))
 }
 
 #[cfg(test)]
@@ -732,6 +704,7 @@ mod tests {
                 name: "cluster-lock-a".into(),
                 uid: Some("u1".into()),
                 owner: Some("alice".into()),
+                ours: true,
                 proven: true,
                 state: SentinelState::Holding
             }
@@ -833,12 +806,13 @@ mod tests {
             .unwrap()
             .node_selector = None;
         assert!(unpinned.shape_problem("a").is_some());
-        // A UID lock-manager knows does not make a changed object a sentinel.
+        // A UID lock-manager knows does not make a changed object a sentinel it trusts,
+        // but it is still its own (to replace).
         exclusive.metadata.uid = Some("u1".into());
         let view = observe(&DeserializeGuard(Ok(exclusive)), &Expect::default(), |_| {
             true
         });
-        assert!(!view.proven);
+        assert!(!view.proven && view.ours);
     }
 
     #[test]

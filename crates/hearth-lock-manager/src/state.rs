@@ -118,6 +118,23 @@ pub enum Lost {
         workload: String,
         said: Option<String>,
     },
+    /// Admitted, but not as Fournos makes a lock's Workload: someone who may update
+    /// Workloads changed its pod set while it waited for quota (Kueue allows that until it
+    /// reserves quota). A new sentinel gets a new Workload.
+    Changed {
+        workload: String,
+        change: Change,
+    },
+}
+
+/// How an admitted lock Workload differs from the one Fournos makes for a `lockOnly` job:
+/// pinned (node selector) to the job's cluster, asking for [`FOURNOS_EXCLUSIVE_SLOTS`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Pinned to another cluster (or to none).
+    Pinned { to: Option<String> },
+    /// Kueue admitted it with fewer slots than Fournos asks and the cluster has.
+    Slots { holds: i64 },
 }
 
 /// A create the apply step could not make: the state it leads to instead.
@@ -157,8 +174,8 @@ pub enum LockState {
     },
     /// No sentinel of the owner, and kueue-sync has not published the cluster's flavor.
     WaitingForFlavor { lock: Lock },
-    /// No sentinel of the owner, and another owner's sentinel still has the name: it
-    /// goes first, its name is reused once it is gone.
+    /// No proven sentinel of the owner, and one of ours (another owner's, or one someone
+    /// changed) still has the name: it goes first, its name is reused once it is gone.
     Replacing { lock: Lock, waits: Vec<Wait> },
     /// No sentinel of the owner: one is created (while older ones may still go).
     Creating { lock: Lock, waits: Vec<Wait> },
@@ -227,8 +244,9 @@ pub enum LockState {
         sentinel: Kept,
         mismatch: Mismatch,
     },
-    /// `fournosjob`: Fournos says admitted but the Workload is gone, evicted or not
-    /// admitted: the sentinel is replaced so that Fournos makes a new one.
+    /// `fournosjob`: Fournos says admitted but the Workload is gone, evicted, not
+    /// admitted or changed from what Fournos made: the sentinel is replaced so that
+    /// Fournos makes a new one.
     WorkloadLost {
         lock: Lock,
         sentinel: Kept,
@@ -366,9 +384,10 @@ pub fn classify(
         if cluster.status.kueue.is_none() {
             return LockState::WaitingForFlavor { lock };
         }
-        // Only a proven sentinel of the name is replaced (deleted, then made anew); an
-        // unproven one is never deleted, and the create names it (`SentinelNameTaken`).
-        if sentinels.iter().any(|s| s.name == canonical && s.proven) {
+        // Only a sentinel of ours of the name is replaced (deleted, then made anew: one
+        // that someone changed, too); another is never deleted, and the create names it
+        // (`SentinelNameTaken`).
+        if sentinels.iter().any(|s| s.name == canonical && s.ours) {
             return LockState::Replacing {
                 lock,
                 waits: waits(),
@@ -403,7 +422,8 @@ pub fn classify(
     });
     match (&kept.state, job) {
         (SentinelState::Holding, Some((f, job))) => {
-            held_by_fournos(lock, sentinel, job, f.workloads, &expect, now)
+            let expect = (cluster.name, &expect);
+            held_by_fournos(lock, sentinel, job, f.workloads, expect, now)
         }
         (SentinelState::Waiting(why), Some((_, job))) => {
             let waiting = Waiting {
@@ -450,14 +470,16 @@ pub fn classify(
 
 /// A `fournosjob` sentinel Fournos calls admitted holds the cluster only while the one
 /// Workload of its name (Fournos finds its Workload by name) is proven to be Fournos's
-/// for *this* job ([`doubt`]) and is admitted, not finished or evicted, in the cluster's
-/// queue on its flavor, with at least the cluster's slots as Kueue counted them.
+/// for *this* job ([`doubt`]) and is admitted, not finished or evicted, as Fournos made it
+/// (pinned to the cluster, not fewer slots than it asks), in the cluster's queue on its
+/// flavor, with at least the cluster's slots as Kueue counted them. `expect`: the
+/// cluster's name and what its lock must hold.
 fn held_by_fournos(
     lock: Lock,
     sentinel: Kept,
     job: &JobView,
     workloads: &[LockWorkloadView],
-    expect: &Expect<'_>,
+    (cluster, expect): (&str, &Expect<'_>),
     now: Timestamp,
 ) -> LockState {
     let workload = workloads.iter().find(|w| w.name == job.name && !w.deleting);
@@ -473,7 +495,7 @@ fn held_by_fournos(
                     doubt,
                 };
             }
-            match proven_holds(w, expect) {
+            match proven_holds(w, cluster, expect) {
                 Ok(()) => {
                     return LockState::Held {
                         lock,
@@ -549,9 +571,10 @@ enum Holds {
     Uncounted,
 }
 
-/// Whether a proven Workload holds every slot of the cluster: admitted, not finished or
-/// evicted, in the cluster's queue on its flavor, with the cluster's slots or more.
-fn proven_holds(w: &LockWorkloadView, expect: &Expect<'_>) -> Result<(), Holds> {
+/// Whether a proven Workload holds every slot of `cluster`: admitted, not finished or
+/// evicted, not changed from what Fournos made ([`changed`]), in the cluster's queue on
+/// its flavor, with the cluster's slots or more.
+fn proven_holds(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Result<(), Holds> {
     if w.finished {
         return Err(Holds::Lost(Lost::Finished {
             workload: w.name.clone(),
@@ -567,6 +590,12 @@ fn proven_holds(w: &LockWorkloadView, expect: &Expect<'_>) -> Result<(), Holds> 
         return Err(Holds::Lost(Lost::NotAdmitted {
             workload: w.name.clone(),
             said: w.message.clone(),
+        }));
+    }
+    if let Some(change) = changed(w, cluster, expect) {
+        return Err(Holds::Lost(Lost::Changed {
+            workload: w.name.clone(),
+            change,
         }));
     }
     if let Some(why) = expect.misplaced(
@@ -587,6 +616,26 @@ fn proven_holds(w: &LockWorkloadView, expect: &Expect<'_>) -> Result<(), Holds> 
             cluster,
         })),
         Some(_) => Ok(()),
+    }
+}
+
+/// How an admitted Workload differs from the one Fournos made, if it does. Replacing the
+/// sentinel mends such a Workload, which is why it is not `WrongFlavor` or
+/// `FournosTooFew` (said of a Workload as Fournos made it, which a new sentinel would get
+/// again): without this, a Fournos user who cut a waiting lock's Workload to one slot, or
+/// pinned it to another cluster, left the lock refused for good, its status telling
+/// people to set a slot count the cluster already had or to check flavors, and the
+/// moved Workload holding another cluster until the owner unlocked.
+fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<Change> {
+    if w.pinned.as_deref() != Some(cluster) {
+        return Some(Change::Pinned {
+            to: w.pinned.clone(),
+        });
+    }
+    let fewest = FOURNOS_EXCLUSIVE_SLOTS.min(expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS));
+    match w.slots {
+        Some(holds) if holds < fewest => Some(Change::Slots { holds }),
+        _ => None,
     }
 }
 

@@ -45,6 +45,7 @@ fn workload(owner_uid: &str, admitted: bool) -> LockWorkloadView {
         created: Some(at(0)),
         job: Some(JOB.into()),
         owner_uid: Some(owner_uid.into()),
+        pinned: Some("a".into()),
         slots: Some(100),
         cluster_queue: admitted.then(|| "q".into()),
         slot_flavor: admitted.then(|| "a".into()),
@@ -92,6 +93,7 @@ fn views_of(jobs: &[JobView]) -> Vec<SentinelView> {
             name: j.name.clone(),
             uid: j.uid.clone(),
             owner: Some("alice".into()),
+            ours: true,
             proven: true,
             state: if j.deleting_since.is_some() {
                 SentinelState::Terminating
@@ -272,9 +274,9 @@ fn a_workload_made_under_the_lock_s_name_never_holds_it() {
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
     let a = forged(|w| w.owner_uid = None);
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
-    // One slot of a hundred, however written: not a lock.
+    // One slot of a hundred, however written: not a lock (and not what Fournos made).
     let a = forged(|w| w.slots = Some(1));
-    assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
+    assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
     // A count Kueue's accounting does not give: never held.
     let a = forged(|w| w.slots = None);
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
@@ -406,6 +408,93 @@ fn unlock_is_releasing_until_the_workload_is_gone() {
     assert_eq!(reason(&a), LockedReason::Released.as_str());
 }
 
+/// Attack (issue 41): Kueue lets a Fournos user change a lock's Workload while it waits
+/// for quota, so it may be admitted with one slot, or pinned to another cluster. Not held,
+/// and the sentinel is replaced so that Fournos makes a new Workload (a Workload as
+/// Fournos made it that holds too little or lands on another flavor is kept: a new one
+/// would be the same).
+#[test]
+fn a_workload_changed_from_what_fournos_made_is_replaced() {
+    let admitted = || job("u1", Some("Admitted"));
+    for (slots, change) in [
+        (
+            100,
+            LockWorkloadView {
+                slots: Some(1),
+                ..workload("u1", true)
+            },
+        ),
+        (
+            120,
+            LockWorkloadView {
+                slots: Some(99),
+                ..workload("u1", true)
+            },
+        ),
+        (
+            100,
+            LockWorkloadView {
+                pinned: Some("b".into()),
+                slot_flavor: Some("b".into()),
+                ..workload("u1", true)
+            },
+        ),
+        (
+            100,
+            LockWorkloadView {
+                pinned: None,
+                ..workload("u1", true)
+            },
+        ),
+    ] {
+        let a = alice(slots, admitted(), std::slice::from_ref(&change));
+        assert!(!a.status.locked, "{change:?}");
+        assert_eq!(
+            reason(&a),
+            LockedReason::WorkloadLost.as_str(),
+            "{change:?}"
+        );
+        assert_eq!(
+            a.actions,
+            vec![LockAction::DeleteSentinel { name: JOB.into() }],
+            "replaced: {change:?}"
+        );
+        assert!(
+            message(&a).contains("not as Fournos made it"),
+            "{}",
+            message(&a)
+        );
+    }
+    let moved = LockWorkloadView {
+        pinned: Some("b".into()),
+        ..workload("u1", true)
+    };
+    assert!(message(&alice(100, admitted(), &[moved])).contains("pinned to cluster b"));
+    let cut = LockWorkloadView {
+        slots: Some(1),
+        ..workload("u1", true)
+    };
+    let words = alice(100, admitted(), &[cut]);
+    assert!(
+        message(&words).contains("admitted it with 1 fournos/cluster-slot")
+            && !message(&words).contains("HEARTH_CLUSTER_SLOTS"),
+        "{}",
+        message(&words)
+    );
+    // As Fournos made it, 100 slots on a cluster of 120, or on another flavor of the
+    // cluster's node label: kept, and said.
+    let a = alice(120, admitted(), &[workload("u1", true)]);
+    assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
+    assert_eq!(a.actions, vec![]);
+    let foreign_flavor = LockWorkloadView {
+        slot_flavor: Some("b".into()),
+        ..workload("u1", true)
+    };
+    let a = alice(100, admitted(), &[foreign_flavor]);
+    assert_eq!(reason(&a), LockedReason::WrongFlavor.as_str());
+    assert_eq!(a.actions, vec![]);
+}
+
 #[test]
 fn fewer_slots_than_the_cluster_has_is_not_a_lock() {
     let a = alice(120, job("u1", Some("Admitted")), &[workload("u1", true)]);
@@ -498,6 +587,7 @@ fn sentinel(owner: &str, state: SentinelState) -> SentinelView {
         name: JOB.into(),
         uid: Some("u1".into()),
         owner: Some(owner.into()),
+        ours: true,
         proven: true,
         state,
     }
@@ -578,6 +668,7 @@ fn table() -> Vec<Row> {
         fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload gone", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![]),
         fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload evicted", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![LockWorkloadView { evicted: true, ..workload("u1", true) }]),
         fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload finished", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![LockWorkloadView { finished: true, ..workload("u1", true) }]),
+        fournos(Row { actions: &["delete"], events: &[WORKLOAD_LOST_EVENT], ..row("Workload changed", "WorkloadLost", Some(R::WorkloadLost)) }, vec![admitted()], vec![LockWorkloadView { slots: Some(1), ..workload("u1", true) }]),
         fournos(row("Workload of another job", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![workload("someone-else", true)]),
         fournos(row("Workload older than the job", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![LockWorkloadView { created: Some(at(-1)), ..workload("u1", true) }]),
         fournos(row("Workload's slots unreadable", "Unproven", Some(R::WorkloadNotProven)), vec![admitted()], vec![LockWorkloadView { slots: None, ..workload("u1", true) }]),
@@ -590,8 +681,12 @@ fn table() -> Vec<Row> {
         fournos(Row { locked: true, ..row("held through its Workload", "Held", Some(R::Held)) }, vec![admitted()], vec![workload("u1", true)]),
         // What a sentinel says is not enough: unproven, it is never held, and never
         // deleted (the create meets it and names it: `SentinelNameTaken`).
-        Row { sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], actions: &["create"], ..row("unproven", "Creating", Some(R::WaitingForAdmission)) },
-        Row { owner: None, sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], ..row("unproven, unlocked", "Released", Some(R::Released)) },
+        Row { sentinels: vec![SentinelView { ours: false, proven: false, ..sentinel("alice", S::Holding) }], actions: &["create"], ..row("unproven", "Creating", Some(R::WaitingForAdmission)) },
+        Row { owner: None, sentinels: vec![SentinelView { ours: false, proven: false, ..sentinel("alice", S::Holding) }], ..row("unproven, unlocked", "Released", Some(R::Released)) },
+        // Ours, but someone changed it (pinned elsewhere): never held, replaced, and
+        // deleted on unlock (it would hold whatever it now asks for).
+        Row { sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], actions: &["delete"], ..row("ours, changed", "Replacing", Some(R::WaitingForAdmission)) },
+        Row { owner: None, sentinels: vec![SentinelView { proven: false, ..sentinel("alice", S::Holding) }], actions: &["delete"], ..row("ours, changed, unlocked", "Released", Some(R::Released)) },
     ]
 }
 
