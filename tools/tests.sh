@@ -40,7 +40,7 @@ for line in open(sys.argv[1]):
 EOF
 # Slowest first (from CI's logs), so that the last ones to start are short; the unit
 # tests (under a second each) last.
-order="takeover_py fournos_real memory_bounds fournos_attacks fournos_cordon lock_manager lock_trust migration discovery offboard_trust teardown
+order="takeover_py fournos_real memory_bounds fournos_attacks fournos_cordon lock_manager lock_trust migration discovery discovery_offboarding offboard_trust teardown
 rollback_py harness hostile dashboard kueue_sync upgrade chart plugin cordon binaries pools
 smoke images"
 awk -v order="$order" 'BEGIN { n = split(order, o); for (i = 1; i <= n; i++) rank[o[i]] = i }

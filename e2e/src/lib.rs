@@ -100,6 +100,7 @@ pub mod bench_watch;
 pub mod blackhole;
 pub mod certs;
 pub mod controller_manager;
+pub mod discovery;
 pub mod docs;
 pub mod error;
 pub mod etcd;
