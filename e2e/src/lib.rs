@@ -115,6 +115,7 @@ pub mod hostile_target;
 pub mod invariants;
 pub mod kubeconfig;
 pub mod kueue;
+pub mod kueue_sync;
 pub mod lab;
 pub mod node_reader;
 pub mod objects;
