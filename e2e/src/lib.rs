@@ -111,6 +111,7 @@ pub mod fournos_lab;
 pub mod fournos_real;
 pub mod hearth;
 pub mod hearth_py;
+pub mod hostile;
 pub mod hostile_target;
 pub mod invariants;
 pub mod kubeconfig;
