@@ -166,16 +166,32 @@ mod cluster_status;
 mod cordon;
 #[cfg(test)]
 mod cordon_tests;
+#[cfg(test)]
+mod deletion_tests;
+#[cfg(test)]
+mod drain_tests;
 mod flavor_shape;
+#[cfg(test)]
+mod foreign_tests;
+#[cfg(test)]
+mod gpu_models_tests;
 mod input;
+#[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
+mod observed_tests;
 #[cfg(test)]
 mod places_tests;
 #[cfg(test)]
 mod pools_tests;
 mod queue;
 #[cfg(test)]
+mod random_tests;
+#[cfg(test)]
 mod reservations_tests;
 mod summary;
+#[cfg(test)]
+mod takeover_tests;
 #[cfg(test)]
 mod tests;
 

@@ -168,7 +168,7 @@ fn waiting_clusters_are_told_who_holds_the_places() {
 #[test]
 fn random_arrivals_never_take_a_place_from_a_holder() {
     for seed in 1..=60u64 {
-        let mut rng = super::tests::Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = super::random_tests::Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let room = 1 + rng.below(6) as usize;
         let mut world = World::new().with_queue(Some(queue_with_room(room)));
         let mut ever = BTreeSet::new();

@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use serde_json::json;
 
 use super::places_tests::{hearth_entries, queue_with_room};
-use super::tests::{Rng, message_of, synced};
+use super::random_tests::Rng;
+use super::tests::{message_of, synced};
 use super::*;
 use crate::testing::{SLOT, World, cluster, gpu, queue, slot_group_quotas};
 
