@@ -36,7 +36,7 @@ use serde_json::json;
 use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
-use crate::plan::{LockAction, LockEvent, LockPlan, LockStatus, Refusal};
+use crate::plan::{LockAction, LockPlan, LockState, LockStatus, Refusal};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
 use crate::status::{became_held, status_patch, transition_events};
 
@@ -140,12 +140,13 @@ pub async fn apply_plan<K: Sentinel>(
             Err(e) => return Err(Error::ClearOwner(e)),
         }
     }
+    // A loss is counted from the state, with its Event and before it: the two report one
+    // loss, so whoever sees the Event sees the count, and a write that fails after it
+    // loses neither.
+    if matches!(plan.state, LockState::WorkloadLost { .. }) {
+        ctx.metrics.workloads_lost.inc();
+    }
     for event in &plan.events {
-        // Counted with its Event, before it: the two report one loss, so whoever sees
-        // the Event sees the count, and a write that fails after it loses neither.
-        if event.reason == crate::fournos_lock::WORKLOAD_LOST_EVENT {
-            ctx.metrics.workloads_lost.inc();
-        }
         publish(ctx, &regarding, event).await;
     }
 
@@ -601,14 +602,8 @@ where
     }
 }
 
-async fn publish<K: Sentinel>(ctx: &Writer<K>, regarding: &ObjectReference, event: &LockEvent) {
-    let event = Event {
-        warning: event.warning,
-        reason: event.reason,
-        action: "Lock",
-        note: event.message.clone(),
-    };
-    ctx.events.publish(regarding, &event).await;
+async fn publish<K: Sentinel>(ctx: &Writer<K>, regarding: &ObjectReference, event: &Event) {
+    ctx.events.publish(regarding, event).await;
 }
 
 /// The requests that matter, exactly: the guarded owner clear comes first and a 409
@@ -940,11 +935,22 @@ mod tests {
         let (mut cluster, sentinels) = expiring();
         cluster.spec.ttl = None;
         let mut plan = plan_for(&cluster, &sentinels, at(30));
-        plan.events.push(crate::plan::LockEvent {
-            reason: crate::fournos_lock::WORKLOAD_LOST_EVENT,
-            message: "its Workload is gone".into(),
-            warning: true,
-        });
+        // The state a fournosjob lock enters when Fournos's Workload is gone, with the
+        // Event its plan carries: the count follows the state, not the Event's words.
+        plan.state = LockState::WorkloadLost {
+            lock: plan.state.lock().cloned().expect("alice's lock"),
+            sentinel: crate::state::Kept {
+                name: "cluster-lock-a".into(),
+                uid: None,
+            },
+            phase: Some("Admitted".into()),
+            lost: crate::state::Lost::NoWorkload,
+        };
+        plan.events.push(Event::warning(
+            crate::fournos_lock::WORKLOAD_LOST_EVENT,
+            crate::plan::ACTION,
+            "its Workload is gone",
+        ));
         let failure = json!({
             "kind": "Status", "apiVersion": "v1", "status": "Failure",
             "message": "etcdserver: request timed out", "code": 500,

@@ -10,6 +10,7 @@ use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, lock_sentinel
 use hearth_api::reasons::LockedReason;
 use hearth_api::text::{bounded, quoted};
 use hearth_api::{ExpiredLock, FournosClusterStatus};
+use hearth_runtime::events::Event;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::fournos_lock::{
@@ -102,12 +103,8 @@ pub enum LockAction {
     },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LockEvent {
-    pub reason: &'static str,
-    pub message: String,
-    pub warning: bool,
-}
+/// What lock-manager's Events say they were doing.
+pub const ACTION: &str = "Lock";
 
 /// The `Locked` condition a state says: a typed reason and its words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +142,7 @@ pub struct LockPlan {
     /// The cluster's name, for the words of a state the apply step enters.
     pub cluster: String,
     pub actions: Vec<LockAction>,
-    pub events: Vec<LockEvent>,
+    pub events: Vec<Event>,
     pub status: LockStatus,
     /// When to look again even if nothing changes: the expiry, or sooner when a
     /// `fournosjob` grace runs out.
@@ -588,21 +585,15 @@ pub fn plan(
             actions.push(LockAction::ClearOwner {
                 owner: lock.owner.clone(),
             });
-            events.push(LockEvent {
-                reason: "LockExpired",
-                message: event_message(),
-                warning: false,
-            });
+            events.push(Event::normal("LockExpired", ACTION, event_message()));
         }
         LockState::Creating { lock, .. } => actions.push(LockAction::CreateSentinel {
             name: lock_sentinel_name(cluster.name),
             owner: lock.owner.clone(),
         }),
-        LockState::WorkloadLost { .. } => events.push(LockEvent {
-            reason: WORKLOAD_LOST_EVENT,
-            message: event_message(),
-            warning: true,
-        }),
+        LockState::WorkloadLost { .. } => {
+            events.push(Event::warning(WORKLOAD_LOST_EVENT, ACTION, event_message()))
+        }
         _ => {}
     }
     let until_expiry = state

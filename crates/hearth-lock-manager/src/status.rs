@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
-use crate::plan::{LockEvent, LockStatus};
+use hearth_runtime::events::Event;
+
+use crate::plan::{ACTION, LockStatus};
 
 /// The status to apply (server-side, lock-manager's field manager) to get from
 /// `current` to `desired`, or `None` when it already says that.
@@ -105,7 +107,7 @@ impl Transition {
 /// Events for the change from `current` to `desired` (besides the plan's own, such as
 /// `LockExpired`). Derived from the stored status, so each is said once, also across
 /// restarts.
-pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -> Vec<LockEvent> {
+pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -> Vec<Event> {
     let Some(want) = &desired.condition else {
         return vec![];
     };
@@ -114,11 +116,11 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
         (current.lock_owner.as_deref(), desired.lock_owner.as_deref())
         && before != after
     {
-        events.push(LockEvent {
-            reason: "LockOwnerChanged",
-            message: format!("The lock passes from {before} to {after}."),
-            warning: false,
-        });
+        events.push(Event::normal(
+            "LockOwnerChanged",
+            ACTION,
+            format!("The lock passes from {before} to {after}."),
+        ));
     }
     // The state before, as the stored condition records it: read from the API object
     // into the typed reason (an unknown one, from another version, is `Some(None)`).
@@ -127,20 +129,16 @@ pub fn transition_events(current: &FournosClusterStatus, desired: &LockStatus) -
     let to = want.reason;
     let same_owner = current.lock_owner == desired.lock_owner;
     match Transition::between(from, to, same_owner) {
-        Some(Transition::Lost) => events.push(LockEvent {
-            reason: Transition::Lost.reason(),
-            message: format!(
+        Some(Transition::Lost) => events.push(Event::warning(
+            Transition::Lost.reason(),
+            ACTION,
+            format!(
                 "The lock of {} is no longer held: {}",
                 desired.lock_owner.as_deref().unwrap_or_default(),
                 want.message
             ),
-            warning: true,
-        }),
-        Some(t) => events.push(LockEvent {
-            reason: t.reason(),
-            message: want.message.clone(),
-            warning: false,
-        }),
+        )),
+        Some(t) => events.push(Event::normal(t.reason(), ACTION, want.message.clone())),
         None => {}
     }
     events

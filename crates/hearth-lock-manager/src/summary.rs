@@ -62,8 +62,9 @@ pub fn plan_summary(plan: &LockPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{LockCondition, LockEvent, LockState, LockStatus};
+    use crate::plan::{ACTION, LockCondition, LockState, LockStatus};
     use hearth_api::reasons::LockedReason;
+    use hearth_runtime::events::Event;
     use std::time::Duration;
 
     fn plan(sentinels: usize, message: &str) -> LockPlan {
@@ -78,11 +79,7 @@ mod tests {
             state: LockState::NeverLocked,
             cluster: "a".into(),
             actions,
-            events: vec![LockEvent {
-                reason: "LockOwnerChanged",
-                message: message.into(),
-                warning: false,
-            }],
+            events: vec![Event::normal("LockOwnerChanged", ACTION, message)],
             status: LockStatus {
                 condition: Some(LockCondition {
                     reason: LockedReason::WaitingForAdmission,
