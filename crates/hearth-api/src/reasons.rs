@@ -153,7 +153,7 @@ reasons! {
         /// The apiserver refused the sentinel.
         SentinelCreateFailed = "SentinelCreateFailed",
         /// `fournosjob` sentinels: the Workload that held the lock is gone or evicted, or
-        /// not as Fournos made it (pinned elsewhere, fewer slots than Fournos asks).
+        /// not as Fournos made it (not pinned to the cluster, fewer slots than Fournos asks).
         WorkloadLost = "WorkloadLost",
         /// `fournosjob` sentinels: the Workload requests fewer slots than the cluster has.
         SlotsMismatch = "SlotsMismatch",
