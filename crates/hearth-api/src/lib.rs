@@ -2,6 +2,7 @@
 //! CRD types, condition helpers, durations, contract names, and the shapes of the
 //! Kueue and Fournos objects Hearth reads or writes. Pure data and logic, no I/O.
 
+pub mod calendar;
 pub mod cluster;
 pub mod conditions;
 pub mod crd;
