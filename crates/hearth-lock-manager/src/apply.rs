@@ -36,8 +36,9 @@ use serde_json::json;
 use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
-use crate::plan::{LockAction, LockPlan, LockState, LockStatus, Refusal};
+use crate::plan::{LockAction, LockPlan, LockStatus};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
+use crate::state::{LockState, Refusal, Taken};
 use crate::status::{became_held, status_patch, transition_events};
 
 /// What became of a plan.
@@ -166,11 +167,13 @@ pub async fn apply_plan<K: Sentinel>(
     let mut taken = false;
     let kind = K::kind(&()).into_owned();
     let namespace = ctx.config.execution_namespace.clone();
-    let name_taken = |name: &str, why: String| Refusal::NameTaken {
-        kind: kind.clone(),
-        namespace: namespace.clone(),
-        name: name.to_owned(),
-        why,
+    let name_taken = |name: &str, why: String| {
+        Refusal::NameTaken(Taken {
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.to_owned(),
+            why,
+        })
     };
     for action in &plan.actions {
         let LockAction::CreateSentinel { name, owner } = action else {
@@ -691,7 +694,8 @@ mod tests {
         assert!(c.message.chars().count() <= 1025);
     }
     use crate::config::SentinelKind;
-    use crate::plan::{ClusterView, SentinelState, plan_lock};
+    use crate::plan::plan_lock;
+    use crate::views::{ClusterView, SentinelState};
     use hearth_api::kueue::Workload;
     use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
     use http_body_util::BodyExt;
@@ -829,9 +833,7 @@ mod tests {
         let views: Vec<_> = sentinels
             .iter()
             .map(|s| {
-                crate::sentinel::observe(s.as_ref(), &crate::sentinel::Expect::of(&status), |_| {
-                    true
-                })
+                crate::sentinel::observe(s.as_ref(), &crate::views::Expect::of(&status), |_| true)
             })
             .collect();
         assert_eq!(views[0].state, SentinelState::Holding);
@@ -947,7 +949,7 @@ mod tests {
             lost: crate::state::Lost::NoWorkload,
         };
         plan.events.push(Event::warning(
-            crate::fournos_lock::WORKLOAD_LOST_EVENT,
+            crate::plan::WORKLOAD_LOST_EVENT,
             crate::plan::ACTION,
             "its Workload is gone",
         ));

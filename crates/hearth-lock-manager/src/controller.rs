@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use crate::apply::Writer;
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
-use crate::fournos_lock;
+use crate::fournos_workloads::lock_workload_cluster;
 use crate::holders;
 use crate::metrics::LockMetrics;
 use crate::sentinel::{Sentinel, cluster_of};
@@ -110,14 +110,12 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         admitted_objects
             .filter_map(move |w| {
                 let clusters = w.ok().and_then(|w| w.0.ok()).map(|w| {
-                    let mut clusters: Vec<String> = [
-                        holders::admitted_flavor(&w),
-                        fournos_lock::lock_workload_cluster(&w),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .map(str::to_owned)
-                    .collect();
+                    let mut clusters: Vec<String> =
+                        [holders::admitted_flavor(&w), lock_workload_cluster(&w)]
+                            .into_iter()
+                            .flatten()
+                            .map(str::to_owned)
+                            .collect();
                     clusters.dedup();
                     clusters
                 });

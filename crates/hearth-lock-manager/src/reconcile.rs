@@ -15,10 +15,11 @@ use kube::{Resource, ResourceExt};
 
 use crate::apply::{Applied, Writer, adopt_legacy, apply_plan};
 use crate::error::Error;
-use crate::fournos_lock::{self};
+use crate::fournos_workloads::FournosFacts;
 use crate::holders;
-use crate::plan::{ClusterView, plan_lock};
-use crate::sentinel::{Expect, Sentinel, cluster_of, observe};
+use crate::plan::plan_lock;
+use crate::sentinel::{Sentinel, cluster_of, observe};
+use crate::views::{ClusterView, Expect};
 
 use crate::context::Context;
 
@@ -77,7 +78,7 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
     // Planning from a half-filled Workload cache would call a lock lost.
     ctx.admitted.synced().await.map_err(|_| Error::CacheGone)?;
     let (mut plan, owned) = if ctx.fournos {
-        let facts = fournos_lock::FournosFacts::observe(
+        let facts = FournosFacts::observe(
             &ctx.admitted.store(),
             &ctx.writer.config.execution_namespace,
             &name,
