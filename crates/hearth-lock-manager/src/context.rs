@@ -11,8 +11,8 @@ use hearth_runtime::kit::{Backoff, Cache, Changes};
 use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt};
 
-use crate::apply::Writer;
 use crate::sentinel::Sentinel;
+use crate::writer::Writer;
 
 /// Shared by every reconcile and the sweep.
 pub struct Context<K: Sentinel> {

@@ -7,23 +7,24 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::sentinel_selector;
 use hearth_runtime::Runtime;
-use hearth_runtime::kit::{Backoff, Cache, RunTriggers, Runner, WatchContext};
+use hearth_runtime::kit::{Backoff, Cache, Objects, RunTriggers, Runner, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use kube::api::Api;
 use kube::runtime::watcher;
 use tracing::Instrument as _;
 
-use crate::apply::Writer;
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
 use crate::fournos_workloads::lock_workload_cluster;
 use crate::holders;
 use crate::metrics::LockMetrics;
 use crate::sentinel::{Sentinel, cluster_of};
+use crate::writer::Writer;
 
 use crate::context::Context;
 use crate::reconcile::reconcile_lock;
@@ -99,11 +100,32 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     log_settings(&config);
-    // Related objects, each mapped to the clusters it concerns: the cluster's sentinels,
-    // and every Workload admitted on its flavor (who holds its slots) or, for
-    // `fournosjob`, of a lock's name (what holds a lock).
+    let related = related(sentinel_objects, admitted_objects);
+    let triggers = RunTriggers {
+        related,
+        everything: on_acquired(rt.leader()).boxed(),
+        concurrency: usize::from(config.lock_concurrency.get()),
+        shutdown: rt.shutdown(),
+    };
+    Runner::new(ctx.writer.metrics.controller.clone())
+        .with_failure_events(ctx.writer.events.clone())
+        .run(clusters, cluster_objects, triggers, ctx, |object, ctx| {
+            reconcile_lock(object, ctx)
+        })
+        .await;
+    sweep.abort();
+    Ok(())
+}
+
+/// Related objects, each mapped to the clusters it concerns: the cluster's sentinels,
+/// and every Workload admitted on its flavor (who holds its slots) or, for
+/// `fournosjob`, of a lock's name (what holds a lock).
+fn related<K: Sentinel>(
+    sentinel_objects: Objects<K>,
+    admitted_objects: Objects<Workload>,
+) -> Vec<BoxStream<'static, Vec<String>>> {
     let one = |cluster: Option<&str>| std::future::ready(cluster.map(|c| vec![c.to_owned()]));
-    let related = vec![
+    vec![
         sentinel_objects
             .filter_map(move |s| one(s.ok().as_ref().and_then(cluster_of)))
             .boxed(),
@@ -122,19 +144,5 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
                 std::future::ready(clusters.filter(|c| !c.is_empty()))
             })
             .boxed(),
-    ];
-    let triggers = RunTriggers {
-        related,
-        everything: on_acquired(rt.leader()).boxed(),
-        concurrency: usize::from(config.lock_concurrency.get()),
-        shutdown: rt.shutdown(),
-    };
-    Runner::new(ctx.writer.metrics.controller.clone())
-        .with_failure_events(ctx.writer.events.clone())
-        .run(clusters, cluster_objects, triggers, ctx, |object, ctx| {
-            reconcile_lock(object, ctx)
-        })
-        .await;
-    sweep.abort();
-    Ok(())
+    ]
 }

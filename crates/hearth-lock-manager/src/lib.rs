@@ -54,7 +54,7 @@
 //! Only a *proven* sentinel can be kept, and only one of *ours* is ever deleted ("delete
 //! the others" and "delete every sentinel" mean ours): one carrying this Hearth's three
 //! labels (the watch sees no other) whose UID is `status.lockJobUID` or one this process
-//! created or adopted ([`apply::Created`]); proven when it is still shaped as built, too
+//! created or adopted ([`writer::Created`]); proven when it is still shaped as built, too
 //! (one of ours that someone changed is replaced, never kept or left behind). Labels
 //! never prove and never condemn: any other labelled object is left alone, and an object
 //! that holds the sentinel's name without being the recorded one is named
@@ -102,3 +102,4 @@ pub mod status;
 pub mod summary;
 pub mod sweep;
 pub mod views;
+pub mod writer;

@@ -48,8 +48,6 @@ pub enum LockAction {
 
 /// What lock-manager's Events say they were doing.
 pub const ACTION: &str = "Lock";
-/// Event recorded when a held lock's Workload is found missing or evicted.
-pub const WORKLOAD_LOST_EVENT: &str = "LockWorkloadLost";
 
 /// The `Locked` condition a state says: a typed reason and its words.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -191,6 +189,9 @@ fn status_of(state: &LockState, cluster: &str) -> LockStatus {
         slot_holders: Vec::new(),
     }
 }
+
+/// Event recorded when a held lock's Workload is found missing or evicted.
+pub const WORKLOAD_LOST_EVENT: &str = "LockWorkloadLost";
 
 /// The actions, Events and status that make `state` true.
 pub fn plan(

@@ -39,8 +39,8 @@ pub(super) fn message(state: &LockState, cluster: &str) -> Option<String> {
             ..
         } => expired(lock, waits),
         S::WaitingForFlavor { lock } => waiting_for_flavor(lock),
-        S::Replacing { lock, waits } => replacing(lock, waits, cluster),
-        S::Creating { lock, waits } => creating(lock, waits, cluster),
+        S::Replacing { lock, waits } => new_sentinel(lock, waits, cluster, true),
+        S::Creating { lock, waits } => new_sentinel(lock, waits, cluster, false),
         S::OldWorkload {
             lock,
             sentinel,
@@ -160,37 +160,22 @@ fn waiting_for_flavor(lock: &Lock) -> String {
     )
 }
 
-/// A replacement or a create that waits for older sentinels of the lock to go.
-fn waiting_for_release(lock: &Lock, waits: &[Wait]) -> String {
-    format!(
-        "Replacing the previous sentinel: waiting for {}.{}",
-        waits_text(waits),
-        ttl_note(lock)
-    )
-}
-
-fn replacing(lock: &Lock, waits: &[Wait], cluster: &str) -> String {
+/// A sentinel of the owner about to be made: `replacing` one of ours of its name, or
+/// created; while older sentinels of the lock still go, what it waits for.
+fn new_sentinel(lock: &Lock, waits: &[Wait], cluster: &str, replacing: bool) -> String {
+    let note = ttl_note(lock);
     if !waits.is_empty() {
-        return waiting_for_release(lock, waits);
+        return format!(
+            "Replacing the previous sentinel: waiting for {}.{note}",
+            waits_text(waits)
+        );
     }
-    format!(
-        "Replacing the previous sentinel {} with one for {}.{}",
-        lock_sentinel_name(cluster),
-        lock.owner,
-        ttl_note(lock)
-    )
-}
-
-fn creating(lock: &Lock, waits: &[Wait], cluster: &str) -> String {
-    if !waits.is_empty() {
-        return waiting_for_release(lock, waits);
+    let (owner, canonical) = (&lock.owner, lock_sentinel_name(cluster));
+    if replacing {
+        format!("Replacing the previous sentinel {canonical} with one for {owner}.{note}")
+    } else {
+        format!("Created sentinel {canonical} for {owner}; waiting for Kueue to admit it.{note}")
     }
-    format!(
-        "Created sentinel {} for {}; waiting for Kueue to admit it.{}",
-        lock_sentinel_name(cluster),
-        lock.owner,
-        ttl_note(lock)
-    )
 }
 
 fn old_workload(
