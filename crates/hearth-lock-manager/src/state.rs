@@ -2,8 +2,9 @@
 //! row of the state table in the crate docs) and [`classify`], which finds it from what
 //! was observed. Every rule that decides a `Locked` reason is here, for both sentinel
 //! kinds: the reason of a state is [`LockState::reason`], its words are made from its
-//! typed facts by [`crate::plan`], and the two states only the apply step can know of
-//! (a create refused, a name taken) are entered through [`LockState::refused`]. Pure.
+//! typed facts by [`crate::plan`] (one function per state), and the two states only the
+//! apply step can know of (a create refused, a name taken) are entered through
+//! [`LockState::refused`]. Pure.
 
 use std::time::Duration;
 
