@@ -14,9 +14,7 @@
 //! 5. Status, by server-side apply of lock-manager's fields, only when it changed;
 //!    then the Events and metrics of that change.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use hearth_api::FournosCluster;
 use hearth_api::names::controllers::LOCK_MANAGER;
@@ -24,7 +22,7 @@ use hearth_api::names::{
     CLUSTER_LOCK_LABEL, CLUSTER_NAMESPACE_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     has_sentinel_labels, sentinel_labels,
 };
-use hearth_runtime::events::{Event, Events};
+use hearth_runtime::events::Event;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
@@ -33,12 +31,13 @@ use kube::core::{ApiResource, DeserializeGuard, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::config::LockManagerConfig;
 use crate::error::{Error, is_status};
 use crate::metrics::LockMetrics;
-use crate::plan::{LockAction, LockPlan, LockState, LockStatus, Refusal};
+use crate::plan::{LockAction, LockPlan, LockStatus};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
+use crate::state::{LockState, Refusal, Taken};
 use crate::status::{became_held, status_patch, transition_events};
+use crate::writer::Writer;
 
 /// What became of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,68 +50,7 @@ pub enum Applied {
     Conflict,
 }
 
-/// UIDs of the sentinels this process created or adopted, so that a sentinel is
-/// proven from the moment it exists, before the cluster cache shows the status write
-/// that records its UID. A UID in here is this lock-manager's whatever happened since
-/// (another leader, a restart only forgets); entries go after ten minutes.
-#[derive(Clone, Default)]
-pub struct Created(Arc<Mutex<HashMap<String, Instant>>>);
-
-/// Longer than any cache lag: by then the status that records the UID is in the cache.
-const PROVEN_FOR: Duration = Duration::from_secs(600);
-
-impl Created {
-    pub fn insert(&self, uid: &str) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, at| at.elapsed() < PROVEN_FOR);
-        map.insert(uid.to_owned(), Instant::now());
-    }
-
-    pub fn contains(&self, uid: &str) -> bool {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(uid).is_some_and(|at| at.elapsed() < PROVEN_FOR)
-    }
-}
-
-/// What the apply step writes with.
-pub struct Writer<K: Sentinel> {
-    pub client: kube::Client,
-    pub config: LockManagerConfig,
-    /// Where this Hearth's FournosClusters live: its sentinels' cluster-namespace label.
-    pub cluster_namespace: String,
-    pub created: Created,
-    pub clusters: Api<FournosCluster>,
-    /// Deletes (an undecodable sentinel can still be deleted).
-    pub sentinels: Api<DeserializeGuard<K>>,
-    /// Creates and status writes.
-    pub sentinel_writes: Api<K>,
-    pub events: Events,
-    pub metrics: LockMetrics,
-}
-
-impl<K: Sentinel> Writer<K> {
-    /// FournosClusters in `cluster_namespace`, sentinels in the execution namespace.
-    pub fn new(
-        client: kube::Client,
-        cluster_namespace: &str,
-        config: LockManagerConfig,
-        events: Events,
-        metrics: LockMetrics,
-    ) -> Self {
-        Self {
-            cluster_namespace: cluster_namespace.to_owned(),
-            created: Created::default(),
-            clusters: Api::namespaced(client.clone(), cluster_namespace),
-            sentinels: Api::namespaced(client.clone(), &config.execution_namespace),
-            sentinel_writes: Api::namespaced(client.clone(), &config.execution_namespace),
-            client,
-            config,
-            events,
-            metrics,
-        }
-    }
-}
-
+/// Carries out `plan` in the order the module docs give.
 pub async fn apply_plan<K: Sentinel>(
     ctx: &Writer<K>,
     cluster: &FournosCluster,
@@ -121,24 +59,8 @@ pub async fn apply_plan<K: Sentinel>(
     now: Timestamp,
 ) -> Result<Applied, Error> {
     let regarding = cluster.object_ref(&());
-
-    if let Some(owner) = plan.actions.iter().find_map(|a| match a {
-        LockAction::ClearOwner { owner } => Some(owner),
-        _ => None,
-    }) {
-        match clear_owner(&ctx.clusters, cluster).await {
-            Ok(()) => {
-                ctx.metrics.wrote("owner_clear");
-                tracing::info!(%owner, "lock expired; spec.owner cleared");
-                ctx.metrics.expired.inc();
-            }
-            Err(e) if is_status(&e, 409) => {
-                tracing::info!(%owner, "the cluster changed while its lock expired; planning again");
-                return Ok(Applied::Conflict);
-            }
-            Err(e) if is_status(&e, 404) => return Ok(Applied::Done),
-            Err(e) => return Err(Error::ClearOwner(e)),
-        }
+    if let Some(stop) = expire(ctx, cluster, plan).await? {
+        return Ok(stop);
     }
     // A loss is counted from the state, with its Event and before it: the two report one
     // loss, so whoever sees the Event sees the count, and a write that fails after it
@@ -149,7 +71,63 @@ pub async fn apply_plan<K: Sentinel>(
     for event in &plan.events {
         publish(ctx, &regarding, event).await;
     }
+    let deleted = delete_planned(ctx, observed, plan).await?;
+    let (status, taken) = create_planned((ctx, cluster), plan, now).await?;
+    for sentinel in observed
+        .iter()
+        .filter(|s| !deleted.contains(&s.name_any().as_str()))
+    {
+        if let Ok(s) = &sentinel.0
+            && s.meta().deletion_timestamp.is_none()
+            && let Some(status) = s.upkeep(now)
+        {
+            upkeep(ctx, s, status).await?;
+        }
+    }
+    write_status(ctx, cluster, &regarding, &status, now).await?;
+    Ok(if taken {
+        Applied::NameTaken
+    } else {
+        Applied::Done
+    })
+}
 
+/// Step 1: the plan's `ClearOwner`, if it has one. What to answer instead of going on,
+/// when the cluster changed or is gone.
+async fn expire<K: Sentinel>(
+    ctx: &Writer<K>,
+    cluster: &FournosCluster,
+    plan: &LockPlan,
+) -> Result<Option<Applied>, Error> {
+    let Some(owner) = plan.actions.iter().find_map(|a| match a {
+        LockAction::ClearOwner { owner } => Some(owner),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    match clear_owner(&ctx.clusters, cluster).await {
+        Ok(()) => {
+            ctx.metrics.wrote("owner_clear");
+            tracing::info!(%owner, "lock expired; spec.owner cleared");
+            ctx.metrics.expired.inc();
+            Ok(None)
+        }
+        Err(e) if is_status(&e, 409) => {
+            tracing::info!(%owner, "the cluster changed while its lock expired; planning again");
+            Ok(Some(Applied::Conflict))
+        }
+        Err(e) if is_status(&e, 404) => Ok(Some(Applied::Done)),
+        Err(e) => Err(Error::ClearOwner(e)),
+    }
+}
+
+/// Step 2: the plan's deletes, each preconditioned on the observed UID. The names
+/// deleted.
+async fn delete_planned<'p, K: Sentinel>(
+    ctx: &Writer<K>,
+    observed: &[Arc<DeserializeGuard<K>>],
+    plan: &'p LockPlan,
+) -> Result<Vec<&'p str>, Error> {
     let mut deleted = Vec::new();
     for action in &plan.actions {
         if let LockAction::DeleteSentinel { name } = action {
@@ -161,22 +139,36 @@ pub async fn apply_plan<K: Sentinel>(
             deleted.push(name.as_str());
         }
     }
+    Ok(deleted)
+}
 
+/// Step 3: the plan's create, or the one it held back, and the status that follows:
+/// the new sentinel's name and UID, or the state a refusal leads to. Whether the name
+/// is taken by an object this Hearth did not make. A create that fails is said in the
+/// status before the error is returned.
+async fn create_planned<K: Sentinel>(
+    (ctx, cluster): (&Writer<K>, &FournosCluster),
+    plan: &LockPlan,
+    now: Timestamp,
+) -> Result<(LockStatus, bool), Error> {
+    let regarding = &cluster.object_ref(&());
     let mut status = plan.status.clone();
     let mut taken = false;
     let kind = K::kind(&()).into_owned();
     let namespace = ctx.config.execution_namespace.clone();
-    let name_taken = |name: &str, why: String| Refusal::NameTaken {
-        kind: kind.clone(),
-        namespace: namespace.clone(),
-        name: name.to_owned(),
-        why,
+    let name_taken = |name: &str, why: String| {
+        Refusal::NameTaken(Taken {
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.to_owned(),
+            why,
+        })
     };
     for action in &plan.actions {
         let LockAction::CreateSentinel { name, owner } = action else {
             continue;
         };
-        match create_sentinel(ctx, cluster, &regarding, name, owner).await {
+        match create_sentinel(ctx, cluster, regarding, name, owner).await {
             Ok(Creation::Created { uid }) => {
                 status.lock_job_name = Some(name.clone());
                 status.lock_job_uid = Some(uid);
@@ -190,7 +182,7 @@ pub async fn apply_plan<K: Sentinel>(
                 // Said where people look (the Locked condition), not only in an Event.
                 let error = e.to_string();
                 let status = refused(plan, Refusal::CreateFailed { error });
-                write_status(ctx, cluster, &regarding, &status, now).await?;
+                write_status(ctx, cluster, regarding, &status, now).await?;
                 return Err(e);
             }
         }
@@ -201,25 +193,7 @@ pub async fn apply_plan<K: Sentinel>(
         taken = true;
         status = refused(plan, name_taken(name, why));
     }
-
-    for sentinel in observed
-        .iter()
-        .filter(|s| !deleted.contains(&s.name_any().as_str()))
-    {
-        if let Ok(s) = &sentinel.0
-            && s.meta().deletion_timestamp.is_none()
-            && let Some(status) = s.upkeep(now)
-        {
-            upkeep(ctx, s, status).await?;
-        }
-    }
-
-    write_status(ctx, cluster, &regarding, &status, now).await?;
-    Ok(if taken {
-        Applied::NameTaken
-    } else {
-        Applied::Done
-    })
+    Ok((status, taken))
 }
 
 /// The status of the state a refused create leads to (`SentinelNameTaken`: the name
@@ -613,7 +587,10 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
+    use hearth_runtime::events::Events;
+
     use super::*;
+    use crate::config::LockManagerConfig;
 
     /// A 409 on the sentinel's name is ours only for the object lock-manager recorded:
     /// labelled for this very cluster and with the recorded (or created) UID.
@@ -691,7 +668,8 @@ mod tests {
         assert!(c.message.chars().count() <= 1025);
     }
     use crate::config::SentinelKind;
-    use crate::plan::{ClusterView, SentinelState, plan_lock};
+    use crate::plan::plan_lock;
+    use crate::views::{ClusterView, SentinelState};
     use hearth_api::kueue::Workload;
     use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
     use http_body_util::BodyExt;
@@ -829,9 +807,7 @@ mod tests {
         let views: Vec<_> = sentinels
             .iter()
             .map(|s| {
-                crate::sentinel::observe(s.as_ref(), &crate::sentinel::Expect::of(&status), |_| {
-                    true
-                })
+                crate::sentinel::observe(s.as_ref(), &crate::views::Expect::of(&status), |_| true)
             })
             .collect();
         assert_eq!(views[0].state, SentinelState::Holding);
@@ -947,7 +923,7 @@ mod tests {
             lost: crate::state::Lost::NoWorkload,
         };
         plan.events.push(Event::warning(
-            crate::fournos_lock::WORKLOAD_LOST_EVENT,
+            crate::plan::WORKLOAD_LOST_EVENT,
             crate::plan::ACTION,
             "its Workload is gone",
         ));

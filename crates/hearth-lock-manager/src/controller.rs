@@ -7,23 +7,24 @@
 use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::sentinel_selector;
 use hearth_runtime::Runtime;
-use hearth_runtime::kit::{Backoff, Cache, RunTriggers, Runner, WatchContext};
+use hearth_runtime::kit::{Backoff, Cache, Objects, RunTriggers, Runner, WatchContext};
 use hearth_runtime::leadership::on_acquired;
 use kube::api::Api;
 use kube::runtime::watcher;
 use tracing::Instrument as _;
 
-use crate::apply::Writer;
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
-use crate::fournos_lock;
+use crate::fournos_workloads::lock_workload_cluster;
 use crate::holders;
 use crate::metrics::LockMetrics;
 use crate::sentinel::{Sentinel, cluster_of};
+use crate::writer::Writer;
 
 use crate::context::Context;
 use crate::reconcile::reconcile_lock;
@@ -99,32 +100,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     log_settings(&config);
-    // Related objects, each mapped to the clusters it concerns: the cluster's sentinels,
-    // and every Workload admitted on its flavor (who holds its slots) or, for
-    // `fournosjob`, of a lock's name (what holds a lock).
-    let one = |cluster: Option<&str>| std::future::ready(cluster.map(|c| vec![c.to_owned()]));
-    let related = vec![
-        sentinel_objects
-            .filter_map(move |s| one(s.ok().as_ref().and_then(cluster_of)))
-            .boxed(),
-        admitted_objects
-            .filter_map(move |w| {
-                let clusters = w.ok().and_then(|w| w.0.ok()).map(|w| {
-                    let mut clusters: Vec<String> = [
-                        holders::admitted_flavor(&w),
-                        fournos_lock::lock_workload_cluster(&w),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    .map(str::to_owned)
-                    .collect();
-                    clusters.dedup();
-                    clusters
-                });
-                std::future::ready(clusters.filter(|c| !c.is_empty()))
-            })
-            .boxed(),
-    ];
+    let related = related(sentinel_objects, admitted_objects);
     let triggers = RunTriggers {
         related,
         everything: on_acquired(rt.leader()).boxed(),
@@ -139,4 +115,34 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         .await;
     sweep.abort();
     Ok(())
+}
+
+/// Related objects, each mapped to the clusters it concerns: the cluster's sentinels,
+/// and every Workload admitted on its flavor (who holds its slots) or, for
+/// `fournosjob`, of a lock's name (what holds a lock).
+fn related<K: Sentinel>(
+    sentinel_objects: Objects<K>,
+    admitted_objects: Objects<Workload>,
+) -> Vec<BoxStream<'static, Vec<String>>> {
+    let one = |cluster: Option<&str>| std::future::ready(cluster.map(|c| vec![c.to_owned()]));
+    vec![
+        sentinel_objects
+            .filter_map(move |s| one(s.ok().as_ref().and_then(cluster_of)))
+            .boxed(),
+        admitted_objects
+            .filter_map(move |w| {
+                let clusters = w.ok().and_then(|w| w.0.ok()).map(|w| {
+                    let mut clusters: Vec<String> =
+                        [holders::admitted_flavor(&w), lock_workload_cluster(&w)]
+                            .into_iter()
+                            .flatten()
+                            .map(str::to_owned)
+                            .collect();
+                    clusters.dedup();
+                    clusters
+                });
+                std::future::ready(clusters.filter(|c| !c.is_empty()))
+            })
+            .boxed(),
+    ]
 }

@@ -10,7 +10,7 @@ use hearth_api::kueue::{Workload, assignments_on, slots_of, workload_conditions}
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, OWNER_ANNOTATION};
 use hearth_api::text::bounded;
 
-use crate::fournos_lock::JOB_NAME_LABEL;
+use crate::fournos::JOB_NAME_LABEL;
 
 /// Most holders named in status: the largest ones say who holds the cluster.
 pub const MAX_HOLDERS: usize = 5;
@@ -331,15 +331,18 @@ mod tests {
             .unwrap()
             .node_selector = Some([(CLUSTER_NODE_LABEL.to_owned(), "a".to_owned())].into());
         w.status.as_mut().unwrap().conditions[0].message = "m".repeat(100_000);
-        let before = crate::fournos_lock::observe_workload(&w);
+        let before = crate::fournos_workloads::observe_workload(&w);
         trim(&mut w);
         assert!(serde_json::to_string(&w).unwrap().len() < 3000);
-        let after = crate::fournos_lock::observe_workload(&w);
+        let after = crate::fournos_workloads::observe_workload(&w);
         assert_eq!(after.owner_uid.as_deref(), Some("u1"));
         assert_eq!(
             (after.job, after.slots, after.created, after.uid),
             (before.job, before.slots, before.created, before.uid)
         );
-        assert_eq!(crate::fournos_lock::lock_workload_cluster(&w), Some("a"));
+        assert_eq!(
+            crate::fournos_workloads::lock_workload_cluster(&w),
+            Some("a")
+        );
     }
 }

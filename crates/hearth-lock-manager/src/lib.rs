@@ -3,8 +3,8 @@
 //!
 //! Reconcile = observe → [`plan`] (pure) → [`apply`] → report ([`status`]); the
 //! state machine is [`state`], the sentinel kinds live in [`sentinel`], the orphan sweep
-//! in [`sweep`]; for `fournosjob` sentinels [`fournos_lock`] observes the Workloads
-//! Fournos made. Before any of it runs, [`crd_check`] refuses a served CRD that would
+//! in [`sweep`]; for `fournosjob` sentinels [`fournos_workloads`] observes the Workloads
+//! Fournos made ([`fournos`]: what Fournos does). What the rules read is in [`views`]. Before any of it runs, [`crd_check`] refuses a served CRD that would
 //! prune a status field lock-manager writes.
 //!
 //! # The lock state machine
@@ -35,10 +35,10 @@
 //! | `Misplaced`        | `fournosjob`, Fournos says admitted: its own Workload, as Fournos made it, holds fewer slots than the cluster has | keep it, delete the others | False `SlotsMismatch` (false) | `LockLost` (Warning) if it was `Held` |
 //! | `Unproven`         | `fournosjob`, Fournos says admitted: the Workload of its name is not labelled with the job, not owned by its UID, older than it, or its slots (Kueue's `resourceUsage`) cannot be read | keep it, delete the others | False `WorkloadNotProven` (false), naming it | `LockLost` (Warning) if it was `Held` |
 //! | `Held`             | `fournosjob`, Fournos says admitted: the Workload of its name, proven as above, is admitted, not finished or evicted, in the queue, on the flavor, with every slot as Kueue counted them | keep it, delete the others; `lockWorkloadUID` = that Workload | True `Held` (true) | `LockHeld` |
-//! | `AwaitingWorkload` | `fournosjob`, Fournos says admitted: no Workload of it in the cache, for under [`fournos_lock::REPAIR_GRACE`] | keep it, delete the others | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` |
+//! | `AwaitingWorkload` | `fournosjob`, Fournos says admitted: no Workload of it in the cache, for under [`fournos::REPAIR_GRACE`] | keep it, delete the others | False `WaitingForAdmission` (false) | `LockLost` (Warning) if it was `Held` |
 //! | `WorkloadLost`     | `fournosjob`, Fournos says admitted: its own Workload is gone, finished, evicted, not admitted, or not as Fournos made it (not pinned to the cluster, or admitted with fewer slots than Fournos asks and the cluster has) | delete every sentinel (replaced) | False `WorkloadLost` (false) | `LockWorkloadLost` (Warning) |
 //! | `Misplaced`        | `fournosjob`, not admitted: the cluster has other slots than Fournos asks (100) | keep it, delete the others  | False `SlotsMismatch` (false)  | — |
-//! | `NotPickedUp`      | `fournosjob`, not admitted: no phase [`fournos_lock::PICKUP_GRACE`] after its creation | keep it, delete the others | False `SentinelNotPickedUp` (false), with Fournos's words | — |
+//! | `NotPickedUp`      | `fournosjob`, not admitted: no phase [`fournos::PICKUP_GRACE`] after its creation | keep it, delete the others | False `SentinelNotPickedUp` (false), with Fournos's words | — |
 //! | `Waiting`          | `fournosjob`, not admitted otherwise                          | keep it, delete the others; look again when the pickup grace ends | False `WaitingForAdmission` (false), Fournos's words | `LockLost` (Warning) if it was `Held` for the same owner |
 //! | `Held`             | `workload`: admitted in the configured ClusterQueue, on the cluster's own flavor, not evicted, with at least the cluster's slot quota | keep it, delete the others | True `Held` (true) | `LockHeld` |
 //! | `Misplaced`        | `workload`: admitted in another ClusterQueue or on another flavor | keep it, delete the others           | False `WrongFlavor` (false)    | `LockLost` (Warning) if it was `Held` |
@@ -54,7 +54,7 @@
 //! Only a *proven* sentinel can be kept, and only one of *ours* is ever deleted ("delete
 //! the others" and "delete every sentinel" mean ours): one carrying this Hearth's three
 //! labels (the watch sees no other) whose UID is `status.lockJobUID` or one this process
-//! created or adopted ([`apply::Created`]); proven when it is still shaped as built, too
+//! created or adopted ([`writer::Created`]); proven when it is still shaped as built, too
 //! (one of ours that someone changed is replaced, never kept or left behind). Labels
 //! never prove and never condemn: any other labelled object is left alone, and an object
 //! that holds the sentinel's name without being the recorded one is named
@@ -80,8 +80,8 @@
 //! The controller is woken by the watch of the sentinels (and, for `fournosjob`, of
 //! Fournos's Workloads), with no debounce; nothing waits between a watch event and the
 //! status write but the reconcile itself. The only waits in the machine protect something
-//! named: [`fournos_lock::REPAIR_GRACE`] (the Workload watch trailing the FournosJob watch:
-//! not *held* meanwhile, only the repair waits) and [`fournos_lock::PICKUP_GRACE`]
+//! named: [`fournos::REPAIR_GRACE`] (the Workload watch trailing the FournosJob watch:
+//! not *held* meanwhile, only the repair waits) and [`fournos::PICKUP_GRACE`]
 //! (Fournos's own time to give a job a phase). Measured: `bench-results/2026-11-25/LOCK-REACTION.md`.
 
 pub mod apply;
@@ -90,7 +90,8 @@ pub mod context;
 pub mod controller;
 pub mod crd_check;
 pub mod error;
-pub mod fournos_lock;
+pub mod fournos;
+pub mod fournos_workloads;
 pub mod holders;
 pub mod metrics;
 pub mod plan;
@@ -100,3 +101,5 @@ pub mod state;
 pub mod status;
 pub mod summary;
 pub mod sweep;
+pub mod views;
+pub mod writer;

@@ -4,7 +4,7 @@
 //! - `fournosjob`: a lockOnly FournosJob with exactly the contract's spec and label;
 //!   Fournos turns it into a Workload requesting all slots. Holding while its phase is
 //!   `Admitted` or `Running` — and, since Fournos stops looking at that Workload once
-//!   admitted, while the Workload itself is admitted ([`crate::fournos_lock`]).
+//!   admitted, while the Workload itself is admitted ([`crate::fournos_workloads`]).
 //! - `workload`: a bare Kueue Workload requesting all of the cluster's slots. Holding
 //!   while Kueue says `Admitted=True`. It has no pods, so lock-manager reports
 //!   `PodsReady=True` itself once it is admitted ([`Sentinel::upkeep`]): otherwise
@@ -32,13 +32,14 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use kube::core::DeserializeGuard;
+use kube::{Resource, ResourceExt as _};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::plan::{Misplaced, SentinelState, SentinelView};
+use crate::holders::admitted_flavor;
+use crate::views::{Expect, JobView, MAX_QUOTED, Misplaced, SentinelState, SentinelView};
 
 /// Name of the single pod set (and container) of a `workload` sentinel.
 pub const LOCK_POD_SET: &str = "lock";
@@ -101,7 +102,7 @@ pub trait Sentinel:
     fn shape_problem(&self, cluster: &str) -> Option<String>;
 
     /// For a FournosJob sentinel, what the state machine ([`crate::state`]) needs of it.
-    fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
+    fn job_view(&self) -> Option<JobView> {
         None
     }
 
@@ -122,63 +123,6 @@ pub fn cluster_of<K: Resource>(sentinel: &K) -> Option<&str> {
         .map(String::as_str)
         .filter(|c| !c.is_empty())
 }
-
-/// What a sentinel of a cluster must hold to lock it: all of the cluster's slots, in the
-/// cluster's ClusterQueue, on the cluster's own ResourceFlavor (from `status.kueue`;
-/// unknown parts are not checked).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Expect<'a> {
-    pub cluster_queue: Option<&'a str>,
-    pub flavor: Option<&'a str>,
-    pub slots: Option<i64>,
-}
-
-impl<'a> Expect<'a> {
-    pub fn of(status: &'a hearth_api::FournosClusterStatus) -> Self {
-        let kueue = status.kueue.as_ref();
-        Self {
-            cluster_queue: kueue.map(|k| k.cluster_queue.as_str()),
-            flavor: kueue.map(|k| k.flavor.as_str()),
-            slots: kueue.map(|k| k.cluster_slots).filter(|s| *s > 0),
-        }
-    }
-
-    /// Why an admission in `cluster_queue` with the slots on `flavor` does not hold this
-    /// cluster, if it does not: `WrongFlavor` with the words to say.
-    pub fn misplaced(&self, cluster_queue: &str, flavor: Option<&str>) -> Option<String> {
-        if let Some(want) = self.cluster_queue.filter(|w| *w != cluster_queue) {
-            return Some(format!(
-                "it is admitted in ClusterQueue {} but the cluster's quota is in {want}",
-                bounded(cluster_queue, MAX_QUOTED)
-            ));
-        }
-        match (self.flavor, flavor) {
-            (Some(want), Some(got)) if want != got => Some(format!(
-                "its {CLUSTER_SLOT_RESOURCE} is admitted on ResourceFlavor {} but the cluster's flavor is {want}",
-                bounded(got, MAX_QUOTED)
-            )),
-            (Some(want), None) => Some(format!(
-                "its admission assigns no ResourceFlavor to {CLUSTER_SLOT_RESOURCE} (the cluster's flavor is {want})"
-            )),
-            _ => None,
-        }
-    }
-
-    /// Why `requested` slots do not hold this cluster, if they do not.
-    pub fn too_few(&self, requested: Option<i64>) -> Option<String> {
-        let want = self.slots?;
-        match requested {
-            Some(n) if n >= want => None,
-            Some(n) => Some(format!(
-                "it holds {n} {CLUSTER_SLOT_RESOURCE} but the cluster has {want}, so other jobs can still be admitted there"
-            )),
-            None => Some(format!("it requests no {CLUSTER_SLOT_RESOURCE}")),
-        }
-    }
-}
-
-/// Longest untrusted text (from a person's or Kueue's object) quoted in a message.
-const MAX_QUOTED: usize = 253;
 
 /// What the plan needs to know about a sentinel, which carries this Hearth's labels.
 /// `ours`: its UID is the one this lock-manager created (or adopted) for the cluster; only
@@ -279,12 +223,12 @@ impl Sentinel for FournosJob {
         }
     }
 
-    fn job_view(&self) -> Option<crate::fournos_lock::JobView> {
-        Some(crate::fournos_lock::observe_job(self))
+    fn job_view(&self) -> Option<JobView> {
+        Some(observe_job(self))
     }
 
     /// Fournos's phase only: what holds the slots is the Workload Fournos made, which
-    /// [`crate::fournos_lock`] checks against `expect`.
+    /// [`crate::fournos_workloads`] checks against `expect`.
     fn state(&self, _expect: &Expect<'_>) -> SentinelState {
         let status = self.status.as_ref();
         let phase = status.and_then(|s| s.phase.as_deref());
@@ -397,7 +341,7 @@ impl Sentinel for Workload {
                 .as_ref()
                 .and_then(|s| s.admission.as_ref())
                 .map_or("", |a| a.cluster_queue.as_str());
-            if let Some(why) = expect.misplaced(queue, crate::holders::admitted_flavor(self)) {
+            if let Some(why) = expect.misplaced(queue, admitted_flavor(self)) {
                 return SentinelState::Misplaced(Misplaced::WrongFlavor(why));
             }
             if let Some(why) = expect.too_few(requested_slots(self)) {
@@ -467,6 +411,40 @@ impl Sentinel for Workload {
             last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
         };
         Some(json!({ "conditions": [condition] }))
+    }
+}
+
+/// What the state machine needs of a FournosJob sentinel.
+pub fn observe_job(job: &FournosJob) -> JobView {
+    let status = job.status.as_ref();
+    let admitted_at = status
+        .and_then(|s| s.other.get("conditions"))
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter().find(|c| {
+                c.get("type").and_then(Value::as_str) == Some("WorkloadAdmitted")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+        .and_then(|c| c.get("lastTransitionTime")?.as_str()?.parse().ok());
+    // kopf keeps each handler's progress as JSON in an annotation; a failing handler's
+    // record carries the exception's text.
+    let fournos_said = job
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with("kopf.zalando.org/"))
+        .filter_map(|(_, v)| serde_json::from_str::<Value>(v).ok())
+        .filter(|v| v.get("success").and_then(Value::as_bool) != Some(true))
+        .find_map(|v| v.get("message")?.as_str().map(str::to_owned));
+    JobView {
+        name: job.name_any(),
+        uid: job.uid(),
+        created: job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        phase: status.and_then(|s| s.phase.clone()),
+        admitted_at,
+        deleting_since: job.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+        finalizers: job.finalizers().to_vec(),
+        fournos_said,
     }
 }
 
@@ -839,6 +817,27 @@ mod tests {
         assert!(
             !is_legacy(&other_hearth, "a"),
             "a cluster-namespace label is not legacy"
+        );
+    }
+
+    #[test]
+    fn observes_fournos_jobs() {
+        const JOB: &str = "cluster-lock-a";
+        let j: FournosJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "fournos.dev/v1", "kind": "FournosJob",
+            "metadata": { "name": JOB, "uid": "u1", "annotations": {
+                "kopf.zalando.org/on_create": "{\"started\":\"2026-01-01T00:00:00\",\"retries\":2,\"success\":false,\"failure\":false,\"message\":\"(422) Reason: Unprocessable Entity\"}" } },
+            "spec": {},
+            "status": { "phase": "Admitted", "conditions": [
+                { "type": "WorkloadAdmitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z" } ] },
+        }))
+        .unwrap();
+        let v = observe_job(&j);
+        assert_eq!(v.phase.as_deref(), Some("Admitted"));
+        assert_eq!(v.admitted_at, Some("2026-01-01T00:00:05Z".parse().unwrap()));
+        assert_eq!(
+            v.fournos_said.as_deref(),
+            Some("(422) Reason: Unprocessable Entity")
         );
     }
 }

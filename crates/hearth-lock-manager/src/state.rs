@@ -2,8 +2,9 @@
 //! row of the state table in the crate docs) and [`classify`], which finds it from what
 //! was observed. Every rule that decides a `Locked` reason is here, for both sentinel
 //! kinds: the reason of a state is [`LockState::reason`], its words are made from its
-//! typed facts by [`crate::plan`], and the two states only the apply step can know of
-//! (a create refused, a name taken) are entered through [`LockState::refused`]. Pure.
+//! typed facts by [`crate::plan`] (one function per state), and the two states only the
+//! apply step can know of (a create refused, a name taken) are entered through
+//! [`LockState::refused`]. Pure.
 
 use std::time::Duration;
 
@@ -13,21 +14,11 @@ use hearth_api::{ExpiredLock, FournosClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::fournos_lock::{
-    FOURNOS_EXCLUSIVE_SLOTS, JobView, LockWorkloadView, PICKUP_GRACE, REPAIR_GRACE,
+use crate::fournos::{FOURNOS_EXCLUSIVE_SLOTS, PICKUP_GRACE, REPAIR_GRACE};
+use crate::views::{
+    ClusterView, Expect, FournosView, JobView, LockWorkloadView, Misplaced, SentinelState,
+    SentinelView,
 };
-use crate::plan::{ClusterView, Misplaced, SentinelState, SentinelView};
-use crate::sentinel::Expect;
-
-/// What a `fournosjob` lock-manager knows besides the sentinels: the FournosJobs behind
-/// them and the Workloads Fournos made for them (what actually holds the slots).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FournosView<'a> {
-    /// The cluster's sentinels, as FournosJobs.
-    pub jobs: &'a [JobView],
-    /// The Workloads of those jobs and of the cluster's canonical sentinel name.
-    pub workloads: &'a [LockWorkloadView],
-}
 
 /// The owner's lock and its term: when it started and when it runs out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,14 +132,19 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// The name belongs to an object this Hearth did not make.
-    NameTaken {
-        kind: String,
-        namespace: String,
-        name: String,
-        why: String,
-    },
+    NameTaken(Taken),
     /// The apiserver refused the create (its words, as the error says them).
     CreateFailed { error: String },
+}
+
+/// An object this Hearth did not make that holds the sentinel's name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Taken {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// Why it is not this Hearth's sentinel.
+    pub why: String,
 }
 
 /// Where a cluster's lock stands: one variant per row of the state table in the crate
@@ -192,9 +188,9 @@ pub enum LockState {
         leftover: bool,
     },
     /// The sentinel's name is taken by an object this Hearth did not make.
-    NameTaken { lock: Lock, refusal: Refusal },
-    /// The apiserver refused the sentinel.
-    CreateFailed { lock: Lock, refusal: Refusal },
+    NameTaken { lock: Lock, taken: Taken },
+    /// The apiserver refused the sentinel (its words, as the error says them).
+    CreateFailed { lock: Lock, error: String },
     /// The owner's sentinel waits for Kueue to admit it (Kueue's words, if any); for
     /// `fournosjob`, look again at `recheck_in` whether Fournos picked it up.
     Waiting {
@@ -335,8 +331,8 @@ impl LockState {
     pub fn refused(&self, refusal: Refusal) -> Option<LockState> {
         let lock = self.lock()?.clone();
         Some(match refusal {
-            Refusal::NameTaken { .. } => Self::NameTaken { lock, refusal },
-            Refusal::CreateFailed { .. } => Self::CreateFailed { lock, refusal },
+            Refusal::NameTaken(taken) => Self::NameTaken { lock, taken },
+            Refusal::CreateFailed { error } => Self::CreateFailed { lock, error },
         })
     }
 }
@@ -366,7 +362,6 @@ pub fn classify(
         return LockState::InvalidOwner { problem };
     }
     let lock = lock_of(cluster, owner, now);
-    let waits = || fournos.map(release_waits).unwrap_or_default();
     if let Some(expired_at) = lock.expires_at.filter(|exp| *exp <= now) {
         let expired = ExpiredLock {
             owner: owner.to_owned(),
@@ -376,39 +371,65 @@ pub fn classify(
         return LockState::Expiring {
             lock,
             expired,
-            waits: waits(),
+            waits: fournos.map(release_waits).unwrap_or_default(),
         };
     }
     let canonical = lock_sentinel_name(cluster.name);
-    let Some(kept) = kept_sentinel(sentinels, owner, &canonical) else {
-        if cluster.status.kueue.is_none() {
-            return LockState::WaitingForFlavor { lock };
-        }
-        // Only a sentinel of ours of the name is replaced (deleted, then made anew: one
-        // that someone changed, too); another is never deleted, and the create names it
-        // (`SentinelNameTaken`).
-        if sentinels.iter().any(|s| s.name == canonical && s.ours) {
-            return LockState::Replacing {
-                lock,
-                waits: waits(),
-            };
-        }
-        // Fournos adopts a Workload of the name it is about to make (it finds the job's
-        // Workload by name): none may be there, whoever made it and however labelled.
-        if let Some(old) = fournos.and_then(|f| f.workloads.iter().find(|w| w.name == canonical)) {
-            return LockState::OldWorkload {
-                lock,
-                leftover: old.job.as_deref() == Some(canonical.as_str()) && old.owner_uid.is_some(),
-                sentinel: canonical,
-                workload: old.name.clone(),
-                holds_quota: old.holds_quota,
-            };
-        }
-        return LockState::Creating {
+    match kept_sentinel(sentinels, owner, &canonical) {
+        Some((kept, standing)) => with_sentinel(cluster, fournos, lock, kept, standing, now),
+        None => without_sentinel(cluster, sentinels, fournos, lock, canonical),
+    }
+}
+
+/// The owner's lock with no proven live sentinel of the owner to keep: what stands in
+/// the way of creating `canonical`, or the create.
+fn without_sentinel(
+    cluster: &ClusterView<'_>,
+    sentinels: &[SentinelView],
+    fournos: Option<&FournosView<'_>>,
+    lock: Lock,
+    canonical: String,
+) -> LockState {
+    if cluster.status.kueue.is_none() {
+        return LockState::WaitingForFlavor { lock };
+    }
+    let waits = || fournos.map(release_waits).unwrap_or_default();
+    // Only a sentinel of ours of the name is replaced (deleted, then made anew: one
+    // that someone changed, too); another is never deleted, and the create names it
+    // (`SentinelNameTaken`).
+    if sentinels.iter().any(|s| s.name == canonical && s.ours) {
+        return LockState::Replacing {
             lock,
             waits: waits(),
         };
-    };
+    }
+    // Fournos adopts a Workload of the name it is about to make (it finds the job's
+    // Workload by name): none may be there, whoever made it and however labelled.
+    if let Some(old) = fournos.and_then(|f| f.workloads.iter().find(|w| w.name == canonical)) {
+        return LockState::OldWorkload {
+            lock,
+            leftover: old.job.as_deref() == Some(canonical.as_str()) && old.owner_uid.is_some(),
+            sentinel: canonical,
+            workload: old.name.clone(),
+            holds_quota: old.holds_quota,
+        };
+    }
+    LockState::Creating {
+        lock,
+        waits: waits(),
+    }
+}
+
+/// The owner's lock with the sentinel it keeps, by where that sentinel stands (and, for
+/// `fournosjob`, what Fournos and its Workload say).
+fn with_sentinel(
+    cluster: &ClusterView<'_>,
+    fournos: Option<&FournosView<'_>>,
+    lock: Lock,
+    kept: &SentinelView,
+    standing: Standing<'_>,
+    now: Timestamp,
+) -> LockState {
     let sentinel = Kept {
         name: kept.name.clone(),
         uid: kept.uid.clone(),
@@ -420,12 +441,12 @@ pub fn classify(
             .find(|j| j.name == kept.name && j.deleting_since.is_none())
             .map(|job| (f, job))
     });
-    match (&kept.state, job) {
-        (SentinelState::Holding, Some((f, job))) => {
+    match (standing, job) {
+        (Standing::Holding, Some((f, job))) => {
             let expect = (cluster.name, &expect);
             held_by_fournos(lock, sentinel, job, f.workloads, expect, now)
         }
-        (SentinelState::Waiting(why), Some((_, job))) => {
+        (Standing::Waiting(why), Some((_, job))) => {
             let waiting = Waiting {
                 why: why.clone(),
                 until_uncordon: cluster.cordoned,
@@ -434,19 +455,19 @@ pub fn classify(
         }
         // `workload` sentinels: what the sentinel says is its own admission. (For
         // `fournosjob` a kept sentinel is a readable live job, so it has its JobView.)
-        (SentinelState::Holding, _) if fournos.is_none() => LockState::Held {
+        (Standing::Holding, _) if fournos.is_none() => LockState::Held {
             workload: sentinel.uid.clone(),
             lock,
             sentinel,
         },
-        (SentinelState::Holding, _) => LockState::Waiting {
+        (Standing::Holding, _) => LockState::Waiting {
             lock,
             sentinel,
             why: None,
             until_uncordon: false,
             recheck_in: None,
         },
-        (SentinelState::Misplaced(problem), _) => LockState::Misplaced {
+        (Standing::Misplaced(problem), _) => LockState::Misplaced {
             lock,
             sentinel,
             mismatch: match problem {
@@ -457,14 +478,13 @@ pub fn classify(
                 Misplaced::WrongSlots(why) => Mismatch::WrongSlots { why: why.clone() },
             },
         },
-        (SentinelState::Waiting(why), _) => LockState::Waiting {
+        (Standing::Waiting(why), _) => LockState::Waiting {
             lock,
             sentinel,
             why: why.clone(),
             until_uncordon: false,
             recheck_in: None,
         },
-        (SentinelState::Terminating, _) => unreachable!("kept_sentinel skips terminating ones"),
     }
 }
 
@@ -744,24 +764,44 @@ fn lock_of(cluster: &ClusterView<'_>, owner: &str, now: Timestamp) -> Lock {
     }
 }
 
-/// The one live, proven sentinel of `owner` to keep: the canonical name first, then one
-/// that holds the quota (so an adopted legacy sentinel keeps its admission), then by
-/// name. An unproven one is never kept, whatever it says: anyone who may create the
-/// sentinel's kind can give an object its labels.
+/// Where a live sentinel stands with Kueue: a [`SentinelState`] but `Terminating`, the
+/// states a kept sentinel can be in.
+#[derive(Clone, Copy, Debug)]
+enum Standing<'s> {
+    Holding,
+    Misplaced(&'s Misplaced),
+    Waiting(&'s Option<String>),
+}
+
+impl<'s> Standing<'s> {
+    /// `None` for a sentinel being deleted: it is never kept.
+    fn of(state: &'s SentinelState) -> Option<Self> {
+        match state {
+            SentinelState::Holding => Some(Self::Holding),
+            SentinelState::Misplaced(m) => Some(Self::Misplaced(m)),
+            SentinelState::Waiting(why) => Some(Self::Waiting(why)),
+            SentinelState::Terminating => None,
+        }
+    }
+}
+
+/// The one live, proven sentinel of `owner` to keep, with where it stands: the canonical
+/// name first, then one that holds the quota (so an adopted legacy sentinel keeps its
+/// admission), then by name. An unproven one is never kept, whatever it says: anyone who
+/// may create the sentinel's kind can give an object its labels.
 fn kept_sentinel<'s>(
     sentinels: &'s [SentinelView],
     owner: &str,
     canonical: &str,
-) -> Option<&'s SentinelView> {
+) -> Option<(&'s SentinelView, Standing<'s>)> {
     sentinels
         .iter()
-        .filter(|s| {
-            s.proven && s.state != SentinelState::Terminating && s.owner.as_deref() == Some(owner)
-        })
-        .min_by_key(|s| {
+        .filter(|s| s.proven && s.owner.as_deref() == Some(owner))
+        .filter_map(|s| Some((s, Standing::of(&s.state)?)))
+        .min_by_key(|(s, standing)| {
             (
                 s.name != canonical,
-                s.state != SentinelState::Holding,
+                !matches!(standing, Standing::Holding),
                 s.name.clone(),
             )
         })

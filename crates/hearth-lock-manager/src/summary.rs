@@ -62,7 +62,8 @@ pub fn plan_summary(plan: &LockPlan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{ACTION, LockCondition, LockState, LockStatus};
+    use crate::plan::{ACTION, LockCondition, LockStatus};
+    use crate::state::LockState;
     use hearth_api::reasons::LockedReason;
     use hearth_runtime::events::Event;
     use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The derived sweep: sentinels whose FournosCluster no longer exists are deleted when
 //! more than their labels say they are this lock-manager's: their UID is one it created,
-//! or one it saw a cluster's `status.lockJobUID` record while it ran ([`Recorded`]), or
+//! or one it saw a cluster's `status.lockJobUID` record while it ran ([`crate::context::Recorded`]), or
 //! their spec is a sentinel's for that same missing cluster (what lock-manager builds;
 //! this keeps the promise that a cluster deleted while lock-manager was down strands
 //! nothing). Labels alone prove nothing: anyone who may patch an object in the execution
@@ -12,7 +12,7 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hearth_api::FournosCluster;
@@ -34,33 +34,6 @@ pub struct Orphan {
     pub cluster: String,
     /// Its spec is a sentinel's for that same missing cluster, as lock-manager builds it.
     pub shaped: bool,
-}
-
-/// The sentinel UIDs this process saw recorded in a cluster's `status.lockJobUID`, kept
-/// while such a sentinel exists, so that a lock's sentinel is still proven once its
-/// cluster (and with it the record) is gone. Bounded by the sentinels in the cache;
-/// losing it on restart only leaves orphans for a person to delete.
-#[derive(Default)]
-pub struct Recorded(Mutex<HashSet<String>>);
-
-impl Recorded {
-    /// Adds every UID `clusters` record, forgets those no sentinel has any longer, and
-    /// says whether `uid` is one of them.
-    fn update<K: Resource>(
-        &self,
-        clusters: &[Arc<DeserializeGuard<FournosCluster>>],
-        sentinels: &[Arc<DeserializeGuard<K>>],
-    ) -> HashSet<String> {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        set.extend(
-            clusters
-                .iter()
-                .filter_map(|c| c.0.as_ref().ok()?.status.as_ref()?.lock_job_uid.clone()),
-        );
-        let live: HashSet<String> = sentinels.iter().filter_map(|s| s.uid()).collect();
-        set.retain(|uid| live.contains(uid));
-        set.clone()
-    }
 }
 
 /// Sentinels (not already being deleted) whose cluster is not in `clusters`.
@@ -188,6 +161,7 @@ async fn sweep_once<K: Sentinel>(ctx: &Context<K>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::Recorded;
     use hearth_api::kueue::Workload;
     use serde_json::json;
 

@@ -1,4 +1,6 @@
 use super::*;
+use crate::views::Misplaced;
+use hearth_api::FournosClusterStatus;
 use hearth_api::KueueStatus;
 use hearth_api::conditions::DesiredCondition;
 use hearth_api::conditions::next_condition;

@@ -1,6 +1,5 @@
 use super::*;
-use crate::fournos_lock::{JobView, LockWorkloadView, WORKLOAD_LOST_EVENT};
-use crate::plan::{LockAction, LockPlan, plan_lock};
+use crate::plan::{LockAction, LockPlan, WORKLOAD_LOST_EVENT, plan_lock};
 use hearth_api::KueueStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use pretty_assertions::assert_eq;
@@ -632,12 +631,12 @@ fn table() -> Vec<Row> {
         slot_flavor: Some(flavor.into()),
         ..workload("u1", true)
     };
-    let taken = Refusal::NameTaken {
+    let taken = Refusal::NameTaken(Taken {
         kind: "Workload".into(),
         namespace: "exec".into(),
         name: JOB.into(),
         why: "it lacks the labels".into(),
-    };
+    });
     let failed = Refusal::CreateFailed {
         error: "cannot create sentinel cluster-lock-a: forbidden".into(),
     };
@@ -779,12 +778,12 @@ fn words_from_typed_facts() {
     let plan = plan_of(&row);
     assert_eq!(plan.blocked_create.as_deref(), Some(JOB));
     let taken = plan
-        .refused(Refusal::NameTaken {
+        .refused(Refusal::NameTaken(Taken {
             kind: "FournosJob".into(),
             namespace: "exec".into(),
             name: JOB.into(),
             why: "it is managed by someone".into(),
-        })
+        }))
         .unwrap();
     assert_eq!(taken.lock_job_name, None);
     assert_eq!(taken.lock_owner.as_deref(), Some("alice"));

@@ -1,97 +1,23 @@
-//! The Kueue Workload behind a `fournosjob` sentinel: what actually holds the slots.
-//!
-//! Fournos turns a lockOnly FournosJob into a Workload (named like the job, labeled
-//! `fournos.dev/job-name=<job>`, owned by the job) and sets the job's phase to
-//! `Admitted` once Kueue admits it. It never looks at that Workload again: when the
-//! Workload is deleted or evicted the job still says `Admitted`, and when the job is
-//! deleted the Workload is left to the garbage collector (and kept meanwhile by the
-//! job's kopf finalizer while Fournos is down). Fournos also ignores "already exists"
-//! when it creates the Workload, so a new job of the same name adopts the old one.
-//!
-//! So for this kind the phase alone is not the lock. This module observes the jobs
-//! ([`JobView`]) and their Workloads ([`LockWorkloadView`]); the state machine in
-//! [`crate::state`] decides from them (`WorkloadLost`, also for a Workload changed from
-//! what Fournos made, `SlotsMismatch`, `WrongFlavor`,
-//! `WaitingForRelease`, `Releasing`, `SentinelNotPickedUp`).
+//! The Kueue Workloads behind `fournosjob` sentinels: what actually holds the slots
+//! (Fournos stops looking at them once admitted, [`crate::fournos`]). This module reads
+//! the jobs' Workloads ([`LockWorkloadView`]) for the state machine in [`crate::state`],
+//! which decides from them (`WorkloadLost`, also for a Workload changed from what
+//! Fournos made, `SlotsMismatch`, `WrongFlavor`, `WaitingForRelease`, `Releasing`,
+//! `SentinelNotPickedUp`).
 
-use std::time::Duration;
-
-use hearth_api::fournosjob::FournosJob;
-use hearth_api::kueue::{Workload, admitted_slots_on, pinned_cluster, workload_conditions};
-use hearth_api::names::LOCK_SENTINEL_PREFIX;
-use k8s_openapi::jiff::Timestamp;
 use std::sync::Arc;
 
-use hearth_api::names::lock_sentinel_name;
+use hearth_api::kueue::{Workload, admitted_slots_on, pinned_cluster, workload_conditions};
+use hearth_api::names::{LOCK_SENTINEL_PREFIX, lock_sentinel_name};
 use kube::ResourceExt as _;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
-use serde_json::Value;
 
-use crate::plan::{FournosView, LockAction, LockPlan};
-use crate::sentinel::Sentinel;
-
-/// Event recorded when a held lock's Workload is found missing or evicted.
-pub const WORKLOAD_LOST_EVENT: &str = "LockWorkloadLost";
-/// Label Fournos puts on the Workload of a FournosJob, naming the job.
-pub const JOB_NAME_LABEL: &str = "fournos.dev/job-name";
-/// Slots Fournos requests for an exclusive (and lockOnly) job: its `MAX_CLUSTER_SLOTS`.
-pub const FOURNOS_EXCLUSIVE_SLOTS: i64 = 100;
-/// How long a new sentinel may go without a phase before lock-manager says Fournos has
-/// not picked it up. Fournos sets the phase within a second when it runs.
-pub const PICKUP_GRACE: Duration = Duration::from_secs(30);
-/// How long after the job became `Admitted` a missing Workload is taken for the
-/// Workload watch lagging behind the FournosJob watch rather than for a lost Workload:
-/// the lock is not called held meanwhile, only the repair waits.
-pub const REPAIR_GRACE: Duration = Duration::from_secs(5);
-/// A FournosJob sentinel as the state machine needs it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct JobView {
-    pub name: String,
-    pub uid: Option<String>,
-    pub created: Option<Timestamp>,
-    pub phase: Option<String>,
-    /// When Fournos's `WorkloadAdmitted` condition last became true.
-    pub admitted_at: Option<Timestamp>,
-    pub deleting_since: Option<Timestamp>,
-    pub finalizers: Vec<String>,
-    /// The last failure kopf recorded for one of Fournos's handlers.
-    pub fournos_said: Option<String>,
-}
-
-/// A Workload of a lock's name in the execution namespace: the one Fournos made for a
-/// FournosJob sentinel, or whatever else took that name (Fournos adopts any Workload of
-/// the job's name). Everything here but Kueue's admission may be written by anyone who
-/// may create Workloads; [`crate::state`] proves it before trusting it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LockWorkloadView {
-    pub name: String,
-    pub uid: Option<String>,
-    pub created: Option<Timestamp>,
-    /// `fournos.dev/job-name`, as labelled.
-    pub job: Option<String>,
-    /// UID of the FournosJob its ownerReference names.
-    pub owner_uid: Option<String>,
-    /// The cluster its first pod set is pinned to (its node selector): Fournos pins a
-    /// lock's Workload to the job's cluster.
-    pub pinned: Option<String>,
-    /// `fournos/cluster-slot` Kueue admitted it with on [`Self::slot_flavor`]
-    /// ([`hearth_api::kueue::admitted_slots_on`]); `None` when not admitted or unreadable.
-    pub slots: Option<i64>,
-    /// Admitted in this ClusterQueue (`status.admission`).
-    pub cluster_queue: Option<String>,
-    /// The flavor its `fournos/cluster-slot` was admitted on.
-    pub slot_flavor: Option<String>,
-    pub admitted: bool,
-    pub evicted: bool,
-    pub finished: bool,
-    /// Kueue counts its quota as used (reserved or admitted, not finished).
-    pub holds_quota: bool,
-    pub pods_ready: bool,
-    /// Kueue's latest explanation, when it gave one.
-    pub message: Option<String>,
-    pub deleting: bool,
-}
+use crate::fournos::JOB_NAME_LABEL;
+use crate::holders::admitted_flavor;
+use crate::plan::{LockAction, LockPlan};
+use crate::sentinel::{PODS_READY, Sentinel};
+use crate::views::{FournosView, JobView, LockWorkloadView};
 
 /// What a `fournosjob` lock-manager sees behind a cluster's sentinels: the FournosJobs
 /// and the Workloads Fournos made for them (or under the canonical sentinel name).
@@ -201,7 +127,7 @@ pub fn observe_workload(w: &Workload) -> LockWorkloadView {
     let admitted = is_true(w, workload_conditions::ADMITTED);
     let admission = w.status.as_ref().and_then(|s| s.admission.as_ref());
     let cluster_queue = admission.map(|a| a.cluster_queue.clone());
-    let slot_flavor = crate::holders::admitted_flavor(w).map(str::to_owned);
+    let slot_flavor = admitted_flavor(w).map(str::to_owned);
     let slots = slot_flavor.as_deref().and_then(|f| admitted_slots_on(w, f));
     let finished = is_true(w, workload_conditions::FINISHED);
     let message = w.status.as_ref().and_then(|s| {
@@ -233,43 +159,9 @@ pub fn observe_workload(w: &Workload) -> LockWorkloadView {
         evicted: is_true(w, workload_conditions::EVICTED),
         finished,
         holds_quota: !finished && (admitted || is_true(w, workload_conditions::QUOTA_RESERVED)),
-        pods_ready: is_true(w, crate::sentinel::PODS_READY),
+        pods_ready: is_true(w, PODS_READY),
         message,
         deleting: w.metadata.deletion_timestamp.is_some(),
-    }
-}
-
-/// What the state machine needs of a FournosJob sentinel.
-pub fn observe_job(job: &FournosJob) -> JobView {
-    let status = job.status.as_ref();
-    let admitted_at = status
-        .and_then(|s| s.other.get("conditions"))
-        .and_then(Value::as_array)
-        .and_then(|cs| {
-            cs.iter().find(|c| {
-                c.get("type").and_then(Value::as_str) == Some("WorkloadAdmitted")
-                    && c.get("status").and_then(Value::as_str) == Some("True")
-            })
-        })
-        .and_then(|c| c.get("lastTransitionTime")?.as_str()?.parse().ok());
-    // kopf keeps each handler's progress as JSON in an annotation; a failing handler's
-    // record carries the exception's text.
-    let fournos_said = job
-        .annotations()
-        .iter()
-        .filter(|(k, _)| k.starts_with("kopf.zalando.org/"))
-        .filter_map(|(_, v)| serde_json::from_str::<Value>(v).ok())
-        .filter(|v| v.get("success").and_then(Value::as_bool) != Some(true))
-        .find_map(|v| v.get("message")?.as_str().map(str::to_owned));
-    JobView {
-        name: job.name_any(),
-        uid: job.uid(),
-        created: job.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        phase: status.and_then(|s| s.phase.clone()),
-        admitted_at,
-        deleting_since: job.metadata.deletion_timestamp.as_ref().map(|t| t.0),
-        finalizers: job.finalizers().to_vec(),
-        fournos_said,
     }
 }
 
@@ -281,7 +173,7 @@ mod tests {
     const JOB: &str = "cluster-lock-a";
 
     #[test]
-    fn observes_fournos_workloads_and_jobs() {
+    fn observes_fournos_workloads() {
         let w: Workload = serde_json::from_value(serde_json::json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": { "name": JOB, "labels": { JOB_NAME_LABEL: JOB },
@@ -321,22 +213,5 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(observe_workload(&counted).slots, Some(100));
-
-        let j: FournosJob = serde_json::from_value(serde_json::json!({
-            "apiVersion": "fournos.dev/v1", "kind": "FournosJob",
-            "metadata": { "name": JOB, "uid": "u1", "annotations": {
-                "kopf.zalando.org/on_create": "{\"started\":\"2026-01-01T00:00:00\",\"retries\":2,\"success\":false,\"failure\":false,\"message\":\"(422) Reason: Unprocessable Entity\"}" } },
-            "spec": {},
-            "status": { "phase": "Admitted", "conditions": [
-                { "type": "WorkloadAdmitted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:05Z" } ] },
-        }))
-        .unwrap();
-        let v = observe_job(&j);
-        assert_eq!(v.phase.as_deref(), Some("Admitted"));
-        assert_eq!(v.admitted_at, Some("2026-01-01T00:00:05Z".parse().unwrap()));
-        assert_eq!(
-            v.fournos_said.as_deref(),
-            Some("(422) Reason: Unprocessable Entity")
-        );
     }
 }
