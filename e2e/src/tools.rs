@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::error::{PlaneError, Result};
+use crate::kueue::{KUEUE_VERSION_ENV, KueueVersion};
 
 /// Overrides where the binaries are (skips `build.sh`).
 pub const BIN_DIR_ENV: &str = "HEARTH_E2E_BIN_DIR";
@@ -22,27 +23,38 @@ pub struct Tools {
     /// built before it was added still serves every other plane.
     pub kube_controller_manager: PathBuf,
     pub etcd: PathBuf,
+    /// The Kueue binary of [`kueue_version`](Self::kueue_version).
     pub kueue: PathBuf,
+    /// Chosen by [`KUEUE_VERSION_ENV`]; it picks the binary, CRDs and webhooks.
+    pub kueue_version: KueueVersion,
     pub kubectl: PathBuf,
     pub helm: PathBuf,
     /// For the chart's alert rules: `promtool check rules` / `promtool test rules`.
     pub promtool: PathBuf,
     /// Kueue's CRDs from the same pinned module (`<bin>/../kueue-crds`).
     pub kueue_crds: PathBuf,
+    /// Kueue's webhook configurations from the same pinned module
+    /// (`<bin>/../kueue-webhooks.yaml`).
+    pub kueue_webhooks: PathBuf,
 }
 
 impl Tools {
     pub fn from_bin_dir(bin_dir: &Path) -> Result<Tools> {
+        let kueue_version = KueueVersion::from_env()?;
+        let kueue = kueue_version.cache_name();
+        let cache = bin_dir.parent().unwrap_or(bin_dir);
         let tools = Tools {
             bin_dir: bin_dir.to_path_buf(),
             kube_apiserver: bin_dir.join("kube-apiserver"),
             kube_controller_manager: bin_dir.join("kube-controller-manager"),
             etcd: bin_dir.join("etcd"),
-            kueue: bin_dir.join("kueue"),
+            kueue: bin_dir.join(kueue),
+            kueue_version,
             kubectl: bin_dir.join("kubectl"),
             helm: bin_dir.join("helm"),
             promtool: bin_dir.join("promtool"),
-            kueue_crds: bin_dir.parent().unwrap_or(bin_dir).join("kueue-crds"),
+            kueue_crds: cache.join(format!("{kueue}-crds")),
+            kueue_webhooks: cache.join(format!("{kueue}-webhooks.yaml")),
         };
         for path in [
             &tools.kube_apiserver,
@@ -51,11 +63,13 @@ impl Tools {
             &tools.helm,
             &tools.promtool,
             &tools.kueue_crds,
+            &tools.kueue_webhooks,
         ] {
             if !path.exists() {
                 return Err(PlaneError::Tools(format!(
-                    "{} does not exist; run {}",
+                    "{} does not exist; run {KUEUE_VERSION_ENV}={} {}",
                     path.display(),
+                    kueue_version.minor(),
                     build_script().display()
                 )));
             }
