@@ -82,6 +82,14 @@ impl KueueVersion {
         }
     }
 
+    /// Whether Kueue retries the Workloads it found inadmissible when a flavor's
+    /// `nodeLabels`, `nodeTaints` or `tolerations` change (kueue#13734, v0.18.6). Before,
+    /// an uncordon or a pool relabel admits a waiting Workload only once something else
+    /// makes Kueue retry (a ClusterQueue spec change, a Workload leaving the queue).
+    pub fn retries_on_flavor_change(self) -> bool {
+        self == Self::V0_19
+    }
+
     /// Whether Kueue 0.19's default WaitForPodsReady (on, 30 minutes) applies; 0.16 has it
     /// off unless configured.
     fn waits_for_pods_ready_by_default(self) -> bool {
