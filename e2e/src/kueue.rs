@@ -90,6 +90,13 @@ impl KueueVersion {
         self == Self::V0_19
     }
 
+    /// Says in one line, past libtest's capture (as a skipped peer test does), that `test`
+    /// expects `what` on this version instead of what v0.19 does, so a run shows it.
+    pub fn expecting(self, test: &str, what: &str) {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "{test}: {self}: expecting {what}");
+    }
+
     /// Whether Kueue 0.19's default WaitForPodsReady (on, 30 minutes) applies; 0.16 has it
     /// off unless configured.
     fn waits_for_pods_ready_by_default(self) -> bool {

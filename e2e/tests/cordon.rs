@@ -199,9 +199,10 @@ async fn a_cordon_keeps_admitted_work_admits_nothing_new_and_counts_down_to_drai
     wait_schedulable(&k.clusters, &a, "Schedulable", None, &ks).await?;
     ensure!(!tainted(&k, &a).await?, "the taint is gone");
     if !kueue.retries_on_flavor_change() {
-        eprintln!(
-            "{kueue}: expecting the waiting Workload to stay pending after the uncordon \
-             (Kueue before v0.18.6 does not retry on a flavor change, kueue#13734)"
+        kueue.expecting(
+            "cordon",
+            "the waiting Workload stays pending after the uncordon (Kueue before v0.18.6 \
+             does not retry on a flavor change, kueue#13734)",
         );
         // Long enough for Kueue's scheduler to have taken it up again had it been told to.
         holds_for(
