@@ -36,93 +36,12 @@ use crate::etcd::with_log;
 use crate::process::{self, Managed, Spawn};
 use crate::resources::{apply, read_yaml_documents};
 use crate::tools::Tools;
+pub use crate::tools::{KUEUE_VERSION_ENV, KueueVersion};
 
 /// Kueue's namespace (for Events it records about itself).
 pub const KUEUE_NAMESPACE: &str = "kueue-system";
 /// Where Kueue reads its metrics serving certificate when internal cert management is off.
 pub const METRICS_CERT_DIR: &str = "/etc/kueue/metrics/certs";
-
-/// Chooses the Kueue version a plane runs: `0.19` (the default) or `0.16`.
-pub const KUEUE_VERSION_ENV: &str = "HEARTH_E2E_KUEUE";
-
-/// A Kueue version the plane can run, each pinned in a Go module under `e2e/tools`
-/// (`kube` for 0.19, `kueue-0.16` for 0.16) and built by `build.sh` when chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KueueVersion {
-    /// v0.16.x: the upstream base of the Red Hat build of Kueue 1.3.
-    V0_16,
-    /// v0.19.2.
-    #[default]
-    V0_19,
-}
-
-impl KueueVersion {
-    /// [`KUEUE_VERSION_ENV`], or the default when unset.
-    pub fn from_env() -> Result<KueueVersion> {
-        match std::env::var(KUEUE_VERSION_ENV) {
-            Ok(value) if !value.is_empty() => value.parse().map_err(PlaneError::Invalid),
-            _ => Ok(KueueVersion::default()),
-        }
-    }
-
-    /// The minor version as the setting names it.
-    pub fn minor(self) -> &'static str {
-        match self {
-            Self::V0_16 => "0.16",
-            Self::V0_19 => "0.19",
-        }
-    }
-
-    /// What `build.sh` names this version's binary, and the prefix of its CRD directory
-    /// (`<name>-crds`) and webhook manifests (`<name>-webhooks.yaml`) in the cache.
-    pub fn cache_name(self) -> &'static str {
-        match self {
-            Self::V0_16 => "kueue-0.16",
-            Self::V0_19 => "kueue",
-        }
-    }
-
-    /// Whether Kueue retries the Workloads it found inadmissible when a flavor's
-    /// `nodeLabels`, `nodeTaints` or `tolerations` change (kueue#13734, v0.18.6). Before,
-    /// an uncordon or a pool relabel admits a waiting Workload only once something else
-    /// makes Kueue retry (a ClusterQueue spec change, a Workload leaving the queue).
-    pub fn retries_on_flavor_change(self) -> bool {
-        self == Self::V0_19
-    }
-
-    /// Says in one line, past libtest's capture (as a skipped peer test does), that `test`
-    /// expects `what` on this version instead of what v0.19 does, so a run shows it.
-    pub fn expecting(self, test: &str, what: &str) {
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "{test}: {self}: expecting {what}");
-    }
-
-    /// Whether Kueue 0.19's default WaitForPodsReady (on, 30 minutes) applies; 0.16 has it
-    /// off unless configured.
-    fn waits_for_pods_ready_by_default(self) -> bool {
-        self == Self::V0_19
-    }
-}
-
-impl std::str::FromStr for KueueVersion {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim_start_matches('v') {
-            "0.16" => Ok(Self::V0_16),
-            "0.19" => Ok(Self::V0_19),
-            other => Err(format!(
-                "{KUEUE_VERSION_ENV} must be 0.16 or 0.19 (the pinned Kueue versions), not {other:?}"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for KueueVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Kueue {}", self.minor())
-    }
-}
 
 /// How Kueue treats admitted Workloads whose pods never become ready.
 ///
