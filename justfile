@@ -107,6 +107,21 @@ test:
     # Every test binary, three at a time (tools/tests.sh says why), then the doc tests.
     phase tests tools/tests.sh
 
+# The e2e files of quota, locks, cordon, pools and the real Fournos: the ones run on every
+# Kueue version (docs/support.md).
+kueue_tests := "kueue_sync kueue_sync_places lock_manager lock_holds lock_trust cordon pools fournos_real fournos_attacks fournos_cordon"
+
+# Run the Kueue-version tests on Kueue VERSION (0.16 or 0.19; HEARTH_E2E_KUEUE), webhooks on.
+test-kueue version:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export HEARTH_E2E_KUEUE={{version}}
+    if [ -d "${HEARTH_PEERS_DIR:-../shared/peers}" ]; then export HEARTH_E2E_REQUIRE_PEERS=1; fi
+    cargo build --workspace --all-targets
+    HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
+    export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
+    HEARTH_TESTS="{{kueue_tests}}" tools/tests.sh
+
 # Built with podman from the release binaries built here (tools/images.sh; Containerfile
 # says why), onto HEARTH_BASE_IMAGE, by default a base made from Debian's archive
 # (tools/base-image.sh) where no registry is reachable. Prints each image's size.

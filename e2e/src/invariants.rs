@@ -12,8 +12,8 @@ use hearth_api::names::CLUSTER_LOCK_LABEL;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, ListParams};
 
-/// What Kueue (CRD rules and its webhook, which the local plane does not run) would
-/// refuse in `cq`; empty when it is valid.
+/// What Kueue (CRD rules and its webhook) would refuse in `cq`; empty when it is valid. The
+/// plane runs the webhook too, so a refused write fails where it is made; this names why.
 pub fn kueue_problems(cq: &ClusterQueue) -> Vec<String> {
     hearth_api::kueue_validity::problems(&cq.spec)
 }

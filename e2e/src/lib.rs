@@ -84,12 +84,13 @@
 //! `hearth_api::kueue_validity` that the unit tests use too) and [`lab`] (a test binary's
 //! own plane; `LockLab` for the lock tests).
 //!
-//! # Kueue webhooks and root
+//! # Kueue webhooks, versions and root
 //!
-//! Kueue runs with internal cert management off and no webhook configurations registered,
-//! so webhook-only validation (for example the order of a flavor's resources against
-//! `coveredResources`) does not happen here: Hearth's tests must check such things
-//! themselves. Kueue insists on reading `/etc/kueue/metrics/certs/tls.{crt,key}`; the
+//! Kueue runs with its admission webhooks on, registered from the pinned module's
+//! manifests (see [`kueue`]): a write Kueue's webhook refuses fails on the plane as it
+//! would in a cluster. `HEARTH_E2E_KUEUE` chooses the Kueue version (`0.19`, the default,
+//! or `0.16`); a test whose feature differs by version says so in one line
+//! ([`kueue::KueueVersion`]). Kueue insists on reading `/etc/kueue/metrics/certs/tls.{crt,key}`; the
 //! harness writes a pair there when missing, which needs root (or that directory made
 //! writable once).
 

@@ -19,7 +19,7 @@ use crate::error::{Context, PlaneError, Result};
 use crate::etcd::Etcd;
 use crate::fixtures;
 use crate::fleet::{self, TargetFleet, fleet_for};
-use crate::kueue::{Kueue, WaitForPodsReady};
+use crate::kueue::{self, Kueue, WaitForPodsReady};
 use crate::node_reader;
 use crate::process::{self, Managed, Spawn};
 use crate::protocol::{
@@ -747,13 +747,20 @@ async fn start_kueue(
     )
     .await?;
     let kueue = Kueue::start(
-        &opts.tools.kueue,
+        &opts.tools,
         &state_dir.join("kueue"),
         logs.join("kueue.log"),
         &management.admin_kubeconfig_path,
         &management.ca,
         opts.wait_for_pods_ready,
         timeout,
+    )
+    .await?;
+    kueue::register_webhooks(
+        &client,
+        &opts.tools.kueue_webhooks,
+        kueue.webhook_addr,
+        &management.ca_pem,
     )
     .await?;
     fixtures::install_base(&client, timeout).await?;

@@ -287,3 +287,35 @@ async fn controller_manager_runs_only_where_asked() -> Result<()> {
     );
     Ok(())
 }
+
+/// Kueue runs with its admission webhooks on, as users run it: a ClusterQueue whose flavor
+/// lists its resources out of `coveredResources` order passes the CRD's rules, and only
+/// Kueue's webhook refuses it. The refusal reaches the writer, naming the webhook.
+#[tokio::test]
+async fn kueue_webhooks_refuse_what_kueue_refuses() -> Result<()> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated("webhooks").await?;
+    let client = plane.management_client().await?;
+    let name = format!("{}-out-of-order", scope.cluster_queue);
+    let queue = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": { "name": name },
+        "spec": { "resourceGroups": [{
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{ "name": "default", "resources": [
+                { "name": "memory", "nominalQuota": "1Gi" },
+                { "name": "cpu", "nominalQuota": "1" },
+            ]}],
+        }]},
+    });
+    let refused = hearth_e2e::resources::apply(&client, &queue)
+        .await
+        .expect_err("Kueue's webhook admitted a ClusterQueue whose resources are out of order");
+    let message = format!("{refused:#}");
+    ensure!(
+        message.contains("vclusterqueue.kb.io") && message.contains("coveredResources"),
+        "{message}"
+    );
+    Ok(())
+}

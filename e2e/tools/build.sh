@@ -11,14 +11,26 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${HEARTH_E2E_CACHE:-$HOME/.cache/hearth-e2e}
 key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/go.mod "$here"/helm/go.sum \
-  "$here"/prometheus/go.mod "$here"/prometheus/go.sum | sha256sum | cut -c1-16)
+  "$here"/prometheus/go.mod "$here"/prometheus/go.sum "$here"/kueue-0.16/go.mod "$here"/kueue-0.16/go.sum \
+  | sha256sum | cut -c1-16)
 bin="$cache_root/$key/bin"
-want=(kube-apiserver kube-controller-manager etcd kubectl kueue helm promtool)
+# Kueue's version is chosen by HEARTH_E2E_KUEUE (e2e/src/kueue.rs): 0.19, the default,
+# pinned in ./kube, or 0.16 (the Red Hat build of Kueue's base), pinned in ./kueue-0.16
+# because it is built against older Kubernetes libraries than the apiserver. Only the
+# chosen one is built; each has its binary, CRDs and webhook manifests under its own name
+# in the same cache directory.
+case ${HEARTH_E2E_KUEUE:-0.19} in
+  0.19 | v0.19) kueue_dir=kube kueue=kueue ;;
+  0.16 | v0.16) kueue_dir=kueue-0.16 kueue=kueue-0.16 ;;
+  *) echo "build.sh: HEARTH_E2E_KUEUE must be 0.16 or 0.19, not '$HEARTH_E2E_KUEUE'" >&2; exit 2 ;;
+esac
+want=(kube-apiserver kube-controller-manager etcd kubectl "$kueue" helm promtool)
 
-crds="$cache_root/$key/kueue-crds"
+crds="$cache_root/$key/$kueue-crds"
+webhooks="$cache_root/$key/$kueue-webhooks.yaml"
 have_all() {
   for b in "${want[@]}"; do [ -x "$bin/$b" ] || return 1; done
-  [ -d "$crds" ]
+  [ -d "$crds" ] && [ -f "$webhooks" ]
 }
 if have_all; then echo "$bin"; exit 0; fi
 
@@ -93,9 +105,9 @@ build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube etcd go.etcd.io/etcd/server/v3
 build kube kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
 # Both report a placeholder version (v0.0.0-main, v3.21) unless stamped.
-kueue_version=$(awk '$1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/kube/go.mod")
+kueue_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kueue"{print $3; exit} $1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/$kueue_dir/go.mod")
 helm_version=$(awk '$1=="require" && $2=="helm.sh/helm/v3"{print $3; exit} $1=="helm.sh/helm/v3"{print $2; exit}' "$here/helm/go.mod")
-build kube kueue sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+build "$kueue_dir" "$kueue" sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
 # promtool only checks and unit-tests rule files: `remove_all_sd` leaves out every
 # service-discovery plugin (the cloud SDKs), most of Prometheus's build.
@@ -104,9 +116,13 @@ prometheus_version=$(awk '$1=="require" && $2=="github.com/prometheus/prometheus
 promtool_version=$(echo "$prometheus_version" | sed -E 's/^v0\.([0-9])([0-9]+)\.([0-9]+).*/\1.\2.\3/')
 build prometheus promtool github.com/prometheus/prometheus/cmd/promtool \
   "-s -w -X github.com/prometheus/common/version.Version=$promtool_version" remove_all_sd
-# Kueue's CRDs come from the same pinned module.
+# Kueue's CRDs and webhook configurations come from the same pinned module.
+components=$(cd "$here/$kueue_dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components
 if [ ! -d "$crds" ]; then
-  src=$(cd "$here/kube" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components/crd/bases
-  mkdir -p "$crds.tmp" && cp "$src"/*.yaml "$crds.tmp"/ && chmod -R u+w "$crds.tmp" && mv "$crds.tmp" "$crds"
+  rm -rf "$crds.tmp"
+  mkdir -p "$crds.tmp" && cp "$components"/crd/bases/*.yaml "$crds.tmp"/ && chmod -R u+w "$crds.tmp" && mv "$crds.tmp" "$crds"
+fi
+if [ ! -f "$webhooks" ]; then
+  cp "$components/webhook/manifests.yaml" "$webhooks.tmp" && chmod u+w "$webhooks.tmp" && mv "$webhooks.tmp" "$webhooks"
 fi
 echo "$bin"

@@ -68,7 +68,8 @@ struct PlaneArgs {
     /// Directory with kube-apiserver, etcd and kueue (default: run e2e/tools/build.sh).
     #[arg(long, env = "HEARTH_E2E_BIN_DIR")]
     tools_bin: Option<PathBuf>,
-    /// Kueue's WaitForPodsReady: `default` (Kueue's: on, 30 min), `off`, or a timeout like `45s`.
+    /// Kueue's WaitForPodsReady: `default` (Kueue's own: on with 30 min on 0.19, off on
+    /// 0.16), `off`, or a timeout like `45s`.
     #[arg(long, default_value = "default")]
     wait_for_pods_ready: WaitForPodsReady,
     /// FournosCluster CRD to install (default: manifests/crd.yaml of this repository).
