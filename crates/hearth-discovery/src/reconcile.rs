@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hearth_api::FournosClusterStatus;
 use hearth_api::names::controllers::DISCOVERY;
+use hearth_api::{DiscoveryStatus, FournosClusterStatus};
 
 use crate::cluster_cache::CachedCluster;
 use hearth_runtime::events::Event;
@@ -256,7 +256,7 @@ async fn run_probe(
     (outcome, credentials, elapsed)
 }
 
-fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
+fn log_status_change(outcome: &ProbeOutcome, status: &DiscoveryStatus) {
     tracing::info!(
         result = outcome.result_label(),
         kubeconfig_status = status.kubeconfig_status.map_or("", |s| s.as_str()),
@@ -280,7 +280,7 @@ fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[Event]) {
 async fn write_status(
     ctx: &Context,
     cluster: &CachedCluster,
-    status: &FournosClusterStatus,
+    status: &DiscoveryStatus,
 ) -> Result<Option<Written>, Error> {
     let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
     let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
@@ -292,7 +292,7 @@ async fn write_status(
             ctx.metrics.status_write(true);
             Ok(Some(Written {
                 resource_version: applied.resource_version(),
-                status: status.clone(),
+                status: status.clone().into(),
             }))
         }
         Ok(None) => Ok(None),

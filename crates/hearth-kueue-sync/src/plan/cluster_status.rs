@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use hearth_api::cluster::{MAX_GPU_MODELS, MAX_LEGACY_GPU_TEXT};
-use hearth_api::conditions::{DesiredCondition, Status};
+use hearth_api::conditions::{DesiredCondition, Reason, Status};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
     MANAGED_BY_VALUE, POOL_LABEL_ABSENT, condition_types::KUEUE_SYNCED,
@@ -20,13 +20,13 @@ use super::{
 /// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
 pub use hearth_api::reasons::KueueSyncedReason as SyncReason;
 
-fn condition(reason: SyncReason, message: String) -> DesiredCondition {
+fn condition(reason: SyncReason, message: String) -> DesiredCondition<SyncReason> {
     let status = if reason == SyncReason::Synced {
         Status::True
     } else {
         Status::False
     };
-    DesiredCondition::new(KUEUE_SYNCED, status, reason.as_str(), message)
+    DesiredCondition::new(KUEUE_SYNCED, status, reason, message)
 }
 
 /// `status.kueue` and the `KueueSynced` condition of a live cluster.
@@ -36,7 +36,7 @@ pub(crate) fn cluster_report(
     queue_exists: bool,
     entry: Option<&EntryOutcome>,
     settings: &PlanSettings,
-) -> (Option<KueueStatus>, DesiredCondition) {
+) -> (Option<KueueStatus>, DesiredCondition<SyncReason>) {
     let name = &cluster.name;
     let queue = &settings.cluster_queue;
     let published = flavor_not_ready(name, flavor, queue_exists, entry, settings)
@@ -186,7 +186,7 @@ fn published_condition(
     left_out: &[LeftOut],
     invalid_pool: &[String],
     queue: &str,
-) -> DesiredCondition {
+) -> DesiredCondition<SyncReason> {
     let name = &cluster.name;
     let published = format_quotas(quotas);
     if cluster.drained() {
@@ -377,7 +377,7 @@ fn format_quotas(quotas: &BTreeMap<String, i64>) -> String {
 pub(crate) fn status_differs(
     cluster: &ObservedCluster,
     kueue: Option<&KueueStatus>,
-    condition: &DesiredCondition,
+    condition: &DesiredCondition<SyncReason>,
 ) -> bool {
     cluster.kueue.as_ref() != kueue
         || condition_differs(cluster, cluster.synced_condition.as_ref(), condition)
@@ -387,11 +387,11 @@ pub(crate) fn status_differs(
 pub(crate) fn condition_differs(
     cluster: &ObservedCluster,
     current: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    desired: &DesiredCondition,
+    desired: &DesiredCondition<impl Reason>,
 ) -> bool {
     current.is_none_or(|current| {
         current.status != desired.status.as_str()
-            || current.reason != desired.reason
+            || current.reason != desired.reason.as_str()
             || current.message != desired.message
             || current.observed_generation != cluster.generation
     })

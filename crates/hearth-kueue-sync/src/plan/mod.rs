@@ -210,6 +210,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub use cluster_status::SyncReason;
 pub use cordon::{CORDON_TAINT_EFFECT, CordonState, cordon_taint};
+use hearth_api::reasons::SchedulableReason;
 pub use input::{Labels, LegacyGpus, ObservedCluster, ObservedFlavor, RESOURCE_IN_USE_FINALIZER};
 pub use summary::{cluster_queue_changes_summary, plan_summary};
 
@@ -334,9 +335,9 @@ pub struct ClusterSync {
     pub kueue: Option<KueueStatus>,
     /// The `KueueSynced` condition; turn it into a condition with
     /// [`hearth_api::conditions::next_condition`].
-    pub condition: DesiredCondition,
+    pub condition: DesiredCondition<SyncReason>,
     /// The `Schedulable` condition (cordons).
-    pub schedulable: DesiredCondition,
+    pub schedulable: DesiredCondition<SchedulableReason>,
     /// Where the cluster's cordon is; its count is `status.admittedWorkloads`.
     pub cordon: CordonState,
     /// Whether the status differs from what the cluster has now.
@@ -344,8 +345,8 @@ pub struct ClusterSync {
 }
 
 impl ClusterSync {
-    pub fn reason(&self) -> &str {
-        &self.condition.reason
+    pub fn reason(&self) -> SyncReason {
+        self.condition.reason
     }
 }
 
