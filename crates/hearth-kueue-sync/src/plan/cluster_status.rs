@@ -11,11 +11,12 @@ use hearth_api::names::{
 };
 use hearth_api::{KubeconfigStatus, KueueStatus};
 
-use super::queue::{EntryOutcome, Holders, LeftOut, LeftOutWhy, NoRoom};
-use super::{
+use super::common::{
     FlavorState, MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE,
-    MAX_RESOURCE_GROUPS, ObservedCluster, PlanSettings,
+    MAX_RESOURCE_GROUPS, PlanSettings,
 };
+use super::input::ObservedCluster;
+use super::queue::{EntryOutcome, Holders, LeftOut, LeftOutWhy, NoRoom};
 
 /// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
 pub use hearth_api::reasons::KueueSyncedReason as SyncReason;
@@ -241,29 +242,33 @@ fn published_condition(
             ),
         )
     } else {
-        let reason = if left_out.iter().any(|l| {
-            matches!(
-                l.why,
-                LeftOutWhy::TooManyResources | LeftOutWhy::TooManyModels
-            )
-        }) {
-            SyncReason::LimitReached
-        } else if left_out
-            .iter()
-            .any(|l| matches!(l.why, LeftOutWhy::CoveredByGroup(_)))
-        {
-            SyncReason::Conflict
-        } else {
-            SyncReason::InvalidResourceName
-        };
         condition(
-            reason,
+            left_out_reason(left_out),
             format!(
                 "ResourceFlavor '{name}' and its entry in ClusterQueue '{queue}' publish \
                  {published}, but not {}",
                 left_out_message(left_out)
             ),
         )
+    }
+}
+
+/// Why some GPU resources of a published entry are left out: Kueue's limits first.
+fn left_out_reason(left_out: &[LeftOut]) -> SyncReason {
+    if left_out.iter().any(|l| {
+        matches!(
+            l.why,
+            LeftOutWhy::TooManyResources | LeftOutWhy::TooManyModels
+        )
+    }) {
+        SyncReason::LimitReached
+    } else if left_out
+        .iter()
+        .any(|l| matches!(l.why, LeftOutWhy::CoveredByGroup(_)))
+    {
+        SyncReason::Conflict
+    } else {
+        SyncReason::InvalidResourceName
     }
 }
 
@@ -384,14 +389,14 @@ pub(crate) fn status_differs(
 }
 
 /// Whether `current` (a condition of `cluster`) must be written to say `desired`.
-pub(crate) fn condition_differs(
+pub(crate) fn condition_differs<R: Reason>(
     cluster: &ObservedCluster,
     current: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    desired: &DesiredCondition<impl Reason>,
+    desired: &DesiredCondition<R>,
 ) -> bool {
     current.is_none_or(|current| {
         current.status != desired.status.as_str()
-            || current.reason != desired.reason.as_str()
+            || R::parse(&current.reason) != Some(desired.reason)
             || current.message != desired.message
             || current.observed_generation != cluster.generation
     })

@@ -27,7 +27,7 @@ use hearth_api::text::bounded;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
-use super::ObservedCluster;
+use super::input::ObservedCluster;
 
 /// The effect of the cordon taint: Kueue admits nothing new that does not tolerate it.
 pub const CORDON_TAINT_EFFECT: &str = "NoSchedule";

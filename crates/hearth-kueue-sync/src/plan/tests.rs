@@ -1,9 +1,9 @@
 //! The queue write: the first cluster, resource groups, the queue missing, and no write
 //! when nothing changed; and the helpers the sibling test modules share.
 
-use hearth_api::KubeconfigStatus;
 use hearth_api::conditions;
 use hearth_api::names::{CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, condition_types::KUEUE_SYNCED};
+use hearth_api::{KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::json;
 
