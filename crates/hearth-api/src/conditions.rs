@@ -38,29 +38,39 @@ impl From<bool> for Status {
     }
 }
 
+/// The reasons of one condition type, as a controller plans them: typed until the
+/// condition is written ([`next_condition`] is where a reason becomes its string). The
+/// enums of [`crate::reasons`] implement it.
+pub trait Reason: Copy + std::fmt::Debug + PartialEq + Eq {
+    /// The wire string: CamelCase, stable, used for Event reasons and metric labels too.
+    fn as_str(self) -> &'static str;
+
+    /// The reason whose wire string is `s`, for reading a stored condition back.
+    fn parse(s: &str) -> Option<Self>;
+}
+
 /// What a controller wants a condition to say; times and generation are filled in
 /// by [`set_condition`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DesiredCondition {
+pub struct DesiredCondition<R: Reason> {
     pub type_: &'static str,
     pub status: Status,
-    /// CamelCase, stable: used for Event reasons and metric labels too.
-    pub reason: String,
+    pub reason: R,
     /// Tells a person what is wrong and what to do about it.
     pub message: String,
 }
 
-impl DesiredCondition {
+impl<R: Reason> DesiredCondition<R> {
     pub fn new(
         type_: &'static str,
         status: impl Into<Status>,
-        reason: impl Into<String>,
+        reason: R,
         message: impl Into<String>,
     ) -> Self {
         Self {
             type_,
             status: status.into(),
-            reason: reason.into(),
+            reason,
             message: message.into(),
         }
     }
@@ -113,10 +123,11 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 }
 
 /// The condition `desired` turns into, given what is there now: the transition
-/// time of `current` is kept unless the status changes.
-pub fn next_condition(
+/// time of `current` is kept unless the status changes. The one place a planned
+/// condition becomes a `metav1.Condition`.
+pub fn next_condition<R: Reason>(
     current: Option<&Condition>,
-    desired: &DesiredCondition,
+    desired: &DesiredCondition<R>,
     generation: Option<i64>,
     now: &Time,
 ) -> Condition {
@@ -127,19 +138,28 @@ pub fn next_condition(
     Condition {
         type_: desired.type_.to_owned(),
         status: desired.status.as_str().to_owned(),
-        reason: desired.reason.clone(),
+        reason: desired.reason.as_str().to_owned(),
         message: desired.message.clone(),
         observed_generation: generation,
         last_transition_time,
     }
 }
 
+/// `current` said again for `generation`: for a controller that keeps a condition as it
+/// is stored (its reason may even be one this version does not know).
+pub fn renewed(current: &Condition, generation: Option<i64>) -> Condition {
+    Condition {
+        observed_generation: generation,
+        ..current.clone()
+    }
+}
+
 /// Sets `desired` in `conditions` by type, leaving other types untouched, and
 /// collapsing duplicates of that type (written by older controllers) into one.
 /// Returns whether anything changed.
-pub fn set_condition(
+pub fn set_condition<R: Reason>(
     conditions: &mut Vec<Condition>,
-    desired: &DesiredCondition,
+    desired: &DesiredCondition<R>,
     generation: Option<i64>,
     now: &Time,
 ) -> bool {
@@ -173,6 +193,7 @@ pub fn set_condition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reasons::{KubeconfigValidReason, LockedReason};
     use k8s_openapi::jiff::Timestamp;
     use pretty_assertions::assert_eq;
 
@@ -182,7 +203,7 @@ mod tests {
         let c = |t: &'static str| {
             next_condition(
                 None,
-                &DesiredCondition::new(t, Status::True, "", ""),
+                &DesiredCondition::new(t, Status::True, LockedReason::Held, ""),
                 None,
                 &epoch,
             )
@@ -205,7 +226,10 @@ mod tests {
         Time(Timestamp::from_second(1_790_000_000 + secs).unwrap())
     }
 
-    fn valid(status: bool, reason: &str) -> DesiredCondition {
+    fn valid(
+        status: bool,
+        reason: KubeconfigValidReason,
+    ) -> DesiredCondition<KubeconfigValidReason> {
         DesiredCondition::new(
             "KubeconfigValid",
             status,
@@ -219,7 +243,7 @@ mod tests {
         let mut conds = vec![];
         assert!(set_condition(
             &mut conds,
-            &valid(true, "Valid"),
+            &valid(true, KubeconfigValidReason::Valid),
             Some(3),
             &at(0)
         ));
@@ -233,10 +257,15 @@ mod tests {
     #[test]
     fn same_status_keeps_transition_time_but_updates_reason_message_generation() {
         let mut conds = vec![];
-        set_condition(&mut conds, &valid(false, "Unreachable"), Some(1), &at(0));
+        set_condition(
+            &mut conds,
+            &valid(false, KubeconfigValidReason::Unreachable),
+            Some(1),
+            &at(0),
+        );
         assert!(set_condition(
             &mut conds,
-            &valid(false, "Unauthorized"),
+            &valid(false, KubeconfigValidReason::Unauthorized),
             Some(2),
             &at(60)
         ));
@@ -249,10 +278,15 @@ mod tests {
     #[test]
     fn status_flip_moves_transition_time() {
         let mut conds = vec![];
-        set_condition(&mut conds, &valid(false, "Unreachable"), Some(1), &at(0));
+        set_condition(
+            &mut conds,
+            &valid(false, KubeconfigValidReason::Unreachable),
+            Some(1),
+            &at(0),
+        );
         assert!(set_condition(
             &mut conds,
-            &valid(true, "Valid"),
+            &valid(true, KubeconfigValidReason::Valid),
             Some(1),
             &at(60)
         ));
@@ -263,11 +297,16 @@ mod tests {
     #[test]
     fn identical_condition_is_no_change() {
         let mut conds = vec![];
-        set_condition(&mut conds, &valid(true, "Valid"), Some(1), &at(0));
+        set_condition(
+            &mut conds,
+            &valid(true, KubeconfigValidReason::Valid),
+            Some(1),
+            &at(0),
+        );
         let before = conds.clone();
         assert!(!set_condition(
             &mut conds,
-            &valid(true, "Valid"),
+            &valid(true, KubeconfigValidReason::Valid),
             Some(1),
             &at(90)
         ));
@@ -279,13 +318,23 @@ mod tests {
         let mut conds = vec![];
         set_condition(
             &mut conds,
-            &DesiredCondition::new("Locked", true, "Held", "held"),
+            &DesiredCondition::new("Locked", true, LockedReason::Held, "held"),
             Some(1),
             &at(0),
         );
         let locked = conds[0].clone();
-        set_condition(&mut conds, &valid(true, "Valid"), Some(5), &at(30));
-        set_condition(&mut conds, &valid(false, "Invalid"), Some(6), &at(60));
+        set_condition(
+            &mut conds,
+            &valid(true, KubeconfigValidReason::Valid),
+            Some(5),
+            &at(30),
+        );
+        set_condition(
+            &mut conds,
+            &valid(false, KubeconfigValidReason::Invalid),
+            Some(6),
+            &at(60),
+        );
         assert_eq!(conds.len(), 2);
         assert_eq!(find(&conds, "Locked"), Some(&locked));
         assert!(!is_true(&conds, "KubeconfigValid"));
@@ -294,7 +343,7 @@ mod tests {
 
     #[test]
     fn dedup_keeps_what_find_returns() {
-        let cond = |t: &'static str, reason: &str| {
+        let cond = |t: &'static str, reason: LockedReason| {
             next_condition(
                 None,
                 &DesiredCondition::new(t, true, reason, ""),
@@ -302,9 +351,19 @@ mod tests {
                 &at(0),
             )
         };
-        let list = vec![cond("A", "R1"), cond("B", "R1"), cond("A", "R2")];
+        let list = vec![
+            cond("A", LockedReason::Held),
+            cond("B", LockedReason::Held),
+            cond("A", LockedReason::Released),
+        ];
         let deduped = dedup_by_type(&list, |c| Some(c.type_.as_str())).expect("A repeats");
-        assert_eq!(deduped, vec![cond("B", "R1"), cond("A", "R2")]);
+        assert_eq!(
+            deduped,
+            vec![
+                cond("B", LockedReason::Held),
+                cond("A", LockedReason::Released)
+            ]
+        );
         assert_eq!(find(&deduped, "A"), find(&list, "A"));
         assert_eq!(dedup_by_type(&deduped, |c| Some(c.type_.as_str())), None);
     }
@@ -326,7 +385,7 @@ mod tests {
         let mut written = conds.clone();
         set_condition(
             &mut written,
-            &DesiredCondition::new("Locked", false, "Released", ""),
+            &DesiredCondition::new("Locked", false, LockedReason::Released, ""),
             None,
             &at(50),
         );
@@ -355,7 +414,7 @@ mod tests {
         ];
         assert!(set_condition(
             &mut conds,
-            &valid(true, "Valid"),
+            &valid(true, KubeconfigValidReason::Valid),
             Some(1),
             &at(100)
         ));

@@ -2,8 +2,9 @@
 //! contract: DESIGN.md, the README, alerts and the e2e tests compare them, and they are
 //! Event reasons and metric labels too. Change none of them.
 
-/// Declares a reason enum with its contract strings: `as_str`, `ALL`, `Display`, and
-/// `parse` (the inverse of `as_str`, for reading a stored condition back).
+/// Declares a reason enum with its contract strings: `as_str`, `ALL`, `Display`,
+/// [`Reason`](crate::conditions::Reason), and `parse` (the inverse of `as_str`, for
+/// reading a stored condition back).
 macro_rules! reasons {
     (
         $(#[$meta:meta])*
@@ -36,6 +37,16 @@ macro_rules! reasons {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl $crate::conditions::Reason for $name {
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+
+            fn parse(s: &str) -> Option<Self> {
+                $name::parse(s)
             }
         }
 

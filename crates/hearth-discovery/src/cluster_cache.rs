@@ -106,16 +106,16 @@ mod tests {
     use kube::Resource as _;
 
     fn condition(type_: &'static str) -> Condition {
-        use hearth_api::conditions::{DesiredCondition, Status, next_condition};
-        let epoch = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        );
-        next_condition(
-            None,
-            &DesiredCondition::new(type_, Status::True, "", ""),
-            None,
-            &epoch,
-        )
+        Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: String::new(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        }
     }
 
     #[test]

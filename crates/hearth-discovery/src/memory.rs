@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 
-use hearth_api::FournosClusterStatus;
+use hearth_api::{DiscoveryStatus, FournosClusterStatus};
 
 use crate::status::{StatusDiff, diff_status};
 
@@ -68,7 +68,8 @@ pub struct Cached<'a> {
 impl Written {
     /// Whether `cached` shows this write (or something after it).
     pub fn shown_by(&self, cached: &Cached<'_>) -> bool {
-        self.delivered_to(cached) || diff_status(cached.status, &self.status) == StatusDiff::Same
+        self.delivered_to(cached)
+            || diff_status(cached.status, &DiscoveryStatus::of(&self.status)) == StatusDiff::Same
     }
 
     /// Whether `cached` holds the version this write produced, or the watch delivered it

@@ -292,13 +292,6 @@ pub fn plan_onboarding(
     clusters: &[ObservedCluster],
     settings: &PlanSettings<'_>,
 ) -> OnboardingPlan {
-    let PlanSettings {
-        pattern,
-        secrets_namespace,
-        namespace,
-        now,
-        locked_grace,
-    } = *settings;
     let by_name: BTreeMap<&str, &ObservedCluster> =
         clusters.iter().map(|c| (c.name.as_str(), c)).collect();
     // A Secret a cluster names is in use, whatever its name: no warning about its name.
@@ -310,147 +303,197 @@ pub fn plan_onboarding(
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
 
     let mut plan = OnboardingPlan::default();
-    for secret in &sorted {
-        let warn = |problem, message| SecretWarning {
-            secret: secret.name.clone(),
-            uid: secret.uid.clone(),
-            resource_version: secret.resource_version.clone(),
-            problem,
-            message,
-        };
-        // Only for a message: most sweeps write none, and run on every change.
-        let shown = || {
-            format!(
-                "{secrets_namespace}/{}",
-                plain_or_quoted(&secret.name, MAX_QUOTED, NAME_PUNCTUATION)
-            )
-        };
-        let cluster = pattern.cluster_name(&secret.name);
-        if in_use.contains(secret.name.as_str()) && !cluster.is_some_and(is_valid_cluster_name) {
-            continue;
-        }
-        let Some(cluster) = cluster else {
-            plan.warnings.push(warn(
-                SecretProblem::NameMismatch,
-                format!(
-                    "Secret {} is labeled {KUBECONFIG_SECRET_SELECTOR} but its name does not match the \
-                     pattern {}: no FournosCluster is created for it. Rename it to {} or remove the label",
-                    shown(),
-                    pattern.as_str(),
-                    pattern.as_str()
-                ),
-            ));
-            continue;
-        };
-        if !is_valid_cluster_name(cluster) {
-            plan.warnings.push(warn(
-                SecretProblem::InvalidClusterName,
-                format!(
-                    "Secret {} names cluster {}, which is not a valid cluster name (at most \
-                     {MAX_CLUSTER_NAME} lower-case letters, digits and '-', starting and ending with a \
-                     letter or digit): no FournosCluster is created for it. Rename the Secret",
-                    shown(),
-                    plain_or_quoted(cluster, MAX_QUOTED, NAME_PUNCTUATION)
-                ),
-            ));
-            continue;
-        }
-        match by_name.get(cluster) {
-            None => plan.create.push(NewCluster {
-                name: cluster.to_owned(),
-                secret: secret.name.clone(),
-                secret_uid: secret.uid.clone(),
-                owner: secret.owner.clone(),
-            }),
-            Some(existing) => {
-                let created_from_it = existing.source_secret.as_deref() == Some(&secret.name);
-                if existing.kubeconfig_secret.as_deref() == Some(secret.name.as_str())
-                    && !existing.auto_discovered
-                    && existing.source_secret.is_none()
-                    && !existing.deleting
-                {
-                    plan.not_adopted.push(NotAdopted {
-                        cluster: existing.name.clone(),
-                        cluster_uid: existing.uid.clone(),
-                        secret: secret.name.clone(),
-                        secret_uid: secret.uid.clone(),
-                        message: not_adopted_message(existing, secret, &shown(), namespace),
-                    });
-                }
-                // A cluster made from this Secret whose spec a person changed says so
-                // itself (`KubeconfigSecretChanged`); the Secret is still its own.
-                if let Some(other) = &existing.kubeconfig_secret
-                    && *other != secret.name
-                    && !existing.deleting
-                    && !created_from_it
-                {
-                    plan.warnings.push(warn(
-                        SecretProblem::ClusterNameTaken,
-                        format!(
-                            "FournosCluster {namespace}/{cluster} already exists and uses Secret {}: \
-                             Secret {} is not used by any cluster. Point the cluster's \
-                             spec.kubeconfigSecret at it, or remove the label",
-                            plain_or_quoted(other, MAX_QUOTED, NAME_PUNCTUATION),
-                            shown()
-                        ),
-                    ));
-                }
-            }
-        }
+    for secret in sorted {
+        onboard_secret(secret, &by_name, &in_use, settings, &mut plan);
     }
-
     let present: BTreeSet<&str> = secrets.iter().map(|s| s.name.as_str()).collect();
     let mut sorted: Vec<&ObservedCluster> = clusters.iter().collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     for cluster in sorted {
-        // Only a recorded source condemns; a cluster that does not decode never is.
-        let (Some(secret), Some(_)) = (&cluster.source_secret, &cluster.kubeconfig_secret) else {
-            continue;
-        };
-        let kept = source_kept(
-            secret,
-            &cluster.name,
-            pattern,
-            present.contains(secret.as_str()),
-        );
-        if cluster.deleting || kept {
-            continue;
-        }
-        let gone = Offboard {
-            name: cluster.name.clone(),
-            uid: cluster.uid.clone(),
-            secret: secret.clone(),
-        };
-        let Some(holder) = &cluster.lock_holder else {
-            plan.delete.push(gone);
-            continue;
-        };
-        let until = cluster
-            .secret_missing_since
-            .map(|since| offboard_at(since, locked_grace));
-        match until {
-            Some(until) if until <= now => plan.delete.push(gone),
-            _ => plan.held_back.push(HeldBack {
-                message: until
-                    .map(|at| {
-                        held_back_message(
-                            &format!(
-                                "{secrets_namespace}/{}",
-                                plain_or_quoted(secret, MAX_QUOTED, NAME_PUNCTUATION)
-                            ),
-                            holder,
-                            at,
-                        )
-                    })
-                    .unwrap_or_default(),
-                name: gone.name,
-                uid: gone.uid,
-                secret: gone.secret,
-                until,
-            }),
-        }
+        offboard_cluster(cluster, &present, settings, &mut plan);
     }
     plan
+}
+
+/// What one labeled Secret asks for: a new cluster, or a warning about it.
+fn onboard_secret(
+    secret: &ObservedSecret,
+    by_name: &BTreeMap<&str, &ObservedCluster>,
+    in_use: &BTreeSet<&str>,
+    settings: &PlanSettings<'_>,
+    plan: &mut OnboardingPlan,
+) {
+    let PlanSettings {
+        pattern,
+        secrets_namespace,
+        ..
+    } = *settings;
+    let cluster = pattern.cluster_name(&secret.name);
+    if in_use.contains(secret.name.as_str()) && !cluster.is_some_and(is_valid_cluster_name) {
+        return;
+    }
+    let Some(cluster) = cluster else {
+        plan.warnings.push(secret_warning(
+            secret,
+            SecretProblem::NameMismatch,
+            format!(
+                "Secret {} is labeled {KUBECONFIG_SECRET_SELECTOR} but its name does not match the \
+                 pattern {}: no FournosCluster is created for it. Rename it to {} or remove the label",
+                shown_secret(secrets_namespace, &secret.name),
+                pattern.as_str(),
+                pattern.as_str()
+            ),
+        ));
+        return;
+    };
+    if !is_valid_cluster_name(cluster) {
+        plan.warnings.push(secret_warning(
+            secret,
+            SecretProblem::InvalidClusterName,
+            format!(
+                "Secret {} names cluster {}, which is not a valid cluster name (at most \
+                 {MAX_CLUSTER_NAME} lower-case letters, digits and '-', starting and ending with a \
+                 letter or digit): no FournosCluster is created for it. Rename the Secret",
+                shown_secret(secrets_namespace, &secret.name),
+                plain_or_quoted(cluster, MAX_QUOTED, NAME_PUNCTUATION)
+            ),
+        ));
+        return;
+    }
+    match by_name.get(cluster) {
+        None => plan.create.push(NewCluster {
+            name: cluster.to_owned(),
+            secret: secret.name.clone(),
+            secret_uid: secret.uid.clone(),
+            owner: secret.owner.clone(),
+        }),
+        Some(existing) => secret_of_existing(secret, existing, settings, plan),
+    }
+}
+
+/// A Secret whose cluster exists: not adopted (the cluster was made by hand from it), or
+/// in conflict with the Secret the cluster uses.
+fn secret_of_existing(
+    secret: &ObservedSecret,
+    existing: &ObservedCluster,
+    settings: &PlanSettings<'_>,
+    plan: &mut OnboardingPlan,
+) {
+    let PlanSettings {
+        secrets_namespace,
+        namespace,
+        ..
+    } = *settings;
+    let shown = || shown_secret(secrets_namespace, &secret.name);
+    let created_from_it = existing.source_secret.as_deref() == Some(&secret.name);
+    if existing.kubeconfig_secret.as_deref() == Some(secret.name.as_str())
+        && !existing.auto_discovered
+        && existing.source_secret.is_none()
+        && !existing.deleting
+    {
+        plan.not_adopted.push(NotAdopted {
+            cluster: existing.name.clone(),
+            cluster_uid: existing.uid.clone(),
+            secret: secret.name.clone(),
+            secret_uid: secret.uid.clone(),
+            message: not_adopted_message(existing, secret, &shown(), namespace),
+        });
+    }
+    // A cluster made from this Secret whose spec a person changed says so
+    // itself (`KubeconfigSecretChanged`); the Secret is still its own.
+    if let Some(other) = &existing.kubeconfig_secret
+        && *other != secret.name
+        && !existing.deleting
+        && !created_from_it
+    {
+        plan.warnings.push(secret_warning(
+            secret,
+            SecretProblem::ClusterNameTaken,
+            format!(
+                "FournosCluster {namespace}/{cluster} already exists and uses Secret {}: \
+                 Secret {} is not used by any cluster. Point the cluster's \
+                 spec.kubeconfigSecret at it, or remove the label",
+                plain_or_quoted(other, MAX_QUOTED, NAME_PUNCTUATION),
+                shown(),
+                cluster = existing.name,
+            ),
+        ));
+    }
+}
+
+fn secret_warning(
+    secret: &ObservedSecret,
+    problem: SecretProblem,
+    message: String,
+) -> SecretWarning {
+    SecretWarning {
+        secret: secret.name.clone(),
+        uid: secret.uid.clone(),
+        resource_version: secret.resource_version.clone(),
+        problem,
+        message,
+    }
+}
+
+/// `namespace/name` of a Secret, for a message. Only for a message: most sweeps write
+/// none, and run on every change.
+fn shown_secret(secrets_namespace: &str, name: &str) -> String {
+    format!(
+        "{secrets_namespace}/{}",
+        plain_or_quoted(name, MAX_QUOTED, NAME_PUNCTUATION)
+    )
+}
+
+/// A cluster whose recorded source is gone: deleted, or held back while it is locked.
+fn offboard_cluster(
+    cluster: &ObservedCluster,
+    present: &BTreeSet<&str>,
+    settings: &PlanSettings<'_>,
+    plan: &mut OnboardingPlan,
+) {
+    // Only a recorded source condemns; a cluster that does not decode never is.
+    let (Some(secret), Some(_)) = (&cluster.source_secret, &cluster.kubeconfig_secret) else {
+        return;
+    };
+    let kept = source_kept(
+        secret,
+        &cluster.name,
+        settings.pattern,
+        present.contains(secret.as_str()),
+    );
+    if cluster.deleting || kept {
+        return;
+    }
+    let gone = Offboard {
+        name: cluster.name.clone(),
+        uid: cluster.uid.clone(),
+        secret: secret.clone(),
+    };
+    let Some(holder) = &cluster.lock_holder else {
+        plan.delete.push(gone);
+        return;
+    };
+    let until = cluster
+        .secret_missing_since
+        .map(|since| offboard_at(since, settings.locked_grace));
+    match until {
+        Some(until) if until <= settings.now => plan.delete.push(gone),
+        _ => plan.held_back.push(HeldBack {
+            message: until
+                .map(|at| {
+                    held_back_message(
+                        &shown_secret(settings.secrets_namespace, secret),
+                        holder,
+                        at,
+                    )
+                })
+                .unwrap_or_default(),
+            name: gone.name,
+            uid: gone.uid,
+            secret: gone.secret,
+            until,
+        }),
+    }
 }
 
 fn not_adopted_message(

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hearth_api::FournosClusterStatus;
 use hearth_api::names::controllers::DISCOVERY;
+use hearth_api::{DiscoveryStatus, FournosClusterStatus};
 
 use crate::cluster_cache::CachedCluster;
 use hearth_runtime::events::Event;
@@ -64,14 +64,6 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
     );
     let (remembered, previous) = ctx.recall(cluster);
     let source = source_of(cluster, ctx, previous.as_ref());
-    let source_behind = status_behind(
-        &source,
-        previous.as_ref().and_then(|s| s.source_secret.as_ref()),
-        previous
-            .as_ref()
-            .and_then(|s| find(&s.conditions, KUBECONFIG_VALID))
-            .and_then(|c| KubeconfigValidReason::parse(&c.reason)),
-    );
 
     // The kubeconfig is read (decoded and validated) only when needed: see `Known`.
     let mut kubeconfig = None;
@@ -90,7 +82,7 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
         known,
         fingerprint: current,
         generation: cluster.metadata.generation,
-        source_behind,
+        source_behind: source_behind(&source, previous.as_ref()),
     });
     let kubeconfig_changed = match due {
         ProbeDue::After(wait) => {
@@ -106,6 +98,65 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
 
     let kubeconfig = kubeconfig.unwrap_or_else(|| read_kubeconfig(cluster, ctx, secret.as_deref()));
     let (outcome, credentials, elapsed) = run_probe(&cluster.name_any(), kubeconfig, ctx).await;
+    let probed = Probed {
+        outcome,
+        credentials,
+        elapsed,
+        kubeconfig_changed,
+        interval,
+    };
+    let Some(written) = plan_and_write(cluster, ctx, previous.as_ref(), &source, &probed).await?
+    else {
+        // Deleted while it was probed, or no longer the leader: nothing left to do.
+        return Ok(Next::OnChange);
+    };
+    ctx.remember(cluster, current, written.write);
+    publish_events(cluster, ctx, &written.events);
+
+    let next = until_due(written.next_probe_at, Timestamp::now());
+    Ok(Next::After(
+        next.min(settings.resync).max(Duration::from_millis(100)),
+    ))
+}
+
+/// Whether the status lags behind where the cluster came from (see [`status_behind`]).
+fn source_behind(source: &Source, previous: Option<&FournosClusterStatus>) -> bool {
+    status_behind(
+        source,
+        previous.and_then(|s| s.source_secret.as_ref()),
+        previous
+            .and_then(|s| find(&s.conditions, KUBECONFIG_VALID))
+            .and_then(|c| KubeconfigValidReason::parse(&c.reason)),
+    )
+}
+
+/// What a probe of one cluster found, and how it was asked.
+struct Probed {
+    outcome: ProbeOutcome,
+    credentials: Option<Expiry>,
+    elapsed: Duration,
+    kubeconfig_changed: bool,
+    interval: Duration,
+}
+
+/// What a reconcile wrote and has to say.
+struct Done {
+    /// The status write, when there was one.
+    write: Option<Written>,
+    events: Vec<Event>,
+    next_probe_at: Option<Timestamp>,
+}
+
+/// Plans the status after `probed` and writes it when it differs; `None` when the
+/// cluster is gone or this replica stopped leading.
+async fn plan_and_write(
+    cluster: &CachedCluster,
+    ctx: &Context,
+    previous: Option<&FournosClusterStatus>,
+    source: &Source,
+    probed: &Probed,
+) -> Result<Option<Done>, Error> {
+    let settings = &ctx.settings;
     let secret_ref = ctx.secret_ref(&cluster.spec.kubeconfig_secret);
     // Only a cluster the sweep would delete has its offboarding held back.
     let holder = source
@@ -114,61 +165,54 @@ async fn reconcile_cluster(cluster: &CachedCluster, ctx: &Context) -> Result<Nex
         .then(|| lock_holder(cluster))
         .flatten();
     let plan = plan_status(&PlanInput {
-        outcome: &outcome,
-        previous: previous.as_ref(),
+        outcome: &probed.outcome,
+        previous,
         generation: cluster.metadata.generation,
         now: Timestamp::now(),
         secret: &secret_ref,
-        credentials,
-        interval,
+        credentials: probed.credentials,
+        interval: probed.interval,
         failure_threshold: settings.failure_threshold,
         expiry_window: settings.expiry_window,
-        kubeconfig_changed,
+        kubeconfig_changed: probed.kubeconfig_changed,
         offboard_hold: holder.as_deref().map(|holder| OffboardHold {
             holder,
             grace: settings.offboard_locked_grace,
         }),
-        source: &source,
+        source,
         secrets_namespace: &settings.secrets_namespace,
     });
-    let diff = diff_status(previous.as_ref(), &plan.status);
+    let diff = diff_status(previous, &plan.status);
     tracing::event!(
         target: "hearth_discovery::probe",
         tracing::Level::DEBUG,
         cluster = %cluster.name_any(),
-        result = outcome.result_label(),
-        elapsed_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-        kubeconfig_changed,
+        result = probed.outcome.result_label(),
+        elapsed_ms = u64::try_from(probed.elapsed.as_millis()).unwrap_or(u64::MAX),
+        kubeconfig_changed = probed.kubeconfig_changed,
         ?diff,
         "probed"
     );
-
-    let written = match diff {
+    let write = match diff {
         StatusDiff::Same => None,
         StatusDiff::TimestampsOnly | StatusDiff::Changed => {
             if !ctx.rt.is_leader() {
-                return Ok(Next::OnChange);
+                return Ok(None);
             }
             match write_status(ctx, cluster, &plan.status).await? {
                 Some(written) => Some(written),
-                // Deleted while it was probed: nothing left to report on.
-                None => return Ok(Next::OnChange),
+                None => return Ok(None),
             }
         }
     };
     if diff == StatusDiff::Changed {
-        log_status_change(&outcome, &plan.status);
+        log_status_change(&probed.outcome, &plan.status);
     }
-    ctx.remember(cluster, current, written);
-    publish_events(cluster, ctx, &plan.events);
-
-    let next = until_due(
-        plan.status.next_probe_at.as_ref().map(|t| t.0),
-        Timestamp::now(),
-    );
-    Ok(Next::After(
-        next.min(settings.resync).max(Duration::from_millis(100)),
-    ))
+    Ok(Some(Done {
+        write,
+        events: plan.events,
+        next_probe_at: plan.status.next_probe_at.map(|t| t.0),
+    }))
 }
 
 /// The cluster's Secret as cached (`None` when it does not decode), with the
@@ -256,7 +300,7 @@ async fn run_probe(
     (outcome, credentials, elapsed)
 }
 
-fn log_status_change(outcome: &ProbeOutcome, status: &FournosClusterStatus) {
+fn log_status_change(outcome: &ProbeOutcome, status: &DiscoveryStatus) {
     tracing::info!(
         result = outcome.result_label(),
         kubeconfig_status = status.kubeconfig_status.map_or("", |s| s.as_str()),
@@ -280,7 +324,7 @@ fn publish_events(cluster: &CachedCluster, ctx: &Context, events: &[Event]) {
 async fn write_status(
     ctx: &Context,
     cluster: &CachedCluster,
-    status: &FournosClusterStatus,
+    status: &DiscoveryStatus,
 ) -> Result<Option<Written>, Error> {
     let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
     let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
@@ -292,7 +336,7 @@ async fn write_status(
             ctx.metrics.status_write(true);
             Ok(Some(Written {
                 resource_version: applied.resource_version(),
-                status: status.clone(),
+                status: status.clone().into(),
             }))
         }
         Ok(None) => Ok(None),

@@ -32,7 +32,7 @@
 use std::time::Duration;
 
 use hearth_api::cluster::is_version_text;
-use hearth_api::conditions::{DesiredCondition, Status, find, next_condition};
+use hearth_api::conditions::{DesiredCondition, Reason, find, next_condition, renewed};
 use hearth_api::names::KUBECONFIG_SECRET_SELECTOR;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
 use hearth_api::{DiscoveryStatus, FournosClusterStatus, Hardware, KubeconfigStatus};
@@ -45,33 +45,15 @@ use crate::kubeconfig::KubeconfigError;
 use crate::onboarding::{held_back_message, offboard_at};
 use crate::schedule::{ProbeVerdict, next_kubeconfig_status, next_probe_at, within_threshold};
 use crate::source::{Source, is_source_reason};
-use hearth_api::reasons::KubeconfigValidReason;
+use hearth_api::reasons::{GpuDiscoveredReason as G, KubeconfigValidReason as K};
 use hearth_api::text::bounded;
 use hearth_runtime::events::Event;
 
 /// Longest detail (an error text from the probe) carried into status.
 const MAX_DETAIL_CHARS: usize = 512;
 
-/// Condition reasons (defined, with their meaning, in [`hearth_api::reasons`]); also
-/// used as Event reasons.
-pub mod reasons {
-    use hearth_api::reasons::{GpuDiscoveredReason as G, KubeconfigValidReason as K};
-    // KubeconfigValid
-    pub const VALID: &str = K::Valid.as_str();
-    pub const MISSING: &str = K::Missing.as_str();
-    pub const INVALID: &str = K::Invalid.as_str();
-    pub const UNAUTHORIZED: &str = K::Unauthorized.as_str();
-    pub const UNREACHABLE: &str = K::Unreachable.as_str();
-    pub const CREDENTIALS_EXPIRING_SOON: &str = K::CredentialsExpiringSoon.as_str();
-    pub const CREDENTIALS_EXPIRED: &str = K::CredentialsExpired.as_str();
-    pub const SECRET_NOT_FOR_THIS_CLUSTER: &str = K::SecretNotForThisCluster.as_str();
-    // GPUDiscovered
-    pub const DISCOVERED: &str = G::Discovered.as_str();
-    pub const FORBIDDEN: &str = G::Forbidden.as_str();
-    pub const DISCOVERY_FAILED: &str = G::DiscoveryFailed.as_str();
-    // Events only
-    pub const GPUS_CHANGED: &str = "GPUsChanged";
-}
+/// The reason of the Event for a change of the GPU count (an Event only, no condition).
+const GPUS_CHANGED: &str = "GPUsChanged";
 
 /// What one probe of a cluster found.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,22 +105,22 @@ impl ProbeOutcome {
     /// Short, stable label for metrics ("probes by result").
     pub fn result_label(&self) -> &'static str {
         match self {
-            Self::SecretMissing | Self::KeyMissing => reasons::MISSING,
-            Self::Invalid(_) => reasons::INVALID,
-            Self::Unauthorized { .. } => reasons::UNAUTHORIZED,
-            Self::Unreachable { .. } => reasons::UNREACHABLE,
+            Self::SecretMissing | Self::KeyMissing => K::Missing.as_str(),
+            Self::Invalid(_) => K::Invalid.as_str(),
+            Self::Unauthorized { .. } => K::Unauthorized.as_str(),
+            Self::Unreachable { .. } => K::Unreachable.as_str(),
             Self::Reached {
                 nodes: NodeListing::Counted(_),
                 ..
-            } => reasons::DISCOVERED,
+            } => G::Discovered.as_str(),
             Self::Reached {
                 nodes: NodeListing::Forbidden { .. },
                 ..
-            } => reasons::FORBIDDEN,
+            } => G::Forbidden.as_str(),
             Self::Reached {
                 nodes: NodeListing::Failed { .. },
                 ..
-            } => reasons::DISCOVERY_FAILED,
+            } => G::DiscoveryFailed.as_str(),
         }
     }
 
@@ -204,10 +186,10 @@ pub struct OffboardHold<'a> {
     pub grace: Duration,
 }
 
-/// The status to apply and the Events to emit.
+/// The status to apply (discovery's slice alone) and the Events to emit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusPlan {
-    pub status: FournosClusterStatus,
+    pub status: DiscoveryStatus,
     /// Events to publish on the FournosCluster, on transitions only.
     pub events: Vec<Event>,
 }
@@ -215,17 +197,63 @@ pub struct StatusPlan {
 /// What discovery's Events say they were doing.
 const ACTION: &str = "Probe";
 
-/// The discovery-owned status after a probe.
-pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
-    let empty = FournosClusterStatus::default();
-    let previous = input.previous.unwrap_or(&empty);
-    let previous_hardware = previous.hardware.clone().unwrap_or_default();
-    let outcome = input.outcome;
+/// A condition as discovery plans it: with its typed reason, or the stored one kept as
+/// it is (a transient failure within the threshold; its reason may be one this version
+/// does not know).
+#[derive(Debug, Clone)]
+enum Planned<'a, R: Reason> {
+    New(DesiredCondition<R>),
+    Kept(&'a Condition),
+}
 
-    let failures_before = if input.kubeconfig_changed {
-        0
-    } else {
-        u32::try_from(previous_hardware.consecutive_failures.max(0)).unwrap_or(0)
+impl<R: Reason> Planned<'_, R> {
+    fn message(&self) -> &str {
+        match self {
+            Self::New(desired) => &desired.message,
+            Self::Kept(current) => &current.message,
+        }
+    }
+
+    /// The planned reason, when it is not the one `previous` stores.
+    fn changed_reason(&self, previous: &FournosClusterStatus) -> Option<R> {
+        let Self::New(desired) = self else {
+            return None;
+        };
+        let stored = find(&previous.conditions, desired.type_).and_then(|c| R::parse(&c.reason));
+        (stored != Some(desired.reason)).then_some(desired.reason)
+    }
+
+    /// The condition to write, given the one stored as `current`.
+    fn written(
+        &self,
+        current: Option<&Condition>,
+        generation: Option<i64>,
+        now: &Time,
+    ) -> Condition {
+        match self {
+            Self::New(desired) => next_condition(current, desired, generation, now),
+            Self::Kept(kept) => renewed(kept, generation),
+        }
+    }
+}
+
+/// How the probe counts against the kubeconfig: failures in a row, the status they lead
+/// to, and which conditions a transient failure holds back.
+struct Verdict {
+    failures: u32,
+    kubeconfig_status: KubeconfigStatus,
+    /// A transient failure of a Valid cluster, below the threshold: `GPUDiscovered` stays.
+    held: bool,
+    /// ... and so does `KubeconfigValid` when the target did not answer at all.
+    kubeconfig_held: bool,
+}
+
+fn verdict(input: &PlanInput<'_>, previous: &FournosClusterStatus) -> Verdict {
+    let outcome = input.outcome;
+    let failures_before = match &previous.hardware {
+        _ if input.kubeconfig_changed => 0,
+        Some(h) => u32::try_from(h.consecutive_failures.max(0)).unwrap_or(0),
+        None => 0,
     };
     let failures = if outcome.succeeded() {
         0
@@ -244,15 +272,25 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
         failures,
         input.failure_threshold,
     );
-    // A transient failure of a Valid cluster, below the threshold: GPUDiscovered stays,
-    // and so does KubeconfigValid when the target did not answer at all.
     let held = !input.kubeconfig_changed
         && outcome.is_transient()
         && previous.kubeconfig_status == Some(KubeconfigStatus::Valid)
         && within_threshold(failures, input.failure_threshold);
-    let kubeconfig_held = held && outcome.verdict() == ProbeVerdict::Unreachable;
+    Verdict {
+        failures,
+        kubeconfig_status,
+        held,
+        kubeconfig_held: held && outcome.verdict() == ProbeVerdict::Unreachable,
+    }
+}
 
-    let hardware = match outcome {
+/// `hardware` after the probe: the new count, or the last one with the failure.
+fn next_hardware(
+    input: &PlanInput<'_>,
+    previous: &FournosClusterStatus,
+    failures: u32,
+) -> Hardware {
+    match input.outcome {
         ProbeOutcome::Reached {
             nodes: NodeListing::Counted(count),
             server_version,
@@ -270,12 +308,20 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
                 .filter(|v| is_version_text(v))
                 .map(str::to_owned),
         },
-        _ => Hardware {
+        outcome => Hardware {
             consecutive_failures: i32::try_from(failures).unwrap_or(i32::MAX),
             last_error: Some(last_error(outcome, input.secret)),
-            ..previous_hardware
+            ..previous.hardware.clone().unwrap_or_default()
         },
-    };
+    }
+}
+
+/// The discovery-owned status after a probe.
+pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
+    let empty = FournosClusterStatus::default();
+    let previous = input.previous.unwrap_or(&empty);
+    let verdict = verdict(input, previous);
+    let hardware = next_hardware(input, previous, verdict.failures);
 
     // Whole seconds, as the API stores a Time: the deadline computed from what is written
     // now must be the one computed later from what was read back.
@@ -284,71 +330,58 @@ pub fn plan_status(input: &PlanInput<'_>) -> StatusPlan {
             Time(Timestamp::from_second(input.now.as_second()).unwrap_or(input.now))
         })
     });
-
-    let credentials = match outcome {
+    let credentials = match input.outcome {
         ProbeOutcome::SecretMissing | ProbeOutcome::KeyMissing | ProbeOutcome::Invalid(_) => None,
         _ => input.credentials,
     };
 
     let previous_kubeconfig = find(&previous.conditions, KUBECONFIG_VALID);
     let previous_gpus = find(&previous.conditions, GPU_DISCOVERED);
-    let desired_kubeconfig = match (kubeconfig_held, previous_kubeconfig) {
-        (true, Some(c)) => as_desired(KUBECONFIG_VALID, c),
-        _ => kubeconfig_condition(
+    let kubeconfig = match previous_kubeconfig.filter(|_| verdict.kubeconfig_held) {
+        Some(current) => Planned::Kept(current),
+        None => Planned::New(kubeconfig_condition(
             input,
-            kubeconfig_status,
+            verdict.kubeconfig_status,
             credentials,
             secret_missing_since.as_ref(),
-        ),
+        )),
     };
-    let desired_gpus = match (held, previous_gpus) {
-        (true, Some(c)) => as_desired(GPU_DISCOVERED, c),
-        _ => gpu_condition(outcome, kubeconfig_status, &hardware),
+    let gpus = match previous_gpus.filter(|_| verdict.held) {
+        Some(current) => Planned::Kept(current),
+        None => Planned::New(gpu_condition(
+            input.outcome,
+            verdict.kubeconfig_status,
+            &hardware,
+        )),
     };
     let now = Time(input.now);
-    let conditions = vec![
-        next_condition(
-            previous_kubeconfig,
-            &desired_kubeconfig,
-            input.generation,
-            &now,
-        ),
-        next_condition(previous_gpus, &desired_gpus, input.generation, &now),
-    ];
-
-    let status: FournosClusterStatus = DiscoveryStatus {
-        kubeconfig_status: Some(kubeconfig_status),
+    let status = DiscoveryStatus {
+        kubeconfig_status: Some(verdict.kubeconfig_status),
         gpu_summary: hardware
             .last_discovery
             .is_some()
             .then(|| gpu_summary(&hardware.gpus)),
         hardware: Some(hardware),
         credentials_expire_at: credentials.map(|e| Time(e.at)),
-        next_probe_at: Some(Time(next_probe_at(input.now, input.interval, failures))),
+        next_probe_at: Some(Time(next_probe_at(
+            input.now,
+            input.interval,
+            verdict.failures,
+        ))),
         secret_missing_since,
         source_secret: input.source.record.clone(),
-        conditions,
-    }
-    .into();
-    let events = plan_events(previous, &status);
-    StatusPlan { status, events }
-}
-
-fn as_desired(type_: &'static str, c: &Condition) -> DesiredCondition {
-    let status = match c.status.as_str() {
-        "True" => Status::True,
-        "False" => Status::False,
-        _ => Status::Unknown,
+        conditions: vec![
+            kubeconfig.written(previous_kubeconfig, input.generation, &now),
+            gpus.written(previous_gpus, input.generation, &now),
+        ],
     };
-    DesiredCondition::new(type_, status, c.reason.clone(), c.message.clone())
+    let events = plan_events(previous, &status, &kubeconfig, &gpus);
+    StatusPlan { status, events }
 }
 
 /// `KubeconfigValid=True`: `Valid`, or a warning reason when the credentials expire soon
 /// (or say they have expired, yet work).
-fn valid_reason_and_message(
-    input: &PlanInput<'_>,
-    credentials: Option<Expiry>,
-) -> (&'static str, String) {
+fn valid_reason_and_message(input: &PlanInput<'_>, credentials: Option<Expiry>) -> (K, String) {
     let secret = input.secret;
     let version = match input.outcome {
         ProbeOutcome::Reached {
@@ -360,8 +393,8 @@ fn valid_reason_and_message(
     let warning = credentials.and_then(|e| {
         let message = expiry_warning(e, input.now, input.expiry_window)?;
         let reason = match expiry_state(e.at, input.now, input.expiry_window) {
-            ExpiryState::Expired => reasons::CREDENTIALS_EXPIRED,
-            _ => reasons::CREDENTIALS_EXPIRING_SOON,
+            ExpiryState::Expired => K::CredentialsExpired,
+            _ => K::CredentialsExpiringSoon,
         };
         Some((reason, message))
     });
@@ -373,20 +406,16 @@ fn valid_reason_and_message(
             ),
         ),
         None => (
-            reasons::VALID,
+            K::Valid,
             format!("the target accepts the credentials in Secret {secret}{version}"),
         ),
     }
 }
 
-fn kubeconfig_condition(
-    input: &PlanInput<'_>,
-    status: KubeconfigStatus,
-    credentials: Option<Expiry>,
-    secret_missing_since: Option<&Time>,
-) -> DesiredCondition {
-    let secret = input.secret;
-    let held_back = match (
+/// The `Missing` message of a locked cluster whose Secret is gone: when it will be
+/// offboarded, and how to do it now.
+fn held_back(input: &PlanInput<'_>, secret_missing_since: Option<&Time>) -> Option<String> {
+    match (
         input.offboard_hold,
         secret_missing_since,
         &input.source.record,
@@ -397,89 +426,29 @@ fn kubeconfig_condition(
             offboard_at(since.0, hold.grace),
         )),
         _ => None,
+    }
+}
+
+fn kubeconfig_condition(
+    input: &PlanInput<'_>,
+    status: KubeconfigStatus,
+    credentials: Option<Expiry>,
+    secret_missing_since: Option<&Time>,
+) -> DesiredCondition<K> {
+    let held_back = held_back(input, secret_missing_since).filter(|_| {
+        status == KubeconfigStatus::Missing && matches!(input.outcome, ProbeOutcome::SecretMissing)
+    });
+    let held_back_shown = held_back.is_some();
+    let (reason, message) = match held_back {
+        Some(message) => (K::Missing, message),
+        None => kubeconfig_reason_and_message(input, status, credentials),
     };
-    let held_back_shown = held_back.is_some()
-        && status == KubeconfigStatus::Missing
-        && matches!(input.outcome, ProbeOutcome::SecretMissing);
-    let (ok, reason, message) = match (status, input.outcome) {
-        (KubeconfigStatus::Valid, _) => {
-            let (reason, message) = valid_reason_and_message(input, credentials);
-            (true, reason, message)
-        }
-        (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
-            false,
-            reasons::MISSING,
-            format!(
-                "Secret {secret} has no `kubeconfig` key: put the target's kubeconfig under that key"
-            ),
-        ),
-        (KubeconfigStatus::Missing, ProbeOutcome::SecretMissing) if held_back_shown => {
-            (false, reasons::MISSING, held_back.unwrap_or_default())
-        }
-        (KubeconfigStatus::Missing, _) => (
-            false,
-            reasons::MISSING,
-            format!(
-                "Secret {secret} does not exist or is not labeled {KUBECONFIG_SECRET_SELECTOR}: create it with the \
-                 target's kubeconfig under the `kubeconfig` key, and label it"
-            ),
-        ),
-        (KubeconfigStatus::Invalid, ProbeOutcome::Invalid(e)) => (
-            false,
-            match e {
-                KubeconfigError::NotForThisCluster { .. } => reasons::SECRET_NOT_FOR_THIS_CLUSTER,
-                _ => reasons::INVALID,
-            },
-            format!("the kubeconfig in Secret {secret} cannot be used: {e}"),
-        ),
-        (KubeconfigStatus::Invalid, _) => (
-            false,
-            reasons::INVALID,
-            format!("the kubeconfig in Secret {secret} cannot be used"),
-        ),
-        (KubeconfigStatus::Unauthorized, outcome) => {
-            let expired = credentials
-                .filter(|e| e.at <= input.now)
-                .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
-                .unwrap_or_default();
-            let detail = match outcome {
-                ProbeOutcome::Unauthorized { detail } if !detail.is_empty() => {
-                    format!(": {}", bounded(detail, MAX_DETAIL_CHARS))
-                }
-                _ => String::new(),
-            };
-            (
-                false,
-                reasons::UNAUTHORIZED,
-                format!(
-                    "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
-                     put valid, unexpired credentials in the Secret{detail}"
-                ),
-            )
-        }
-        (KubeconfigStatus::Unreachable, outcome) => {
-            let detail = match outcome {
-                ProbeOutcome::Unreachable { detail } if !detail.is_empty() => {
-                    format!(": {}", bounded(detail, MAX_DETAIL_CHARS))
-                }
-                _ => String::new(),
-            };
-            (
-                false,
-                reasons::UNREACHABLE,
-                format!(
-                    "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
-                     from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
-                     server's certificate"
-                ),
-            )
-        }
-    };
+    let ok = status == KubeconfigStatus::Valid;
     match &input.source.problem {
         Some(problem) if !held_back_shown => DesiredCondition::new(
             KUBECONFIG_VALID,
             ok,
-            problem.reason().as_str(),
+            problem.reason(),
             format!(
                 "{}. Meanwhile: {message}",
                 problem.message(input.secrets_namespace)
@@ -489,11 +458,85 @@ fn kubeconfig_condition(
     }
 }
 
+/// The reason and message of `KubeconfigValid` for `status`, from what the probe found.
+fn kubeconfig_reason_and_message(
+    input: &PlanInput<'_>,
+    status: KubeconfigStatus,
+    credentials: Option<Expiry>,
+) -> (K, String) {
+    let secret = input.secret;
+    match (status, input.outcome) {
+        (KubeconfigStatus::Valid, _) => valid_reason_and_message(input, credentials),
+        (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
+            K::Missing,
+            format!(
+                "Secret {secret} has no `kubeconfig` key: put the target's kubeconfig under that key"
+            ),
+        ),
+        (KubeconfigStatus::Missing, _) => (
+            K::Missing,
+            format!(
+                "Secret {secret} does not exist or is not labeled {KUBECONFIG_SECRET_SELECTOR}: create it with the \
+                 target's kubeconfig under the `kubeconfig` key, and label it"
+            ),
+        ),
+        (KubeconfigStatus::Invalid, ProbeOutcome::Invalid(e)) => (
+            match e {
+                KubeconfigError::NotForThisCluster { .. } => K::SecretNotForThisCluster,
+                _ => K::Invalid,
+            },
+            format!("the kubeconfig in Secret {secret} cannot be used: {e}"),
+        ),
+        (KubeconfigStatus::Invalid, _) => (
+            K::Invalid,
+            format!("the kubeconfig in Secret {secret} cannot be used"),
+        ),
+        (KubeconfigStatus::Unauthorized, outcome) => (
+            K::Unauthorized,
+            unauthorized_message(input, outcome, credentials),
+        ),
+        (KubeconfigStatus::Unreachable, outcome) => {
+            let detail = match outcome {
+                ProbeOutcome::Unreachable { detail } => with_detail(detail),
+                _ => String::new(),
+            };
+            (
+                K::Unreachable,
+                format!(
+                    "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
+                     from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
+                     server's certificate"
+                ),
+            )
+        }
+    }
+}
+
+fn unauthorized_message(
+    input: &PlanInput<'_>,
+    outcome: &ProbeOutcome,
+    credentials: Option<Expiry>,
+) -> String {
+    let secret = input.secret;
+    let expired = credentials
+        .filter(|e| e.at <= input.now)
+        .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
+        .unwrap_or_default();
+    let detail = match outcome {
+        ProbeOutcome::Unauthorized { detail } => with_detail(detail),
+        _ => String::new(),
+    };
+    format!(
+        "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
+         put valid, unexpired credentials in the Secret{detail}"
+    )
+}
+
 fn gpu_condition(
     outcome: &ProbeOutcome,
     kubeconfig: KubeconfigStatus,
     hardware: &Hardware,
-) -> DesiredCondition {
+) -> DesiredCondition<G> {
     let kept = match &hardware.last_discovery {
         Some(at) => format!("; hardware still shows the count from {}", at.0),
         None => String::new(),
@@ -502,13 +545,13 @@ fn gpu_condition(
         ProbeOutcome::Reached {
             nodes: NodeListing::Counted(count),
             ..
-        } => (true, reasons::DISCOVERED, discovered_message(count)),
+        } => (true, G::Discovered, discovered_message(count)),
         ProbeOutcome::Reached {
             nodes: NodeListing::Forbidden { detail },
             ..
         } => (
             false,
-            reasons::FORBIDDEN,
+            G::Forbidden,
             format!(
                 "the kubeconfig's identity may not list nodes on the target: grant it `list` on `nodes` \
                  (a ClusterRole and ClusterRoleBinding){}{kept}",
@@ -520,7 +563,7 @@ fn gpu_condition(
             ..
         } => (
             false,
-            reasons::DISCOVERY_FAILED,
+            G::DiscoveryFailed,
             format!(
                 "listing the target's nodes failed{}{kept}",
                 with_detail(detail)
@@ -528,7 +571,7 @@ fn gpu_condition(
         ),
         _ => (
             false,
-            reasons::DISCOVERY_FAILED,
+            G::DiscoveryFailed,
             format!(
                 "GPUs cannot be discovered while the kubeconfig is {kubeconfig} (see condition KubeconfigValid){kept}"
             ),
@@ -593,94 +636,79 @@ fn with_detail(detail: &str) -> String {
     }
 }
 
-/// Events for what changed between the previous status and the planned one.
-fn plan_events(previous: &FournosClusterStatus, next: &FournosClusterStatus) -> Vec<Event> {
-    let mut events = Vec::new();
-    let condition = |s: &FournosClusterStatus, t| find(&s.conditions, t).cloned();
-    let (old_kc, new_kc) = (
-        condition(previous, KUBECONFIG_VALID),
-        condition(next, KUBECONFIG_VALID),
-    );
-    let (old_gpu, new_gpu) = (
-        condition(previous, GPU_DISCOVERED),
-        condition(next, GPU_DISCOVERED),
-    );
-    let reason_of = |c: &Option<Condition>| c.as_ref().map(|c| c.reason.clone());
-
-    if previous.kubeconfig_status != next.kubeconfig_status
-        && let Some(status) = next.kubeconfig_status
-    {
-        let (warning, reason) = match status {
-            KubeconfigStatus::Valid => (false, "KubeconfigValid"),
-            KubeconfigStatus::Missing => (true, "KubeconfigMissing"),
-            KubeconfigStatus::Invalid => (true, "KubeconfigInvalid"),
-            KubeconfigStatus::Unauthorized => (true, "KubeconfigUnauthorized"),
-            KubeconfigStatus::Unreachable => (true, "KubeconfigUnreachable"),
-        };
-        events.push(Event {
-            warning,
-            reason,
-            action: ACTION,
-            note: new_kc
-                .as_ref()
-                .map(|c| c.message.clone())
-                .unwrap_or_default(),
-        });
-    }
-    if let Some(c) = &new_kc
-        && reason_of(&old_kc) != reason_of(&new_kc)
-        && matches!(
-            c.reason.as_str(),
-            reasons::CREDENTIALS_EXPIRING_SOON | reasons::CREDENTIALS_EXPIRED
-        )
-    {
-        let reason = if c.reason == reasons::CREDENTIALS_EXPIRED {
-            reasons::CREDENTIALS_EXPIRED
-        } else {
-            reasons::CREDENTIALS_EXPIRING_SOON
-        };
-        events.push(Event::warning(reason, ACTION, c.message.clone()));
-    }
-    if let Some(c) = &new_kc
-        && reason_of(&old_kc) != reason_of(&new_kc)
-        && let Some(reason) =
-            KubeconfigValidReason::parse(&c.reason).filter(|r| is_source_reason(*r))
-    {
-        events.push(Event::warning(reason.as_str(), ACTION, c.message.clone()));
+/// Events for what changed between the previous status and the planned one, decided
+/// from the planned conditions' typed reasons.
+fn plan_events(
+    previous: &FournosClusterStatus,
+    next: &DiscoveryStatus,
+    kubeconfig: &Planned<'_, K>,
+    gpus: &Planned<'_, G>,
+) -> Vec<Event> {
+    let mut events: Vec<Event> = kubeconfig_status_event(previous, next, kubeconfig.message())
+        .into_iter()
+        .collect();
+    // Credentials about to expire, and hand edits that disagree with the recorded source.
+    if let Some(reason) = kubeconfig.changed_reason(previous).filter(|r| {
+        matches!(r, K::CredentialsExpiringSoon | K::CredentialsExpired) || is_source_reason(*r)
+    }) {
+        events.push(Event::warning(
+            reason.as_str(),
+            ACTION,
+            kubeconfig.message(),
+        ));
     }
     // Discovery failures get their own Event only while the kubeconfig works; otherwise
     // the kubeconfig Event already says why.
-    if let Some(c) = &new_gpu
-        && next.kubeconfig_status == Some(KubeconfigStatus::Valid)
-        && reason_of(&old_gpu) != reason_of(&new_gpu)
+    if next.kubeconfig_status == Some(KubeconfigStatus::Valid)
+        && let Some(reason) = gpus
+            .changed_reason(previous)
+            .filter(|r| matches!(r, G::Forbidden | G::DiscoveryFailed))
     {
-        let reason = match c.reason.as_str() {
-            reasons::FORBIDDEN => Some(reasons::FORBIDDEN),
-            reasons::DISCOVERY_FAILED => Some(reasons::DISCOVERY_FAILED),
-            _ => None,
-        };
-        if let Some(reason) = reason {
-            events.push(Event::warning(reason, ACTION, c.message.clone()));
-        }
+        events.push(Event::warning(reason.as_str(), ACTION, gpus.message()));
     }
+    events.extend(gpus_changed_event(previous, next));
+    events
+}
+
+/// The Event of a new `kubeconfigStatus`, with the message of `KubeconfigValid`.
+fn kubeconfig_status_event(
+    previous: &FournosClusterStatus,
+    next: &DiscoveryStatus,
+    message: &str,
+) -> Option<Event> {
+    let status = next
+        .kubeconfig_status
+        .filter(|s| previous.kubeconfig_status != Some(*s))?;
+    let (warning, reason) = match status {
+        KubeconfigStatus::Valid => (false, "KubeconfigValid"),
+        KubeconfigStatus::Missing => (true, "KubeconfigMissing"),
+        KubeconfigStatus::Invalid => (true, "KubeconfigInvalid"),
+        KubeconfigStatus::Unauthorized => (true, "KubeconfigUnauthorized"),
+        KubeconfigStatus::Unreachable => (true, "KubeconfigUnreachable"),
+    };
+    Some(Event {
+        warning,
+        reason,
+        action: ACTION,
+        note: message.to_owned(),
+    })
+}
+
+/// The Event of a new GPU count, once counted.
+fn gpus_changed_event(previous: &FournosClusterStatus, next: &DiscoveryStatus) -> Option<Event> {
     let discovered = next
         .hardware
         .as_ref()
         .is_some_and(|h| h.consecutive_failures == 0);
-    if discovered && previous.gpu_summary != next.gpu_summary {
-        let message = match &previous.gpu_summary {
-            Some(old) => format!(
-                "GPUs now {} (were {old})",
-                next.gpu_summary.as_deref().unwrap_or_default()
-            ),
-            None => format!(
-                "GPUs discovered: {}",
-                next.gpu_summary.as_deref().unwrap_or_default()
-            ),
-        };
-        events.push(Event::normal(reasons::GPUS_CHANGED, ACTION, message));
+    if !discovered || previous.gpu_summary == next.gpu_summary {
+        return None;
     }
-    events
+    let now = next.gpu_summary.as_deref().unwrap_or_default();
+    let message = match &previous.gpu_summary {
+        Some(old) => format!("GPUs now {now} (were {old})"),
+        None => format!("GPUs discovered: {now}"),
+    };
+    Some(Event::normal(GPUS_CHANGED, ACTION, message))
 }
 
 /// How a planned status differs from the current one, over discovery's fields only.
@@ -696,7 +724,7 @@ pub enum StatusDiff {
 }
 
 /// Compares the discovery-owned fields of two statuses.
-pub fn diff_status(old: Option<&FournosClusterStatus>, new: &FournosClusterStatus) -> StatusDiff {
+pub fn diff_status(old: Option<&FournosClusterStatus>, new: &DiscoveryStatus) -> StatusDiff {
     let empty = FournosClusterStatus::default();
     let old = old.unwrap_or(&empty);
     if status_changed(Some(old), new) {
@@ -720,9 +748,9 @@ pub fn diff_status(old: Option<&FournosClusterStatus>, new: &FournosClusterStatu
 /// Whether discovery's fields differ other than in the timestamps every probe moves
 /// (`hardware.lastDiscovery`, `nextProbeAt`). Other controllers' fields and
 /// conditions are ignored; so is the order of conditions.
-pub fn status_changed(old: Option<&FournosClusterStatus>, new: &FournosClusterStatus) -> bool {
+pub fn status_changed(old: Option<&FournosClusterStatus>, new: &DiscoveryStatus) -> bool {
     let empty = FournosClusterStatus::default();
-    discovery_view(old.unwrap_or(&empty)) != discovery_view(new)
+    discovery_view(old.unwrap_or(&empty)) != discovery_view(&new.clone().into())
 }
 
 fn discovery_view(s: &FournosClusterStatus) -> FournosClusterStatus {

@@ -136,20 +136,20 @@ hearth_runtime::view_of!(CachedFlavor, ResourceFlavor);
 mod tests {
     use super::*;
     use crate::testing::{cluster, foreign_flavor, hearth_flavor, legacy_flavor};
-    use hearth_api::conditions::{DesiredCondition, Status, next_condition};
     use hearth_api::names::{MANAGED_BY_LABEL, MANAGED_BY_VALUE};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
     use kube::Resource as _;
     use serde_json::json;
 
     fn condition(type_: &'static str, reason: &str) -> Condition {
-        let epoch = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        next_condition(
-            None,
-            &DesiredCondition::new(type_, Status::True, reason, "m"),
-            Some(1),
-            &epoch,
-        )
+        Condition {
+            type_: type_.to_owned(),
+            status: "True".to_owned(),
+            reason: reason.to_owned(),
+            message: "m".to_owned(),
+            observed_generation: Some(1),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        }
     }
 
     /// A counted, cordoned cluster with everything other controllers and people put on

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use crate::apply::Writer;
 use crate::cached::{CachedCluster, CachedFlavor};
 use crate::new_flavors::NewFlavors;
-use crate::plan::PlanSettings;
+use crate::plan::{PlanSettings, SyncReason};
 use crate::snapshot::{QueueObject, Stores};
 use crate::statuses::Statuses;
 
@@ -43,7 +43,7 @@ pub(crate) struct Context {
     /// The ClusterQueue as the last update returned it, while the cache lags behind it.
     pub written_queue: Mutex<Option<WrittenQueue>>,
     /// What [`Context::log_planned`] said last of each cluster whose status waits.
-    pub planned: Mutex<HashMap<String, (String, Status)>>,
+    pub planned: Mutex<HashMap<String, (SyncReason, Status)>>,
 }
 
 /// The ClusterQueue as kueue-sync's last update returned it: what the next plan starts

@@ -158,7 +158,7 @@ impl Metrics {
         let mut overdue = Vec::new();
         let mut quotas = Vec::new();
         for (cluster, sync) in &plan.clusters {
-            *by_reason.entry(sync.reason()).or_default() += 1;
+            *by_reason.entry(sync.reason().as_str()).or_default() += 1;
             *by_schedulable
                 .entry(sync.cordon.reason().as_str())
                 .or_default() += 1;

@@ -345,14 +345,14 @@ impl Context {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         logged.retain(|name, _| plan.clusters.get(name).is_some_and(|s| s.status_changed));
         for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
-            let said = (sync.reason().to_owned(), sync.condition.status);
+            let said = (sync.reason(), sync.condition.status);
             if logged.get(cluster) == Some(&said) {
                 continue;
             }
             tracing::debug!(
                 target: "hearth_kueue_sync::plan",
                 %cluster,
-                reason = sync.reason(),
+                reason = sync.reason().as_str(),
                 synced = sync.condition.status.as_str(),
                 "planned"
             );
@@ -461,9 +461,7 @@ pub(crate) fn waiting_for_new_flavor(
     ];
     plan.clusters
         .iter()
-        .filter(|(name, sync)| {
-            waits.iter().any(|w| sync.reason() == w.as_str()) && on_its_way(name)
-        })
+        .filter(|(name, sync)| waits.contains(&sync.reason()) && on_its_way(name))
         .map(|(name, _)| name.clone())
         .collect()
 }
@@ -537,9 +535,9 @@ mod tests {
             ]);
         world.slow = ["a", "u", "z"].map(String::from).into();
         let plan = world.plan();
-        assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
-        assert_eq!(plan.clusters["u"].reason(), "WaitingForDiscovery");
-        assert_eq!(plan.clusters["z"].reason(), "LimitReached");
+        assert_eq!(plan.clusters["a"].reason(), SyncReason::WaitingForFlavor);
+        assert_eq!(plan.clusters["u"].reason(), SyncReason::WaitingForDiscovery);
+        assert_eq!(plan.clusters["z"].reason(), SyncReason::LimitReached);
         // Before the creates are handed over, and while they are on their way: "a" waits
         // for its flavor, "u" for discovery, "z" has its answer (no room), written.
         assert!(
@@ -551,14 +549,20 @@ mod tests {
         // The plan that sees a flavor has the answer that matters, written.
         world.deliver("a");
         world.deliver("u");
-        assert_eq!(world.plan().clusters["a"].reason(), "Synced");
-        assert_eq!(world.plan().clusters["u"].reason(), "WaitingForDiscovery");
+        assert_eq!(world.plan().clusters["a"].reason(), SyncReason::Synced);
+        assert_eq!(
+            world.plan().clusters["u"].reason(),
+            SyncReason::WaitingForDiscovery
+        );
         assert!(held(&world).is_empty());
         // A flavor being deleted is a wait no create ends: not held back. (Its place
         // goes to "z", whose create is on its way.)
         world.converge();
         world.flavors[0].metadata.deletion_timestamp = Some(crate::testing::at(1));
-        assert_eq!(world.plan().clusters["a"].reason(), "WaitingForFlavor");
+        assert_eq!(
+            world.plan().clusters["a"].reason(),
+            SyncReason::WaitingForFlavor
+        );
         assert_eq!(held(&world), ["z"].map(String::from).into());
     }
 }

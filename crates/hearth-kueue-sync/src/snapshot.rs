@@ -276,6 +276,7 @@ fn meta_name<K: kube::Resource>(object: &K) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::SyncReason;
     use crate::testing::{cluster, hearth_flavor, settings};
     use serde_json::json;
 
@@ -397,9 +398,9 @@ mod tests {
         // nothing says was ever counted, claims no place.
         let plan = crate::plan::plan(&snapshot.input);
         assert!(plan.flavors_to_delete.is_empty());
-        assert_eq!(plan.clusters["b"].reason(), "Drained");
-        assert_eq!(plan.clusters["a"].reason(), "Synced");
-        assert_eq!(plan.clusters["c"].reason(), "WaitingForDiscovery");
+        assert_eq!(plan.clusters["b"].reason(), SyncReason::Drained);
+        assert_eq!(plan.clusters["a"].reason(), SyncReason::Synced);
+        assert_eq!(plan.clusters["c"].reason(), SyncReason::WaitingForDiscovery);
         let flavors = &plan.cluster_queue.unwrap().resource_groups[0].flavors;
         let b_entry = flavors.iter().find(|f| f.name == "b").cloned().unwrap();
         assert!(

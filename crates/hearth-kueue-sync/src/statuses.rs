@@ -51,7 +51,7 @@ struct Said {
 impl Said {
     /// Whether this waits behind every other write: it says only that the cluster waits.
     fn later(&self) -> bool {
-        self.sync.reason() == SyncReason::WaitingForDiscovery.as_str()
+        self.sync.reason() == SyncReason::WaitingForDiscovery
     }
 }
 
@@ -261,7 +261,7 @@ impl Inner {
             let now = Time(k8s_openapi::jiff::Timestamp::now());
             let result = self.writer.write_status(&base, &said.sync, &now).await;
             if matches!(result, Ok(Some(_))) {
-                tracing::info!(cluster = %name, reason = said.sync.reason(), "wrote status");
+                tracing::info!(cluster = %name, reason = said.sync.reason().as_str(), "wrote status");
                 // In the background: the other statuses must not wait for them.
                 for event in [
                     event_for(&base, &said.sync),
@@ -459,7 +459,7 @@ mod tests {
         /// What the plan says of `name`, with the `KueueSynced` reason set to `reason`.
         fn sync(&self, name: &str, reason: SyncReason) -> ClusterSync {
             let mut sync = self.world.plan().clusters[name].clone();
-            sync.condition.reason = reason.as_str().to_owned();
+            sync.condition.reason = reason;
             sync
         }
 

@@ -60,10 +60,10 @@ const DRAIN: &str = "DrainQuota";
 /// discovery's first count, is a moment of every onboarding, not news (discovery reports
 /// its own problems).
 pub(crate) fn event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<EventSpec> {
-    let reason = SyncReason::parse(sync.reason())?;
-    let before = current_condition(cluster).map(|c| c.reason.as_str());
+    let reason = sync.reason();
+    let before = current_condition(cluster).and_then(|c| SyncReason::parse(&c.reason));
     let message = sync.condition.message.clone();
-    if before == Some(sync.reason()) {
+    if before == Some(reason) {
         let old = cluster.observed.kueue.as_ref();
         return (reason == SyncReason::Synced
             && old.map(|k| &k.quotas) != sync.kueue.as_ref().map(|k| &k.quotas))
@@ -106,9 +106,9 @@ pub(crate) fn cordon_event_for(cluster: &CachedCluster, sync: &ClusterSync) -> O
         .observed
         .schedulable_condition
         .as_ref()
-        .map(|c| c.reason.as_str());
-    let now = SchedulableReason::parse(&sync.schedulable.reason)?;
-    if before == Some(now.as_str()) {
+        .map(|c| SchedulableReason::parse(&c.reason));
+    let now = sync.schedulable.reason;
+    if before == Some(Some(now)) {
         return None;
     }
     let (warning, reason) = match now {
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn no_entry_means_no_kueue_field_so_it_is_removed() {
         let (cluster, sync) = after(|w| w.queue = None);
-        assert_eq!(sync.reason(), "ClusterQueueNotFound");
+        assert_eq!(sync.reason(), SyncReason::ClusterQueueNotFound);
         let patch = status_patch(&cluster, &sync, &at(5_000));
         assert!(patch.get("kueue").is_none(), "{patch}");
         assert_eq!(patch["conditions"][0]["status"], "False");
@@ -229,7 +229,7 @@ mod tests {
     fn waiting_for_a_flavor_or_a_count_and_no_change_are_not_news() {
         let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8)]);
         let plan = world.plan();
-        assert_eq!(plan.clusters["a"].reason(), "WaitingForFlavor");
+        assert_eq!(plan.clusters["a"].reason(), SyncReason::WaitingForFlavor);
         assert_eq!(
             event_for(&cached(&world.clusters[0]), &plan.clusters["a"]),
             None
@@ -237,7 +237,7 @@ mod tests {
         let mut uncounted = World::new().with_clusters([cluster("u").uncounted()]);
         uncounted.converge();
         let sync = &uncounted.plan().clusters["u"];
-        assert_eq!(sync.reason(), "WaitingForDiscovery");
+        assert_eq!(sync.reason(), SyncReason::WaitingForDiscovery);
         let mut fresh = uncounted.clusters[0].clone();
         fresh.status.as_mut().unwrap().conditions.clear();
         assert_eq!(event_for(&cached(&fresh), sync), None);
@@ -254,7 +254,7 @@ mod tests {
         for _ in 0..5 {
             let plan = world.plan();
             let sync = plan.clusters["a"].clone();
-            if sync.reason() == "Synced" && sync.status_changed {
+            if sync.reason() == SyncReason::Synced && sync.status_changed {
                 published = event_for(&cached(&world.clusters[0]), &sync);
                 break;
             }

@@ -36,10 +36,35 @@ fn unreachable() -> ProbeOutcome {
     }
 }
 
+/// A status a probe starts from: a planned one, or one with other controllers' fields.
+trait Previous {
+    fn wide(&self) -> FournosClusterStatus;
+}
+
+impl Previous for DiscoveryStatus {
+    fn wide(&self) -> FournosClusterStatus {
+        self.clone().into()
+    }
+}
+
+impl Previous for FournosClusterStatus {
+    fn wide(&self) -> FournosClusterStatus {
+        self.clone()
+    }
+}
+
+fn diff_status(old: Option<&dyn Previous>, new: &DiscoveryStatus) -> StatusDiff {
+    super::diff_status(old.map(|o| o.wide()).as_ref(), new)
+}
+
+fn status_changed(old: Option<&dyn Previous>, new: &DiscoveryStatus) -> bool {
+    super::status_changed(old.map(|o| o.wide()).as_ref(), new)
+}
+
 /// One probe with the usual settings: 5m interval, threshold 3, 7d window.
-struct Probe<'a> {
+struct Probe {
     outcome: ProbeOutcome,
-    previous: Option<&'a FournosClusterStatus>,
+    previous: Option<FournosClusterStatus>,
     now: Timestamp,
     generation: Option<i64>,
     credentials: Option<Expiry>,
@@ -49,15 +74,11 @@ struct Probe<'a> {
     source: Option<Source>,
 }
 
-impl<'a> Probe<'a> {
-    fn new(
-        outcome: ProbeOutcome,
-        previous: Option<&'a FournosClusterStatus>,
-        now: Timestamp,
-    ) -> Self {
+impl Probe {
+    fn new(outcome: ProbeOutcome, previous: Option<&dyn Previous>, now: Timestamp) -> Self {
         Self {
             outcome,
-            previous,
+            previous: previous.map(|p| p.wide()),
             now,
             generation: Some(1),
             credentials: None,
@@ -75,7 +96,7 @@ impl<'a> Probe<'a> {
         });
         plan_status(&PlanInput {
             outcome: &self.outcome,
-            previous: self.previous,
+            previous: self.previous.as_ref(),
             generation: self.generation,
             now: self.now,
             secret: SECRET,
@@ -98,19 +119,15 @@ fn source_record() -> hearth_api::SourceSecret {
     }
 }
 
-fn plan(
-    outcome: ProbeOutcome,
-    previous: Option<&FournosClusterStatus>,
-    now: Timestamp,
-) -> StatusPlan {
+fn plan(outcome: ProbeOutcome, previous: Option<&dyn Previous>, now: Timestamp) -> StatusPlan {
     Probe::new(outcome, previous, now).plan()
 }
 
-fn cond<'a>(s: &'a FournosClusterStatus, type_: &str) -> &'a Condition {
+fn cond<'a>(s: &'a DiscoveryStatus, type_: &str) -> &'a Condition {
     find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {s:?}"))
 }
 
-fn reasons_of(s: &FournosClusterStatus) -> (String, &str, &str, &str, &str) {
+fn reasons_of(s: &DiscoveryStatus) -> (String, &str, &str, &str, &str) {
     let kc = cond(s, KUBECONFIG_VALID);
     let gpu = cond(s, GPU_DISCOVERED);
     (
@@ -128,7 +145,7 @@ fn event_reasons(plan: &StatusPlan) -> Vec<&'static str> {
     plan.events.iter().map(|e| e.reason).collect()
 }
 
-fn valid_status() -> FournosClusterStatus {
+fn valid_status() -> DiscoveryStatus {
     plan(reached(fleet()), None, at(0)).status
 }
 
@@ -172,7 +189,7 @@ fn first_successful_probe() {
 
 #[test]
 fn only_discovery_fields_are_planned() {
-    let mut previous = valid_status();
+    let mut previous: FournosClusterStatus = valid_status().into();
     previous.kueue = Some(KueueStatus {
         flavor: "a".into(),
         cluster_queue: "fournos-queue".into(),
@@ -189,7 +206,8 @@ fn only_discovery_fields_are_planned() {
         observed_generation: Some(1),
         last_transition_time: Time(at(0)),
     });
-    let s = plan(reached(fleet()), Some(&previous), at(300)).status;
+    let planned = plan(reached(fleet()), Some(&previous), at(300)).status;
+    let s: FournosClusterStatus = planned.clone().into();
     assert_eq!(s.kueue, None);
     assert_eq!(s.locked, None);
     assert_eq!(s.lock_job_name, None);
@@ -198,7 +216,7 @@ fn only_discovery_fields_are_planned() {
     let types: Vec<&str> = s.conditions.iter().map(|c| c.type_.as_str()).collect();
     assert_eq!(types, [KUBECONFIG_VALID, GPU_DISCOVERED]);
     // Other controllers' fields never count as a change.
-    assert!(!status_changed(Some(&previous), &s));
+    assert!(!status_changed(Some(&previous), &planned));
 }
 
 #[test]
@@ -665,7 +683,7 @@ fn status_changed_ignores_only_the_moving_timestamps() {
     reordered.conditions.reverse();
     assert!(!status_changed(Some(&base), &reordered));
 
-    type Change = Box<dyn Fn(&mut FournosClusterStatus)>;
+    type Change = Box<dyn Fn(&mut DiscoveryStatus)>;
     let changes: Vec<(&str, Change)> = vec![
         (
             "credentialsExpireAt",
@@ -714,7 +732,7 @@ fn status_changed_ignores_only_the_moving_timestamps() {
     }
     assert!(status_changed(None, &base));
     assert_eq!(
-        diff_status(None, &FournosClusterStatus::default()),
+        diff_status(None, &DiscoveryStatus::default()),
         StatusDiff::Same
     );
 }
@@ -829,59 +847,6 @@ fn the_largest_status_a_target_can_cause_is_small() {
 }
 
 #[test]
-fn the_time_a_secret_went_is_recorded_once_and_cleared_when_it_returns() {
-    let valid = plan(reached(fleet()), None, at(0)).status;
-    assert_eq!(valid.secret_missing_since, None);
-
-    // Recorded in whole seconds, as the API keeps it, so the deadline read back later is
-    // the one announced now.
-    let moment = at(300) + jiff::SignedDuration::from_millis(700);
-    let gone = plan(ProbeOutcome::SecretMissing, Some(&valid), moment).status;
-    assert_eq!(gone.secret_missing_since, Some(Time(at(300))));
-    // Still gone later (or after a restart, which reads it back from status): unchanged.
-    let still = plan(ProbeOutcome::SecretMissing, Some(&gone), at(600));
-    assert_eq!(still.status.secret_missing_since, Some(Time(at(300))));
-
-    // A Secret without the key is there: not gone.
-    let keyless = plan(ProbeOutcome::KeyMissing, Some(&gone), at(900)).status;
-    assert_eq!(keyless.secret_missing_since, None);
-    let back = plan(reached(fleet()), Some(&gone), at(900)).status;
-    assert_eq!(back.secret_missing_since, None);
-    assert_eq!(diff_status(Some(&gone), &back), StatusDiff::Changed);
-}
-
-#[test]
-fn a_locked_cluster_says_when_it_will_be_offboarded() {
-    let valid = plan(reached(fleet()), None, at(0)).status;
-    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
-    probe.hold = Some(OffboardHold {
-        holder: "alice",
-        grace: Duration::from_secs(600),
-    });
-    let p = probe.plan();
-    let kc = cond(&p.status, KUBECONFIG_VALID);
-    assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
-        ("False", "Missing")
-    );
-    assert_eq!(
-        kc.message,
-        crate::onboarding::held_back_message(SECRET, "alice", at(900))
-    );
-    assert!(kc.message.contains("locked by alice"), "{}", kc.message);
-    assert_eq!(event_reasons(&p), ["KubeconfigMissing"]);
-    assert_eq!(p.events[0].note, kc.message);
-
-    // The next probe says the same: the deadline counts from the first loss.
-    let mut again = Probe::new(ProbeOutcome::SecretMissing, Some(&p.status), at(600));
-    again.hold = probe.hold;
-    assert_eq!(
-        cond(&again.plan().status, KUBECONFIG_VALID).message,
-        kc.message
-    );
-}
-
-#[test]
 fn the_kubernetes_version_is_kept_only_when_it_looks_like_one() {
     let counted = plan(reached(fleet()), None, at(0)).status;
     let hardware = counted.hardware.clone().unwrap();
@@ -915,86 +880,4 @@ fn the_kubernetes_version_is_kept_only_when_it_looks_like_one() {
     );
 }
 
-#[test]
-fn a_hand_edit_of_the_spec_takes_the_reason_and_warns_once() {
-    use crate::source::SourceProblem;
-    let valid = plan(reached(fleet()), None, at(0)).status;
-    assert_eq!(valid.source_secret, Some(source_record()));
-    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(60));
-    probe.source = Some(Source {
-        record: Some(source_record()),
-        gone: false,
-        problem: Some(SourceProblem::SecretChanged {
-            spec: "nope".into(),
-            source: "kubeconfig-a".into(),
-        }),
-    });
-    let p = probe.plan();
-    let kc = cond(&p.status, KUBECONFIG_VALID);
-    assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
-        ("False", "KubeconfigSecretChanged"),
-        "the status follows kubeconfigStatus"
-    );
-    assert!(
-        kc.message
-            .starts_with("spec.kubeconfigSecret was changed to \"nope\"")
-            && kc
-                .message
-                .contains("Meanwhile: Secret psap-secrets/kubeconfig-a does not exist"),
-        "{}",
-        kc.message
-    );
-    assert_eq!(
-        p.status.secret_missing_since, None,
-        "the spec's Secret is missing, the one the cluster came from is not"
-    );
-    assert_eq!(p.status.source_secret, Some(source_record()));
-    assert_eq!(
-        event_reasons(&p),
-        ["KubeconfigMissing", "KubeconfigSecretChanged"]
-    );
-    // The next probe, same situation: no new Event.
-    let mut again = Probe::new(ProbeOutcome::SecretMissing, Some(&p.status), at(120));
-    again.source = probe.source.clone();
-    assert!(again.plan().events.is_empty());
-    // Set back: the reason goes with it.
-    let back = plan(reached(fleet()), Some(&p.status), at(180));
-    assert_eq!(cond(&back.status, KUBECONFIG_VALID).reason, "Valid");
-}
-
-#[test]
-fn a_held_back_offboarding_says_so_before_a_hand_edit() {
-    use crate::source::SourceProblem;
-    let valid = plan(reached(fleet()), None, at(0)).status;
-    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
-    probe.hold = Some(OffboardHold {
-        holder: "alice",
-        grace: Duration::from_secs(600),
-    });
-    probe.source = Some(Source {
-        record: Some(source_record()),
-        gone: true,
-        problem: Some(SourceProblem::LabelRemoved {
-            source: "kubeconfig-a".into(),
-        }),
-    });
-    let kc = cond(&probe.plan().status, KUBECONFIG_VALID).clone();
-    assert_eq!(kc.reason, "Missing");
-    assert!(kc.message.contains("locked by alice"), "{}", kc.message);
-}
-
-#[test]
-fn a_hand_made_cluster_records_no_source_and_no_missing_time() {
-    let mut probe = Probe::new(ProbeOutcome::SecretMissing, None, at(0));
-    probe.source = Some(Source {
-        record: None,
-        gone: false,
-        problem: None,
-    });
-    let status = probe.plan().status;
-    assert_eq!(
-        (status.source_secret, status.secret_missing_since),
-        (None, None)
-    );
-}
+mod source;

@@ -4,29 +4,30 @@
 use std::collections::BTreeMap;
 
 use hearth_api::cluster::{MAX_GPU_MODELS, MAX_LEGACY_GPU_TEXT};
-use hearth_api::conditions::{DesiredCondition, Status};
+use hearth_api::conditions::{DesiredCondition, Reason, Status};
 use hearth_api::names::{
     CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, MANAGED_BY_LABEL,
     MANAGED_BY_VALUE, POOL_LABEL_ABSENT, condition_types::KUEUE_SYNCED,
 };
 use hearth_api::{KubeconfigStatus, KueueStatus};
 
-use super::queue::{EntryOutcome, Holders, LeftOut, LeftOutWhy, NoRoom};
-use super::{
+use super::common::{
     FlavorState, MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE,
-    MAX_RESOURCE_GROUPS, ObservedCluster, PlanSettings,
+    MAX_RESOURCE_GROUPS, PlanSettings,
 };
+use super::input::ObservedCluster;
+use super::queue::{EntryOutcome, Holders, LeftOut, LeftOutWhy, NoRoom};
 
 /// Reasons of the `KueueSynced` condition. Stable: also Event reasons and metric labels.
 pub use hearth_api::reasons::KueueSyncedReason as SyncReason;
 
-fn condition(reason: SyncReason, message: String) -> DesiredCondition {
+fn condition(reason: SyncReason, message: String) -> DesiredCondition<SyncReason> {
     let status = if reason == SyncReason::Synced {
         Status::True
     } else {
         Status::False
     };
-    DesiredCondition::new(KUEUE_SYNCED, status, reason.as_str(), message)
+    DesiredCondition::new(KUEUE_SYNCED, status, reason, message)
 }
 
 /// `status.kueue` and the `KueueSynced` condition of a live cluster.
@@ -36,7 +37,7 @@ pub(crate) fn cluster_report(
     queue_exists: bool,
     entry: Option<&EntryOutcome>,
     settings: &PlanSettings,
-) -> (Option<KueueStatus>, DesiredCondition) {
+) -> (Option<KueueStatus>, DesiredCondition<SyncReason>) {
     let name = &cluster.name;
     let queue = &settings.cluster_queue;
     let published = flavor_not_ready(name, flavor, queue_exists, entry, settings)
@@ -186,7 +187,7 @@ fn published_condition(
     left_out: &[LeftOut],
     invalid_pool: &[String],
     queue: &str,
-) -> DesiredCondition {
+) -> DesiredCondition<SyncReason> {
     let name = &cluster.name;
     let published = format_quotas(quotas);
     if cluster.drained() {
@@ -241,29 +242,33 @@ fn published_condition(
             ),
         )
     } else {
-        let reason = if left_out.iter().any(|l| {
-            matches!(
-                l.why,
-                LeftOutWhy::TooManyResources | LeftOutWhy::TooManyModels
-            )
-        }) {
-            SyncReason::LimitReached
-        } else if left_out
-            .iter()
-            .any(|l| matches!(l.why, LeftOutWhy::CoveredByGroup(_)))
-        {
-            SyncReason::Conflict
-        } else {
-            SyncReason::InvalidResourceName
-        };
         condition(
-            reason,
+            left_out_reason(left_out),
             format!(
                 "ResourceFlavor '{name}' and its entry in ClusterQueue '{queue}' publish \
                  {published}, but not {}",
                 left_out_message(left_out)
             ),
         )
+    }
+}
+
+/// Why some GPU resources of a published entry are left out: Kueue's limits first.
+fn left_out_reason(left_out: &[LeftOut]) -> SyncReason {
+    if left_out.iter().any(|l| {
+        matches!(
+            l.why,
+            LeftOutWhy::TooManyResources | LeftOutWhy::TooManyModels
+        )
+    }) {
+        SyncReason::LimitReached
+    } else if left_out
+        .iter()
+        .any(|l| matches!(l.why, LeftOutWhy::CoveredByGroup(_)))
+    {
+        SyncReason::Conflict
+    } else {
+        SyncReason::InvalidResourceName
     }
 }
 
@@ -377,21 +382,21 @@ fn format_quotas(quotas: &BTreeMap<String, i64>) -> String {
 pub(crate) fn status_differs(
     cluster: &ObservedCluster,
     kueue: Option<&KueueStatus>,
-    condition: &DesiredCondition,
+    condition: &DesiredCondition<SyncReason>,
 ) -> bool {
     cluster.kueue.as_ref() != kueue
         || condition_differs(cluster, cluster.synced_condition.as_ref(), condition)
 }
 
 /// Whether `current` (a condition of `cluster`) must be written to say `desired`.
-pub(crate) fn condition_differs(
+pub(crate) fn condition_differs<R: Reason>(
     cluster: &ObservedCluster,
     current: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    desired: &DesiredCondition,
+    desired: &DesiredCondition<R>,
 ) -> bool {
     current.is_none_or(|current| {
         current.status != desired.status.as_str()
-            || current.reason != desired.reason
+            || R::parse(&current.reason) != Some(desired.reason)
             || current.message != desired.message
             || current.observed_generation != cluster.generation
     })

@@ -27,7 +27,7 @@ use hearth_api::text::bounded;
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::jiff::Timestamp;
 
-use super::ObservedCluster;
+use super::input::ObservedCluster;
 
 /// The effect of the cordon taint: Kueue admits nothing new that does not tolerate it.
 pub const CORDON_TAINT_EFFECT: &str = "NoSchedule";
@@ -102,13 +102,13 @@ impl CordonState {
 pub(crate) fn schedulable_condition(
     cluster: &ObservedCluster,
     state: CordonState,
-) -> DesiredCondition {
+) -> DesiredCondition<SchedulableReason> {
     let name = &cluster.name;
     let Some(cordon) = &cluster.cordon else {
         return DesiredCondition::new(
             SCHEDULABLE,
             Status::True,
-            SchedulableReason::Schedulable.as_str(),
+            SchedulableReason::Schedulable,
             format!("Not cordoned: Kueue may admit new Workloads on ResourceFlavor '{name}'."),
         );
     };
@@ -138,7 +138,7 @@ pub(crate) fn schedulable_condition(
         ),
         CordonState::None => unreachable!("a cordon is set"),
     };
-    DesiredCondition::new(SCHEDULABLE, Status::False, state.reason().as_str(), message)
+    DesiredCondition::new(SCHEDULABLE, Status::False, state.reason(), message)
 }
 
 /// `Cordoned by alice since 2026-11-25T04:00:00Z until …: "driver upgrade".`

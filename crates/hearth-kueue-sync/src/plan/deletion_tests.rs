@@ -94,7 +94,7 @@ fn terminating_flavor_of_a_live_cluster_is_released_then_recreated() {
             .resource_groups
             .is_empty()
     );
-    assert_eq!(first.clusters["a"].reason(), "WaitingForFlavor");
+    assert_eq!(first.clusters["a"].reason(), SyncReason::WaitingForFlavor);
     assert!(first.clusters["a"].kueue.is_none());
     world.apply(&first);
     assert!(world.flavor("a").is_none(), "Kueue let it go");

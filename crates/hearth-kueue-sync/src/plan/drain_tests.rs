@@ -29,7 +29,7 @@ fn drained_cluster_keeps_flavor_and_entry_with_zero_quota() {
         ]
     );
     let a = &plan.clusters["a"];
-    assert_eq!(a.reason(), "Drained");
+    assert_eq!(a.reason(), SyncReason::Drained);
     assert_eq!(a.condition.status, conditions::Status::False);
     assert_eq!(
         a.condition.message,

@@ -19,7 +19,8 @@ use hearth_api::names::{
     CLUSTER_NODE_LABEL, CORDON_TAINT_KEY, POOL_LABEL_ABSENT, POOL_LABEL_KEYS_ANNOTATION,
 };
 
-use super::{ObservedCluster, ObservedFlavor, is_label_value};
+use super::common::is_label_value;
+use super::input::{ObservedCluster, ObservedFlavor};
 
 /// The pool labels of one cluster's flavor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -169,7 +169,7 @@ fn unlabeled_flavor_named_like_a_cluster_is_not_touched() {
     let plan = world.plan();
     assert!(plan.writes_nothing(), "{plan:#?}");
     let a = &plan.clusters["a"];
-    assert_eq!(a.reason(), "FlavorNotManaged");
+    assert_eq!(a.reason(), SyncReason::FlavorNotManaged);
     assert!(a.kueue.is_none());
     assert!(
         a.condition

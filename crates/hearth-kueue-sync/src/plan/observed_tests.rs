@@ -5,6 +5,7 @@ use hearth_api::KubeconfigStatus;
 use hearth_api::names::CLUSTER_NODE_LABEL;
 use serde_json::json;
 
+use super::common::is_resource_name;
 use super::*;
 use crate::testing::{SLOT, cluster, foreign_flavor, gpu, hearth_flavor, queue};
 

@@ -12,10 +12,11 @@ use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
-use super::{
+use super::common::{
     MAX_COVERED_RESOURCES, MAX_FLAVORS_PER_GROUP, MAX_FLAVORS_PER_QUEUE, MAX_RESOURCE_GROUPS,
-    ObservedCluster, PlanSettings, is_resource_name,
+    PlanSettings, is_resource_name,
 };
+use super::input::ObservedCluster;
 
 /// A live cluster whose flavor is ready or being created and that has a claim on the
 /// queue (discovery counted it, or it is under takeover): it may get a place.

@@ -124,7 +124,7 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
         "no entry names a missing flavor"
     );
     let old = &first.clusters["old"];
-    assert_eq!(old.reason(), "WaitingForFlavor");
+    assert_eq!(old.reason(), SyncReason::WaitingForFlavor);
     assert!(old.kueue.is_none());
     assert_eq!(
         old.condition.message,
@@ -132,7 +132,7 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
          for it, and its entry is added once the flavor exists (a ClusterQueue that \
          references a missing flavor stops admitting); nothing to do unless this lasts."
     );
-    assert_eq!(first.clusters["young"].reason(), "LimitReached");
+    assert_eq!(first.clusters["young"].reason(), SyncReason::LimitReached);
     world.apply(&first);
 
     // The creates are under way: not asked again, and nothing else changes.
@@ -183,7 +183,7 @@ fn a_cluster_with_no_place_is_told_so_while_its_flavor_is_created() {
         .push(cluster("young").created(5).gpu("a100", 1).build());
     let plan = world.plan();
     assert_eq!(plan.flavors_to_create.len(), 1);
-    assert_eq!(plan.clusters["young"].reason(), "LimitReached");
+    assert_eq!(plan.clusters["young"].reason(), SyncReason::LimitReached);
 }
 
 #[test]
@@ -222,8 +222,8 @@ fn a_terminating_flavor_reserves_nothing() {
         .unwrap();
     old.metadata.deletion_timestamp = Some(crate::testing::at(1));
     let plan = world.plan();
-    assert_eq!(plan.clusters["old"].reason(), "WaitingForFlavor");
-    assert_eq!(plan.clusters["young"].reason(), "Synced");
+    assert_eq!(plan.clusters["old"].reason(), SyncReason::WaitingForFlavor);
+    assert_eq!(plan.clusters["young"].reason(), SyncReason::Synced);
     world.converge();
     assert_eq!(hearth_entries(&world), ["young"]);
     assert_eq!(synced(&world, "old").reason, "LimitReached");

@@ -8,7 +8,7 @@ use hearth_api::kueue::{ClusterQueueSpec, ResourceFlavor};
 use hearth_api::text::bounded;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::Plan;
+use super::common::Plan;
 use super::queue::{equivalent_specs, same_quantity};
 
 /// Longest summary, in characters (plus an ellipsis where it is cut).
@@ -143,22 +143,7 @@ pub fn cluster_queue_changes_summary(
             parts.push(format!("{flavor}: {}", changes.join(", ")));
         }
     }
-    for (i, group) in new.resource_groups.iter().enumerate() {
-        let before: BTreeSet<&String> = old
-            .resource_groups
-            .get(i)
-            .map(|g| g.covered_resources.iter().collect())
-            .unwrap_or_default();
-        let after: BTreeSet<&String> = group.covered_resources.iter().collect();
-        let mut changes: Vec<String> = after.difference(&before).map(|r| format!("+{r}")).collect();
-        changes.extend(before.difference(&after).map(|r| format!("-{r}")));
-        if !changes.is_empty() {
-            parts.push(format!(
-                "resourceGroups[{i}].coveredResources: {}",
-                changes.join(" ")
-            ));
-        }
-    }
+    parts.extend(covered_resources_changes(old, new));
     if old.resource_groups.len() != new.resource_groups.len() {
         parts.push(format!(
             "resourceGroups: {} → {}",
@@ -178,6 +163,28 @@ pub fn cluster_queue_changes_summary(
     } else {
         "entries reordered or other fields changed".to_owned()
     }
+}
+
+/// `resourceGroups[i].coveredResources: +added -removed`, for each group that changed.
+fn covered_resources_changes(old: &ClusterQueueSpec, new: &ClusterQueueSpec) -> Vec<String> {
+    let mut parts = Vec::new();
+    for (i, group) in new.resource_groups.iter().enumerate() {
+        let before: BTreeSet<&String> = old
+            .resource_groups
+            .get(i)
+            .map(|g| g.covered_resources.iter().collect())
+            .unwrap_or_default();
+        let after: BTreeSet<&String> = group.covered_resources.iter().collect();
+        let mut changes: Vec<String> = after.difference(&before).map(|r| format!("+{r}")).collect();
+        changes.extend(before.difference(&after).map(|r| format!("-{r}")));
+        if !changes.is_empty() {
+            parts.push(format!(
+                "resourceGroups[{i}].coveredResources: {}",
+                changes.join(" ")
+            ));
+        }
+    }
+    parts
 }
 
 /// Flavor → resource → nominal quota, over all groups.

@@ -83,7 +83,7 @@ fn legacy_flavors_are_adopted_in_place_with_their_entries() {
         ],
         "entries keep their place and their quota; only the order is fixed"
     );
-    assert_eq!(plan.clusters["a"].reason(), "Synced");
+    assert_eq!(plan.clusters["a"].reason(), SyncReason::Synced);
     world.apply(&plan);
     assert!(world.plan().is_noop(), "{:#?}", world.plan());
     for name in ["a", "b"] {
@@ -201,8 +201,8 @@ fn only_legacy_shaped_flavors_of_live_clusters_are_adopted() {
     let plan = world.plan();
     assert!(plan.flavors_to_adopt.is_empty(), "{plan:#?}");
     assert!(plan.writes_nothing(), "{plan:#?}");
-    assert_eq!(plan.clusters["a"].reason(), "FlavorNotManaged");
-    assert_eq!(plan.clusters["b"].reason(), "FlavorNotManaged");
+    assert_eq!(plan.clusters["a"].reason(), SyncReason::FlavorNotManaged);
+    assert_eq!(plan.clusters["b"].reason(), SyncReason::FlavorNotManaged);
     world.converge();
     let as_json = |f: &ResourceFlavor| serde_json::to_value(f).unwrap();
     assert_eq!(as_json(world.flavor("a").unwrap()), as_json(&extra_label));

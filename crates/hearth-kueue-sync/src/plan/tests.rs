@@ -1,9 +1,9 @@
 //! The queue write: the first cluster, resource groups, the queue missing, and no write
 //! when nothing changed; and the helpers the sibling test modules share.
 
-use hearth_api::KubeconfigStatus;
 use hearth_api::conditions;
 use hearth_api::names::{CLUSTER_NODE_LABEL, MANAGED_BY_LABEL, condition_types::KUEUE_SYNCED};
+use hearth_api::{KubeconfigStatus, KueueStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde_json::json;
 
@@ -91,7 +91,7 @@ fn one_cluster_gets_its_flavor_first_then_its_entry() {
     );
     assert!(first.expects_another_round());
     let a = &first.clusters["a"];
-    assert_eq!(a.reason(), "WaitingForFlavor");
+    assert_eq!(a.reason(), SyncReason::WaitingForFlavor);
     assert_eq!(a.condition.status, conditions::Status::False);
     assert!(a.kueue.is_none(), "no status.kueue before the entry exists");
     world.apply(&first);
@@ -110,7 +110,7 @@ fn one_cluster_gets_its_flavor_first_then_its_entry() {
         }]})
     );
     let a = &second.clusters["a"];
-    assert_eq!(a.reason(), "Synced");
+    assert_eq!(a.reason(), SyncReason::Synced);
     assert_eq!(a.condition.status, conditions::Status::True);
     assert_eq!(
         a.condition.message,
@@ -162,7 +162,11 @@ fn many_clusters_are_published_in_one_queue_write_oldest_first() {
             (&gpu("l40s"), 2)
         ])
     );
-    assert!(plan.clusters.values().all(|c| c.reason() == "Synced"));
+    assert!(
+        plan.clusters
+            .values()
+            .all(|c| c.reason() == SyncReason::Synced)
+    );
     world.apply(&plan);
     assert!(world.plan().is_noop());
 }
@@ -324,7 +328,7 @@ fn quantities_compare_numerically() {
     world.settings.cluster_slots = 1000;
     let plan = world.plan();
     assert!(plan.cluster_queue.is_none(), "{:#?}", plan.cluster_queue);
-    assert_eq!(plan.clusters["a"].reason(), "Synced");
+    assert_eq!(plan.clusters["a"].reason(), SyncReason::Synced);
 
     // A real change keeps the spelling of what did not change.
     world.cluster_mut("a").status.as_mut().unwrap().hardware =

@@ -193,8 +193,12 @@ fn expiry_deletes_sentinel_clears_owner_and_records_event() {
 #[test]
 fn expired_reason_survives_the_owner_being_cleared() {
     let mut status = locked_since("alice", 0);
-    let expired =
-        DesiredCondition::new(LOCKED, false, reasons::EXPIRED, "The lock of alice expired");
+    let expired = DesiredCondition::new(
+        LOCKED,
+        false,
+        LockedReason::Expired,
+        "The lock of alice expired",
+    );
     status.conditions = vec![next_condition(None, &expired, Some(1), &Time(at(60)))];
     // A stored Expired condition alone (an older version's) is not read back.
     let plan = plan_lock(&view(None, None, &status), &[], at(61));
