@@ -41,8 +41,8 @@ EOF
 # Slowest first (from CI's logs), so that the last ones to start are short; the unit
 # tests (under a second each) last.
 order="takeover_py fournos_real memory_bounds fournos_attacks fournos_cordon lock_manager lock_trust lock_holds migration discovery discovery_offboarding offboard_trust teardown
-rollback_py harness hostile hostile_targets dashboard kueue_sync kueue_sync_places upgrade chart plugin cordon binaries pools
-smoke images argocd chart_operations"
+rollback_py harness hostile hostile_targets dashboard kueue_sync kueue_sync_places upgrade chart_install plugin cordon binaries pools
+smoke images argocd chart chart_operations chart_privilege"
 awk -v order="$order" 'BEGIN { n = split(order, o); for (i = 1; i <= n; i++) rank[o[i]] = i }
     { print (($1 in rank) ? rank[$1] : 999), $0 }' "$out/binaries" | sort -n -s -k1,1 | cut -d' ' -f2- \
     >"$out/ordered"

@@ -22,8 +22,9 @@ use kube::api::{Api, ListParams, PostParams};
 use crate::hearth::Controller;
 use crate::invariants::{entry, is_active, kueue_problems};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
+use crate::layout::PIDS_FILE;
 use crate::process::{eventually, http_get, is_alive};
-use crate::protocol::{PIDS_FILE, Pids};
+use crate::protocol::Pids;
 use crate::{ControlPlane, HostileTarget};
 
 /// How long any one expected change may take.

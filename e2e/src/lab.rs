@@ -23,11 +23,12 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::error::tail;
 use crate::fixtures::{publish_kueue_status, queued_cluster};
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
-use crate::process::{tail, until};
+use crate::process::until;
 use crate::resources::apply;
 use crate::world::World;
 use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};

@@ -68,7 +68,7 @@
 //!
 //! # Environment
 //!
-//! [`ControlPlane::shared`] reads [`plane::env`]: `HEARTH_E2E_PLANE_DIR` (attach to a running
+//! [`ControlPlane::shared`] reads [`layout::env`]: `HEARTH_E2E_PLANE_DIR` (attach to a running
 //! `hearth-plane up` instead of starting a plane), `HEARTH_E2E_TARGETS`,
 //! `HEARTH_E2E_WAIT_FOR_PODS_READY` (`default`, `off`, `30s`), `HEARTH_E2E_HEARTH_BIN_DIR`;
 //! `HEARTH_E2E_BIN_DIR` skips `build.sh`; `HEARTH_PLANE_BIN` names the supervisor binary;
@@ -99,6 +99,7 @@ pub mod bench_peer;
 pub mod bench_watch;
 pub mod blackhole;
 pub mod certs;
+pub mod chart;
 pub mod controller_manager;
 pub mod discovery;
 pub mod docs;
@@ -118,11 +119,13 @@ pub mod kubeconfig;
 pub mod kueue;
 pub mod kueue_sync;
 pub mod lab;
+pub mod layout;
 pub mod node_reader;
 pub mod objects;
 pub mod otlp;
 pub mod peers;
 pub mod plane;
+pub mod pods_ready;
 pub mod process;
 pub mod protocol;
 pub mod published;
@@ -139,6 +142,6 @@ pub use error::{PlaneError, Result};
 pub use fixtures::Scope;
 pub use fleet::{FLEET, GpuVendor, Gpus, NodeSpec, TargetFleet};
 pub use hostile_target::{Answer, Asked, HostileTarget};
-pub use kueue::WaitForPodsReady;
 pub use plane::{ControlPlane, Isolated, PlaneOptions, Target};
+pub use pods_ready::WaitForPodsReady;
 pub use protocol::PlaneState;

@@ -20,13 +20,14 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 use hearth_api::{GpuInfo, KueueStatus};
 use hearth_e2e::ControlPlane;
-use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
+use hearth_e2e::fixtures::cluster_queue;
 use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, nonzero};
 use hearth_e2e::kueue_sync::{
     DeletionOrder, SLOTS, Writer, discovered_gpus, gpu_resource, hearth_entries_are, quota_of,
     slot_group, wait_metric_at_least, wait_queue, workload,
 };
+use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::process::until;
 use hearth_e2e::published::{
     DEADLINE, discover, gpu, onboard, synced, wait_admitted, wait_event, wait_pending, wait_reason,

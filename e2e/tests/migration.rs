@@ -31,8 +31,8 @@ use hearth_api::names::{
     MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED},
 };
-use hearth_e2e::fixtures::KUEUE_API_VERSION;
 use hearth_e2e::invariants::{is_active, workload_is};
+use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::eventually;
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};

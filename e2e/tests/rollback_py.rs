@@ -31,13 +31,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 use hearth_api::fournosjob::FournosJob;
+use hearth_e2e::chart::chart_dir;
 use hearth_e2e::docs::{run_sh, sh_blocks};
+use hearth_e2e::error::tail;
 use hearth_e2e::fournos_real::{self, Fournos, World};
-use hearth_e2e::hearth::chart_dir;
 use hearth_e2e::hearth_py::{self, HearthPy};
 use hearth_e2e::invariants::workload_is;
 use hearth_e2e::lab::{DEADLINE, LockLab, is_held, lock_state, own_plane, with_controller_manager};
-use hearth_e2e::process::{holds_for, tail, until};
+use hearth_e2e::process::{holds_for, until};
 use hearth_e2e::release::{self, Sampler};
 use hearth_e2e::{ControlPlane, Isolated, Scope};
 use kube::ResourceExt;

@@ -45,7 +45,7 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use hearth_api::kueue_validity::MAX_FLAVORS_PER_GROUP;
 use hearth_e2e::bench;
-use hearth_e2e::plane::env;
+use hearth_e2e::layout::env;
 use hearth_e2e::{ControlPlane, PlaneOptions};
 
 use crate::args::Args;
