@@ -17,10 +17,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::downstream::DEADLINE;
 use crate::hearth::Running;
 use crate::invariants::{entry, kueue_problems, nonzero};
 use crate::objects;
-use crate::published::DEADLINE;
 use crate::world::World;
 use crate::{Isolated, Target};
 

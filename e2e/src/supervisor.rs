@@ -126,7 +126,7 @@ struct Plane {
     controller_manager: Option<ControllerManager>,
     controllers: Vec<Controller>,
     reported_exits: Vec<u32>,
-    /// With `--fournos`: the real Fournos, and the world beside it (what stands in for the
+    /// With `--fournos`: the real Fournos, and the stand-ins beside it (what stands in for the
     /// kubelet and Tekton; the plane then runs kube-controller-manager too).
     fournos: Option<(
         crate::fournos_real::Fournos,
@@ -330,9 +330,9 @@ impl Plane {
     }
 
     /// The real Fournos for the base scope: its venv (built once), its CRD, its mock
-    /// Pipelines, the process, and the [`crate::fournos_real::World`] beside it.
+    /// Pipelines, the process, and the [`crate::fournos_real::StandIns`] beside it.
     async fn start_fournos(&mut self) -> Result<()> {
-        use crate::fournos_real::{self as real, Fournos, World};
+        use crate::fournos_real::{self as real, Fournos, StandIns};
         let source = real::source().map_err(PlaneError::Invalid)?;
         let venv_source = source.clone();
         let venv = tokio::task::spawn_blocking(move || real::venv(&venv_source))
@@ -343,7 +343,7 @@ impl Plane {
         let scope = fixtures::Scope::base();
         real::install_crds(&client, &source).await?;
         real::install_pipelines(&client, &source, &scope.execution_namespace).await?;
-        let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
+        let stand_ins = tokio::spawn(StandIns::new(&client, &scope.execution_namespace).run());
         let fournos = Fournos::start_with(
             &self.logs,
             &self.dir(KUBECONFIG_FILE),
@@ -353,7 +353,7 @@ impl Plane {
         )
         .await?;
         tracing::info!(log = %fournos.log_path().display(), "Fournos running");
-        self.fournos = Some((fournos, world));
+        self.fournos = Some((fournos, stand_ins));
         Ok(())
     }
 

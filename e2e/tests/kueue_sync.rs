@@ -20,6 +20,10 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 use hearth_api::{GpuInfo, KueueStatus};
 use hearth_e2e::ControlPlane;
+use hearth_e2e::downstream::{
+    DEADLINE, discover, gpu, onboard, synced, wait_admitted, wait_event, wait_pending, wait_reason,
+    workload_condition,
+};
 use hearth_e2e::fixtures::cluster_queue;
 use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, nonzero};
@@ -29,10 +33,6 @@ use hearth_e2e::kueue_sync::{
 };
 use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::process::until;
-use hearth_e2e::published::{
-    DEADLINE, discover, gpu, onboard, synced, wait_admitted, wait_event, wait_pending, wait_reason,
-    workload_condition,
-};
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use kube::api::DeleteParams;
