@@ -838,7 +838,7 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
     // No write storm: the entries of 64 new clusters went in a few writes, not one per
     // cluster. Their flavors are created in the background (32 at a time) and an entry
     // follows its flavor into the cache, so the writes follow the flavors' arrival: 3 to 5
-    // on this machine, loaded or not. Kueue's own status writes no longer make one fail
+    // on this machine, loaded or not. Kueue's own status writes do not make one fail
     // (the write is guarded by the spec's generation), so none is a conflict.
     let writes = ks
         .metric_sum("hearth_kueue_sync_cluster_queue_writes_total")
