@@ -79,10 +79,12 @@
 //!
 //! Every test file uses the same pieces: [`hearth`] (the controller under test: built
 //! once, started in a scope, metrics, log tail), [`process::until`] (the one polling loop,
-//! with [`process::holds_for`] for "nothing happens"), [`world::World`] (a scope's APIs and
-//! its controllers), [`invariants`] (shared checks, and the Kueue validity oracle
-//! `hearth_api::kueue_validity` that the unit tests use too) and [`lab`] (a test binary's
-//! own plane; `LockLab` for the lock tests).
+//! with [`process::holds_for`] for "nothing happens"), [`world::World`] (a scope's APIs,
+//! its controllers, and the one wait on a FournosCluster, [`world::World::wait_cluster`]),
+//! [`invariants`] (shared checks, and the Kueue validity oracle
+//! `hearth_api::kueue_validity` that the unit tests use too), [`lab`] (a test binary's
+//! own plane; `LockLab` for the lock tests) and [`layout`] (the names of the plane's state
+//! dir and environment, shared by the supervisor, the tests and `hearth-plane`).
 //!
 //! # Kueue webhooks and root
 //!
