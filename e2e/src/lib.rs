@@ -147,3 +147,13 @@ pub use hostile_target::{Answer, Asked, HostileTarget};
 pub use plane::{ControlPlane, Isolated, PlaneOptions, Target};
 pub use pods_ready::WaitForPodsReady;
 pub use protocol::PlaneState;
+
+/// Logging of the e2e tools (`hearth-bench`, `hearth-chaos`): warnings and worse on stderr,
+/// unless `RUST_LOG` asks for more; what they report goes to stdout and their result files.
+pub fn init_tool_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+}
