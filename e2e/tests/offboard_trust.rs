@@ -136,22 +136,28 @@ fn kubeconfig_reason(cluster: &FournosCluster) -> Option<&str> {
     cluster_condition(cluster, KUBECONFIG_VALID).map(|c| c.reason.as_str())
 }
 
-/// Either the condition `reason` on the very cluster `uid`, or (the hole this file
-/// guards) the cluster gone or replaced: the caller asserts which.
-fn reason_or_replaced(
-    cluster: Option<FournosCluster>,
+/// Waits for either the condition `reason` on the very cluster `uid_before`, or (the hole
+/// this file guards) the cluster gone (`None`) or replaced: the caller asserts which.
+async fn wait_reason_or_replaced(
+    f: &Fixture,
+    name: &str,
     uid_before: &str,
     reason: &str,
-) -> std::result::Result<Option<FournosCluster>, String> {
-    match cluster {
-        None => Ok(None),
-        Some(c) if uid(&c) != uid_before || kubeconfig_reason(&c) == Some(reason) => Ok(Some(c)),
-        Some(c) => Err(format!(
-            "KubeconfigValid reason {:?}, spec.kubeconfigSecret {}",
-            kubeconfig_reason(&c),
-            c.spec.kubeconfig_secret
-        )),
-    }
+) -> Result<Option<FournosCluster>> {
+    let what = format!("{reason}, or gone or replaced");
+    f.world
+        .wait_cluster_opt(name, &what, |cluster| match cluster {
+            None => Ok(None),
+            Some(c) if uid(&c) != uid_before || kubeconfig_reason(&c) == Some(reason) => {
+                Ok(Some(c))
+            }
+            Some(c) => Err(format!(
+                "KubeconfigValid reason {:?}, spec.kubeconfigSecret {}",
+                kubeconfig_reason(&c),
+                c.spec.kubeconfig_secret
+            )),
+        })
+        .await
 }
 
 /// A lock user points an auto-discovered, cordoned cluster's `spec.kubeconfigSecret` at a
@@ -182,11 +188,7 @@ async fn a_lock_users_edit_of_the_kubeconfig_secret_never_deletes_the_cluster() 
     f.patch_as_lock_user(&cluster, json!({"spec": {"kubeconfigSecret": missing}}))
         .await?;
 
-    let seen = f
-        .world
-        .wait_cluster_opt(&cluster, &format!("{SECRET_CHANGED}, or replaced"), |c| {
-            reason_or_replaced(c, &uid_before, SECRET_CHANGED)
-        })
+    let seen = wait_reason_or_replaced(&f, &cluster, &uid_before, SECRET_CHANGED)
         .await?
         .context("the cluster was deleted after a lock user edited spec.kubeconfigSecret")?;
     ensure!(
@@ -282,11 +284,7 @@ async fn a_lock_user_labelling_a_hand_made_cluster_auto_discovered_does_not_get_
         json!({"metadata": {"labels": {AUTO_DISCOVERED_LABEL: "true"}}}),
     )
     .await?;
-    let seen = f
-        .world
-        .wait_cluster_opt(&hand, &format!("{SOURCE_NOT_RECORDED}, or deleted"), |c| {
-            reason_or_replaced(c, &uid_before, SOURCE_NOT_RECORDED)
-        })
+    let seen = wait_reason_or_replaced(&f, &hand, &uid_before, SOURCE_NOT_RECORDED)
         .await?
         .context(
             "the hand-made cluster was deleted after a lock user labeled it auto-discovered",
