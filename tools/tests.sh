@@ -41,8 +41,8 @@ EOF
 # Slowest first (from CI's logs), so that the last ones to start are short; the unit
 # tests (under a second each) last.
 order="takeover_py fournos_real memory_bounds fournos_attacks fournos_cordon lock_manager lock_trust lock_holds migration discovery discovery_offboarding offboard_trust teardown
-rollback_py harness hostile hostile_targets dashboard kueue_sync kueue_sync_places upgrade chart plugin cordon binaries pools
-smoke images argocd chart_operations"
+rollback_py harness hostile hostile_targets dashboard kueue_sync kueue_sync_places upgrade chart_install plugin cordon binaries pools
+smoke images argocd chart chart_operations chart_privilege"
 # HEARTH_TESTS="<name> ..." runs only those binaries (and no doc tests): `just test-kueue`.
 if [ -n "${HEARTH_TESTS:-}" ]; then
     awk -v only="$HEARTH_TESTS" 'BEGIN { n = split(only, o); for (i = 1; i <= n; i++) keep[o[i]] = 1 }

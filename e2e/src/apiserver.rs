@@ -9,14 +9,13 @@ use crate::certs::{Ca, CertPair, service_account_key, write_private};
 use crate::error::{Context, PlaneError, Result};
 use crate::etcd::with_log;
 use crate::kubeconfig::{Credentials, client_from_yaml, kubeconfig_yaml};
+use crate::layout::{AUDIT_LOG_FILE, AUDIT_POLICY_FILE};
 use crate::process::{self, Managed, Spawn};
 
 /// The admin user of every apiserver (its client certificate's CN).
 pub const ADMIN_USER: &str = "hearth-e2e-admin";
 
 /// Audit policy of the management apiserver: metadata of every request, no bodies.
-pub const AUDIT_POLICY_FILE: &str = "audit-policy.yaml";
-pub const AUDIT_LOG_FILE: &str = "audit.log";
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
 
 #[derive(Debug)]
@@ -123,8 +122,8 @@ impl ApiServer {
             ))
             // A single apiserver per cluster and no Service traffic: nothing to reconcile.
             .arg("--endpoint-reconciler-type=none");
-        if self.name == crate::supervisor::MANAGEMENT
-            && std::env::var_os(crate::plane::env::AUDIT).is_some()
+        if self.name == crate::layout::MANAGEMENT
+            && std::env::var_os(crate::layout::env::AUDIT).is_some()
         {
             spawn = spawn
                 .arg(format!("--audit-policy-file={}", file(AUDIT_POLICY_FILE)))
@@ -136,7 +135,7 @@ impl ApiServer {
     }
 
     /// The audit log (JSON lines) of the management apiserver, written when the plane was
-    /// started with [`env::AUDIT`](crate::plane::env::AUDIT) set.
+    /// started with [`env::AUDIT`](crate::layout::env::AUDIT) set.
     pub fn audit_log(&self) -> PathBuf {
         self.dir.join(AUDIT_LOG_FILE)
     }
@@ -157,7 +156,7 @@ impl ApiServer {
             match self.wait_ready(timeout).await {
                 Err(PlaneError::Exited { .. })
                     if attempt < 3
-                        && process::tail(&self.log, 50).contains("address already in use") =>
+                        && crate::error::tail(&self.log, 50).contains("address already in use") =>
                 {
                     tracing::warn!(name = %self.name, port = self.port, "port taken; retrying on another");
                     self.process = None;

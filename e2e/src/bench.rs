@@ -313,7 +313,7 @@ pub fn log_events(log: &str, messages: &[&str]) -> Vec<LogEvent> {
 /// One stage of onboarding over a batch: when it happened, counted from the Secret's
 /// create request, and how long it took after the stage before it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Stage {
+pub struct OnboardingStage {
     pub stage: String,
     /// Where the timestamp comes from (a watch event's arrival, a controller's log line).
     pub source: String,
@@ -325,7 +325,7 @@ pub struct Stage {
 /// Stages from per-cluster seconds since each Secret's create request: `columns` are
 /// `(stage, source, seconds per cluster)` in onboarding order, every column as long as
 /// the batch (`None`: not seen for that cluster).
-pub fn stages(columns: &[(&str, &str, Vec<Option<f64>>)]) -> Vec<Stage> {
+pub fn stages(columns: &[(&str, &str, Vec<Option<f64>>)]) -> Vec<OnboardingStage> {
     columns
         .iter()
         .enumerate()
@@ -339,7 +339,7 @@ pub fn stages(columns: &[(&str, &str, Vec<Option<f64>>)]) -> Vec<Stage> {
                     .filter_map(|(t, p)| Some((*t)? - (*p)?))
                     .collect(),
             };
-            Stage {
+            OnboardingStage {
                 stage: (*stage).to_owned(),
                 source: (*source).to_owned(),
                 since_secret: summarize(&since),

@@ -95,7 +95,7 @@ impl PyHearth {
 
     /// The last lines of its log.
     pub fn log(&self) -> String {
-        process::tail(&self.managed.spec.log, 40)
+        crate::error::tail(&self.managed.spec.log, 40)
     }
 
     /// SIGTERM (kopf's graceful shutdown), SIGKILL after 10 s.

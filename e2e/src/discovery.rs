@@ -20,13 +20,12 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 
 use crate::fleet::GpuVendor;
-use crate::hearth::{self, Controller, Running};
+use crate::hearth::{Controller, Running};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
+pub use crate::world::DEADLINE;
 use crate::world::World;
 use crate::{ControlPlane, Target, TargetFleet};
 
-/// How long any one expected change may take.
-pub const DEADLINE: Duration = Duration::from_secs(60);
 /// The field manager the tests write Secrets with, as an administrator would.
 const ADMIN: &str = "e2e-admin";
 /// Settings of most tests: probe every 3s, give up on a target after 3s, turn a Valid
@@ -61,11 +60,9 @@ impl Fixture {
     pub async fn start(test: &str, env: &[(&str, &str)]) -> Result<Fixture> {
         let plane = ControlPlane::shared().await?;
         let iso = plane.isolated(test).await?;
-        let discovery = hearth::start(plane, &iso, Controller::Discovery, "0", env).await?;
-        Ok(Fixture {
-            world: World::new(plane, iso).await?,
-            discovery,
-        })
+        let mut world = World::new(plane, iso).await?;
+        let discovery = world.start(Controller::Discovery, "0", env).await?;
+        Ok(Fixture { world, discovery })
     }
 
     /// Creates or replaces Secret `name` with `kubeconfig`, labeled as a kubeconfig Secret
@@ -111,23 +108,6 @@ impl Fixture {
             .await
             .with_context(|| format!("deleting Secret {name}"))?;
         Ok(())
-    }
-
-    /// Polls until `check` accepts FournosCluster `name`; on timeout, says what it last
-    /// saw and what discovery logged.
-    pub async fn wait_cluster(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&FournosCluster) -> std::result::Result<(), String>,
-    ) -> Result<FournosCluster> {
-        self.eventually(&format!("{name}: {what}"), DEADLINE, || async {
-            Ok(match self.clusters.get_opt(name).await? {
-                None => Err("does not exist".to_owned()),
-                Some(cluster) => check(&cluster).map(|()| cluster),
-            })
-        })
-        .await
     }
 
     pub async fn wait_status(

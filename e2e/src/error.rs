@@ -1,6 +1,6 @@
 //! The library's error type.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Everything that can go wrong while running or talking to the plane.
 #[derive(Debug, thiserror::Error)]
@@ -47,12 +47,27 @@ fn log_hint(log: &Option<PathBuf>) -> String {
     let Some(path) = log else {
         return String::new();
     };
-    let tail = crate::process::tail(path, 25);
+    let tail = tail(path, 25);
     if tail.is_empty() {
         format!("; see {}", path.display())
     } else {
         format!("; last lines of {}:\n{tail}", path.display())
     }
+}
+
+/// The last `lines` lines of a (log) file, for error messages.
+pub fn tail(path: &Path, lines: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 pub type Result<T, E = PlaneError> = std::result::Result<T, E>;
@@ -86,5 +101,21 @@ impl<T> Context<T> for std::result::Result<T, serde_json::Error> {
             context: context(),
             message: e.to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::tail;
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        let path = std::env::temp_dir().join(format!("hearth-e2e-tail-{}", std::process::id()));
+        std::fs::write(&path, "a\nb\nc\n").unwrap();
+        assert_eq!(tail(&path, 2), "b\nc");
+        assert_eq!(tail(Path::new("/nonexistent"), 2), "");
+        std::fs::remove_file(path).unwrap();
     }
 }

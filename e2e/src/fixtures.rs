@@ -8,6 +8,7 @@ use kube::api::{Api, DynamicObject};
 use serde_json::{Value, json};
 
 use crate::error::{Context, Result};
+use crate::objects::KUEUE_API_VERSION;
 use crate::process::poll;
 use crate::resources::{
     self, apply, create_crds, parse_yaml_documents, read_yaml_documents, wait_established,
@@ -22,8 +23,6 @@ pub const LOCK_PRIORITY: i64 = 1_000_000;
 /// WorkloadPriorityClass for ordinary jobs.
 pub const DEFAULT_PRIORITY_CLASS: &str = "fournos-default";
 pub const DEFAULT_PRIORITY: i64 = 0;
-/// Kueue's API version Hearth uses.
-pub const KUEUE_API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 
 /// The FournosJob CRD written for Hearth's tests (Fournos's own is not available here).
 pub const FOURNOS_JOB_CRD: &str = include_str!("../fixtures/fournosjob-crd.yaml");

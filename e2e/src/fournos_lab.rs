@@ -1,6 +1,6 @@
 //! The harness of the tests that run hearth-lock-manager with `fournosjob` sentinels next
 //! to the real, unmodified Fournos operator ([`crate::fournos_real`]): the plane with
-//! Fournos's CRDs, shared by a test binary, and a [`Lab`] per test with Fournos, the world
+//! Fournos's CRDs, shared by a test binary, and a [`FournosLab`] per test with Fournos, the stand-ins
 //! it needs and lock-manager running in its scope. Every look at a cluster that says
 //! `locked=true` probes it ([`LockLab::probe`]): a one-slot job must not be admitted.
 
@@ -16,13 +16,13 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use crate::ControlPlane;
-use crate::fournos_real::{self, Fournos, World};
+use crate::downstream;
+use crate::fournos_real::{self, Fournos, StandIns};
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::workload_is;
 use crate::lab::{DEADLINE, LockLab, Mode, SLOTS, is_held, lock_plane, start_lock_manager};
 use crate::peers::{self, Absent};
 use crate::process::until;
-use crate::published;
 use crate::resources::apply;
 
 /// The label Fournos puts on a job's Workload, naming the job (a fact of Fournos's, not
@@ -112,16 +112,16 @@ pub fn job_message(job: &FournosJob) -> String {
 // ---------------------------------------------------------------------------------------
 
 /// The shared [`LockLab`] (probing: every look at a `locked=true` cluster tries a job),
-/// with Fournos and the world it needs running in its scope.
-pub struct Lab {
+/// with Fournos and the stand-ins it needs running in its scope.
+pub struct FournosLab {
     pub lab: LockLab,
     pub shared: &'static Shared,
     pub fournos: tokio::sync::Mutex<Fournos>,
-    world: tokio::task::JoinHandle<Result<()>>,
+    stand_ins: tokio::task::JoinHandle<Result<()>>,
     pub lock_manager: tokio::sync::Mutex<Option<Running>>,
 }
 
-impl std::ops::Deref for Lab {
+impl std::ops::Deref for FournosLab {
     type Target = LockLab;
 
     fn deref(&self) -> &LockLab {
@@ -129,22 +129,22 @@ impl std::ops::Deref for Lab {
     }
 }
 
-impl Drop for Lab {
+impl Drop for FournosLab {
     fn drop(&mut self) {
-        self.world.abort();
+        self.stand_ins.abort();
     }
 }
 
-impl Lab {
-    /// A scope with Fournos (and the world it needs) running in it, or `None` to skip.
-    pub async fn new(test: &str) -> Result<Option<Lab>> {
+impl FournosLab {
+    /// A scope with Fournos (and the stand-ins it needs) running in it, or `None` to skip.
+    pub async fn new(test: &str) -> Result<Option<FournosLab>> {
         let Some(shared) = shared().await? else {
             return Ok(None);
         };
         let lab = LockLab::new(shared.plane, test).await?.probing();
         let (client, scope) = (&lab.client, &lab.scope);
         fournos_real::install_pipelines(client, &shared.source, &scope.execution_namespace).await?;
-        let world = tokio::spawn(World::new(client, &scope.execution_namespace).run());
+        let stand_ins = tokio::spawn(StandIns::new(client, &scope.execution_namespace).run());
         let fournos = Fournos::start(shared.plane, &shared.source, &shared.venv, scope)
             .await
             .context("starting Fournos")?;
@@ -153,11 +153,11 @@ impl Lab {
             fournos.log_path().display()
         );
         lab.show_log(fournos.log_path());
-        Ok(Some(Lab {
+        Ok(Some(FournosLab {
             lab,
             shared,
             fournos: tokio::sync::Mutex::new(fournos),
-            world,
+            stand_ins,
             lock_manager: Default::default(),
         }))
     }
@@ -237,8 +237,8 @@ impl Lab {
         ks: &Running,
     ) -> Result<String> {
         self.kubeconfig_secret(name).await?;
-        published::onboard(&self.clusters, name, gpus).await?;
-        published::wait_reason(&self.clusters, name, "Synced", ks).await?;
+        downstream::onboard(&self.clusters, name, gpus).await?;
+        downstream::wait_reason(&self.clusters, name, "Synced", ks).await?;
         Ok(name.to_owned())
     }
 
@@ -359,7 +359,7 @@ impl Lab {
     pub async fn lock(&self, cluster: &str, owner: &str) -> Result<(FournosJob, Workload)> {
         self.set_owner(cluster, Some(owner), None).await?;
         let started = Instant::now();
-        self.wait_cluster(cluster, "held", is_held).await?;
+        self.wait_lock(cluster, "held", is_held).await?;
         let job = self
             .wait_sentinel(cluster, "Admitted", |j| phase(j) == Some("Admitted"))
             .await?;
@@ -374,10 +374,10 @@ impl Lab {
     }
 }
 
-/// A Lab with one cluster (named from `base`) and lock-manager running, or `None` (after
+/// A FournosLab with one cluster (named from `base`) and lock-manager running, or `None` (after
 /// one skip line) without Fournos.
-pub async fn lab_with_cluster(test: &str, base: &str) -> Result<Option<(Lab, String)>> {
-    let Some(lab) = Lab::new(test).await? else {
+pub async fn lab_with_cluster(test: &str, base: &str) -> Result<Option<(FournosLab, String)>> {
+    let Some(lab) = FournosLab::new(test).await? else {
         return Ok(None);
     };
     let cluster = lab.cluster(&lab.scope.cluster(base)).await?;
@@ -385,7 +385,7 @@ pub async fn lab_with_cluster(test: &str, base: &str) -> Result<Option<(Lab, Str
     Ok(Some((lab, cluster)))
 }
 
-/// A Lab with hearth-kueue-sync running (flavors, queue entries, `status.kueue` and a
+/// A FournosLab with hearth-kueue-sync running (flavors, queue entries, `status.kueue` and a
 /// cordoned cluster's `Schedulable` count, all its own), one cluster it synced with `gpus`
 /// (named from `base`) and lock-manager running; or `None` (after one skip line) without
 /// Fournos.
@@ -393,8 +393,8 @@ pub async fn lab_with_kueue_sync(
     test: &str,
     base: &str,
     gpus: &[hearth_api::GpuInfo],
-) -> Result<Option<(Lab, String, Running)>> {
-    let Some(lab) = Lab::new(test).await? else {
+) -> Result<Option<(FournosLab, String, Running)>> {
+    let Some(lab) = FournosLab::new(test).await? else {
         return Ok(None);
     };
     let ks = lab.start_kueue_sync().await?;
@@ -406,11 +406,11 @@ pub async fn lab_with_kueue_sync(
 }
 
 /// A lock test's world in either [`Mode`]: for `workload`, a probing [`LockLab`]; for
-/// `fournosjob`, a [`Lab`], with the real Fournos running in its scope. A test body takes
+/// `fournosjob`, a [`FournosLab`], with the real Fournos running in its scope. A test body takes
 /// one, so that each attack runs in both modes.
 pub enum ModeLab {
     Workload(Box<LockLab>),
-    FournosJob(Box<Lab>),
+    FournosJob(Box<FournosLab>),
 }
 
 impl std::ops::Deref for ModeLab {
@@ -433,14 +433,14 @@ impl ModeLab {
                 let lab = LockLab::new(lock_plane().await?, test).await?.probing();
                 Some(ModeLab::Workload(Box::new(lab)))
             }
-            Mode::FournosJob => Lab::new(test)
+            Mode::FournosJob => FournosLab::new(test)
                 .await?
                 .map(|lab| ModeLab::FournosJob(Box::new(lab))),
         })
     }
 
     /// A queued cluster named from `base`, with `status.kueue` as kueue-sync leaves it
-    /// (and, for `fournosjob`, what Fournos needs of it: [`Lab::cluster`]).
+    /// (and, for `fournosjob`, what Fournos needs of it: [`FournosLab::cluster`]).
     pub async fn cluster(&self, base: &str) -> Result<String> {
         match self {
             ModeLab::Workload(lab) => lab.synced_cluster(base).await,

@@ -12,16 +12,16 @@
 //! Workload and its resolve Job once their FournosJob is gone (it never deletes the former
 //! itself; its own label-based sweep runs only every `FOURNOS_GC_INTERVAL_SEC`, 300 s by
 //! default). The plane has no kubelet and no Tekton. What Fournos needs of them is supplied
-//! by [`World`], and nothing more:
+//! by [`StandIns`], and nothing more:
 //! - **Tekton's API**: CRDs `pipelines` and `pipelineruns` (`tekton.dev/v1`) without a
 //!   schema, and Fournos's own mock Pipelines (`dev/mock-pipelines`), whose
 //!   `fournos.dev/resolve-image` annotation the resolve step reads. No Tekton controller:
 //!   a PipelineRun runs until a test finishes it ([`finish_pipeline_run`]).
 //! - **The resolve Job**: the job controller gives it a Pod, but no kubelet runs it, so the
-//!   world reports that Pod `Succeeded` (as the kubelet would for a resolve that added
+//!   stand-ins report that Pod `Succeeded` (as the kubelet would for a resolve that added
 //!   nothing to the spec, which Fournos accepts) and the job controller completes the Job.
-//! - **Ready pods**: Kueue's WaitForPodsReady wants a running job's pods ready; the world
-//!   reports `PodsReady` on the Workload of a job Fournos has `Running` (a PipelineRun
+//! - **Ready pods**: Kueue's WaitForPodsReady wants a running job's pods ready; the stand-ins
+//!   report `PodsReady` on the Workload of a job Fournos has `Running` (a PipelineRun
 //!   exists). Never on a lockOnly job's: keeping that one admitted is lock-manager's job.
 
 use std::collections::HashMap;
@@ -45,8 +45,8 @@ use crate::{ControlPlane, Scope};
 
 /// Label Fournos puts on everything it creates.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "fournos");
-/// Field manager of the world's status writes.
-const WORLD: &str = "fournos-world";
+/// Field manager of the stand-ins' status writes.
+const STAND_INS: &str = "fournos-stand-ins";
 
 pub use crate::peers::{PEERS_DIR_ENV, peers_dir};
 
@@ -217,16 +217,16 @@ fn orphaned(refs: &[OwnerReference], jobs: &HashMap<String, (bool, Option<String
 }
 
 /// What the plane lacks for Fournos, in one namespace (see the module docs).
-pub struct World {
+pub struct StandIns {
     jobs: Api<FournosJob>,
     workloads: Api<Workload>,
     batch: Api<Job>,
     pods: Api<Pod>,
 }
 
-impl World {
-    pub fn new(client: &kube::Client, namespace: &str) -> World {
-        World {
+impl StandIns {
+    pub fn new(client: &kube::Client, namespace: &str) -> StandIns {
+        StandIns {
             jobs: Api::namespaced(client.clone(), namespace),
             workloads: Api::namespaced(client.clone(), namespace),
             batch: Api::namespaced(client.clone(), namespace),
@@ -238,11 +238,11 @@ impl World {
     pub async fn run(self) -> anyhow::Result<()> {
         loop {
             // A failed round (the apiserver restarting, a Workload it cannot read) is
-            // retried, as a controller would; the world must not silently stop.
+            // retried, as a controller would; the stand-ins must not silently stop.
             if let Err(error) = self.round().await {
-                tracing::warn!(%error, "Fournos world round failed; retrying");
+                tracing::warn!(%error, "Fournos stand-ins round failed; retrying");
             }
-            // The world's own pace, as a controller's; nothing waits on it by sleeping.
+            // The stand-ins' own pace, as a controller's; nothing waits on it by sleeping.
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
@@ -282,7 +282,7 @@ impl World {
                 self.workloads
                     .patch_status(
                         &w.name_any(),
-                        &PatchParams::apply(WORLD).force(),
+                        &PatchParams::apply(STAND_INS).force(),
                         &Patch::Apply(&patch),
                     )
                     .await?;

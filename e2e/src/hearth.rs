@@ -29,13 +29,13 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::{Api, PostParams};
 
+use crate::error::tail;
 use crate::error::{Context as _, PlaneError, Result};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 use crate::plane::{ControlPlane, Isolated, hearth_binary};
-use crate::process::{http_get, tail, until};
+use crate::process::{http_get, until};
 use crate::protocol::ControllerState;
-use crate::resources::{apply, parse_yaml_documents};
-use crate::tools::Tools;
+use crate::resources::apply;
 
 /// Kinds of the chart that grant identity and rights; the Deployments never run here
 /// (there is no kubelet), the controllers run as processes instead.
@@ -370,7 +370,7 @@ impl Running {
 
     /// Its process id on `plane`, from the plane's pid file.
     pub fn pid(&self, plane: &ControlPlane) -> Result<u32> {
-        let path = plane.state_dir().join(crate::protocol::PIDS_FILE);
+        let path = plane.state_dir().join(crate::layout::PIDS_FILE);
         let text = std::fs::read(&path).context(|| format!("reading {}", path.display()))?;
         let pids: crate::protocol::Pids = serde_json::from_slice(&text)
             .map_err(|e| PlaneError::Invalid(format!("{}: {e}", path.display())))?;
@@ -485,59 +485,6 @@ async fn start_unready(
     Ok(Running { controller, state })
 }
 
-/// The chart's directory in this repository.
-pub fn chart_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/hearth")
-}
-
-/// `helm template` of the chart for `iso`'s scope: release namespace = the test's
-/// FournosCluster namespace, and the test's secrets/execution namespaces and queue.
-pub fn render_chart(iso: &Isolated, extra: &[(&str, &str)]) -> Result<Vec<serde_json::Value>> {
-    let mut set = vec![
-        format!("config.namespace={}", iso.namespace),
-        format!("config.secretsNamespace={}", iso.secrets_namespace),
-        format!("config.executionNamespace={}", iso.execution_namespace),
-        format!("config.clusterQueueName={}", iso.cluster_queue),
-        format!("config.localQueueName={}", iso.local_queue),
-        "config.sentinel=workload".to_owned(),
-    ];
-    set.extend(extra.iter().map(|(k, v)| format!("{k}={v}")));
-    helm_template(&iso.namespace, &set)
-}
-
-/// `helm template hearth <chart> --namespace <namespace> --set <each of set>`, parsed.
-pub fn helm_template(namespace: &str, set: &[String]) -> Result<Vec<serde_json::Value>> {
-    let mut args = Vec::new();
-    for s in set {
-        args.extend(["--set", s.as_str()]);
-    }
-    helm_template_chart(&chart_dir(), namespace, &args)
-}
-
-/// `helm template hearth <chart> --namespace <namespace> --kube-version <the tested one>
-/// <args>` (values files, `--include-crds`, …) of any chart, parsed.
-pub fn helm_template_chart(
-    chart: &Path,
-    namespace: &str,
-    args: &[&str],
-) -> Result<Vec<serde_json::Value>> {
-    let tools = Tools::locate()?;
-    let out = std::process::Command::new(&tools.helm)
-        .args(["template", "hearth"])
-        .arg(chart)
-        .args(["--namespace", namespace, "--kube-version", "1.36.3"])
-        .args(args)
-        .output()
-        .map_err(|e| PlaneError::Tools(format!("running helm: {e}")))?;
-    if !out.status.success() {
-        return Err(PlaneError::Tools(format!(
-            "helm template failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    parse_yaml_documents(&String::from_utf8_lossy(&out.stdout), "helm template")
-}
-
 /// Applies the chart's ServiceAccounts and RBAC for `iso` (once per scope) with
 /// `config.sentinel=workload` and returns a kubeconfig file for `controller`'s
 /// ServiceAccount.
@@ -567,7 +514,7 @@ pub async fn service_account_kubeconfig_for(
         .get(&iso.id)
         .is_some_and(|kind| kind == sentinel);
     if !installed {
-        for doc in render_chart(iso, &[("config.sentinel", sentinel)])? {
+        for doc in crate::chart::render_chart(iso, &[("config.sentinel", sentinel)])? {
             if RBAC_KINDS.contains(&doc["kind"].as_str().unwrap_or_default()) {
                 apply(&client, &doc).await?;
             }

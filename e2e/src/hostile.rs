@@ -1,6 +1,6 @@
 //! Hostile input for the hostile end-to-end tests: kubeconfigs from the checked-in
 //! fixtures (`e2e/fixtures/hostile/`) with the planted token filled in, large ones
-//! generated deterministically (`generated_*`), and the hostile tests' [`World`]: one
+//! generated deterministically (`generated_*`), and the hostile tests' [`Hostile`]: one
 //! test's [`crate::world::World`] on the shared plane with what only those tests do with
 //! it (Secrets of any content, waits on a cluster's verdict, checks that every
 //! controller lives and that the planted token leaked nowhere).
@@ -22,8 +22,9 @@ use kube::api::{Api, ListParams, PostParams};
 use crate::hearth::Controller;
 use crate::invariants::{entry, is_active, kueue_problems};
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
+use crate::layout::PIDS_FILE;
 use crate::process::{eventually, http_get, is_alive};
-use crate::protocol::{PIDS_FILE, Pids};
+use crate::protocol::Pids;
 use crate::{ControlPlane, HostileTarget};
 
 /// How long any one expected change may take.
@@ -101,9 +102,9 @@ pub fn generated_double_base64_garbage() -> Vec<u8> {
 
 /// One test's [`crate::world::World`] on the shared plane, and what only the
 /// hostile tests do with it.
-pub struct World(crate::world::World<'static>);
+pub struct Hostile(crate::world::World<'static>);
 
-impl std::ops::Deref for World {
+impl std::ops::Deref for Hostile {
     type Target = crate::world::World<'static>;
 
     fn deref(&self) -> &Self::Target {
@@ -111,17 +112,19 @@ impl std::ops::Deref for World {
     }
 }
 
-impl std::ops::DerefMut for World {
+impl std::ops::DerefMut for Hostile {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.0
     }
 }
 
-impl World {
-    pub async fn new(test: &str) -> Result<World> {
+impl Hostile {
+    pub async fn new(test: &str) -> Result<Hostile> {
         let plane = ControlPlane::shared().await?;
         let scope = plane.isolated(test).await?;
-        Ok(World(crate::world::World::new(plane, scope).await?))
+        let mut world = crate::world::World::new(plane, scope).await?;
+        world.deadline = DEADLINE;
+        Ok(Hostile(world))
     }
 
     pub async fn start(&mut self, controllers: &[Controller]) -> Result<()> {
@@ -172,22 +175,6 @@ impl World {
             target.node_reader_kubeconfig().as_bytes().to_vec(),
         )
         .await
-    }
-
-    pub async fn wait_cluster(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(&FournosCluster) -> std::result::Result<(), String>,
-    ) -> Result<FournosCluster> {
-        eventually(&format!("{name}: {what}"), DEADLINE, || async {
-            Ok(match self.clusters.get_opt(name).await? {
-                None => None,
-                Some(c) => check(&c).ok().map(|()| c),
-            })
-        })
-        .await
-        .with_context(|| self.describe(name))
     }
 
     pub fn describe(&self, name: &str) -> String {

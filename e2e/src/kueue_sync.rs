@@ -17,12 +17,12 @@ use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::downstream::{DEADLINE, onboard};
 use crate::hearth::Running;
 use crate::invariants::{entry, kueue_problems, nonzero};
 use crate::objects;
-use crate::published::DEADLINE;
 use crate::world::World;
-use crate::{Isolated, Target};
+use crate::{ControlPlane, Isolated, Target};
 
 /// `fournos/cluster-slot` per cluster (the default).
 pub const SLOTS: i64 = 100;
@@ -65,6 +65,38 @@ pub fn discovered_gpus(target: &Target) -> Vec<GpuInfo> {
         .collect();
     gpus.sort_by(|a, b| a.short_name.cmp(&b.short_name));
     gpus
+}
+
+/// A new scope on the shared plane with two FournosClusters, `a` and `b`, onboarded as
+/// discovery reports the plane's first two targets; kueue-sync not started yet.
+pub struct TwoClusters {
+    pub plane: &'static ControlPlane,
+    pub scope: Isolated,
+    pub k: World<'static>,
+    pub a: String,
+    pub b: String,
+    pub gpus_a: Vec<GpuInfo>,
+    pub gpus_b: Vec<GpuInfo>,
+}
+
+pub async fn two_clusters(test: &str) -> Result<TwoClusters> {
+    let plane = ControlPlane::shared().await?;
+    let scope = plane.isolated(test).await?;
+    let k = World::new(plane, scope.clone()).await?;
+    let targets = plane.targets();
+    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
+    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
+    onboard(&k.clusters, &a, &gpus_a).await?;
+    onboard(&k.clusters, &b, &gpus_b).await?;
+    Ok(TwoClusters {
+        plane,
+        scope,
+        k,
+        a,
+        b,
+        gpus_a,
+        gpus_b,
+    })
 }
 
 /// The quota kueue-sync should publish for `gpus`: slots and one resource per model.

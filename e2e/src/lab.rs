@@ -23,11 +23,12 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::error::tail;
 use crate::fixtures::{publish_kueue_status, queued_cluster};
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
-use crate::process::{tail, until};
+use crate::process::until;
 use crate::resources::apply;
 use crate::world::World;
 use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
@@ -168,7 +169,7 @@ pub struct LockLab {
     /// Clusters whose flavor is in the scope's ClusterQueue (shared with a lab whose
     /// ClusterQueue is the same, [`sharing_queue`](Self::sharing_queue)).
     queued: Arc<Mutex<Vec<String>>>,
-    /// Whether each [`wait_cluster`](Self::wait_cluster) also [`probe`](Self::probe)s.
+    /// Whether each [`wait_lock`](Self::wait_lock) also [`probe`](Self::probe)s.
     probing: bool,
     probes: AtomicUsize,
     /// Logs of what runs beside lock-manager (Fournos), ended by a failed wait
@@ -196,7 +197,8 @@ impl LockLab {
         plane: &'static ControlPlane,
         scope: crate::Isolated,
     ) -> Result<LockLab> {
-        let world = World::new(plane, scope).await?;
+        let mut world = World::new(plane, scope).await?;
+        world.deadline = DEADLINE;
         Ok(LockLab {
             events: Api::namespaced(world.client.clone(), &world.scope.namespace),
             world,
@@ -220,7 +222,7 @@ impl LockLab {
         Ok(lab)
     }
 
-    /// From now on, every [`wait_cluster`](Self::wait_cluster) ends with a
+    /// From now on, every [`wait_lock`](Self::wait_lock) ends with a
     /// [`probe`](Self::probe): the promise that `locked=true` keeps jobs out, checked at
     /// every step a test takes.
     pub fn probing(mut self) -> LockLab {
@@ -280,23 +282,26 @@ impl LockLab {
         })
     }
 
-    /// Polls until `done` accepts cluster `name`, then probes if [`probing`](Self::probing).
-    pub async fn wait_cluster(
+    /// [`World::wait_cluster`] until `done` accepts cluster `name` (a time-out says its
+    /// lock state, and ends with the logs given to [`show_log`](Self::show_log)), then
+    /// probes if [`probing`](Self::probing).
+    pub async fn wait_lock(
         &self,
         name: &str,
         what: &str,
         done: impl Fn(&FournosCluster) -> bool,
     ) -> Result<FournosCluster> {
-        let fc = until(&format!("{name}: {what}"), DEADLINE, || async {
-            let fc = self.clusters.get(name).await?;
-            Ok(if done(&fc) {
-                Ok(fc)
-            } else {
-                Err(lock_state(&fc))
+        let fc = self
+            .world
+            .wait_cluster(name, what, |fc| {
+                if done(fc) {
+                    Ok(())
+                } else {
+                    Err(lock_state(fc))
+                }
             })
-        })
-        .await
-        .map_err(|e| self.with_logs(e))?;
+            .await
+            .map_err(|e| self.with_logs(e))?;
         if self.probing {
             self.probe(name).await?;
         }

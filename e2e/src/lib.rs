@@ -68,7 +68,7 @@
 //!
 //! # Environment
 //!
-//! [`ControlPlane::shared`] reads [`plane::env`]: `HEARTH_E2E_PLANE_DIR` (attach to a running
+//! [`ControlPlane::shared`] reads [`layout::env`]: `HEARTH_E2E_PLANE_DIR` (attach to a running
 //! `hearth-plane up` instead of starting a plane), `HEARTH_E2E_TARGETS`,
 //! `HEARTH_E2E_WAIT_FOR_PODS_READY` (`default`, `off`, `30s`), `HEARTH_E2E_HEARTH_BIN_DIR`;
 //! `HEARTH_E2E_BIN_DIR` skips `build.sh`; `HEARTH_PLANE_BIN` names the supervisor binary;
@@ -79,10 +79,12 @@
 //!
 //! Every test file uses the same pieces: [`hearth`] (the controller under test: built
 //! once, started in a scope, metrics, log tail), [`process::until`] (the one polling loop,
-//! with [`process::holds_for`] for "nothing happens"), [`world::World`] (a scope's APIs and
-//! its controllers), [`invariants`] (shared checks, and the Kueue validity oracle
-//! `hearth_api::kueue_validity` that the unit tests use too) and [`lab`] (a test binary's
-//! own plane; `LockLab` for the lock tests).
+//! with [`process::holds_for`] for "nothing happens"), [`world::World`] (a scope's APIs,
+//! its controllers, and the one wait on a FournosCluster, [`world::World::wait_cluster`]),
+//! [`invariants`] (shared checks, and the Kueue validity oracle
+//! `hearth_api::kueue_validity` that the unit tests use too), [`lab`] (a test binary's
+//! own plane; `LockLab` for the lock tests) and [`layout`] (the names of the plane's state
+//! dir and environment, shared by the supervisor, the tests and `hearth-plane`).
 //!
 //! # Kueue webhooks, versions and root
 //!
@@ -100,9 +102,11 @@ pub mod bench_peer;
 pub mod bench_watch;
 pub mod blackhole;
 pub mod certs;
+pub mod chart;
 pub mod controller_manager;
 pub mod discovery;
 pub mod docs;
+pub mod downstream;
 pub mod error;
 pub mod etcd;
 pub mod fixtures;
@@ -119,14 +123,15 @@ pub mod kubeconfig;
 pub mod kueue;
 pub mod kueue_sync;
 pub mod lab;
+pub mod layout;
 pub mod node_reader;
 pub mod objects;
 pub mod otlp;
 pub mod peers;
 pub mod plane;
+pub mod pods_ready;
 pub mod process;
 pub mod protocol;
-pub mod published;
 pub mod reaction;
 pub mod release;
 pub mod resources;
@@ -140,6 +145,16 @@ pub use error::{PlaneError, Result};
 pub use fixtures::Scope;
 pub use fleet::{FLEET, GpuVendor, Gpus, NodeSpec, TargetFleet};
 pub use hostile_target::{Answer, Asked, HostileTarget};
-pub use kueue::WaitForPodsReady;
 pub use plane::{ControlPlane, Isolated, PlaneOptions, Target};
+pub use pods_ready::WaitForPodsReady;
 pub use protocol::PlaneState;
+
+/// Logging of the e2e tools (`hearth-bench`, `hearth-chaos`): warnings and worse on stderr,
+/// unless `RUST_LOG` asks for more; what they report goes to stdout and their result files.
+pub fn init_tool_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+}

@@ -4,7 +4,8 @@
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 use serde_json::{Value, json};
 
-use crate::fixtures::KUEUE_API_VERSION;
+/// Kueue's API version Hearth uses.
+pub const KUEUE_API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
 
 /// A ResourceFlavor for `cluster`, shaped as Hearth makes them.
 pub fn resource_flavor(cluster: &str) -> Value {

@@ -197,7 +197,7 @@ impl KopfProcess {
 
     /// The last lines of its log, for failure messages.
     pub fn log(&self) -> String {
-        process::tail(&self.spec.log, 40)
+        crate::error::tail(&self.spec.log, 40)
     }
 
     pub fn log_path(&self) -> &Path {

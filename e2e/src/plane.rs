@@ -23,34 +23,15 @@ use crate::error::{Context, PlaneError, Result};
 use crate::fixtures::Scope;
 use crate::fleet::{self, NodeSpec, TargetFleet};
 use crate::kubeconfig::client_from_yaml;
-use crate::kueue::WaitForPodsReady;
+use crate::layout::{LOGS_DIR, PIDS_FILE, PLANE_LOG, STATE_FILE, env};
 use crate::node_reader;
+use crate::pods_ready::WaitForPodsReady;
 use crate::process;
 use crate::protocol::{
-    Command, ControllerState, PIDS_FILE, Pids, PlaneState, Response, STATE_FILE, TargetState,
-    read_json,
+    Command, ControllerState, Pids, PlaneState, Response, TargetState, read_json,
 };
 use crate::resources::FIELD_MANAGER;
-use crate::supervisor::{LOGS_DIR, PLANE_LOG, kill_stragglers};
 use crate::tools::Tools;
-
-/// Environment variables [`PlaneOptions::from_env`] reads.
-pub mod env {
-    /// Attach to a running plane (`hearth-plane up`) instead of starting one.
-    pub const PLANE_DIR: &str = "HEARTH_E2E_PLANE_DIR";
-    /// Number of targets (default 2).
-    pub const TARGETS: &str = "HEARTH_E2E_TARGETS";
-    /// `default`, `off` or a timeout (`30s`).
-    pub const WAIT_FOR_PODS_READY: &str = "HEARTH_E2E_WAIT_FOR_PODS_READY";
-    /// Start Hearth's controllers from this directory.
-    pub const HEARTH_BIN_DIR: &str = "HEARTH_E2E_HEARTH_BIN_DIR";
-    /// The `hearth-plane` binary (default: next to the test binary).
-    pub const SUPERVISOR: &str = "HEARTH_PLANE_BIN";
-    /// When set (in the environment the supervisor inherits), the management apiserver
-    /// writes an audit log of every request's metadata to
-    /// `<state dir>/pki/management/audit.log` (for `hearth-bench`'s API load).
-    pub const AUDIT: &str = "HEARTH_E2E_MANAGEMENT_AUDIT";
-}
 
 /// How to start a plane.
 #[derive(Debug, Clone)]
@@ -492,7 +473,7 @@ fn start_blocking(options: PlaneOptions) -> Result<ControlPlane> {
             Err(PlaneError::Supervisor(format!(
                 "the plane did not start: {error}\n--- {} ---\n{}",
                 log.display(),
-                process::tail(&log, 30)
+                crate::error::tail(&log, 30)
             )))
         }
     }
@@ -536,7 +517,7 @@ fn shut_down(control: &mut Control, state_dir: &Path) {
         interval = (interval * 2).min(Duration::from_millis(500));
     }
     if let Ok(pids) = read_json::<Pids>(&state_dir.join(PIDS_FILE)) {
-        kill_stragglers(&pids.processes);
+        process::kill_stragglers(&pids.processes);
     }
 }
 
@@ -555,7 +536,7 @@ fn fresh_state_dir() -> Result<PathBuf> {
         match read_json::<Pids>(&dir.join(PIDS_FILE)) {
             Ok(pids) if process::runs(pids.supervisor_pid, &pids.supervisor_exe) => continue,
             Ok(pids) => {
-                kill_stragglers(&pids.processes);
+                process::kill_stragglers(&pids.processes);
             }
             Err(_) => {}
         }

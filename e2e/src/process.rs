@@ -45,6 +45,23 @@ fn update_registry(change: impl FnOnce(&mut Vec<ProcessState>)) {
     }
 }
 
+/// SIGKILLs listed processes that are still alive and still run the recorded executable
+/// (a recycled pid is left alone).
+pub fn kill_stragglers(processes: &[ProcessState]) -> Vec<u32> {
+    let mut killed = Vec::new();
+    for p in processes {
+        if runs(p.pid, &p.exe) {
+            tracing::warn!(name = %p.name, pid = p.pid, "killing a leftover process");
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p.pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            killed.push(p.pid);
+        }
+    }
+    killed
+}
+
 /// Every child currently registered.
 pub fn registered() -> Vec<ProcessState> {
     REGISTRY
@@ -330,21 +347,6 @@ pub fn stdout_of(command: &mut std::process::Command) -> anyhow::Result<Vec<u8>>
     Ok(out.stdout)
 }
 
-/// The last `lines` lines of a (log) file, for error messages.
-pub fn tail(path: &Path, lines: usize) -> String {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return String::new();
-    };
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(16 * 1024)));
-    let mut buf = Vec::new();
-    let _ = f.read_to_end(&mut buf);
-    let text = String::from_utf8_lossy(&buf);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
 /// The e2e kit's one polling loop: calls `probe` until it returns `Ok(Ok(value))` or
 /// `timeout` passes, and then returns `Ok(Err(last state seen))`. An `Err` ends the wait at
 /// once. The interval grows from 50 ms to 500 ms: fast when things are quick, quiet when
@@ -518,14 +520,5 @@ mod tests {
         assert!(!runs(child.id(), &exe));
         assert!(!is_alive(child.id()));
         std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    #[test]
-    fn tail_keeps_the_last_lines() {
-        let path = std::env::temp_dir().join(format!("hearth-e2e-tail-{}", std::process::id()));
-        std::fs::write(&path, "a\nb\nc\n").unwrap();
-        assert_eq!(tail(&path, 2), "b\nc");
-        assert_eq!(tail(Path::new("/nonexistent"), 2), "");
-        std::fs::remove_file(path).unwrap();
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Context, Result};
 use crate::fleet::TargetFleet;
-use crate::kueue::WaitForPodsReady;
+use crate::pods_ready::WaitForPodsReady;
 
 /// `state.json` in the state dir, written when the plane is ready and after every change.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -128,9 +128,6 @@ pub struct Response {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<Box<PlaneState>>,
 }
-
-pub const STATE_FILE: &str = "state.json";
-pub const PIDS_FILE: &str = "pids.json";
 
 pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
     let text =

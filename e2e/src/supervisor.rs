@@ -19,23 +19,19 @@ use crate::error::{Context, PlaneError, Result};
 use crate::etcd::Etcd;
 use crate::fixtures;
 use crate::fleet::{self, TargetFleet, fleet_for};
-use crate::kueue::{self, Kueue, WaitForPodsReady};
+use crate::kueue::{self, Kueue};
+use crate::layout::{
+    self, DATA_DIR, KUBECONFIG_FILE, KUEUE_DIR, LOGS_DIR, MANAGEMENT, PIDS_FILE, PKI_DIR,
+    STATE_FILE, TARGETS_DIR,
+};
 use crate::node_reader;
+use crate::pods_ready::WaitForPodsReady;
 use crate::process::{self, Managed, Spawn};
 use crate::protocol::{
-    ClusterState, Command, ControllerState, KueueState, PIDS_FILE, Pids, PlaneState, ProcessState,
-    Response, STATE_FILE, read_json, write_json,
+    ClusterState, Command, ControllerState, KueueState, Pids, PlaneState, Response, read_json,
+    write_json,
 };
 use crate::tools::Tools;
-
-/// The management cluster's name (apiserver, etcd prefix, kubeconfig context).
-pub const MANAGEMENT: &str = "management";
-/// Admin kubeconfig of the management cluster, relative to the state dir.
-pub const KUBECONFIG_FILE: &str = "kubeconfig";
-/// Directory of all logs, relative to the state dir. Kept after the plane stops.
-pub const LOGS_DIR: &str = "logs";
-/// The supervisor's own log, in the logs dir.
-pub const PLANE_LOG: &str = "plane.log";
 
 /// The three Hearth controllers, started from `--hearth-bin-dir`.
 pub const CONTROLLERS: [&str; 3] = [
@@ -130,7 +126,7 @@ struct Plane {
     controller_manager: Option<ControllerManager>,
     controllers: Vec<Controller>,
     reported_exits: Vec<u32>,
-    /// With `--fournos`: the real Fournos, and the world beside it (what stands in for the
+    /// With `--fournos`: the real Fournos, and the stand-ins beside it (what stands in for the
     /// kubelet and Tekton; the plane then runs kube-controller-manager too).
     fournos: Option<(
         crate::fournos_real::Fournos,
@@ -244,37 +240,10 @@ fn prepare_state_dir(dir: &Path) -> Result<()> {
                 pids.supervisor_pid
             )));
         }
-        kill_stragglers(&pids.processes);
+        process::kill_stragglers(&pids.processes);
     }
-    for leftover in [
-        "data",
-        "pki",
-        "kueue",
-        "targets",
-        STATE_FILE,
-        KUBECONFIG_FILE,
-    ] {
-        let path = dir.join(leftover);
-        let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
-    }
+    layout::clear_run_state(dir, false);
     Ok(())
-}
-
-/// SIGKILLs listed processes that are still alive and still run the recorded executable
-/// (a recycled pid is left alone).
-pub fn kill_stragglers(processes: &[ProcessState]) -> Vec<u32> {
-    let mut killed = Vec::new();
-    for p in processes {
-        if process::runs(p.pid, &p.exe) {
-            tracing::warn!(name = %p.name, pid = p.pid, "killing a leftover process");
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(p.pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            killed.push(p.pid);
-        }
-    }
-    killed
 }
 
 impl Plane {
@@ -292,7 +261,7 @@ impl Plane {
         tracing::info!(targets = self.opts.targets, bin = %tools.bin_dir.display(), "starting the plane");
         let etcd = Etcd::start(
             &tools.etcd,
-            self.dir("data").join("etcd"),
+            self.dir(DATA_DIR).join("etcd"),
             self.log("etcd"),
             timeout,
         )
@@ -303,7 +272,7 @@ impl Plane {
         self.management = Some(ApiServer::prepare(
             MANAGEMENT,
             &tools.kube_apiserver,
-            self.dir("pki").join(MANAGEMENT),
+            self.dir(PKI_DIR).join(MANAGEMENT),
             self.log(&format!("apiserver-{MANAGEMENT}")),
             &etcd_url,
         )?);
@@ -332,7 +301,7 @@ impl Plane {
             ControllerManager::start(
                 &tools.kube_controller_manager,
                 management,
-                &self.opts.state_dir.join("pki").join(MANAGEMENT),
+                &self.opts.state_dir.join(PKI_DIR).join(MANAGEMENT),
                 self.logs.join("kube-controller-manager.log"),
                 timeout,
             )
@@ -361,9 +330,9 @@ impl Plane {
     }
 
     /// The real Fournos for the base scope: its venv (built once), its CRD, its mock
-    /// Pipelines, the process, and the [`crate::fournos_real::World`] beside it.
+    /// Pipelines, the process, and the [`crate::fournos_real::StandIns`] beside it.
     async fn start_fournos(&mut self) -> Result<()> {
-        use crate::fournos_real::{self as real, Fournos, World};
+        use crate::fournos_real::{self as real, Fournos, StandIns};
         let source = real::source().map_err(PlaneError::Invalid)?;
         let venv_source = source.clone();
         let venv = tokio::task::spawn_blocking(move || real::venv(&venv_source))
@@ -374,7 +343,7 @@ impl Plane {
         let scope = fixtures::Scope::base();
         real::install_crds(&client, &source).await?;
         real::install_pipelines(&client, &source, &scope.execution_namespace).await?;
-        let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
+        let stand_ins = tokio::spawn(StandIns::new(&client, &scope.execution_namespace).run());
         let fournos = Fournos::start_with(
             &self.logs,
             &self.dir(KUBECONFIG_FILE),
@@ -384,7 +353,7 @@ impl Plane {
         )
         .await?;
         tracing::info!(log = %fournos.log_path().display(), "Fournos running");
-        self.fournos = Some((fournos, world));
+        self.fournos = Some((fournos, stand_ins));
         Ok(())
     }
 
@@ -393,7 +362,7 @@ impl Plane {
         let server = ApiServer::prepare(
             &name,
             &self.opts.tools.kube_apiserver,
-            self.dir("pki").join(&name),
+            self.dir(PKI_DIR).join(&name),
             self.log(&format!("apiserver-{name}")),
             etcd_url,
         )?;
@@ -402,7 +371,7 @@ impl Plane {
             fleet,
             node_reader: String::new(),
             node_reader_path: self
-                .dir("targets")
+                .dir(TARGETS_DIR)
                 .join(&name)
                 .join("node-reader.kubeconfig"),
             running: true,
@@ -694,19 +663,8 @@ impl Plane {
             etcd.process.stop(grace).await;
         }
         // Whatever escaped the orderly stop (nothing, normally).
-        kill_stragglers(&process::registered());
-        for leftover in [
-            "data",
-            "pki",
-            "kueue",
-            "targets",
-            STATE_FILE,
-            KUBECONFIG_FILE,
-            PIDS_FILE,
-        ] {
-            let path = self.dir(leftover);
-            let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
-        }
+        process::kill_stragglers(&process::registered());
+        layout::clear_run_state(&self.opts.state_dir, true);
         tracing::info!(logs = %self.logs.display(), "plane stopped");
     }
 }
@@ -748,7 +706,7 @@ async fn start_kueue(
     .await?;
     let kueue = Kueue::start(
         &opts.tools,
-        &state_dir.join("kueue"),
+        &state_dir.join(KUEUE_DIR),
         logs.join("kueue.log"),
         &management.admin_kubeconfig_path,
         &management.ca,

@@ -23,12 +23,12 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use serde_json::json;
 
-use crate::fixtures::KUEUE_API_VERSION;
 use crate::hearth::{self, Controller, Running};
 use crate::invariants::{
     cluster_condition, covered, entry, is_active, last_discovery, nonzero, resource_order,
     workload_is,
 };
+use crate::objects::KUEUE_API_VERSION;
 use crate::release::Sampler;
 use crate::world::World;
 

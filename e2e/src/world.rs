@@ -2,6 +2,8 @@
 //! and the controllers it started, whose logs end a failed wait. The one type the hostile
 //! tests, the migration test and `hearth-chaos` read the management cluster through.
 
+use std::time::Duration;
+
 use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
@@ -12,6 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use crate::error::{Context as _, Result};
 use crate::fixtures::cluster_queue;
 use crate::hearth::{self, Controller, Running};
+use crate::process::until;
 use crate::resources::dynamic_api;
 use crate::{ControlPlane, Isolated};
 
@@ -32,7 +35,12 @@ pub struct World<'p> {
     pub jobs: Api<FournosJob>,
     /// Controllers started through [`start`](Self::start), in order.
     pub controllers: Vec<Running>,
+    /// How long [`wait_cluster`](Self::wait_cluster) waits (default [`DEADLINE`]).
+    pub deadline: Duration,
 }
+
+/// How long one expected change of a FournosCluster may take, unless a test says otherwise.
+pub const DEADLINE: Duration = Duration::from_secs(60);
 
 impl<'p> World<'p> {
     pub async fn new(plane: &'p ControlPlane, scope: Isolated) -> Result<World<'p>> {
@@ -48,6 +56,7 @@ impl<'p> World<'p> {
             plane,
             scope,
             controllers: Vec::new(),
+            deadline: DEADLINE,
         })
     }
 
@@ -68,6 +77,37 @@ impl<'p> World<'p> {
     pub fn logs(&self, lines: usize) -> String {
         let logs: Vec<String> = self.controllers.iter().map(|c| c.log_tail(lines)).collect();
         logs.join("\n")
+    }
+
+    /// The e2e kit's wait on a FournosCluster: polls `name` until it exists and `check`
+    /// accepts it, for at most [`deadline`](Self::deadline). A time-out says what `check`
+    /// last said and ends with the log of every controller [`start`](Self::start)ed.
+    pub async fn wait_cluster(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&FournosCluster) -> std::result::Result<(), String>,
+    ) -> anyhow::Result<FournosCluster> {
+        self.wait_cluster_opt(name, what, |found| match found {
+            None => Err("does not exist".to_owned()),
+            Some(cluster) => check(&cluster).map(|()| cluster),
+        })
+        .await
+    }
+
+    /// [`wait_cluster`](Self::wait_cluster) for a check that also judges absence (`None`)
+    /// and returns what it found.
+    pub async fn wait_cluster_opt<T>(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(Option<FournosCluster>) -> std::result::Result<T, String>,
+    ) -> anyhow::Result<T> {
+        until(&format!("{name}: {what}"), self.deadline, || async {
+            Ok(check(self.clusters.get_opt(name).await?))
+        })
+        .await
+        .map_err(|e| hearth::with_logs(e, &self.controllers))
     }
 
     /// The scope's ClusterQueue.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context as _, Result, ensure};
-use hearth_e2e::hearth::helm_template;
+use hearth_e2e::chart::helm_template;
 use hearth_e2e::resources::{parse_yaml_documents, to_yaml};
 use hearth_e2e::tools::Tools;
 use serde_json::{Value, json};
@@ -185,7 +185,7 @@ fn every_alert_links_its_runbook_section() -> Result<()> {
         .map(|l| github_anchor(l.trim_start_matches('#')))
         .collect();
     let chart: Value = parse_yaml_documents(
-        &std::fs::read_to_string(hearth_e2e::hearth::chart_dir().join("Chart.yaml"))?,
+        &std::fs::read_to_string(hearth_e2e::chart::chart_dir().join("Chart.yaml"))?,
         "Chart.yaml",
     )?
     .remove(0);

@@ -15,7 +15,7 @@ use std::process::Command;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use hearth_e2e::ControlPlane;
-use hearth_e2e::hearth::{chart_dir, helm_template_chart};
+use hearth_e2e::chart::{chart_dir, helm_template_chart};
 use hearth_e2e::resources::{read_yaml_documents, to_yaml};
 use hearth_e2e::tools::Tools;
 use k8s_openapi::api::apps::v1::Deployment;

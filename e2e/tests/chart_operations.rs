@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use hearth_e2e::hearth::{Controller, chart_dir, helm_template, helm_template_chart};
+use hearth_e2e::chart::{chart_dir, helm_template, helm_template_chart};
+use hearth_e2e::hearth::Controller;
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::resources::read_yaml_documents;
 use serde_json::Value;

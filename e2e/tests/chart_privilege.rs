@@ -5,15 +5,11 @@
 //! themselves: one per controller, on by default.
 
 use anyhow::{Context as _, Result, bail, ensure};
-use hearth_e2e::hearth::{chart_dir, helm_template};
+use hearth_e2e::chart::chart_dir;
+use hearth_e2e::chart::{names_of, render};
 use hearth_e2e::resources::parse_yaml_documents;
 use hearth_e2e::tools::Tools;
 use serde_json::{Value, json};
-
-fn render(sets: &[&str]) -> Result<Vec<Value>> {
-    let sets: Vec<String> = sets.iter().map(|s| (*s).to_owned()).collect();
-    Ok(helm_template("hearth", &sets)?)
-}
 
 /// The rules of the `kind` (Role or ClusterRole) named `name`.
 fn rules<'a>(docs: &'a [Value], kind: &str, name: &str) -> Result<&'a Vec<Value>> {
@@ -174,16 +170,6 @@ fn network_policies_are_per_controller_and_on_by_default() -> Result<()> {
 }
 
 /// The names of the rendered objects of `kind`, sorted.
-fn names_of(docs: &[Value], kind: &str) -> Vec<String> {
-    let mut names: Vec<String> = docs
-        .iter()
-        .filter(|d| d["kind"] == kind)
-        .filter_map(|d| d["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    names.sort();
-    names
-}
-
 /// The egress rules of the NetworkPolicy `name`.
 fn egress<'a>(docs: &'a [Value], name: &str) -> Result<&'a Vec<Value>> {
     docs.iter()

@@ -11,14 +11,14 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::FournosCluster;
 use hearth_api::names::condition_types::SCHEDULABLE;
 use hearth_api::names::{CLUSTER_SLOT_RESOURCE, CORDON_TAINT_KEY};
+use hearth_e2e::downstream::{
+    DEADLINE, gpu, onboard, schedulable, wait_admitted, wait_event, wait_pending, wait_reason,
+    wait_schedulable, workload_condition,
+};
 use hearth_e2e::hearth::{self, Controller, PluginRun, run_plugin};
 use hearth_e2e::kueue::KueueVersion;
 use hearth_e2e::objects;
 use hearth_e2e::process::holds_for;
-use hearth_e2e::published::{
-    DEADLINE, gpu, onboard, schedulable, wait_admitted, wait_event, wait_pending, wait_reason,
-    wait_schedulable, workload_condition,
-};
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated};

@@ -16,7 +16,7 @@ use hearth_api::FournosCluster;
 use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::{lock_sentinel_name, sentinel_labels};
-use hearth_e2e::fournos_lab::{JOB_NAME_LABEL, Lab, lab_with_cluster, phase};
+use hearth_e2e::fournos_lab::{FournosLab, JOB_NAME_LABEL, lab_with_cluster, phase};
 use hearth_e2e::invariants::{workload_condition_false, workload_is};
 use hearth_e2e::lab::{is_held, locked, reason_is};
 use hearth_e2e::objects::slot_workload;
@@ -24,7 +24,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-/// `let (lab, cluster) = lab!("test", "base");`: a Lab, one cluster, lock-manager
+/// `let (lab, cluster) = lab!("test", "base");`: a FournosLab, one cluster, lock-manager
 /// running; or return (skipped) without Fournos.
 macro_rules! lab {
     ($name:expr, $base:expr) => {
@@ -42,7 +42,7 @@ fn said(fc: &FournosCluster) -> String {
 
 /// A Workload as a Fournos user writes it: `slots` of `cluster` asked for in a second
 /// container (the first asks for nothing), in the lab's LocalQueue.
-fn user_workload(lab: &Lab, name: &str, cluster: &str, slots: &str) -> Result<Workload> {
+fn user_workload(lab: &FournosLab, name: &str, cluster: &str, slots: &str) -> Result<Workload> {
     let mut w = slot_workload(
         &lab.scope.execution_namespace,
         name,
@@ -65,10 +65,10 @@ fn user_workload(lab: &Lab, name: &str, cluster: &str, slots: &str) -> Result<Wo
 
 /// alice asks for the lock of `cluster`; it is refused (`SentinelNameTaken`) and never
 /// said to be held meanwhile (every look probes).
-async fn lock_is_refused(lab: &Lab, cluster: &str) -> Result<FournosCluster> {
+async fn lock_is_refused(lab: &FournosLab, cluster: &str) -> Result<FournosCluster> {
     lab.set_owner(cluster, Some("alice"), None).await?;
     let fc = lab
-        .wait_cluster(cluster, "SentinelNameTaken", reason_is("SentinelNameTaken"))
+        .wait_lock(cluster, "SentinelNameTaken", reason_is("SentinelNameTaken"))
         .await?;
     ensure!(fc.status.as_ref().and_then(|s| s.locked) != Some(true));
     Ok(fc)
@@ -119,7 +119,7 @@ async fn a_workload_made_under_the_locks_name_never_holds_the_cluster() -> Resul
     );
 
     users.delete(&name, &Default::default()).await?;
-    lab.wait_cluster(&cluster, "held once the Workload is gone", is_held)
+    lab.wait_lock(&cluster, "held once the Workload is gone", is_held)
         .await?;
     let job = lab
         .wait_sentinel(&cluster, "Admitted", |j| phase(j) == Some("Admitted"))
@@ -160,7 +160,7 @@ async fn a_workload_dressed_as_the_locks_proves_nothing() -> Result<()> {
         |w| workload_condition_false(w, "QuotaReserved"),
     )
     .await?;
-    let fc = lab.wait_cluster(&cluster, "still held", is_held).await?;
+    let fc = lab.wait_lock(&cluster, "still held", is_held).await?;
     ensure!(
         fc.status.as_ref().and_then(|s| s.lock_workload_uid.clone()) == workload.uid(),
         "{:?}",
@@ -231,7 +231,7 @@ async fn a_forged_sentinel_is_named_and_never_trusted_or_deleted() -> Result<()>
     lab.set_owner(&cluster, None, None).await?;
     jobs.delete(&name, &Default::default()).await?;
     lab.no_workload_named(&name).await?;
-    lab.wait_cluster(&cluster, "released", reason_is("Released"))
+    lab.wait_lock(&cluster, "released", reason_is("Released"))
         .await?;
     let mut other = forged.clone();
     other.metadata.labels = Some(sentinel_labels("some-other-cluster", &lab.scope.namespace));
@@ -267,7 +267,7 @@ async fn slot_holders_are_counted_as_kueue_counts_and_never_hidden_by_an_owner()
                 .any(|h| h.workload.ends_with("/almost-all") && h.slots == 100)
         })
     };
-    lab.wait_cluster(&cluster, "almost-all named with 100 slots", holds_all)
+    lab.wait_lock(&cluster, "almost-all named with 100 slots", holds_all)
         .await?;
     let job = lab
         .wait_sentinel(&cluster, "made", |j| j.uid().is_some())
@@ -284,7 +284,7 @@ async fn slot_holders_are_counted_as_kueue_counts_and_never_hidden_by_an_owner()
         .patch("almost-all", &PatchParams::default(), &Patch::Merge(&owner))
         .await?;
     let fc = lab
-        .wait_cluster(&cluster, "almost-all named as mallory's, 100 slots", |fc| {
+        .wait_lock(&cluster, "almost-all named as mallory's, 100 slots", |fc| {
             fc.status.as_ref().is_some_and(|s| {
                 s.slot_holders.iter().any(|h| {
                     h.workload.ends_with("/almost-all")

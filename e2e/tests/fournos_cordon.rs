@@ -21,18 +21,18 @@ use hearth_api::fournosjob::FournosJob;
 use hearth_api::kueue::Workload;
 use hearth_api::names::defaults::GPU_RESOURCE_PREFIX;
 use hearth_api::names::{lock_sentinel_name, sentinel_labels};
-use hearth_e2e::fournos_lab::{JOB_NAME_LABEL, Lab, lab_with_kueue_sync, phase};
+use hearth_e2e::downstream::{gpu, wait_schedulable};
+use hearth_e2e::fournos_lab::{FournosLab, JOB_NAME_LABEL, lab_with_kueue_sync, phase};
 use hearth_e2e::fournos_real::finish_pipeline_run;
 use hearth_e2e::hearth::Running;
 use hearth_e2e::invariants::workload_is;
 use hearth_e2e::lab::{DEADLINE, is_held, reason_is};
 use hearth_e2e::objects;
-use hearth_e2e::published::{gpu, wait_schedulable};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-/// `let (lab, cluster, ks) = lab!("test", "base");`: a Lab, one cluster with 8 A100s that
+/// `let (lab, cluster, ks) = lab!("test", "base");`: a FournosLab, one cluster with 8 A100s that
 /// kueue-sync synced, kueue-sync and lock-manager running; or return (skipped) without
 /// Fournos.
 macro_rules! lab {
@@ -45,7 +45,7 @@ macro_rules! lab {
 }
 
 /// The operator cordons `cluster`: `kubectl fournos cordon` sets `spec.cordon`.
-async fn cordon(lab: &Lab, cluster: &str) -> Result<()> {
+async fn cordon(lab: &FournosLab, cluster: &str) -> Result<()> {
     lab.set_spec(
         cluster,
         json!({ "cordon": { "reason": "firmware, OPS-7", "by": "ops-alice" } }),
@@ -59,7 +59,7 @@ fn lock_workload_uid(fc: &FournosCluster) -> Option<String> {
 
 /// Fournos's FournosJob `name` ends: its PipelineRun succeeds (as Tekton would report it)
 /// and Fournos says `Succeeded` (it deletes the job's Workload).
-async fn finish(lab: &Lab, name: &str) -> Result<()> {
+async fn finish(lab: &FournosLab, name: &str) -> Result<()> {
     finish_pipeline_run(&lab.client, &lab.scope.execution_namespace, name).await?;
     lab.wait_job(name, "Succeeded", |j| phase(j) == Some("Succeeded"))
         .await?;
@@ -69,7 +69,7 @@ async fn finish(lab: &Lab, name: &str) -> Result<()> {
 /// Waits until `cluster` says `Schedulable` reason `reason` with `admitted` counted, with
 /// kueue-sync's and Fournos's logs on failure.
 async fn wait_count(
-    lab: &Lab,
+    lab: &FournosLab,
     ks: &Running,
     cluster: &str,
     reason: &str,
@@ -122,7 +122,7 @@ async fn a_lock_held_before_the_cordon_is_not_counted_as_work_left() -> Result<(
     let message = wait_count(&lab, &ks, &cluster, "Drained", 0).await?;
     eprintln!("{cluster}: {message}");
     let fc = lab
-        .wait_cluster(&cluster, "still held once drained", is_held)
+        .wait_lock(&cluster, "still held once drained", is_held)
         .await?;
     ensure!(
         lock_workload_uid(&fc) == lock.uid(),
@@ -148,7 +148,7 @@ async fn a_running_job_dressed_as_the_lock_is_counted_until_it_ends() -> Result<
         .await?;
     // The lock waits for the running job; its sentinel exists meanwhile.
     lab.set_owner(&cluster, Some("ops-alice"), None).await?;
-    lab.wait_cluster(
+    lab.wait_lock(
         &cluster,
         "waiting for the running job",
         reason_is("WaitingForAdmission"),
@@ -187,7 +187,7 @@ async fn a_running_job_dressed_as_the_lock_is_counted_until_it_ends() -> Result<
 /// As the Fournos user: the Workload of job `job` gets the sentinel's labels, Fournos's job
 /// label naming the lock's sentinel, and an ownerReference to `sentinel` beside its own.
 async fn dress_as_the_lock(
-    lab: &Lab,
+    lab: &FournosLab,
     job: &str,
     cluster: &str,
     sentinel: &FournosJob,

@@ -6,11 +6,11 @@
 //!
 //! The plane runs the real kube-controller-manager, whose garbage collector deletes what
 //! Fournos leaves to it (a lockOnly job's Workload); what stands in for the kubelet and
-//! Tekton is [`hearth_e2e::fournos_real::World`] (see its docs). The plane runs Kueue with
+//! Tekton is [`hearth_e2e::fournos_real::StandIns`] (see its docs). The plane runs Kueue with
 //! WaitForPodsReady on and a short timeout, so a lock Workload that nobody reports ready
 //! is evicted while a test watches.
 //!
-//! At every step a test takes, [`Lab::probe`] checks the promise that matters: while
+//! At every step a test takes, [`FournosLab::probe`] checks the promise that matters: while
 //! the cluster says `locked=true`, a job asking for one slot of it is not admitted.
 //!
 //! ```text
@@ -33,7 +33,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-/// `let (lab, cluster) = lab!("test", "base");`: a Lab, one cluster, lock-manager
+/// `let (lab, cluster) = lab!("test", "base");`: a FournosLab, one cluster, lock-manager
 /// running; or return (skipped) without Fournos.
 macro_rules! lab {
     ($name:expr, $base:expr) => {
@@ -107,12 +107,12 @@ async fn lock_holds_a_cluster_for_real_fournos_jobs() -> Result<()> {
         "lock Workload evicted: {:?}",
         w.status
     );
-    lab.wait_cluster(&cluster, "still held", is_held).await?;
+    lab.wait_lock(&cluster, "still held", is_held).await?;
 
     // Unlock: released once the Workload is gone; then the ordinary job is admitted.
     let unlocked = Instant::now();
     lab.set_owner(&cluster, None, None).await?;
-    lab.wait_cluster(&cluster, "Released", reason_is("Released"))
+    lab.wait_lock(&cluster, "Released", reason_is("Released"))
         .await?;
     ensure!(
         lab.workloads
@@ -142,7 +142,7 @@ async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
 
     lab.set_owner(&cluster, Some("dave"), None).await?;
     let fc = lab
-        .wait_cluster(&cluster, "waiting for the running job", |fc| {
+        .wait_lock(&cluster, "waiting for the running job", |fc| {
             reason_is("WaitingForAdmission")(fc)
                 && locked(fc).is_some_and(|c| c.message.contains("exclusive access"))
         })
@@ -156,7 +156,7 @@ async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
         phase(j) == Some("Succeeded")
     })
     .await?;
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
     eprintln!("busy: held {:?} after the job ended", ended.elapsed());
     Ok(())
 }
@@ -166,21 +166,21 @@ async fn lock_on_a_busy_cluster_waits_for_the_running_job() -> Result<()> {
 async fn ttl_expiry_releases_the_lock() -> Result<()> {
     let (lab, cluster) = lab!("fournos-ttl", "ttl");
     lab.set_owner(&cluster, Some("erin"), Some("1m")).await?;
-    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    let fc = lab.wait_lock(&cluster, "held", is_held).await?;
     let expires = fc
         .status
         .as_ref()
         .and_then(|s| s.lock_expires_at.clone())
         .context("no lockExpiresAt")?;
     let fc = lab
-        .wait_cluster(&cluster, "Expired", reason_is("Expired"))
+        .wait_lock(&cluster, "Expired", reason_is("Expired"))
         .await?;
     let late = k8s_openapi::jiff::Timestamp::now().duration_since(expires.0);
     eprintln!("ttl: expired {late:?} after lockExpiresAt");
     ensure!(fc.spec.owner.is_none(), "owner cleared");
     lab.no_workload_named(&hearth_api::names::lock_sentinel_name(&cluster))
         .await?;
-    lab.wait_cluster(&cluster, "still says Expired, nothing releasing", |fc| {
+    lab.wait_lock(&cluster, "still says Expired, nothing releasing", |fc| {
         reason_is("Expired")(fc)
             && locked(fc).is_some_and(|c| !c.message.contains("Still releasing"))
     })
@@ -200,7 +200,7 @@ async fn restarts_keep_the_lock() -> Result<()> {
         phase(j) == Some("Pending") && job_message(j).contains("exclusively locked")
     })
     .await?;
-    lab.wait_cluster(&cluster, "held after Fournos restarted", is_held)
+    lab.wait_lock(&cluster, "held after Fournos restarted", is_held)
         .await?;
 
     {
@@ -208,7 +208,7 @@ async fn restarts_keep_the_lock() -> Result<()> {
         guard.as_ref().unwrap().kill(lab.shared.plane).await?;
     }
     lab.start_lock_manager().await?;
-    lab.wait_cluster(&cluster, "held after lock-manager restarted", is_held)
+    lab.wait_lock(&cluster, "held after lock-manager restarted", is_held)
         .await?;
     let again = lab.wait_sentinel(&cluster, "the same", |_| true).await?;
     assert_eq!(
@@ -245,7 +245,7 @@ async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
             >= 1.0
     );
     let (new_job, _) = {
-        lab.wait_cluster(&cluster, "held again", is_held).await?;
+        lab.wait_lock(&cluster, "held again", is_held).await?;
         let j = lab
             .wait_sentinel(&cluster, "a new sentinel", |j| {
                 j.uid() != job.uid() && phase(j) == Some("Admitted")
@@ -279,7 +279,7 @@ async fn lost_workload_is_not_a_held_lock_and_is_repaired() -> Result<()> {
             j.uid() != new_job.uid() && phase(j) == Some("Admitted")
         })
         .await?;
-    lab.wait_cluster(&cluster, "held again after the eviction", is_held)
+    lab.wait_lock(&cluster, "held again after the eviction", is_held)
         .await?;
     let w = lab
         .wait_job_workload(&third, "admitted", |w| workload_is(w, "Admitted"))
@@ -311,7 +311,7 @@ async fn sentinel_fournos_never_picks_up_says_so() -> Result<()> {
     .await?;
     eprintln!("pickup: {}", lock_state(&fc));
     lab.fournos.lock().await.restart().await?;
-    lab.wait_cluster(&cluster, "held once Fournos runs", is_held)
+    lab.wait_lock(&cluster, "held once Fournos runs", is_held)
         .await?;
     Ok(())
 }
@@ -326,7 +326,7 @@ async fn unlock_while_fournos_is_down_is_releasing_until_it_is_free() -> Result<
     lab.fournos.lock().await.stop().await;
     lab.set_owner(&cluster, None, None).await?;
     let fc = lab
-        .wait_cluster(&cluster, "Releasing", |fc| {
+        .wait_lock(&cluster, "Releasing", |fc| {
             reason_is("Releasing")(fc)
                 && locked(fc).is_some_and(|c| c.message.contains("finalizer"))
         })
@@ -338,7 +338,7 @@ async fn unlock_while_fournos_is_down_is_releasing_until_it_is_free() -> Result<
     );
 
     lab.fournos.lock().await.restart().await?;
-    lab.wait_cluster(&cluster, "Released", reason_is("Released"))
+    lab.wait_lock(&cluster, "Released", reason_is("Released"))
         .await?;
     ensure!(
         lab.workloads
@@ -357,7 +357,7 @@ async fn owner_change_gets_a_new_workload() -> Result<()> {
     let (alice_job, alice_workload) = lab.lock(&cluster, "alice").await?;
 
     lab.set_owner(&cluster, Some("bob"), None).await?;
-    lab.wait_cluster(&cluster, "held for bob", |fc| {
+    lab.wait_lock(&cluster, "held for bob", |fc| {
         is_held(fc) && fc.status.as_ref().and_then(|s| s.lock_owner.as_deref()) == Some("bob")
     })
     .await?;
@@ -401,7 +401,7 @@ async fn slots_that_differ_from_fournos_are_flagged() -> Result<()> {
     lab.publish_slots(&cluster, 120).await?;
     lab.set_owner(&cluster, Some("judy"), None).await?;
     let fc = lab
-        .wait_cluster(&cluster, "SlotsMismatch", reason_is("SlotsMismatch"))
+        .wait_lock(&cluster, "SlotsMismatch", reason_is("SlotsMismatch"))
         .await?;
     ensure!(
         locked(&fc)

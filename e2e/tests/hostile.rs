@@ -17,7 +17,7 @@ use hearth_api::KubeconfigStatus;
 use hearth_api::names::{KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, condition_types};
 use hearth_e2e::hearth::Controller;
 use hearth_e2e::hostile::{
-    ADMIN, DEADLINE, World, condition, garbage, generated_binary_garbage, generated_deep_nesting,
+    ADMIN, DEADLINE, Hostile, condition, garbage, generated_binary_garbage, generated_deep_nesting,
     generated_double_base64_garbage, generated_one_mib_kubeconfig, hostile,
 };
 use hearth_e2e::invariants::{entry, is_active, kueue_problems, last_discovery};
@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_kubeconfig_secrets_get_a_clear_status_and_leak_nothing() -> Result<()> {
-    let mut w = World::new("hostile_secrets").await?;
+    let mut w = Hostile::new("hostile_secrets").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
     let healthy = w.scope.cluster("healthy");
@@ -252,7 +252,7 @@ fn now() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
-    let mut w = World::new("hostile_nodes").await?;
+    let mut w = Hostile::new("hostile_nodes").await?;
     let target = w
         .plane
         .add_target(TargetFleet::new(format!("junk-{}", w.scope.id), vec![]))
@@ -451,7 +451,7 @@ fn is_valid_name_part(s: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_specs_and_foreign_kueue_objects_get_a_clear_answer() -> Result<()> {
-    let mut w = World::new("hostile_specs").await?;
+    let mut w = Hostile::new("hostile_specs").await?;
     let queue = w.scope.cluster_queue.clone();
 
     // A foreign flavor and group in the queue before Hearth starts, and a foreign flavor
@@ -642,7 +642,7 @@ const CHART_MEMORY_LIMIT_MIB: u64 = 128;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
     const SECRETS: usize = 100;
-    let mut w = World::new("hostile_secret_memory").await?;
+    let mut w = Hostile::new("hostile_secret_memory").await?;
     for i in 0..SECRETS {
         let name = format!("kubeconfig-{}", w.scope.cluster(&format!("big{i}")));
         let secret = Secret {
@@ -695,7 +695,7 @@ async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
 /// healthy cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_huge_node_list_costs_only_its_own_probe() -> Result<()> {
-    let mut w = World::new("hostile_pages").await?;
+    let mut w = Hostile::new("hostile_pages").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
     let healthy = w.scope.cluster("healthy");
@@ -776,7 +776,7 @@ async fn measure_discovery_memory_against_a_hostile_target() -> Result<()> {
         "junk60m" => garbage(60 * 1024 * 1024, 0x6a75_6e6b),
         other => bail!("unknown HEARTH_E2E_HOSTILE_BODY {other}"),
     };
-    let mut w = World::new("hostile_measure").await?;
+    let mut w = Hostile::new("hostile_measure").await?;
     w.start(&[Controller::Discovery]).await?;
     let pid = w.pid_of(Controller::Discovery)?;
     let idle = peak_rss_mib(pid)?;
@@ -808,7 +808,7 @@ async fn measure_discovery_memory_against_a_hostile_target() -> Result<()> {
 /// that cluster's hardware; the owner of the Secret can allow it explicitly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
-    let mut w = World::new("hostile_borrow").await?;
+    let mut w = Hostile::new("hostile_borrow").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
     let victim = w.scope.cluster("victim");
@@ -870,7 +870,7 @@ async fn a_cluster_cannot_borrow_another_clusters_secret() -> Result<()> {
 #[tokio::test]
 async fn idle_connections_to_the_admin_port_do_not_starve_the_probes() -> Result<()> {
     use tokio::io::AsyncWriteExt as _;
-    let mut w = World::new("hostile_admin_idle").await?;
+    let mut w = Hostile::new("hostile_admin_idle").await?;
     w.start(&[Controller::LockManager]).await?;
     let addr = w.controllers[0].admin_addr()?;
     let mut held = Vec::new();

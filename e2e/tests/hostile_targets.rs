@@ -10,7 +10,7 @@ use anyhow::{Result, ensure};
 use hearth_api::KubeconfigStatus;
 use hearth_api::names::condition_types;
 use hearth_e2e::hearth::Controller;
-use hearth_e2e::hostile::{DEADLINE, PLANTED, World, condition};
+use hearth_e2e::hostile::{DEADLINE, Hostile, PLANTED, condition};
 use hearth_e2e::process::eventually;
 use hearth_e2e::{Answer, HostileTarget};
 use serde_json::{Value, json};
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
     let otlp = hearth_e2e::otlp::Receiver::start().await?;
     let endpoint = otlp.endpoint();
-    let mut w = World::new("hostile_echo").await?;
+    let mut w = Hostile::new("hostile_echo").await?;
     w.start_with(
         &[Controller::Discovery, Controller::KueueSync],
         &[
@@ -205,7 +205,7 @@ async fn echoing_targets_leak_nothing_at_debug() -> Result<()> {
 /// cluster onboarded after it gets its quota.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_with_dozens_of_gpu_models_cannot_fill_the_queue() -> Result<()> {
-    let mut w = World::new("hostile_models").await?;
+    let mut w = Hostile::new("hostile_models").await?;
     w.start(&[Controller::Discovery, Controller::KueueSync])
         .await?;
     let items: Vec<Value> = (0..70)

@@ -20,18 +20,19 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE};
 use hearth_api::{GpuInfo, KueueStatus};
 use hearth_e2e::ControlPlane;
-use hearth_e2e::fixtures::{KUEUE_API_VERSION, cluster_queue};
-use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
-use hearth_e2e::invariants::{entry, is_active, nonzero};
-use hearth_e2e::kueue_sync::{
-    DeletionOrder, SLOTS, Writer, discovered_gpus, gpu_resource, hearth_entries_are, quota_of,
-    slot_group, wait_metric_at_least, wait_queue, workload,
-};
-use hearth_e2e::process::until;
-use hearth_e2e::published::{
+use hearth_e2e::downstream::{
     DEADLINE, discover, gpu, onboard, synced, wait_admitted, wait_event, wait_pending, wait_reason,
     workload_condition,
 };
+use hearth_e2e::fixtures::cluster_queue;
+use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
+use hearth_e2e::invariants::{entry, is_active, nonzero};
+use hearth_e2e::kueue_sync::{
+    DeletionOrder, SLOTS, TwoClusters, Writer, discovered_gpus, gpu_resource, hearth_entries_are,
+    quota_of, slot_group, two_clusters, wait_metric_at_least, wait_queue, workload,
+};
+use hearth_e2e::objects::KUEUE_API_VERSION;
+use hearth_e2e::process::until;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use kube::api::DeleteParams;
@@ -46,14 +47,15 @@ use serde_json::json;
 /// the cluster it names and refuses one that asks for more A100s than that cluster has.
 #[tokio::test]
 async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_has() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let scope = plane.isolated("ks_admission").await?;
-    let k = World::new(plane, scope.clone()).await?;
-    let targets = plane.targets();
-    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
-    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
-    onboard(&k.clusters, &a, &gpus_a).await?;
-    onboard(&k.clusters, &b, &gpus_b).await?;
+    let TwoClusters {
+        plane,
+        scope,
+        k,
+        a,
+        b,
+        gpus_a,
+        gpus_b,
+    } = two_clusters("ks_admission").await?;
     let ks = hearth::start(plane, &scope, Controller::KueueSync, "main", &[]).await?;
 
     let expected = BTreeMap::from([
@@ -258,14 +260,15 @@ async fn a_drained_cluster_admits_nothing_new_until_it_is_valid_again() -> Resul
 #[tokio::test]
 async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stays_active()
 -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let scope = plane.isolated("ks_delete").await?;
-    let k = World::new(plane, scope.clone()).await?;
-    let targets = plane.targets();
-    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
-    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
-    onboard(&k.clusters, &a, &gpus_a).await?;
-    onboard(&k.clusters, &b, &gpus_b).await?;
+    let TwoClusters {
+        plane,
+        scope,
+        k,
+        a,
+        b,
+        gpus_a,
+        gpus_b,
+    } = two_clusters("ks_delete").await?;
     // A flavor of a Hearth in another namespace: not this one's to sweep.
     let staging = scope.cluster("staging");
     apply(
@@ -343,14 +346,15 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
 /// cleanup is a derived sweep, not a finalizer.
 #[tokio::test]
 async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_restart() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let scope = plane.isolated("ks_restart").await?;
-    let k = World::new(plane, scope.clone()).await?;
-    let targets = plane.targets();
-    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
-    let (gpus_a, gpus_b) = (discovered_gpus(&targets[0]), discovered_gpus(&targets[1]));
-    onboard(&k.clusters, &a, &gpus_a).await?;
-    onboard(&k.clusters, &b, &gpus_b).await?;
+    let TwoClusters {
+        plane,
+        scope,
+        k,
+        a,
+        b,
+        gpus_a,
+        gpus_b,
+    } = two_clusters("ks_restart").await?;
     let ks = hearth::start(plane, &scope, Controller::KueueSync, "first", &[]).await?;
     let both = BTreeMap::from([
         (a.clone(), quota_of(&gpus_a)),
@@ -616,13 +620,14 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
 /// ResourceFlavor or FournosCluster changes, and the write counters stand still.
 #[tokio::test]
 async fn steady_state_writes_nothing() -> Result<()> {
-    let plane = ControlPlane::shared().await?;
-    let scope = plane.isolated("ks_steady").await?;
-    let k = World::new(plane, scope.clone()).await?;
-    let targets = plane.targets();
-    let (a, b) = (scope.cluster("a"), scope.cluster("b"));
-    onboard(&k.clusters, &a, &discovered_gpus(&targets[0])).await?;
-    onboard(&k.clusters, &b, &discovered_gpus(&targets[1])).await?;
+    let TwoClusters {
+        plane,
+        scope,
+        k,
+        a,
+        b,
+        ..
+    } = two_clusters("ks_steady").await?;
     let ks = hearth::start(
         plane,
         &scope,
@@ -837,7 +842,7 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
     // No write storm: the entries of 64 new clusters went in a few writes, not one per
     // cluster. Their flavors are created in the background (32 at a time) and an entry
     // follows its flavor into the cache, so the writes follow the flavors' arrival: 3 to 5
-    // on this machine, loaded or not. Kueue's own status writes no longer make one fail
+    // on this machine, loaded or not. Kueue's own status writes do not make one fail
     // (the write is guarded by the spec's generation), so none is a conflict.
     let writes = ks
         .metric_sum("hearth_kueue_sync_cluster_queue_writes_total")

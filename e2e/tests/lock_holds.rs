@@ -63,7 +63,7 @@ async fn held_needs_the_clusters_flavor_and_every_slot(mode: Mode) -> Result<()>
     let c = lab.cluster("truth").await?;
     let _lm = lab.lock_manager().await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
-    lab.wait_cluster(&c, "held", is_held).await?;
+    lab.wait_lock(&c, "held", is_held).await?;
 
     // kueue-sync now publishes the cluster on another flavor.
     let moved = json!({
@@ -81,7 +81,7 @@ async fn held_needs_the_clusters_flavor_and_every_slot(mode: Mode) -> Result<()>
         )
         .await?;
     let wrong = lab
-        .wait_cluster(
+        .wait_lock(
             &c,
             "WrongFlavor",
             reason_is(LockedReason::WrongFlavor.as_str()),
@@ -89,7 +89,7 @@ async fn held_needs_the_clusters_flavor_and_every_slot(mode: Mode) -> Result<()>
         .await?;
     ensure!(!says_locked(&wrong));
     lab.publish_slots(&c, SLOTS).await?;
-    let before = lab.wait_cluster(&c, "held again", is_held).await?;
+    let before = lab.wait_lock(&c, "held again", is_held).await?;
     let old_uid = lock_job_uid(&before);
 
     // Raised slots: what holds the lock has too few.
@@ -98,7 +98,7 @@ async fn held_needs_the_clusters_flavor_and_every_slot(mode: Mode) -> Result<()>
         Mode::Workload => too_few_is_replaced(&lab, &c, old_uid).await,
         Mode::FournosJob => {
             let fc = lab
-                .wait_cluster(
+                .wait_lock(
                     &c,
                     "SlotsMismatch",
                     reason_is(LockedReason::SlotsMismatch.as_str()),
@@ -142,7 +142,7 @@ async fn too_few_is_replaced(lab: &LockLab, c: &str, old_uid: Option<String>) ->
         })
     })
     .await?;
-    lab.wait_cluster(c, "not held", |fc| {
+    lab.wait_lock(c, "not held", |fc| {
         fc.status.as_ref().and_then(|s| s.locked) == Some(false)
     })
     .await?;
@@ -287,7 +287,7 @@ async fn a_lock_workload_changed_while_it_waits_is_replaced(
         .delete("carol", &DeleteParams::default())
         .await?;
     let fc = lab
-        .wait_cluster(c, "held once carol's job ended", is_held)
+        .wait_lock(c, "held once carol's job ended", is_held)
         .await?;
     let holder = lab.workloads.get(&name).await?;
     ensure!(
@@ -346,7 +346,7 @@ async fn a_foreign_lock_is_named_in_status(mode: Mode) -> Result<()> {
         .await?;
     let wanted = format!("{namespace}/{name}");
     let fc = lab
-        .wait_cluster(&c, "its slot holder named", |fc| {
+        .wait_lock(&c, "its slot holder named", |fc| {
             fc.status.as_ref().is_some_and(|s| {
                 s.slot_holders
                     .iter()
@@ -360,7 +360,7 @@ async fn a_foreign_lock_is_named_in_status(mode: Mode) -> Result<()> {
         Mode::Workload => drop(workloads.delete(&name, &DeleteParams::default()).await?),
         Mode::FournosJob => drop(jobs.delete(&name, &DeleteParams::default()).await?),
     }
-    lab.wait_cluster(&c, "no slot holder", |fc| {
+    lab.wait_lock(&c, "no slot holder", |fc| {
         fc.status
             .as_ref()
             .is_some_and(|s| s.slot_holders.is_empty())

@@ -54,7 +54,11 @@ impl LockManager {
     /// Starts lock-manager with `--sentinel <kind>` and waits until it is ready. Leader
     /// election is on (short Lease) and the resync is 10 minutes, so everything a test
     /// sees happens because a watch event or the expiry triggered it.
-    async fn start(lab: &Lab, kind: &str, extra_env: &[(&str, &str)]) -> Result<LockManager> {
+    async fn start(
+        lab: &LockFixture,
+        kind: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Result<LockManager> {
         let mut env: Vec<(String, String)> = [
             ("HEARTH_SENTINEL", kind),
             ("HEARTH_LEADER_ELECTION", "true"),
@@ -126,9 +130,9 @@ fn quota_message(cluster: &str) -> String {
 // ---------------------------------------------------------------------------------------
 
 /// The shared [`LockLab`] and what only these tests do with it.
-struct Lab(LockLab);
+struct LockFixture(LockLab);
 
-impl std::ops::Deref for Lab {
+impl std::ops::Deref for LockFixture {
     type Target = LockLab;
 
     fn deref(&self) -> &LockLab {
@@ -136,9 +140,9 @@ impl std::ops::Deref for Lab {
     }
 }
 
-impl Lab {
-    async fn new(test: &str) -> Result<Lab> {
-        Ok(Lab(LockLab::new(lock_plane().await?, test).await?))
+impl LockFixture {
+    async fn new(test: &str) -> Result<LockFixture> {
+        Ok(LockFixture(LockLab::new(lock_plane().await?, test).await?))
     }
 
     /// A FournosCluster with its flavor and queue entry, as kueue-sync would make them;
@@ -219,12 +223,12 @@ impl Lab {
 /// and the sentinel's exact shape.
 #[tokio::test]
 async fn lock_idle_cluster_blocks_new_work_until_unlocked() -> Result<()> {
-    let lab = Lab::new("lock_idle").await?;
+    let lab = LockFixture::new("lock_idle").await?;
     let cluster = lab.cluster("idle", false).await?;
     let lm = LockManager::start(&lab, "workload", &[]).await?;
 
     lab.set_spec(&cluster, json!({ "owner": "alice" })).await?;
-    lab.wait_cluster(&cluster, "WaitingForFlavor", |fc| {
+    lab.wait_lock(&cluster, "WaitingForFlavor", |fc| {
         locked(fc).is_some_and(|c| c.reason == "WaitingForFlavor")
     })
     .await?;
@@ -235,7 +239,7 @@ async fn lock_idle_cluster_blocks_new_work_until_unlocked() -> Result<()> {
 
     lab.publish_kueue_status(&cluster).await?;
     let started = Instant::now();
-    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    let fc = lab.wait_lock(&cluster, "held", is_held).await?;
     eprintln!(
         "lock_idle: held {:?} after status.kueue appeared",
         started.elapsed()
@@ -321,7 +325,7 @@ async fn lock_idle_cluster_blocks_new_work_until_unlocked() -> Result<()> {
     );
     lab.wait_no_sentinel(&cluster).await?;
     let fc = lab
-        .wait_cluster(&cluster, "Released", |fc| {
+        .wait_lock(&cluster, "Released", |fc| {
             locked(fc).is_some_and(|c| c.reason == "Released")
         })
         .await?;
@@ -344,7 +348,7 @@ async fn lock_idle_cluster_blocks_new_work_until_unlocked() -> Result<()> {
 /// once the running work finishes.
 #[tokio::test]
 async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
-    let lab = Lab::new("lock_busy").await?;
+    let lab = LockFixture::new("lock_busy").await?;
     let cluster = lab.cluster("busy", true).await?;
     let lm = LockManager::start(&lab, "workload", &[]).await?;
     lab.running_job("busy-job", &cluster, 1).await?;
@@ -352,7 +356,7 @@ async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
     lab.set_spec(&cluster, json!({ "owner": "bob" })).await?;
     let wanted = quota_message(&cluster);
     let fc = lab
-        .wait_cluster(&cluster, "WaitingForAdmission with Kueue's message", |fc| {
+        .wait_lock(&cluster, "WaitingForAdmission with Kueue's message", |fc| {
             locked(fc)
                 .is_some_and(|c| c.reason == "WaitingForAdmission" && c.message.contains(&wanted))
         })
@@ -383,7 +387,7 @@ async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
         .delete("busy-job", &DeleteParams::default())
         .await?;
     let started = Instant::now();
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
     eprintln!(
         "lock_busy: held {:?} after the busy job was deleted",
         started.elapsed()
@@ -405,14 +409,14 @@ async fn lock_busy_cluster_waits_for_running_work() -> Result<()> {
 /// minutes): sentinel gone, `spec.owner` cleared, Event, new work admitted.
 #[tokio::test]
 async fn ttl_expires_on_time() -> Result<()> {
-    let lab = Lab::new("ttl_expiry").await?;
+    let lab = LockFixture::new("ttl_expiry").await?;
     let cluster = lab.cluster("ttl", true).await?;
     // The resync is 10 minutes: only the requeue at the expiry can make it on time.
     let lm = LockManager::start(&lab, "workload", &[]).await?;
 
     lab.set_spec(&cluster, json!({ "owner": "carol", "ttl": "1m" }))
         .await?;
-    let fc = lab.wait_cluster(&cluster, "held", is_held).await?;
+    let fc = lab.wait_lock(&cluster, "held", is_held).await?;
     let status = fc.status.clone().unwrap();
     let set_at = status.owner_set_at.clone().context("ownerSetAt")?.0;
     let expires = status.lock_expires_at.clone().context("lockExpiresAt")?.0;
@@ -464,7 +468,7 @@ async fn ttl_expires_on_time() -> Result<()> {
     })
     .await?;
     let fc = lab
-        .wait_cluster(&cluster, "Expired", |fc| {
+        .wait_lock(&cluster, "Expired", |fc| {
             locked(fc).is_some_and(|c| c.reason == "Expired")
         })
         .await?;
@@ -481,7 +485,7 @@ async fn ttl_expires_on_time() -> Result<()> {
 /// nothing rewritten, and the orphan swept.
 #[tokio::test]
 async fn restart_loses_and_duplicates_nothing() -> Result<()> {
-    let lab = Lab::new("restart").await?;
+    let lab = LockFixture::new("restart").await?;
     let held = lab.cluster("held", true).await?;
     let waiting = lab.cluster("waiting", true).await?;
     let doomed = lab.cluster("doomed", true).await?;
@@ -491,10 +495,10 @@ async fn restart_loses_and_duplicates_nothing() -> Result<()> {
     for (cluster, owner) in [(&held, "erin"), (&waiting, "frank"), (&doomed, "grace")] {
         lab.set_spec(cluster, json!({ "owner": owner })).await?;
     }
-    let held_before = lab.wait_cluster(&held, "held", is_held).await?;
-    lab.wait_cluster(&doomed, "held", is_held).await?;
+    let held_before = lab.wait_lock(&held, "held", is_held).await?;
+    lab.wait_lock(&doomed, "held", is_held).await?;
     let waiting_before = lab
-        .wait_cluster(&waiting, "WaitingForAdmission", |fc| {
+        .wait_lock(&waiting, "WaitingForAdmission", |fc| {
             locked(fc).is_some_and(|c| {
                 c.reason == "WaitingForAdmission" && c.message.contains("insufficient")
             })
@@ -568,7 +572,7 @@ async fn restart_loses_and_duplicates_nothing() -> Result<()> {
     lab.workloads
         .delete("busy-job", &DeleteParams::default())
         .await?;
-    let fc = lab.wait_cluster(&waiting, "held", is_held).await?;
+    let fc = lab.wait_lock(&waiting, "held", is_held).await?;
     assert_eq!(
         fc.status.unwrap().owner_set_at,
         waiting_before.status.unwrap().owner_set_at,
@@ -580,20 +584,20 @@ async fn restart_loses_and_duplicates_nothing() -> Result<()> {
 /// Owner changed A → B: B's lock, with a new sentinel and a new `ownerSetAt`.
 #[tokio::test]
 async fn owner_change_makes_a_new_lock() -> Result<()> {
-    let lab = Lab::new("owner_change").await?;
+    let lab = LockFixture::new("owner_change").await?;
     let cluster = lab.cluster("transfer", true).await?;
     let _lm = LockManager::start(&lab, "workload", &[]).await?;
 
     lab.set_spec(&cluster, json!({ "owner": "alice", "ttl": "2h" }))
         .await?;
-    let before = lab.wait_cluster(&cluster, "held by alice", is_held).await?;
+    let before = lab.wait_lock(&cluster, "held by alice", is_held).await?;
     let first = lab
         .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
         .await?;
 
     lab.set_spec(&cluster, json!({ "owner": "bob" })).await?;
     let after = lab
-        .wait_cluster(&cluster, "held by bob", |fc| {
+        .wait_lock(&cluster, "held by bob", |fc| {
             is_held(fc) && fc.status.as_ref().unwrap().lock_owner.as_deref() == Some("bob")
         })
         .await?;
@@ -628,12 +632,12 @@ async fn owner_change_makes_a_new_lock() -> Result<()> {
 /// cluster does not exist is removed.
 #[tokio::test]
 async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
-    let lab = Lab::new("recreate_orphan").await?;
+    let lab = LockFixture::new("recreate_orphan").await?;
     let cluster = lab.cluster("recreate", true).await?;
     let _lm = LockManager::start(&lab, "workload", &[]).await?;
 
     lab.set_spec(&cluster, json!({ "owner": "heidi" })).await?;
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
     let first = lab
         .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
         .await?;
@@ -655,7 +659,7 @@ async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
         })
         .await?;
     assert_eq!(second.name_any(), first.name_any());
-    lab.wait_cluster(&cluster, "held again", is_held).await?;
+    lab.wait_lock(&cluster, "held again", is_held).await?;
     lab.wait_event(&cluster, "SentinelRecreated").await?;
 
     // A sentinel for a cluster that does not exist.
@@ -702,7 +706,7 @@ async fn deleted_sentinel_is_recreated_and_orphan_removed() -> Result<()> {
 /// value as `priority` (Kueue v1beta2 requires both), read from the WorkloadPriorityClass.
 #[tokio::test]
 async fn sentinel_priority_comes_from_its_priority_class() -> Result<()> {
-    let lab = Lab::new("priority").await?;
+    let lab = LockFixture::new("priority").await?;
     let cluster = lab.cluster("prio", true).await?;
     let _lm = LockManager::start(
         &lab,
@@ -712,7 +716,7 @@ async fn sentinel_priority_comes_from_its_priority_class() -> Result<()> {
     .await?;
 
     lab.set_spec(&cluster, json!({ "owner": "kim" })).await?;
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
     let sentinel = lab
         .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
         .await?;
@@ -730,13 +734,13 @@ async fn sentinel_priority_comes_from_its_priority_class() -> Result<()> {
 /// without ready pods is evicted, and the sentinel, which has no pods either, is not.
 #[tokio::test]
 async fn sentinel_survives_wait_for_pods_ready() -> Result<()> {
-    let lab = Lab::new("wait_for_pods_ready").await?;
+    let lab = LockFixture::new("wait_for_pods_ready").await?;
     let cluster = lab.cluster("wfpr", true).await?;
     let other = lab.cluster("control", true).await?;
     let _lm = LockManager::start(&lab, "workload", &[]).await?;
 
     lab.set_spec(&cluster, json!({ "owner": "ivan" })).await?;
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
     let sentinel = lab
         .wait_sentinel(&cluster, "admitted", |w| workload_is(w, "Admitted"))
         .await?;
@@ -804,7 +808,7 @@ async fn sentinel_survives_wait_for_pods_ready() -> Result<()> {
 /// all slots, `status.phase` from Kueue's admission) shows `locked` following the phase.
 #[tokio::test]
 async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
-    let lab = Lab::new("fournosjob").await?;
+    let lab = LockFixture::new("fournosjob").await?;
     let cluster = lab.cluster("fj", true).await?;
     let _lm = LockManager::start(&lab, "fournosjob", &[]).await?;
     lab.running_job("busy-job", &cluster, 1).await?;
@@ -849,7 +853,7 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
 
     // Pending in Fournos (the cluster is busy): not locked, and it says why.
     let wanted = quota_message(&cluster);
-    lab.wait_cluster(
+    lab.wait_lock(
         &cluster,
         "WaitingForAdmission with the job's message",
         |fc| {
@@ -865,7 +869,7 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     lab.workloads
         .delete("busy-job", &DeleteParams::default())
         .await?;
-    lab.wait_cluster(&cluster, "held", is_held).await?;
+    lab.wait_lock(&cluster, "held", is_held).await?;
 
     // locked follows the phase, whoever sets it.
     fournos.abort();
@@ -886,7 +890,7 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
         }
     };
     set_phase("Pending").await?;
-    lab.wait_cluster(&cluster, "not held in phase Pending", |fc| {
+    lab.wait_lock(&cluster, "not held in phase Pending", |fc| {
         fc.status.as_ref().and_then(|s| s.locked) == Some(false)
             && locked(fc).is_some_and(|c| {
                 c.reason == "WaitingForAdmission" && c.message.contains("test set Pending")
@@ -895,21 +899,21 @@ async fn fournosjob_sentinel_follows_its_phase() -> Result<()> {
     .await?;
     lab.wait_event(&cluster, "LockLost").await?;
     set_phase("Running").await?;
-    lab.wait_cluster(&cluster, "held in phase Running", is_held)
+    lab.wait_lock(&cluster, "held in phase Running", is_held)
         .await?;
 
     // Unlock: the FournosJob is deleted. Its Workload still holds the slots until the
     // garbage collector (the stopped stand-in) deletes it: Releasing until then.
     lab.set_spec(&cluster, json!({ "owner": null })).await?;
     lab.wait_no_sentinel(&cluster).await?;
-    lab.wait_cluster(&cluster, "Releasing", |fc| {
+    lab.wait_lock(&cluster, "Releasing", |fc| {
         locked(fc).is_some_and(|c| c.reason == "Releasing")
     })
     .await?;
     lab.workloads
         .delete(&job.name_any(), &DeleteParams::default())
         .await?;
-    lab.wait_cluster(&cluster, "Released", |fc| {
+    lab.wait_lock(&cluster, "Released", |fc| {
         locked(fc).is_some_and(|c| c.reason == "Released")
     })
     .await?;

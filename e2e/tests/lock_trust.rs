@@ -143,8 +143,8 @@ async fn two_hearths_in_one_execution_namespace_keep_each_others_locks(mode: Mod
     let _lm2 = start_lock_manager(&second, mode).await?;
     first.set_spec(&a, json!({ "owner": "alice" })).await?;
     second.set_spec(&b, json!({ "owner": "bob" })).await?;
-    let held_a = held_by(&first.wait_cluster(&a, "held", is_held).await?)?;
-    let held_b = held_by(&second.wait_cluster(&b, "held", is_held).await?)?;
+    let held_a = held_by(&first.wait_lock(&a, "held", is_held).await?)?;
+    let held_b = held_by(&second.wait_lock(&b, "held", is_held).await?)?;
 
     let locks = [(&*first, &a, &held_a), (&second, &b, &held_b)];
     holds_for("both locks, untouched", SHARED_WINDOW, || async {
@@ -202,7 +202,7 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
     let _lm = lab.lock_manager().await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
     let taken = lab
-        .wait_cluster(
+        .wait_lock(
             &c,
             "SentinelNameTaken",
             reason_is(LockedReason::SentinelNameTaken.as_str()),
@@ -237,7 +237,7 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
 
     workloads.delete(&name, &DeleteParams::default()).await?;
     let held = lab
-        .wait_cluster(&c, "held once the name is free", is_held)
+        .wait_lock(&c, "held once the name is free", is_held)
         .await?;
     let sentinel = lab.workloads.get(&name).await?;
     ensure!(
@@ -295,7 +295,7 @@ async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
     )
     .await?;
     workloads.delete(&name, &DeleteParams::default()).await?;
-    let fc = lab.wait_cluster(&c, "held", is_held).await?;
+    let fc = lab.wait_lock(&c, "held", is_held).await?;
     let sentinel = lab.workloads.get(&name).await?;
     ensure!(
         uid_of(&sentinel) != uid_of(&forged),

@@ -25,14 +25,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, anyhow, ensure};
+use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{
     AUTO_DISCOVERED_LABEL, CLUSTER_LOCK_LABEL, CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE,
     MANAGED_BY_LABEL, MANAGED_BY_VALUE,
     condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID, KUEUE_SYNCED},
 };
-use hearth_e2e::fixtures::KUEUE_API_VERSION;
 use hearth_e2e::invariants::{is_active, workload_is};
+use hearth_e2e::lab::own_plane;
+use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::objects::slot_workload;
 use hearth_e2e::process::eventually;
 use hearth_e2e::resources::{apply, create_crds, dynamic_api, read_yaml_documents};
@@ -103,27 +104,16 @@ fn legacy_crd_path() -> Result<PathBuf> {
 }
 
 async fn plane() -> Result<&'static ControlPlane> {
-    let plane = PLANE
-        .get_or_init(|| async {
-            let crd = legacy_crd_path().map_err(|e| e.to_string())?;
-            let options = PlaneOptions::from_env().map_err(|e| e.to_string())?;
-            let options = PlaneOptions {
-                fournos_cluster_crd: Some(crd),
-                // The controllers are started by the test, in its own scope.
-                hearth_bin_dir: None,
-                // The garbage collector deletes the Workloads of sentinels that are gone
-                // (the Fournos stand-in leaves them to it, as Fournos does).
-                controller_manager: true,
-                ..options
-            };
-            ControlPlane::start(options)
-                .await
-                .map_err(|e| e.to_string())
+    own_plane(&PLANE, |options| {
+        Ok(PlaneOptions {
+            fournos_cluster_crd: Some(legacy_crd_path()?),
+            // The garbage collector deletes the Workloads of sentinels that are gone
+            // (the Fournos stand-in leaves them to it, as Fournos does).
+            controller_manager: true,
+            ..options
         })
-        .await;
-    plane
-        .as_ref()
-        .map_err(|e| anyhow!("the plane failed to start: {e}"))
+    })
+    .await
 }
 
 // ---------------------------------------------------------------------------------------

@@ -52,11 +52,13 @@ impl Fixture {
     async fn start(test: &str) -> Result<Fixture> {
         let plane = ControlPlane::shared().await?;
         let scope = plane.isolated(test).await?;
-        let discovery = hearth::start(plane, &scope, Controller::Discovery, "0", FAST).await?;
         let lock_user = hearth::lock_user(plane, &scope.namespace).await?;
+        let as_lock_user = Api::namespaced(lock_user, &scope.namespace);
+        let mut world = World::new(plane, scope).await?;
+        let discovery = world.start(Controller::Discovery, "0", FAST).await?;
         Ok(Fixture {
-            as_lock_user: Api::namespaced(lock_user, &scope.namespace),
-            world: World::new(plane, scope).await?,
+            as_lock_user,
+            world,
             discovery,
         })
     }
@@ -82,21 +84,6 @@ impl Fixture {
             .await
             .with_context(|| format!("patching {cluster} as a lock user"))?;
         Ok(())
-    }
-
-    /// Polls FournosCluster `name` until `check` returns a value; the time-out error says
-    /// what was last seen and what discovery logged.
-    async fn wait_cluster<T>(
-        &self,
-        name: &str,
-        what: &str,
-        check: impl Fn(Option<FournosCluster>) -> std::result::Result<T, String>,
-    ) -> Result<T> {
-        self.discovery
-            .until(&format!("{name}: {what}"), DEADLINE, || async {
-                Ok(check(self.world.clusters.get_opt(name).await?))
-            })
-            .await
     }
 
     /// Waits for a Warning Event with `reason` about FournosCluster `name`.
@@ -133,10 +120,11 @@ impl Fixture {
     async fn after_a_later_sweep(&self, label: &str) -> Result<()> {
         let control = self.world.scope.cluster(label);
         self.onboard(&control).await?;
-        self.wait_cluster(&control, "created", |c| {
-            c.map(|_| ()).ok_or("absent".into())
-        })
-        .await
+        self.world
+            .wait_cluster_opt(&control, "created", |c| {
+                c.map(|_| ()).ok_or("absent".into())
+            })
+            .await
     }
 }
 
@@ -148,22 +136,28 @@ fn kubeconfig_reason(cluster: &FournosCluster) -> Option<&str> {
     cluster_condition(cluster, KUBECONFIG_VALID).map(|c| c.reason.as_str())
 }
 
-/// Either the condition `reason` on the very cluster `uid`, or (the hole this file
-/// guards) the cluster gone or replaced: the caller asserts which.
-fn reason_or_replaced(
-    cluster: Option<FournosCluster>,
+/// Waits for either the condition `reason` on the very cluster `uid_before`, or (the hole
+/// this file guards) the cluster gone (`None`) or replaced: the caller asserts which.
+async fn wait_reason_or_replaced(
+    f: &Fixture,
+    name: &str,
     uid_before: &str,
     reason: &str,
-) -> std::result::Result<Option<FournosCluster>, String> {
-    match cluster {
-        None => Ok(None),
-        Some(c) if uid(&c) != uid_before || kubeconfig_reason(&c) == Some(reason) => Ok(Some(c)),
-        Some(c) => Err(format!(
-            "KubeconfigValid reason {:?}, spec.kubeconfigSecret {}",
-            kubeconfig_reason(&c),
-            c.spec.kubeconfig_secret
-        )),
-    }
+) -> Result<Option<FournosCluster>> {
+    let what = format!("{reason}, or gone or replaced");
+    f.world
+        .wait_cluster_opt(name, &what, |cluster| match cluster {
+            None => Ok(None),
+            Some(c) if uid(&c) != uid_before || kubeconfig_reason(&c) == Some(reason) => {
+                Ok(Some(c))
+            }
+            Some(c) => Err(format!(
+                "KubeconfigValid reason {:?}, spec.kubeconfigSecret {}",
+                kubeconfig_reason(&c),
+                c.spec.kubeconfig_secret
+            )),
+        })
+        .await
 }
 
 /// A lock user points an auto-discovered, cordoned cluster's `spec.kubeconfigSecret` at a
@@ -177,7 +171,8 @@ async fn a_lock_users_edit_of_the_kubeconfig_secret_never_deletes_the_cluster() 
     let cluster = f.world.scope.cluster("edited");
     f.onboard(&cluster).await?;
     let valid = f
-        .wait_cluster(&cluster, "Valid", |c| match c {
+        .world
+        .wait_cluster_opt(&cluster, "Valid", |c| match c {
             Some(c) if kubeconfig_reason(&c) == Some("Valid") => Ok(c),
             other => Err(format!("{:?}", other.as_ref().and_then(kubeconfig_reason))),
         })
@@ -193,10 +188,7 @@ async fn a_lock_users_edit_of_the_kubeconfig_secret_never_deletes_the_cluster() 
     f.patch_as_lock_user(&cluster, json!({"spec": {"kubeconfigSecret": missing}}))
         .await?;
 
-    let seen = f
-        .wait_cluster(&cluster, &format!("{SECRET_CHANGED}, or replaced"), |c| {
-            reason_or_replaced(c, &uid_before, SECRET_CHANGED)
-        })
+    let seen = wait_reason_or_replaced(&f, &cluster, &uid_before, SECRET_CHANGED)
         .await?
         .context("the cluster was deleted after a lock user edited spec.kubeconfigSecret")?;
     ensure!(
@@ -249,11 +241,12 @@ async fn a_lock_users_edit_of_the_kubeconfig_secret_never_deletes_the_cluster() 
         .delete(&source, &DeleteParams::default())
         .await
         .with_context(|| format!("deleting Secret {source}"))?;
-    f.wait_cluster(&cluster, "offboarded with its Secret", |c| match c {
-        None => Ok(()),
-        Some(c) => Err(format!("still there, uid {}", uid(&c))),
-    })
-    .await?;
+    f.world
+        .wait_cluster_opt(&cluster, "offboarded with its Secret", |c| match c {
+            None => Ok(()),
+            Some(c) => Err(format!("still there, uid {}", uid(&c))),
+        })
+        .await?;
     Ok(())
 }
 
@@ -279,21 +272,19 @@ async fn a_lock_user_labelling_a_hand_made_cluster_auto_discovered_does_not_get_
         .create(&PostParams::default(), &made)
         .await?;
     let uid_before = uid(&made);
-    f.wait_cluster(&hand, "Missing", |c| match c {
-        Some(c) if kubeconfig_reason(&c) == Some("Missing") => Ok(()),
-        other => Err(format!("{:?}", other.as_ref().and_then(kubeconfig_reason))),
-    })
-    .await?;
+    f.world
+        .wait_cluster_opt(&hand, "Missing", |c| match c {
+            Some(c) if kubeconfig_reason(&c) == Some("Missing") => Ok(()),
+            other => Err(format!("{:?}", other.as_ref().and_then(kubeconfig_reason))),
+        })
+        .await?;
 
     f.patch_as_lock_user(
         &hand,
         json!({"metadata": {"labels": {AUTO_DISCOVERED_LABEL: "true"}}}),
     )
     .await?;
-    let seen = f
-        .wait_cluster(&hand, &format!("{SOURCE_NOT_RECORDED}, or deleted"), |c| {
-            reason_or_replaced(c, &uid_before, SOURCE_NOT_RECORDED)
-        })
+    let seen = wait_reason_or_replaced(&f, &hand, &uid_before, SOURCE_NOT_RECORDED)
         .await?
         .context(
             "the hand-made cluster was deleted after a lock user labeled it auto-discovered",

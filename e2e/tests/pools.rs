@@ -9,10 +9,10 @@
 use anyhow::{Result, ensure};
 use hearth_api::kueue_validity::flavor_problems;
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, POOL_LABEL};
+use hearth_e2e::downstream::{DEADLINE, gpu, onboard, wait_admitted, wait_pending, wait_reason};
 use hearth_e2e::hearth::{self, Controller};
 use hearth_e2e::invariants::kueue_problems;
 use hearth_e2e::objects;
-use hearth_e2e::published::{DEADLINE, gpu, onboard, wait_admitted, wait_pending, wait_reason};
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated};

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use hearth_e2e::hearth::{Controller, PLUGIN, chart_dir, helm_template};
+use hearth_e2e::chart::{chart_dir, helm_template};
+use hearth_e2e::hearth::{Controller, PLUGIN};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::stdout_of;
 use hearth_e2e::resources::parse_yaml_documents;

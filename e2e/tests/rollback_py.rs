@@ -5,7 +5,7 @@
 //! `HEARTH_E2E_REQUIRE_PEERS` is set.
 //!
 //! The plane runs kube-controller-manager (the hand-over of step 3 relies on its garbage
-//! collector; Fournos does too) and Kueue; [`World`] stands in for the kubelet and Tekton.
+//! collector; Fournos does too) and Kueue; [`StandIns`] stand in for the kubelet and Tekton.
 //! Hearth is installed by `helm install` into the plane's base scope (the docs' names:
 //! `hearth`, `psap-secrets`, `psap-automation`, `fournos-queue`) with its default
 //! `fournosjob` sentinels; its Deployments run as processes ([`hearth_e2e::release`]).
@@ -31,13 +31,14 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 use hearth_api::fournosjob::FournosJob;
+use hearth_e2e::chart::chart_dir;
 use hearth_e2e::docs::{run_sh, sh_blocks};
-use hearth_e2e::fournos_real::{self, Fournos, World};
-use hearth_e2e::hearth::chart_dir;
+use hearth_e2e::error::tail;
+use hearth_e2e::fournos_real::{self, Fournos, StandIns};
 use hearth_e2e::hearth_py::{self, HearthPy};
 use hearth_e2e::invariants::workload_is;
 use hearth_e2e::lab::{DEADLINE, LockLab, is_held, lock_state, own_plane, with_controller_manager};
-use hearth_e2e::process::{holds_for, tail, until};
+use hearth_e2e::process::{holds_for, until};
 use hearth_e2e::release::{self, Sampler};
 use hearth_e2e::{ControlPlane, Isolated, Scope};
 use kube::ResourceExt;
@@ -93,8 +94,8 @@ async fn rollback_to_the_python_hearth_loses_no_lock() -> Result<()> {
     fournos_real::install_crds(&client, &peers.fournos_source).await?;
     fournos_real::install_pipelines(&client, &peers.fournos_source, &scope.execution_namespace)
         .await?;
-    let world = tokio::spawn(World::new(&client, &scope.execution_namespace).run());
-    let _world = AbortOnDrop(world);
+    let stand_ins = tokio::spawn(StandIns::new(&client, &scope.execution_namespace).run());
+    let _stand_ins = AbortOnDrop(stand_ins);
     let fournos = Fournos::start(plane, &peers.fournos_source, &peers.fournos_venv, &scope)
         .await
         .context("starting Fournos")?;

@@ -308,7 +308,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
 
     // ---- the real Fournos (sentinels → Workloads) and the real Python Hearth ----
     fournos_real::install_pipelines(&client, &shared.fournos_source, &exec).await?;
-    let fournos_world = tokio::spawn(fournos_real::World::new(&client, &exec).run());
+    let stand_ins = tokio::spawn(fournos_real::StandIns::new(&client, &exec).run());
     let mut fournos = Fournos::start(plane, &shared.fournos_source, &shared.fournos_venv, &scope)
         .await
         .context("starting the real Fournos")?;
@@ -638,6 +638,6 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     )
     .await?;
     fournos.stop().await;
-    fournos_world.abort();
+    stand_ins.abort();
     Ok(())
 }

@@ -400,11 +400,7 @@ async fn violations(
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    hearth_e2e::init_tool_logging();
     let args = Args::parse();
     if args.locks + args.offboard > args.clusters {
         bail!("--locks + --offboard must not exceed --clusters");

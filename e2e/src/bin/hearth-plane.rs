@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use hearth_e2e::kueue::WaitForPodsReady;
-use hearth_e2e::protocol::{PIDS_FILE, Pids, PlaneState, STATE_FILE, read_json};
-use hearth_e2e::supervisor::{self, KUBECONFIG_FILE, LOGS_DIR, PLANE_LOG, SupervisorOptions};
+use hearth_e2e::layout::{self, KUBECONFIG_FILE, LOGS_DIR, PIDS_FILE, PLANE_LOG, STATE_FILE};
+use hearth_e2e::pods_ready::WaitForPodsReady;
+use hearth_e2e::protocol::{Pids, PlaneState, read_json};
+use hearth_e2e::supervisor::{self, SupervisorOptions};
 use hearth_e2e::tools::Tools;
 use hearth_e2e::{ControlPlane, process};
 use nix::sys::signal::{Signal, kill};
@@ -246,7 +247,7 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
             bail!(
                 "the plane did not start ({status}). Last lines of {}:\n{}",
                 logs.join(PLANE_LOG).display(),
-                process::tail(&logs.join(PLANE_LOG), 30)
+                hearth_e2e::error::tail(&logs.join(PLANE_LOG), 30)
             );
         }
         if let Some(state) = running_state(&state_dir) {
@@ -393,22 +394,11 @@ fn down(state_dir: &Path) -> Result<()> {
             let _ = kill(Pid::from_raw(supervisor as i32), Signal::SIGKILL);
         }
     }
-    let killed = supervisor::kill_stragglers(&pids.processes);
+    let killed = process::kill_stragglers(&pids.processes);
     if !killed.is_empty() {
         eprintln!("Killed {} leftover process(es): {killed:?}", killed.len());
     }
-    for leftover in [
-        "data",
-        "pki",
-        "kueue",
-        "targets",
-        STATE_FILE,
-        KUBECONFIG_FILE,
-        PIDS_FILE,
-    ] {
-        let path = state_dir.join(leftover);
-        let _ = std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path));
-    }
+    layout::clear_run_state(state_dir, true);
     eprintln!(
         "Stopped. Logs kept in {}.",
         state_dir.join(LOGS_DIR).display()

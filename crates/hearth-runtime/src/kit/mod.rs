@@ -26,6 +26,7 @@
 mod cache;
 mod metrics;
 mod queue;
+mod reason;
 mod runner;
 mod trigger;
 mod view;
@@ -36,6 +37,7 @@ pub use cache::{
     WatchContext,
 };
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
+pub use reason::Reason;
 pub use runner::{Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 pub use view::identity;
@@ -47,24 +49,6 @@ pub use watch_backoff::{CALM, WatchBackoff};
 /// three controllers at full tilt leave most of it to everyone else, while a batch of
 /// 1000 small writes takes a few dozen round trips instead of a thousand.
 pub const WRITES_IN_FLIGHT: usize = 32;
-
-/// An error with a stable, CamelCase reason: a metric label and an Event reason.
-pub trait Reason {
-    fn reason(&self) -> &'static str;
-
-    /// Whether retrying (after the backoff) may help; when not, the next change of the
-    /// object is what retries it.
-    fn retry(&self) -> bool {
-        true
-    }
-}
-
-/// For loops that cannot fail (a sweep counts and logs its own errors).
-impl Reason for std::convert::Infallible {
-    fn reason(&self) -> &'static str {
-        match *self {}
-    }
-}
 
 /// Implements [`Reason`] for an error type with an inherent `reason()` method (kept
 /// inherent so that callers need no trait import), and optionally an inherent `retry()`.

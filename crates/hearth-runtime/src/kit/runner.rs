@@ -267,7 +267,7 @@ mod tests {
         same_object_twice: bool,
     }
 
-    struct Lab {
+    struct Rig {
         changes: mpsc::UnboundedSender<String>,
         related: mpsc::UnboundedSender<Vec<String>>,
         everything: mpsc::UnboundedSender<()>,
@@ -283,7 +283,7 @@ mod tests {
         concurrency: usize,
         gate: Arc<Semaphore>,
         answer: fn(&str, usize) -> Result<Next, Failure>,
-    ) -> Lab {
+    ) -> Rig {
         let (lab, feed) = lab_unsynced(names, concurrency, gate, answer);
         feed.synced();
         lab
@@ -294,7 +294,7 @@ mod tests {
         concurrency: usize,
         gate: Arc<Semaphore>,
         answer: fn(&str, usize) -> Result<Next, Failure>,
-    ) -> (Lab, super::super::HandFeed<ConfigMap>) {
+    ) -> (Rig, super::super::HandFeed<ConfigMap>) {
         let (cache, mut feed) = Cache::<ConfigMap>::by_hand_unsynced("ConfigMap", Some("ns"));
         for name in names {
             feed.deliver(map(name));
@@ -341,7 +341,7 @@ mod tests {
             },
         ));
         (
-            Lab {
+            Rig {
                 changes,
                 related,
                 everything,

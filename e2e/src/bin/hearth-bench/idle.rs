@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use hearth_e2e::ControlPlane;
 use hearth_e2e::bench::{self, ApiLoad};
-use hearth_e2e::plane::env;
+use hearth_e2e::layout::{self, env};
 
 use crate::phase::Phase;
 use crate::results::{Load, QueueCheck};
@@ -20,9 +20,9 @@ pub const QUIET: Duration = Duration::from_secs(15);
 fn audit_log(plane: &ControlPlane) -> PathBuf {
     plane
         .state_dir()
-        .join("pki")
-        .join(hearth_e2e::supervisor::MANAGEMENT)
-        .join(hearth_e2e::apiserver::AUDIT_LOG_FILE)
+        .join(layout::PKI_DIR)
+        .join(layout::MANAGEMENT)
+        .join(layout::AUDIT_LOG_FILE)
 }
 
 fn audit_len(log: &std::path::Path) -> Result<u64> {

@@ -45,7 +45,7 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use hearth_api::kueue_validity::MAX_FLAVORS_PER_GROUP;
 use hearth_e2e::bench;
-use hearth_e2e::plane::env;
+use hearth_e2e::layout::env;
 use hearth_e2e::{ControlPlane, PlaneOptions};
 
 use crate::args::Args;
@@ -61,11 +61,7 @@ use crate::results::{Onboarding, PyOnboarding, Results, Scale, loadavg, machine,
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
+    hearth_e2e::init_tool_logging();
     let args = Args::parse();
     let now = k8s_openapi::jiff::Timestamp::now();
     let out = args.out.clone().unwrap_or_else(|| {

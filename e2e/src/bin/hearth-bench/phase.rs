@@ -11,11 +11,12 @@ use futures::{StreamExt as _, stream};
 use hearth_api::FournosCluster;
 use hearth_api::kueue::ClusterQueue;
 use hearth_api::kueue_validity::MAX_FLAVORS_PER_GROUP;
-use hearth_e2e::bench::{self, Stage};
+use hearth_e2e::bench::{self, OnboardingStage};
 use hearth_e2e::bench_peer::{self, PyHearth};
 use hearth_e2e::bench_watch::{Done, FINAL_REFUSALS, Observer};
 use hearth_e2e::hearth::{self, Controller, Running};
-use hearth_e2e::protocol::{PIDS_FILE, Pids};
+use hearth_e2e::layout::PIDS_FILE;
+use hearth_e2e::protocol::Pids;
 use hearth_e2e::{ControlPlane, Isolated};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
@@ -296,7 +297,7 @@ pub async fn converge(
 
 /// The stage table of one batch: the bench's watches (arrival of each event) and the
 /// controllers' own JSON log lines (their timestamps; same machine, same clock).
-pub fn onboarding_stages(phase: &Phase, sent: &BTreeMap<String, Sent>) -> Vec<Stage> {
+pub fn onboarding_stages(phase: &Phase, sent: &BTreeMap<String, Sent>) -> Vec<OnboardingStage> {
     let log_of = |c: Controller| {
         phase
             .controllers
@@ -370,7 +371,7 @@ pub fn onboarding_stages(phase: &Phase, sent: &BTreeMap<String, Sent>) -> Vec<St
             Some(secs_between(sent.at, at))
         })
         .collect();
-    stages.push(Stage {
+    stages.push(OnboardingStage {
         stage: "Kueue reports the flavor (after the ClusterQueue write)".to_owned(),
         source: "bench watch: ClusterQueue status.flavorsReservation".to_owned(),
         since_secret: bench::summarize(&since),

@@ -52,7 +52,7 @@ pub async fn fournos_peer(
 }
 
 /// The Python Hearth's lock latency on `phase`'s clusters with GPU quota, with the real
-/// Fournos (and its [`fournos_real::World`]) running in the phase's scope as in
+/// Fournos (and its [`fournos_real::StandIns`]) running in the phase's scope as in
 /// `takeover_py`: per cycle, (owner set → its `status.locked=true`, owner set → the
 /// sentinel's Workload admitted), then unlocked until the sentinel's Workload is gone.
 pub async fn py_lock_latency(
@@ -73,7 +73,7 @@ pub async fn py_lock_latency(
     let client = plane.management_client().await?;
     let exec = &phase.iso.execution_namespace;
     fournos_real::install_pipelines(&client, &fournos.source, exec).await?;
-    let world = tokio::spawn(fournos_real::World::new(&client, exec).run());
+    let stand_ins = tokio::spawn(fournos_real::StandIns::new(&client, exec).run());
     let mut operator = Fournos::start(plane, &fournos.source, &fournos.venv, &phase.iso)
         .await
         .context("starting the real Fournos")?;
@@ -142,7 +142,7 @@ pub async fn py_lock_latency(
         Ok(out)
     }
     .await;
-    world.abort();
+    stand_ins.abort();
     let log = operator.log();
     operator.stop().await;
     measured

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use hearth_e2e::bench::{ApiLoad, Stage, Summary, Usage};
+use hearth_e2e::bench::{ApiLoad, OnboardingStage, Summary, Usage};
 use serde::Serialize;
 
 use crate::args::Args;
@@ -90,7 +90,7 @@ pub struct Onboarding {
     pub kueue_synced_false: BTreeMap<String, usize>,
     pub queue_valid: bool,
     /// Where the time goes, stage by stage.
-    pub stages: Vec<Stage>,
+    pub stages: Vec<OnboardingStage>,
 }
 
 #[derive(Serialize)]
@@ -127,7 +127,7 @@ pub struct Scale {
     pub lost_quota: Vec<String>,
     /// Times the bench's watches had to list again (changes in between unseen).
     pub watch_relists: usize,
-    pub stages: Vec<Stage>,
+    pub stages: Vec<OnboardingStage>,
 }
 
 pub fn sh(cmd: &str, args: &[&str]) -> String {
