@@ -20,26 +20,33 @@
 //! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
 //!   compares `resourceVersion`s for equality only.
 //! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
+//! - Write-behind: [`Ledger`], keyed writes handed to the background (coalesced per key,
+//!   taken by priority, remembered until the cache shows them, bounded), and
+//!   [`WriteBehind`], the writers that drain it with the key's [`Backoff`].
 //! - Views ([`view_of!`](crate::view_of)): a cache holds what its controller reads of a
 //!   kind, as a type of its own.
 
 mod cache;
+mod ledger;
 mod metrics;
 mod queue;
 mod runner;
 mod trigger;
 mod view;
 mod watch_backoff;
+mod write_behind;
 
 pub use cache::{
     Cache, CacheGone, ClusterKind, HandFeed, LIST_PAGE, MAX_DECODE_ERROR, Objects, ReportedOnce,
     WatchContext,
 };
+pub use ledger::{Ledger, Outcome, Stage, Submitted};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
 pub use runner::{Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 pub use view::identity;
 pub use watch_backoff::{CALM, WatchBackoff};
+pub use write_behind::{WriteBehind, Wrote};
 
 /// Writes one controller keeps in flight at once when many objects need one each (a
 /// batch of new clusters, flavors or statuses). This is what protects the apiserver:
