@@ -201,7 +201,7 @@ impl<K: Clone + Eq + Hash, W: Clone + PartialEq> Ledger<K, W> {
 
     /// The next waiting write, from the first lane with one that may start: marked as
     /// being written (until [`Self::finish`]).
-    pub fn next(&mut self) -> Option<(K, W)> {
+    pub fn take(&mut self) -> Option<(K, W)> {
         for (index, lane) in self.lanes.iter_mut().enumerate() {
             if lane.in_flight >= lane.most_in_flight {
                 continue;

@@ -97,7 +97,7 @@ where
         Fut: Future<Output = Wrote>,
     {
         loop {
-            let next = self.lock().next();
+            let next = self.lock().take();
             let Some((key, mut said)) = next else {
                 self.ready.notified().await;
                 continue;

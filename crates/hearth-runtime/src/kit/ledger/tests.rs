@@ -9,7 +9,7 @@ fn ledger(bound: usize) -> Ledger<&'static str, u32> {
 }
 
 fn taken(ledger: &mut Ledger<&'static str, u32>) -> Vec<(&'static str, u32)> {
-    std::iter::from_fn(|| ledger.next()).collect()
+    std::iter::from_fn(|| ledger.take()).collect()
 }
 
 fn stage<'a>(ledger: &'a Ledger<&'static str, u32>, key: &'static str) -> Option<&'a Stage> {
@@ -31,10 +31,10 @@ fn a_write_handed_over_during_the_write_follows_it_in_the_same_slot() {
     let now = Instant::now();
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
-    assert_eq!(ledger.next(), Some(("a", 1)));
+    assert_eq!(ledger.take(), Some(("a", 1)));
     assert_eq!(ledger.submit("a", 1, NOW, now), Submitted::Known);
     assert_eq!(ledger.submit("a", 2, NOW, now), Submitted::Replaced);
-    assert_eq!(ledger.next(), None, "not twice at once");
+    assert_eq!(ledger.take(), None, "not twice at once");
     let written = Outcome::Written(Some("7".into()));
     assert_eq!(ledger.finish(&"a", written, now), Some(2));
     assert_eq!(ledger.finish(&"a", Outcome::Written(None), now), None);
@@ -80,7 +80,7 @@ fn a_written_key_is_remembered_until_let_go() {
     let now = Instant::now();
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     ledger.finish(&"a", Outcome::Written(Some("7".into())), now);
     assert_eq!(ledger.submit("a", 1, NOW, now), Submitted::Known);
     assert!(!ledger.busy());
@@ -97,7 +97,7 @@ fn a_different_write_after_the_written_one_is_queued() {
     let now = Instant::now();
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     ledger.finish(&"a", Outcome::Written(None), now);
     assert_eq!(ledger.submit("a", 2, NOW, now), Submitted::Queued);
     assert_eq!(taken(&mut ledger), [("a", 2)]);
@@ -109,10 +109,10 @@ fn a_failed_write_is_asked_again_only_once_due() {
     let retry_at = now + Duration::from_secs(1);
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     ledger.finish(&"a", Outcome::Failed { retry_at }, now);
     assert_eq!(ledger.submit("a", 1, NOW, now), Submitted::Known);
-    assert_eq!(ledger.next(), None);
+    assert_eq!(ledger.take(), None);
     assert_eq!(ledger.submit("a", 1, NOW, retry_at), Submitted::Queued);
     assert_eq!(taken(&mut ledger), [("a", 1)]);
     // A different write does not wait for the backoff of the old one.
@@ -125,12 +125,12 @@ fn a_key_found_gone_is_forgotten_unless_a_newer_write_waits() {
     let now = Instant::now();
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     assert_eq!(ledger.finish(&"a", Outcome::Gone, now), None);
     assert!(!ledger.contains(&"a"));
 
     ledger.submit("a", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     ledger.submit("a", 2, NOW, now);
     assert_eq!(
         ledger.finish(&"a", Outcome::Gone, now),
@@ -159,11 +159,11 @@ fn keys_in_flight_are_kept_whatever_retain_says() {
     let mut ledger = ledger(10);
     ledger.submit("a", 1, NOW, now);
     ledger.submit("b", 1, NOW, now);
-    ledger.next();
+    ledger.take();
     ledger.retain(|_, _, _| false);
     assert!(ledger.contains(&"a"));
     assert!(!ledger.contains(&"b"));
-    assert_eq!(ledger.next(), None, "b's place in line went with it");
+    assert_eq!(ledger.take(), None, "b's place in line went with it");
 }
 
 #[test]
@@ -193,7 +193,7 @@ fn remembering_a_write_made_elsewhere_and_forgetting_it_with_age() {
         stage_of(&ledger, "uid-1"),
         Some(Stage::Written { .. })
     ));
-    assert_eq!(ledger.next(), None, "nothing to write");
+    assert_eq!(ledger.take(), None, "nothing to write");
     let age = Duration::from_secs(600);
     ledger.retain(|_, _, stage| !stage.written_long_ago(now, age));
     assert!(ledger.contains(&"uid-1"));
