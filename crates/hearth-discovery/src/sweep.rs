@@ -62,7 +62,7 @@ struct Creates(Arc<WriteBehind<String, NewCluster>>);
 impl Creates {
     fn new(ctx: &Arc<Context>) -> Self {
         // Bounded by the Secrets there are: a create is one Secret's.
-        let ledger = Ledger::new(usize::MAX, &[usize::MAX]);
+        let ledger = Ledger::default();
         let creates = WriteBehind::new(ledger, ctx.rt.leader(), None);
         let ctx = ctx.clone();
         creates.spawn(WRITES_IN_FLIGHT, move |_, new: NewCluster| {
@@ -676,7 +676,7 @@ mod tests {
     fn a_cluster_created_but_not_yet_cached_is_not_created_again_until_the_resync() {
         let start = tokio::time::Instant::now();
         let resync = Duration::from_secs(1);
-        let mut created = Ledger::new(usize::MAX, &[usize::MAX]);
+        let mut created = Ledger::default();
         created.remember("a".to_owned(), new("a"), start);
         created.remember("b".to_owned(), new("b"), start);
         let names = |c: Vec<NewCluster>| c.into_iter().map(|n| n.name).collect::<Vec<_>>();

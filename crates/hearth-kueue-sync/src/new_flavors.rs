@@ -66,11 +66,7 @@ impl NewFlavors {
     ) -> Self {
         // Bounded by the flavors there are to create: one a cluster (the ledger's own
         // bound is never reached).
-        let creates = WriteBehind::new(
-            Ledger::new(usize::MAX, &[usize::MAX]),
-            leader,
-            Some(changes),
-        );
+        let creates = WriteBehind::new(Ledger::default(), leader, Some(changes));
         let failure = Arc::new(Mutex::new(None));
         let writer = Arc::new(writer);
         let failed = failure.clone();

@@ -111,6 +111,14 @@ pub struct Ledger<K, W> {
     dropped: usize,
 }
 
+/// One lane without a cap, and no bound of its own: for keys bounded by what they stand
+/// for (one an object of a cache, or a write of the last minutes).
+impl<K: Clone + Eq + Hash, W: Clone + PartialEq> Default for Ledger<K, W> {
+    fn default() -> Self {
+        Self::new(usize::MAX, &[usize::MAX])
+    }
+}
+
 impl<K: Clone + Eq + Hash, W: Clone + PartialEq> Ledger<K, W> {
     /// A ledger of at most `bound` keys, with a lane for each cap of writes in flight
     /// (`usize::MAX`: no cap but the writers'), the first lane first.
