@@ -12,6 +12,24 @@ fn taken(ledger: &mut Ledger<&'static str, u32>) -> Vec<(&'static str, u32)> {
     std::iter::from_fn(|| ledger.take()).collect()
 }
 
+/// A ledger of `bound` keys with write 0 handed over for each of `keys`, in its lane.
+fn handed(bound: usize, keys: &[(&'static str, usize)], now: Instant) -> Ledger<&'static str, u32> {
+    let mut ledger = ledger(bound);
+    for &(key, lane) in keys {
+        assert_eq!(ledger.submit(key, 0, lane, now), Submitted::Queued);
+    }
+    ledger
+}
+
+/// `a` handed over as 1, taken by a writer, and ended with `outcome`.
+fn a_ended(outcome: Outcome, now: Instant) -> Ledger<&'static str, u32> {
+    let mut ledger = ledger(10);
+    ledger.submit("a", 1, NOW, now);
+    assert_eq!(ledger.take(), Some(("a", 1)));
+    assert_eq!(ledger.finish(&"a", outcome, now), None);
+    ledger
+}
+
 fn stage<'a>(ledger: &'a Ledger<&'static str, u32>, key: &'static str) -> Option<&'a Stage> {
     ledger.get(&key).map(|(_, stage)| stage)
 }
@@ -50,10 +68,8 @@ fn a_write_handed_over_during_the_write_follows_it_in_the_same_slot() {
 #[test]
 fn earlier_lanes_go_first_and_a_lane_keeps_its_cap() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    for key in ["w1", "w2", "w3"] {
-        ledger.submit(key, 0, LATER, now);
-    }
+    let waiting = [("w1", LATER), ("w2", LATER), ("w3", LATER)];
+    let mut ledger = handed(10, &waiting, now);
     ledger.submit("u", 0, NOW, now);
     assert_eq!(taken(&mut ledger), [("u", 0), ("w1", 0), ("w2", 0)]);
     ledger.finish(&"w1", Outcome::Written(None), now);
@@ -67,10 +83,7 @@ fn earlier_lanes_go_first_and_a_lane_keeps_its_cap() {
 #[test]
 fn a_write_moving_lane_is_taken_from_its_new_lane() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    ledger.submit("a", 0, LATER, now);
-    ledger.submit("b", 0, LATER, now);
-    ledger.submit("c", 0, LATER, now);
+    let mut ledger = handed(10, &[("a", LATER), ("b", LATER), ("c", LATER)], now);
     assert_eq!(ledger.submit("c", 1, NOW, now), Submitted::Replaced);
     assert_eq!(taken(&mut ledger), [("c", 1), ("a", 0), ("b", 0)]);
 }
@@ -78,10 +91,7 @@ fn a_write_moving_lane_is_taken_from_its_new_lane() {
 #[test]
 fn a_written_key_is_remembered_until_let_go() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    ledger.submit("a", 1, NOW, now);
-    ledger.take();
-    ledger.finish(&"a", Outcome::Written(Some("7".into())), now);
+    let mut ledger = a_ended(Outcome::Written(Some("7".into())), now);
     assert_eq!(ledger.submit("a", 1, NOW, now), Submitted::Known);
     assert!(!ledger.busy());
     // The cache does not show version 7 yet.
@@ -95,10 +105,7 @@ fn a_written_key_is_remembered_until_let_go() {
 #[test]
 fn a_different_write_after_the_written_one_is_queued() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    ledger.submit("a", 1, NOW, now);
-    ledger.take();
-    ledger.finish(&"a", Outcome::Written(None), now);
+    let mut ledger = a_ended(Outcome::Written(None), now);
     assert_eq!(ledger.submit("a", 2, NOW, now), Submitted::Queued);
     assert_eq!(taken(&mut ledger), [("a", 2)]);
 }
@@ -107,10 +114,7 @@ fn a_different_write_after_the_written_one_is_queued() {
 fn a_failed_write_is_asked_again_only_once_due() {
     let now = Instant::now();
     let retry_at = now + Duration::from_secs(1);
-    let mut ledger = ledger(10);
-    ledger.submit("a", 1, NOW, now);
-    ledger.take();
-    ledger.finish(&"a", Outcome::Failed { retry_at }, now);
+    let mut ledger = a_ended(Outcome::Failed { retry_at }, now);
     assert_eq!(ledger.submit("a", 1, NOW, now), Submitted::Known);
     assert_eq!(ledger.take(), None);
     assert_eq!(ledger.submit("a", 1, NOW, retry_at), Submitted::Queued);
@@ -123,10 +127,7 @@ fn a_failed_write_is_asked_again_only_once_due() {
 #[test]
 fn a_key_found_gone_is_forgotten_unless_a_newer_write_waits() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    ledger.submit("a", 1, NOW, now);
-    ledger.take();
-    assert_eq!(ledger.finish(&"a", Outcome::Gone, now), None);
+    let mut ledger = a_ended(Outcome::Gone, now);
     assert!(!ledger.contains(&"a"));
 
     ledger.submit("a", 1, NOW, now);
@@ -144,10 +145,7 @@ fn a_key_found_gone_is_forgotten_unless_a_newer_write_waits() {
 #[test]
 fn a_dropped_write_frees_its_slot() {
     let now = Instant::now();
-    let mut ledger = ledger(10);
-    for key in ["w1", "w2", "w3"] {
-        ledger.submit(key, 0, LATER, now);
-    }
+    let mut ledger = handed(10, &[("w1", LATER), ("w2", LATER), ("w3", LATER)], now);
     assert_eq!(taken(&mut ledger).len(), 2);
     ledger.finish(&"w1", Outcome::Dropped, now);
     assert_eq!(taken(&mut ledger), [("w3", 0)]);
@@ -169,10 +167,7 @@ fn keys_in_flight_are_kept_whatever_retain_says() {
 #[test]
 fn at_the_bound_the_oldest_waiting_write_of_the_last_lane_makes_room() {
     let now = Instant::now();
-    let mut ledger = ledger(3);
-    ledger.submit("u", 0, NOW, now);
-    ledger.submit("w1", 0, LATER, now);
-    ledger.submit("w2", 0, LATER, now);
+    let mut ledger = handed(3, &[("u", NOW), ("w1", LATER), ("w2", LATER)], now);
     assert_eq!(ledger.submit("x", 0, NOW, now), Submitted::Queued);
     assert!(!ledger.contains(&"w1"), "the oldest of the last lane");
     assert_eq!(ledger.take_dropped(), 1);
