@@ -9,7 +9,7 @@
 //! Secret cache would otherwise read as "every Secret is gone" and offboard everything.
 //! Only the lease holder applies; every replica counts undecodable objects.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +19,9 @@ use hearth_api::names::{
 };
 use hearth_api::{FournosCluster, FournosClusterSpec};
 use hearth_runtime::events::Event;
-use hearth_runtime::kit::{MAX_DECODE_ERROR, Triggers, WRITES_IN_FLIGHT};
+use hearth_runtime::kit::{
+    Ledger, MAX_DECODE_ERROR, Triggers, WRITES_IN_FLIGHT, WriteBehind, Wrote,
+};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, PostParams, Preconditions};
 use kube::{Resource as _, ResourceExt as _};
@@ -50,30 +52,32 @@ struct Reported {
 }
 
 /// The creates handed to the background and the clusters created that the cache does
-/// not show yet, by name, and when they were handed over: a sweep that follows a create
-/// before its watch event would create them again (a 409 each, hundreds in a burst of
+/// not show yet, by name (the kit's ledger): a sweep that follows a create before its
+/// watch event would create them again (a 409 each, hundreds in a burst of
 /// onboardings). A failed create is forgotten, so the next sweep plans it again.
+/// [`WRITES_IN_FLIGHT`] creates at a time: what protects the apiserver.
 #[derive(Clone)]
-struct Creates {
-    handed: Arc<std::sync::Mutex<HashMap<String, Instant>>>,
-    /// [`WRITES_IN_FLIGHT`] creates at a time: what protects the apiserver.
-    in_flight: Arc<tokio::sync::Semaphore>,
-}
-
-impl Default for Creates {
-    fn default() -> Self {
-        Self {
-            handed: Arc::default(),
-            in_flight: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
-        }
-    }
-}
+struct Creates(Arc<WriteBehind<String, NewCluster>>);
 
 impl Creates {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.handed
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn new(ctx: &Arc<Context>) -> Self {
+        // Bounded by the Secrets there are: a create is one Secret's.
+        let ledger = Ledger::default();
+        let creates = WriteBehind::new(ledger, ctx.rt.leader(), None);
+        let ctx = ctx.clone();
+        creates.spawn(WRITES_IN_FLIGHT, move |_, new: NewCluster| {
+            let ctx = ctx.clone();
+            async move {
+                match onboard(&ctx, &new).await {
+                    Ok(()) => Wrote::Written(None),
+                    Err(error) => {
+                        tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
+                        Wrote::Dropped
+                    }
+                }
+            }
+        });
+        Self(creates)
     }
 }
 
@@ -97,7 +101,7 @@ pub(crate) async fn run(ctx: Arc<Context>) {
     );
 
     let reported = tokio::sync::Mutex::new(Reported::default());
-    let creates = Creates::default();
+    let creates = Creates::new(&ctx);
     Triggers {
         changes: ctx.changes.subscribe(),
         leader: ctx.rt.leader(),
@@ -162,12 +166,12 @@ async fn sweep_once(ctx: &Arc<Context>, reported: &mut Reported, creates: &Creat
     // Leadership can be lost mid-sweep: each step stops as soon as it is.
     let create = not_created_yet(
         create,
-        &mut creates.lock(),
-        Instant::now() - ctx.settings.resync,
+        &mut creates.0.lock(),
+        (tokio::time::Instant::now(), ctx.settings.resync),
         |name| ctx.clusters.named(name).is_some(),
     );
     let planning = started.elapsed();
-    onboard_all(ctx, create, creates);
+    onboard_all(create, creates);
     if !offboard_all(ctx, delete, reported).await {
         return planning;
     }
@@ -287,44 +291,29 @@ impl Reported {
     }
 }
 
-/// The planned creates but those of clusters this replica created (since `since`) and
+/// The planned creates but those handed over or of clusters this replica created and
 /// the cache does not show yet. One that never shows (a watch that re-lists skips an
-/// object created and deleted meanwhile) is planned again after a resync interval.
+/// object created and deleted meanwhile) is planned again after `resync` (from `now`).
 fn not_created_yet(
     create: Vec<NewCluster>,
-    created: &mut HashMap<String, Instant>,
-    since: Instant,
+    creates: &mut Ledger<String, NewCluster>,
+    (now, resync): (tokio::time::Instant, Duration),
     cached: impl Fn(&str) -> bool,
 ) -> Vec<NewCluster> {
-    created.retain(|name, at| *at > since && !cached(name));
+    creates.retain(|name, _, stage| !stage.written_long_ago(now, resync) && !cached(name));
     create
         .into_iter()
-        .filter(|new| !created.contains_key(&new.name))
+        .filter(|new| !creates.contains(&new.name))
         .collect()
 }
 
-/// Hands each planned create to a task of its own, [`WRITES_IN_FLIGHT`] at a time, and
-/// returns at once. Each cluster is its own object: a Secret that arrives while other
-/// creates are on their way is planned by the next sweep and created beside them, not
-/// after them. A task sends nothing once this replica lost leadership.
-fn onboard_all(ctx: &Arc<Context>, create: Vec<NewCluster>, creates: &Creates) {
-    let now = Instant::now();
+/// Hands each planned create to the background, and returns at once. Each cluster is its
+/// own object: a Secret that arrives while other creates are on their way is planned by
+/// the next sweep and created beside them, not after them. Nothing is sent once this
+/// replica lost leadership.
+fn onboard_all(create: Vec<NewCluster>, creates: &Creates) {
     for new in create {
-        creates.lock().insert(new.name.clone(), now);
-        let (ctx, creates) = (ctx.clone(), creates.clone());
-        tokio::spawn(async move {
-            let Ok(_permit) = creates.in_flight.acquire().await else {
-                return;
-            };
-            if !ctx.rt.is_leader() {
-                creates.lock().remove(&new.name);
-                return;
-            }
-            if let Err(error) = onboard(&ctx, &new).await {
-                tracing::warn!(cluster = %new.name, reason = error.reason(), error = %error, "onboarding failed; retrying on the next sweep");
-                creates.lock().remove(&new.name);
-            }
-        });
+        creates.0.submit(new.name.clone(), new, 0);
     }
 }
 
@@ -685,18 +674,26 @@ mod tests {
 
     #[test]
     fn a_cluster_created_but_not_yet_cached_is_not_created_again_until_the_resync() {
-        let start = Instant::now();
-        let mut created = HashMap::from([("a".to_owned(), start), ("b".to_owned(), start)]);
+        let start = tokio::time::Instant::now();
+        let resync = Duration::from_secs(1);
+        let mut created = Ledger::default();
+        created.remember("a".to_owned(), new("a"), start);
+        created.remember("b".to_owned(), new("b"), start);
         let names = |c: Vec<NewCluster>| c.into_iter().map(|n| n.name).collect::<Vec<_>>();
-        let before = start - Duration::from_secs(1);
         // b is cached (so not planned), a is not yet: only c is created; b is forgotten.
         let planned = vec![new("a"), new("c")];
-        let create = not_created_yet(planned, &mut created, before, |n| n == "b");
+        let create = not_created_yet(planned, &mut created, (start, resync), |n| n == "b");
         assert_eq!(names(create), ["c"]);
-        assert_eq!(created.keys().collect::<Vec<_>>(), ["a"]);
+        let kept: Vec<&String> = created.iter().map(|(name, _, _)| name).collect();
+        assert_eq!(kept, ["a"]);
         // A resync interval later, a that never showed is planned again.
-        let create = not_created_yet(vec![new("a")], &mut created, start, |_| false);
+        let create = not_created_yet(
+            vec![new("a")],
+            &mut created,
+            (start + resync, resync),
+            |_| false,
+        );
         assert_eq!(names(create), ["a"]);
-        assert!(created.is_empty());
+        assert_eq!(created.iter().count(), 0);
     }
 }

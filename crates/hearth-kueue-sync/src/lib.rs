@@ -9,7 +9,6 @@
 //! reads the caches and writes.
 
 mod apply;
-mod background;
 mod cached;
 pub mod config;
 mod context;

@@ -235,7 +235,7 @@ mod tests {
     #[derive(Debug)]
     struct WriteStatusFailed;
 
-    impl hearth_runtime::kit::Reason for WriteStatusFailed {
+    impl hearth_runtime::kit::FailureReason for WriteStatusFailed {
         fn reason(&self) -> &'static str {
             "WriteStatusFailed"
         }

@@ -16,65 +16,45 @@
 //! nothing): the flavor was deleted before the watch delivered it, or the watch is down.
 //! A failed create is retried after the flavor's backoff (1 s doubling to a minute),
 //! through a reconcile that plans it again; the reconcile reports the failure
-//! (`ApplyFlavorFailed`), and the cluster keeps its reservation meanwhile.
+//! (`ApplyFlavorFailed`), and the cluster keeps its reservation meanwhile. The memory
+//! is the kit's [`Ledger`](hearth_runtime::kit::Ledger).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hearth_api::kueue::ResourceFlavor;
-#[cfg(doc)]
-use hearth_runtime::kit::WRITES_IN_FLIGHT;
-use hearth_runtime::kit::{Cache, Changes};
+use hearth_runtime::kit::{
+    Cache, Changes, Ledger, Stage, Submitted, WRITES_IN_FLIGHT, WriteBehind, Wrote,
+};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::apply::{FlavorAction, Writer};
-use crate::background::Background;
 use crate::cached::CachedFlavor;
 use crate::error::Error;
 
 /// How long a created flavor the cache does not show is remembered.
 pub(crate) const UNSEEN_FOR: Duration = Duration::from_secs(30);
 
-#[derive(Debug)]
-enum Stage {
-    /// A worker creates it when it gets a write slot.
-    Waiting,
-    /// Being created.
-    Creating,
-    /// Created at this moment; the cache does not show it yet.
-    Created(Instant),
-    /// Failed; planned again once `retry_at` has passed.
-    Failed { retry_at: Instant },
+/// A flavor to create: equal to another when it would create the same object.
+#[derive(Clone)]
+struct Shape(ResourceFlavor);
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.metadata == other.0.metadata && self.0.spec == other.0.spec
+    }
 }
 
-#[derive(Debug)]
-struct Entry {
-    /// The flavor to create: the latest shape handed over.
-    flavor: ResourceFlavor,
-    stage: Stage,
-}
-
-/// The flavor creates of the leader. Cheap to clone; clones share it.
+/// The flavor creates of the leader, by name: the latest shape handed over. Cheap to
+/// clone; clones share it.
 #[derive(Clone)]
 pub(crate) struct NewFlavors {
-    inner: Arc<Inner>,
-}
-
-/// What the workers share; the cache is the flavor cache.
-type Inner = Background<CachedFlavor, State>;
-
-#[derive(Default)]
-struct State {
-    /// Boxed: a burst of 1000 new clusters grows the table to 2048 slots, each the size of
-    /// its value (an [`Entry`] holds a whole ResourceFlavor).
-    entries: HashMap<String, Box<Entry>>,
-    /// Flavors with a create waiting, in the order handed over; a name whose entry no
-    /// longer waits is skipped when it comes up.
-    waiting: VecDeque<String>,
+    creates: Arc<WriteBehind<String, Shape>>,
+    flavors: Cache<CachedFlavor>,
     /// The first failure not yet reported by a reconcile.
-    failure: Option<Error>,
+    failure: Arc<Mutex<Option<Error>>>,
 }
 
 impl NewFlavors {
@@ -84,10 +64,29 @@ impl NewFlavors {
         leader: watch::Receiver<bool>,
         changes: Changes,
     ) -> Self {
+        // Bounded by the flavors there are to create: one a cluster (the ledger's own
+        // bound is never reached).
+        let creates = WriteBehind::new(Ledger::default(), leader, Some(changes));
+        let failure = Arc::new(Mutex::new(None));
+        let writer = Arc::new(writer);
+        let failed = failure.clone();
+        creates.spawn(WRITES_IN_FLIGHT, move |name: String, flavor: Shape| {
+            let (writer, failed) = (writer.clone(), failed.clone());
+            async move {
+                match writer.apply_flavor(&flavor.0, FlavorAction::Create).await {
+                    Ok(_) => Wrote::Written(None),
+                    Err(error) => {
+                        tracing::warn!(flavor = %name, %error, "cannot create ResourceFlavor");
+                        lock(&failed).get_or_insert(error);
+                        Wrote::Failed
+                    }
+                }
+            }
+        });
         Self {
-            inner: Background::spawn(writer, flavors, leader, changes, |inner| async move {
-                inner.work().await;
-            }),
+            creates,
+            flavors,
+            failure,
         }
     }
 
@@ -95,19 +94,10 @@ impl NewFlavors {
     /// [`UNSEEN_FOR`]). Call before taking the snapshot, so that the plan and this
     /// memory agree on which flavors exist.
     pub fn settle(&self) {
-        let flavors = &self.inner.cache;
         let now = Instant::now();
-        self.inner
-            .lock()
-            .entries
-            .retain(|name, entry| match entry.stage {
-                // Its worker records how it ends.
-                Stage::Creating => true,
-                Stage::Created(at) if at + UNSEEN_FOR <= now => false,
-                Stage::Waiting | Stage::Created(_) | Stage::Failed { .. } => {
-                    flavors.named(name).is_none()
-                }
-            });
+        self.creates.lock().retain(|name, _, stage| {
+            !stage.written_long_ago(now, UNSEEN_FOR) && self.flavors.named(name).is_none()
+        });
     }
 
     /// The flavors whose create is under way, for the plan (`PlanInput::creating`):
@@ -115,23 +105,23 @@ impl NewFlavors {
     /// due again.
     pub fn creating(&self) -> BTreeSet<String> {
         let now = Instant::now();
-        self.inner
+        self.creates
             .lock()
-            .entries
             .iter()
-            .filter(|(_, e)| !matches!(e.stage, Stage::Failed { retry_at } if retry_at <= now))
-            .map(|(name, _)| name.clone())
+            .filter(
+                |(_, _, stage)| !matches!(stage, Stage::Failed { retry_at } if *retry_at <= now),
+            )
+            .map(|(name, _, _)| name.clone())
             .collect()
     }
 
     /// Whether the create of `name` is on its way and has not failed: the cluster's
     /// wait for it ends without anyone doing anything.
     pub fn on_its_way(&self, name: &str) -> bool {
-        self.inner
+        self.creates
             .lock()
-            .entries
-            .get(name)
-            .is_some_and(|e| !matches!(e.stage, Stage::Failed { .. }))
+            .get(&name.to_owned())
+            .is_some_and(|(_, stage)| !matches!(stage, Stage::Failed { .. }))
     }
 
     /// Asks for `flavor` to be created. False when its create is already under way
@@ -140,103 +130,19 @@ impl NewFlavors {
         let Some(name) = flavor.metadata.name.clone() else {
             return false;
         };
-        let mut state = self.inner.lock();
-        match state.entries.get_mut(&name) {
-            Some(entry) => match entry.stage {
-                Stage::Waiting => {
-                    entry.flavor = flavor.clone();
-                    return false;
-                }
-                Stage::Creating | Stage::Created(_) => return false,
-                Stage::Failed { .. } => {
-                    entry.flavor = flavor.clone();
-                    entry.stage = Stage::Waiting;
-                }
-            },
-            None => {
-                state.entries.insert(
-                    name.clone(),
-                    Box::new(Entry {
-                        flavor: flavor.clone(),
-                        stage: Stage::Waiting,
-                    }),
-                );
-            }
-        }
-        state.waiting.push_back(name);
-        drop(state);
-        self.inner.ready.notify_one();
-        true
+        self.creates.submit(name, Shape(flavor.clone()), 0) == Submitted::Queued
     }
 
     /// The first create that failed since the last call.
     pub fn take_failure(&self) -> Option<Error> {
-        self.inner.lock().failure.take()
+        lock(&self.failure).take()
     }
 }
 
-impl Inner {
-    /// One worker: creates the next waiting flavor, forever.
-    async fn work(&self) {
-        loop {
-            match self.next() {
-                Some((name, flavor)) => {
-                    let result = self
-                        .writer
-                        .apply_flavor(&flavor, FlavorAction::Create)
-                        .await;
-                    self.finish(&name, result);
-                }
-                None => self.ready.notified().await,
-            }
-        }
-    }
-
-    /// The next flavor to create, marked as being created.
-    fn next(&self) -> Option<(String, ResourceFlavor)> {
-        let leader = self.is_leader();
-        let mut state = self.lock();
-        while let Some(name) = state.waiting.pop_front() {
-            let Some(entry) = state.entries.get_mut(&name) else {
-                continue;
-            };
-            if !matches!(entry.stage, Stage::Waiting) {
-                continue;
-            }
-            if !leader {
-                // A standby creates nothing; its leader plans from scratch.
-                state.entries.remove(&name);
-                continue;
-            }
-            entry.stage = Stage::Creating;
-            return Some((name, entry.flavor.clone()));
-        }
-        None
-    }
-
-    /// Records how a create ended.
-    fn finish(&self, name: &str, result: Result<ResourceFlavor, Error>) {
-        let mut state = self.lock();
-        let State {
-            entries, failure, ..
-        } = &mut *state;
-        let Some(entry) = entries.get_mut(name) else {
-            return;
-        };
-        match result {
-            Ok(_) => {
-                self.succeeded(name);
-                entry.stage = Stage::Created(Instant::now());
-            }
-            Err(error) => {
-                tracing::warn!(flavor = %name, %error, "cannot create ResourceFlavor");
-                entry.stage = Stage::Failed {
-                    retry_at: self.failed(name),
-                };
-                failure.get_or_insert(error);
-            }
-        }
-    }
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -244,7 +150,7 @@ mod tests {
     use super::*;
     use crate::plan::desired_flavor;
     use crate::testing::FakeApi;
-    use hearth_runtime::kit::{HandFeed, WRITES_IN_FLIGHT};
+    use hearth_runtime::kit::HandFeed;
     use serde_json::Value;
     use std::sync::atomic::Ordering;
 
@@ -307,25 +213,13 @@ mod tests {
         /// What the memory would say once `elapsed` has passed: every moment it holds is
         /// moved back by that much.
         fn time_passes(&self, elapsed: Duration) {
-            for entry in self.new_flavors.inner.lock().entries.values_mut() {
-                match &mut entry.stage {
-                    Stage::Created(at) | Stage::Failed { retry_at: at } => {
-                        *at = at.checked_sub(elapsed).expect("an instant that far back");
-                    }
-                    Stage::Waiting | Stage::Creating => {}
-                }
-            }
+            self.new_flavors.creates.lock().age(elapsed);
         }
 
         /// Waits until no create waits or is under way.
         async fn settled(&self) {
             self.until("creates still under way", |kit| {
-                kit.new_flavors
-                    .inner
-                    .lock()
-                    .entries
-                    .values()
-                    .all(|e| !matches!(e.stage, Stage::Waiting | Stage::Creating))
+                !kit.new_flavors.creates.lock().busy()
             })
             .await;
         }

@@ -15,22 +15,19 @@
 //! What was handed over is remembered until the cluster cache shows the write, so a plan
 //! made from a cache that lags behind a write does not ask for it again. A failed write
 //! is retried after the cluster's backoff (1 s doubling to a minute), through a reconcile
-//! that re-plans it; the reconcile reports the failure (`WriteStatusFailed`).
+//! that re-plans it; the reconcile reports the failure (`WriteStatusFailed`). These are
+//! the rules of the kit's [`Ledger`] (two lanes: waiting last); what is this module's
+//! own is what a write says and what it is written onto.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use hearth_api::FournosCluster;
-#[cfg(doc)]
-use hearth_runtime::kit::WRITES_IN_FLIGHT;
-use hearth_runtime::kit::{Cache, Changes};
+use hearth_runtime::kit::{Cache, Changes, Ledger, Stage, WRITES_IN_FLIGHT, WriteBehind, Wrote};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use crate::apply::Writer;
-use crate::background::Background;
 use crate::cached::CachedCluster;
 use crate::error::Error;
 use crate::plan::{ClusterSync, SyncReason};
@@ -38,6 +35,10 @@ use crate::writeback::{cordon_event_for, event_for};
 
 /// Low-priority writes in flight at most (of [`WRITES_IN_FLIGHT`]).
 pub(crate) const LATER_IN_FLIGHT: usize = 2;
+
+/// The ledger's lanes: every other status first, then the ones that only wait.
+const NOW: usize = 0;
+const LATER: usize = 1;
 
 /// What a write says: the plan's status for one version of one cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,49 +56,29 @@ impl Said {
     }
 }
 
-#[derive(Debug)]
-enum Stage {
-    /// A task waits for a write slot, and writes the latest [`Said`] when it gets one.
-    Waiting,
-    /// Being written; `again`: a newer [`Said`] arrived meanwhile, written next.
-    Writing { again: bool },
-    /// Written as this version; the cache does not show it yet.
-    Written(String),
-    /// Failed; asked again (by a re-plan) once `retry_at` has passed.
-    Failed { retry_at: Instant },
-}
-
-#[derive(Debug)]
-struct Entry {
-    said: Said,
-    stage: Stage,
-    /// What the last write returned, as the cache would hold it: the freshest view of the
-    /// cluster until the cache shows it (the next write's transition times and Event
-    /// compare with it).
-    last_written: Option<Box<CachedCluster>>,
-}
-
-/// The status writes of the leader. Cheap to clone; clones share it.
+/// The status writes of the leader, by cluster name. Cheap to clone; clones share it.
 #[derive(Clone)]
 pub(crate) struct Statuses {
-    inner: Arc<Inner>,
+    writes: Arc<WriteBehind<String, Said>>,
+    shared: Arc<Shared>,
 }
 
-/// What the workers share; the cache is the cluster cache.
-type Inner = Background<CachedCluster, State>;
+/// What the writers share besides the ledger.
+struct Shared {
+    writer: Writer,
+    clusters: Cache<CachedCluster>,
+    /// What the last write of each cluster returned, as the cache would hold it: the
+    /// freshest view of the cluster until the cache shows it (the next write's
+    /// transition times and Event compare with it). Kept while the ledger remembers the
+    /// cluster.
+    last_written: Mutex<HashMap<String, Box<CachedCluster>>>,
+    failures: Mutex<Failures>,
+}
 
+/// Failed writes not yet reported by a reconcile: cluster names, and the first error.
 #[derive(Default)]
-struct State {
-    /// Boxed: a burst of 1000 clusters grows the table to 2048 slots, each the size of
-    /// its value (an [`Entry`] holds a cluster's whole [`ClusterSync`]).
-    entries: HashMap<String, Box<Entry>>,
-    /// Clusters with a write waiting, in the order asked; a name whose entry no longer
-    /// waits (or waits in the other queue) is skipped when it comes up.
-    now: VecDeque<String>,
-    later: VecDeque<String>,
-    later_in_flight: usize,
-    /// Failed writes not yet reported by a reconcile: cluster names, and the first error.
-    failed: Vec<String>,
+struct Failures {
+    clusters: Vec<String>,
     first_error: Option<kube::Error>,
 }
 
@@ -108,31 +89,42 @@ impl Statuses {
         leader: watch::Receiver<bool>,
         changes: Changes,
     ) -> Self {
-        Self {
-            inner: Background::spawn(writer, clusters, leader, changes, |inner| async move {
-                inner.work().await;
-            }),
-        }
+        // Bounded by the clusters there are: a cluster has one entry.
+        let ledger = Ledger::new(usize::MAX, &[usize::MAX, LATER_IN_FLIGHT]);
+        let writes = WriteBehind::new(ledger, leader, Some(changes));
+        let shared = Arc::new(Shared {
+            writer,
+            clusters,
+            last_written: Mutex::default(),
+            failures: Mutex::default(),
+        });
+        let writing = shared.clone();
+        writes.spawn(WRITES_IN_FLIGHT, move |name: String, said: Said| {
+            let shared = writing.clone();
+            async move { shared.write(&name, said).await }
+        });
+        Self { writes, shared }
     }
 
     /// Forgets the writes the cache shows (or whose cluster is gone). Call before taking
     /// the snapshot, so that the plan and this memory agree on what is written.
     pub fn settle(&self) {
-        let clusters = &self.inner.cache;
-        self.inner
-            .lock()
-            .entries
-            .retain(|name, entry| match &entry.stage {
-                Stage::Written(rv) => !clusters.shows(name, rv),
-                Stage::Failed { .. } => clusters.named(name).is_some(),
-                Stage::Waiting | Stage::Writing { .. } => true,
-            });
+        let clusters = &self.shared.clusters;
+        let mut ledger = self.writes.lock();
+        ledger.retain(|name, _, stage| match stage {
+            Stage::Written { version, .. } => !version
+                .as_deref()
+                .is_some_and(|rv| clusters.shows(name, rv)),
+            Stage::Failed { .. } => clusters.named(name).is_some(),
+            Stage::Waiting | Stage::Writing { .. } => true,
+        });
+        lock(&self.shared.last_written).retain(|name, _| ledger.contains(name));
     }
 
     /// Whether a write for `name` is remembered: the plan must then say what it wants
     /// even when the cache already shows it, or the remembered one would win.
     pub fn remembers(&self, name: &str) -> bool {
-        self.inner.lock().entries.contains_key(name)
+        self.writes.lock().contains(&name.to_owned())
     }
 
     /// Asks for `sync` to be written to `cluster`'s status. False when that is already
@@ -145,122 +137,41 @@ impl Statuses {
             generation: cluster.metadata.generation,
             sync: sync.clone(),
         };
-        let later = said.later();
-        let mut state = self.inner.lock();
-        let entry = state.entries.entry(name.clone());
-        let queue = match entry {
-            std::collections::hash_map::Entry::Vacant(vacant) => {
-                vacant.insert(Box::new(Entry {
-                    said,
-                    stage: Stage::Waiting,
-                    last_written: None,
-                }));
-                true
+        let lane = if said.later() { LATER } else { NOW };
+        {
+            let mut last_written = lock(&self.shared.last_written);
+            if last_written
+                .get(&name)
+                .is_some_and(|w| w.metadata.uid != said.uid)
+            {
+                // A new cluster of the same name: nothing written to the old one counts.
+                last_written.remove(&name);
             }
-            std::collections::hash_map::Entry::Occupied(mut occupied) => {
-                let entry = occupied.get_mut();
-                let due = match entry.stage {
-                    Stage::Failed { retry_at } => retry_at <= Instant::now(),
-                    _ => false,
-                };
-                if entry.said == said && !due {
-                    return false;
-                }
-                if entry.said.uid != said.uid {
-                    // A new cluster of the same name: nothing written to the old one counts.
-                    entry.last_written = None;
-                }
-                let moved = entry.said.later() != later;
-                entry.said = said;
-                match &mut entry.stage {
-                    // Queued again only when it changes queue.
-                    Stage::Waiting => moved,
-                    Stage::Writing { again } => {
-                        *again = true;
-                        false
-                    }
-                    stage @ (Stage::Written(_) | Stage::Failed { .. }) => {
-                        *stage = Stage::Waiting;
-                        true
-                    }
-                }
-            }
-        };
-        if queue {
-            if later {
-                state.later.push_back(name);
-            } else {
-                state.now.push_back(name);
-            }
-            drop(state);
-            self.inner.ready.notify_one();
         }
-        true
+        self.writes.submit(name, said, lane).taken()
     }
 
     /// The writes that failed since the last call, as one error naming every cluster.
     pub fn take_failure(&self) -> Option<Error> {
-        let mut state = self.inner.lock();
-        let source = state.first_error.take()?;
-        let mut clusters = std::mem::take(&mut state.failed);
+        let mut failures = lock(&self.shared.failures);
+        let source = failures.first_error.take()?;
+        let mut clusters = std::mem::take(&mut failures.clusters);
         clusters.sort();
         clusters.dedup();
         Some(Error::WriteStatus { clusters, source })
     }
 }
 
-impl Inner {
-    /// One worker: takes the next waiting write, urgent ones first, forever.
-    async fn work(&self) {
-        loop {
-            let next = self.next();
-            match next {
-                Some((name, later)) => {
-                    self.write(&name).await;
-                    if later {
-                        self.lock().later_in_flight -= 1;
-                        // A slot for low-priority writes is free again.
-                        self.ready.notify_one();
-                    }
-                }
-                None => self.ready.notified().await,
-            }
-        }
-    }
-
-    /// The next cluster whose write waits, and whether it was a low-priority one.
-    fn next(&self) -> Option<(String, bool)> {
-        let mut state = self.lock();
-        let waits = |state: &State, name: &str, later: bool| {
-            state
-                .entries
-                .get(name)
-                .is_some_and(|e| matches!(e.stage, Stage::Waiting) && e.said.later() == later)
+impl Shared {
+    /// Writes `said` to `name`'s status, onto the freshest view of the cluster.
+    async fn write(&self, name: &str, said: Said) -> Wrote {
+        let Some(base) = self.base(name, &said) else {
+            lock(&self.last_written).remove(name);
+            return Wrote::Dropped;
         };
-        while let Some(name) = state.now.pop_front() {
-            if waits(&state, &name, false) {
-                return Some((name, false));
-            }
-        }
-        while state.later_in_flight < LATER_IN_FLIGHT {
-            let name = state.later.pop_front()?;
-            if waits(&state, &name, true) {
-                state.later_in_flight += 1;
-                return Some((name, true));
-            }
-        }
-        None
-    }
-
-    /// Writes the latest [`Said`] of `name`, then whatever arrived meanwhile.
-    async fn write(&self, name: &str) {
-        loop {
-            let Some((said, base)) = self.start(name) else {
-                return;
-            };
-            let now = Time(k8s_openapi::jiff::Timestamp::now());
-            let result = self.writer.write_status(&base, &said.sync, &now).await;
-            if matches!(result, Ok(Some(_))) {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        match self.writer.write_status(&base, &said.sync, &now).await {
+            Ok(Some(updated)) => {
                 tracing::info!(cluster = %name, reason = said.sync.reason().as_str(), "wrote status");
                 // In the background: the other statuses must not wait for them.
                 for event in [
@@ -273,116 +184,79 @@ impl Inner {
                     self.writer
                         .publish_in_background(base.object_ref(&()), event);
                 }
+                let updated = CachedCluster::from(updated);
+                let rv = updated.metadata.resource_version.clone();
+                lock(&self.last_written).insert(name.to_owned(), Box::new(updated));
+                Wrote::Written(Some(rv.unwrap_or_default()))
             }
-            if !self.finish(name, result) {
-                return;
+            // Deleted, or replaced by another of its name: nothing was written. What a
+            // plan said meanwhile (for the successor, if there is one) is still to write.
+            Ok(None) => {
+                lock(&self.last_written).remove(name);
+                Wrote::Gone
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %name, %error, "cannot write status");
+                let mut failures = lock(&self.failures);
+                failures.clusters.push(name.to_owned());
+                failures.first_error.get_or_insert(error);
+                Wrote::Failed
             }
         }
     }
 
-    /// Marks `name` as being written and returns what to write and onto what, or `None`
-    /// when there is nothing to write (any more).
-    fn start(&self, name: &str) -> Option<(Said, CachedCluster)> {
-        let mut state = self.lock();
-        let leader = self.is_leader();
-        let cached = self.cache.named(name);
-        let entry = state.entries.get_mut(name)?;
-        if !leader || !matches!(entry.stage, Stage::Waiting) {
-            // A standby writes nothing; its leader will re-plan from scratch.
-            if !leader {
-                state.entries.remove(name);
-            }
-            return None;
-        }
+    /// What to write `said` onto, or `None` when there is nothing to write any more.
+    fn base(&self, name: &str, said: &Said) -> Option<CachedCluster> {
+        let last_written = lock(&self.last_written);
+        let written = last_written.get(name);
         // The freshest view: our last write until the cache shows it, else the cache.
-        let base = match &entry.last_written {
+        let base = match written {
             Some(written)
                 if !written
                     .meta()
                     .resource_version
                     .as_deref()
-                    .is_some_and(|rv| self.cache.shows(name, rv)) =>
+                    .is_some_and(|rv| self.clusters.shows(name, rv)) =>
             {
                 Some(CachedCluster::clone(written))
             }
-            _ => cached.and_then(|c| c.0.as_ref().ok().cloned()),
+            _ => self
+                .clusters
+                .named(name)
+                .and_then(|c| c.0.as_ref().ok().cloned()),
         };
-        let Some(mut base) = base.filter(|b| b.metadata.uid == entry.said.uid) else {
-            // Deleted (or replaced) meanwhile: nothing to say any more.
-            state.entries.remove(name);
-            return None;
-        };
-        if entry.said.later() && base.observed.counted && entry.last_written.is_none() {
+        // Deleted (or replaced) meanwhile: nothing to say any more.
+        let mut base = base.filter(|b| b.metadata.uid == said.uid)?;
+        if said.later() && base.observed.counted && written.is_none() {
             // Discovery counted the cluster while this waited its turn: it no longer waits
             // for discovery, and the next plan says what it does wait for (or that it is
             // synced) once the ClusterQueue write that follows is done. Written now, it
             // would be stale news on the apiserver's busiest moment: in a burst of 10, 8
             // of these went out after discovery's own status had.
-            state.entries.remove(name);
             return None;
         }
         // The status says which generation its plan saw, not the newest.
-        base.metadata.generation = entry.said.generation;
-        entry.stage = Stage::Writing { again: false };
-        Some((entry.said.clone(), base))
+        base.metadata.generation = said.generation;
+        Some(base)
     }
+}
 
-    /// Records how a write ended; true when a newer [`Said`] is to be written now.
-    fn finish(&self, name: &str, result: Result<Option<FournosCluster>, kube::Error>) -> bool {
-        let mut state = self.lock();
-        let State {
-            entries,
-            failed,
-            first_error,
-            ..
-        } = &mut *state;
-        let Some(entry) = entries.get_mut(name) else {
-            return false;
-        };
-        let again = matches!(entry.stage, Stage::Writing { again: true });
-        match result {
-            Ok(Some(updated)) => {
-                self.succeeded(name);
-                let updated = CachedCluster::from(updated);
-                let rv = updated
-                    .metadata
-                    .resource_version
-                    .clone()
-                    .unwrap_or_default();
-                entry.last_written = Some(Box::new(updated));
-                entry.stage = Stage::Written(rv);
-            }
-            // Deleted, or replaced by another of its name: nothing was written. What a
-            // plan said meanwhile (for the successor, if there is one) is still to write.
-            Ok(None) if !again => {
-                entries.remove(name);
-                return false;
-            }
-            Ok(None) => entry.last_written = None,
-            Err(error) => {
-                tracing::warn!(cluster = %name, %error, "cannot write status");
-                entry.stage = Stage::Failed {
-                    retry_at: self.failed(name),
-                };
-                failed.push(name.to_owned());
-                first_error.get_or_insert(error);
-            }
-        }
-        if again {
-            entry.stage = Stage::Waiting;
-        }
-        again
-    }
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{FakeApi, World, cached, cluster};
+    use hearth_api::FournosCluster;
     use hearth_runtime::kit::HandFeed;
     use serde_json::{Value, json};
     use std::sync::atomic::Ordering;
     use std::time::Duration;
+    use tokio::time::Instant;
 
     /// `(cluster, KueueSynced reason)` of each status write `api` saw.
     fn seen(api: &FakeApi) -> Vec<(String, String)> {
@@ -472,13 +346,7 @@ mod tests {
         async fn settled(&self) {
             let deadline = Instant::now() + Duration::from_secs(10);
             loop {
-                let busy = self
-                    .statuses
-                    .inner
-                    .lock()
-                    .entries
-                    .values()
-                    .any(|e| matches!(e.stage, Stage::Waiting | Stage::Writing { .. }));
+                let busy = self.statuses.writes.lock().busy();
                 if !busy {
                     return;
                 }

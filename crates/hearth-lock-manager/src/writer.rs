@@ -1,12 +1,12 @@
 //! What the apply step writes with ([`Writer`]), and the sentinels this process made
 //! ([`Created`]), which are its own from the moment they exist.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hearth_api::FournosCluster;
 use hearth_runtime::events::Events;
+use hearth_runtime::kit::{Ledger, Stage};
 use kube::api::Api;
 use kube::core::DeserializeGuard;
 
@@ -17,23 +17,29 @@ use crate::sentinel::Sentinel;
 /// UIDs of the sentinels this process created or adopted, so that a sentinel is
 /// proven from the moment it exists, before the cluster cache shows the status write
 /// that records its UID. A UID in here is this lock-manager's whatever happened since
-/// (another leader, a restart only forgets); entries go after ten minutes.
+/// (another leader, a restart only forgets); entries go after ten minutes. Written in
+/// the foreground, remembered in the kit's ledger.
+/// Bounded by the sentinels created in ten minutes: one a lock taken.
 #[derive(Clone, Default)]
-pub struct Created(Arc<Mutex<HashMap<String, Instant>>>);
+pub struct Created(Arc<Mutex<Ledger<String, ()>>>);
 
 /// Longer than any cache lag: by then the status that records the UID is in the cache.
 const PROVEN_FOR: Duration = Duration::from_secs(600);
 
 impl Created {
     pub fn insert(&self, uid: &str) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, at| at.elapsed() < PROVEN_FOR);
-        map.insert(uid.to_owned(), Instant::now());
+        let mut ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = tokio::time::Instant::now();
+        ledger.retain(|_, _, stage| !stage.written_long_ago(now, PROVEN_FOR));
+        ledger.remember(uid.to_owned(), (), now);
     }
 
     pub fn contains(&self, uid: &str) -> bool {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(uid).is_some_and(|at| at.elapsed() < PROVEN_FOR)
+        let ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let old = |stage: &Stage| stage.written_long_ago(tokio::time::Instant::now(), PROVEN_FOR);
+        ledger
+            .get(&uid.to_owned())
+            .is_some_and(|(_, stage)| !old(stage))
     }
 }
 

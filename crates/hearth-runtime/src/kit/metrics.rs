@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tracing::{Instrument as _, Span};
 
-use super::Reason;
+use super::FailureReason;
 
 /// `reason`: an error's stable `reason()`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -127,7 +127,7 @@ impl ControllerMetrics {
     }
 
     /// Runs one reconcile inside `span`, timing and counting it.
-    pub async fn reconcile<T, E: Reason>(
+    pub async fn reconcile<T, E: FailureReason>(
         &self,
         span: Span,
         reconcile: impl Future<Output = Result<T, E>>,
@@ -170,7 +170,7 @@ mod tests {
     #[derive(Debug)]
     struct Failed;
 
-    impl Reason for Failed {
+    impl FailureReason for Failed {
         fn reason(&self) -> &'static str {
             "WriteStatusFailed"
         }

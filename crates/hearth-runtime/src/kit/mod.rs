@@ -20,28 +20,35 @@
 //! - Waiting for one's own write: [`Changes::wait_until`] with [`Cache::shows`], which
 //!   compares `resourceVersion`s for equality only.
 //! - Events: [`crate::events::Event`] and [`crate::events::Events::publish`].
+//! - Write-behind: [`Ledger`], keyed writes handed to the background (coalesced per key,
+//!   taken by priority, remembered until the cache shows them, bounded), and
+//!   [`WriteBehind`], the writers that drain it with the key's [`Backoff`].
 //! - Views ([`view_of!`](crate::view_of)): a cache holds what its controller reads of a
 //!   kind, as a type of its own.
 
 mod cache;
+mod failure_reason;
+mod ledger;
 mod metrics;
 mod queue;
-mod reason;
 mod runner;
 mod trigger;
 mod view;
 mod watch_backoff;
+mod write_behind;
 
 pub use cache::{
     Cache, CacheGone, ClusterKind, HandFeed, LIST_PAGE, MAX_DECODE_ERROR, Objects, ReportedOnce,
     WatchContext,
 };
+pub use failure_reason::FailureReason;
+pub use ledger::{Ledger, Outcome, Stage, Submitted};
 pub use metrics::{ControllerMetrics, KindLabel, ObjectGauges, ReasonLabel};
-pub use reason::Reason;
 pub use runner::{Next, RunTriggers, Runner};
 pub use trigger::{Backoff, Changes, RETRY_MAX, RETRY_MIN, Triggers, retry_delay};
 pub use view::identity;
 pub use watch_backoff::{CALM, WatchBackoff};
+pub use write_behind::{WriteBehind, Wrote};
 
 /// Writes one controller keeps in flight at once when many objects need one each (a
 /// batch of new clusters, flavors or statuses). This is what protects the apiserver:
@@ -50,19 +57,19 @@ pub use watch_backoff::{CALM, WatchBackoff};
 /// 1000 small writes takes a few dozen round trips instead of a thousand.
 pub const WRITES_IN_FLIGHT: usize = 32;
 
-/// Implements [`Reason`] for an error type with an inherent `reason()` method (kept
+/// Implements [`FailureReason`] for an error type with an inherent `reason()` method (kept
 /// inherent so that callers need no trait import), and optionally an inherent `retry()`.
 #[macro_export]
 macro_rules! impl_reason {
     ($error:ty) => {
-        impl $crate::kit::Reason for $error {
+        impl $crate::kit::FailureReason for $error {
             fn reason(&self) -> &'static str {
                 <$error>::reason(self)
             }
         }
     };
     ($error:ty, retry) => {
-        impl $crate::kit::Reason for $error {
+        impl $crate::kit::FailureReason for $error {
             fn reason(&self) -> &'static str {
                 <$error>::reason(self)
             }

@@ -13,7 +13,7 @@
 //! is logged once with its reason (and, where the controller asks, published as a
 //! Warning Event on the cluster) and retried after the cluster's [`Backoff`] delay (1 s
 //! doubling to a minute, per cluster: one broken cluster never slows the others), or
-//! only on the next change when retrying cannot help ([`Reason::retry`]).
+//! only on the next change when retrying cannot help ([`FailureReason::retry`]).
 
 use std::fmt::Display;
 use std::future::Future;
@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::queue::WorkQueue;
 use super::trigger::sleep_until;
-use super::{Backoff, Cache, ControllerMetrics, Objects, Reason};
+use super::{Backoff, Cache, ControllerMetrics, FailureReason, Objects};
 use crate::events::{Event, Events};
 
 /// What a reconcile asks for next.
@@ -80,7 +80,7 @@ impl Runner {
     }
 
     /// Publishes every failed reconcile as a Warning Event on its object (reason: the
-    /// error's [`Reason`], action `Reconcile`, note: the error).
+    /// error's [`FailureReason`], action `Reconcile`, note: the error).
     pub fn with_failure_events(mut self, events: Events) -> Self {
         self.events = Some(events);
         self
@@ -99,7 +99,7 @@ impl Runner {
         K: Resource + Clone + Send + Sync + 'static,
         K::DynamicType: Default + Eq + Hash + Clone,
         Ctx: Send + Sync + 'static,
-        E: Reason + Display + Send + 'static,
+        E: FailureReason + Display + Send + 'static,
         F: FnMut(Arc<DeserializeGuard<K>>, Arc<Ctx>) -> Fut,
         Fut: Future<Output = Result<Next, E>> + Send + 'static,
     {
@@ -185,7 +185,7 @@ impl Runner {
 
     /// One reconcile of `object`: in its span, counted, and what it asks for next
     /// (after a failure: the backoff delay, or the next change).
-    fn one<K: Resource, E: Reason + Display>(
+    fn one<K: Resource, E: FailureReason + Display>(
         self: Arc<Self>,
         object: Arc<DeserializeGuard<K>>,
         reconcile: impl Future<Output = Result<Next, E>>,
@@ -240,7 +240,7 @@ mod tests {
         Hopeless,
     }
 
-    impl Reason for Failure {
+    impl FailureReason for Failure {
         fn reason(&self) -> &'static str {
             "Failure"
         }

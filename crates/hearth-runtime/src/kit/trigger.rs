@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(doc)]
 use super::ControllerMetrics;
-use super::Reason;
+use super::FailureReason;
 
 /// Bumped on every change any watch delivers. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -130,7 +130,7 @@ impl Triggers {
     /// sweep is not a reconcile): see [`ControllerMetrics::reconcile`].
     pub async fn run<T, E, F, Fut>(mut self, mut reconcile: F)
     where
-        E: Reason + Display,
+        E: FailureReason + Display,
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {

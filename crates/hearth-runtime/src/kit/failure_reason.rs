@@ -2,7 +2,7 @@
 //! whether the kit retries it.
 
 /// An error with a stable, CamelCase reason: a metric label and an Event reason.
-pub trait Reason {
+pub trait FailureReason {
     fn reason(&self) -> &'static str;
 
     /// Whether retrying (after the backoff) may help; when not, the next change of the
@@ -13,7 +13,7 @@ pub trait Reason {
 }
 
 /// For loops that cannot fail (a sweep counts and logs its own errors).
-impl Reason for std::convert::Infallible {
+impl FailureReason for std::convert::Infallible {
     fn reason(&self) -> &'static str {
         match *self {}
     }
