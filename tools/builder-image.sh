@@ -35,11 +35,15 @@ mmdebstrap --quiet --variant=minbase --include=gcc,libc6-dev,ca-certificates \
     "deb $security bookworm-security main" </dev/null
 root=$work/root
 rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin
+# cargo in the builder fetches crates through whatever this machine's own trust store
+# admits (here, a proxy with its own CA); Debian's bundle alone would refuse it. The stand-in
+# is for this machine only: a registry's rust image brings its own.
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 mkdir -p "$root/usr/local/rust" "$root/usr/local/cargo"
 cp -a "$sysroot/bin" "$sysroot/lib" "$root/usr/local/rust/"
-# The Rust license texts travel with the toolchain.
-[ -d "$sysroot/share/doc" ] && mkdir -p "$root/usr/local/rust/share" \
-    && cp -a "$sysroot/share/doc" "$root/usr/local/rust/share/"
+# The Rust license and copyright texts travel with the toolchain, not its 800 MB of HTML.
+mkdir -p "$root/usr/local/rust/share"
+tar -C "$sysroot/share" --exclude=doc/rust/html -cf - doc | tar -C "$root/usr/local/rust/share" -xf -
 
 tar -C "$root" --numeric-owner -cf - . \
     | "${podman[@]}" import --quiet \
