@@ -86,6 +86,9 @@ container=$("${podman[@]}" create "$stage")
 "${podman[@]}" cp "$container:/out/." "$out/"
 "${podman[@]}" rm "$container" >/dev/null
 echo "$revision" >"$out/REVISION"
+# The builder stage holds the toolchain and the sources (with vfs, a full copy per layer):
+# nothing needs it once its binaries are out, and the next commit's sources make a new one.
+"${podman[@]}" rmi "$stage" >/dev/null
 
 for id in "${previous[@]}"; do
     if [ -z "$("${podman[@]}" image inspect --format '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ]; then
