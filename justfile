@@ -78,17 +78,21 @@ test:
         return "$rc"
     }
     phase lint just lint
-    phase tools just tools
+    # The images compile in their own builder stage (release, a cache of its own), so they
+    # need nothing of the phases below: they build alongside tools and build, whose Go
+    # module downloads and single-threaded links leave a core idle (so does the images'
+    # fat-LTO link). Their lines are printed when they are waited for, before release.
+    images_pid=""
     if command -v podman >/dev/null; then
-        phase images just images
-        # The image test runs them under chroot, which needs root.
-        if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
-        phase release just release
-        export HEARTH_E2E_REQUIRE_RELEASE=1
+        images_log=$(mktemp)
+        phase images just images >"$images_log" 2>&1 &
+        images_pid=$!
     else
         echo "phase images: skipped: podman is not installed (./dev installs it where it can)"
         echo "phase release: skipped: podman is not installed"
     fi
+    phase tools just tools
+    phase workflows just workflows
     # Every target at once, so cargo resolves features as `cargo test --workspace` does
     # (hearth-runtime's tests turn on tokio's test-util): the tests phase then compiles
     # nothing. Built for the binaries alone, everything on tokio was compiled twice, and a
@@ -102,6 +106,17 @@ test:
         echo "peers: ${HEARTH_PEERS_DIR:-../shared/peers} is not there: the tests that need the real Fournos or Python Hearth skip"
     fi
     phase build cargo build --workspace --all-targets
+    if [ -n "$images_pid" ]; then
+        images_rc=0
+        wait "$images_pid" || images_rc=$?
+        sed 's/^phase images: .*/& (alongside tools and build)/' "$images_log"
+        rm -f "$images_log"
+        [ "$images_rc" = 0 ] || exit "$images_rc"
+        # The image test runs them under chroot, which needs root.
+        if [ "$(id -u)" = 0 ]; then export HEARTH_E2E_REQUIRE_IMAGES=1; fi
+        phase release just release
+        export HEARTH_E2E_REQUIRE_RELEASE=1
+    fi
     HEARTH_E2E_BIN_DIR="$(e2e/tools/build.sh)"
     export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
     # Every test binary, three at a time (tools/tests.sh says why), then the doc tests.
@@ -122,9 +137,11 @@ test-kueue version:
     export HEARTH_E2E_BIN_DIR HEARTH_E2E_NO_BUILD=1
     HEARTH_TESTS="{{kueue_tests}}" tools/tests.sh
 
-# Built with podman from the release binaries built here (tools/images.sh; Containerfile
-# says why), onto HEARTH_BASE_IMAGE, by default a base made from Debian's archive
-# (tools/base-image.sh) where no registry is reachable. Prints each image's size.
+# Built with podman from Containerfile.discovery, .kueue and .lock, as a pipeline builds
+# them (a Rust builder stage, then the base and one binary; tools/images.sh), from
+# HEARTH_BUILDER_IMAGE and HEARTH_BASE_IMAGE, by default made from Debian's archive
+# (tools/builder-image.sh, tools/base-image.sh) where no registry is reachable. Prints
+# each image's size.
 # Build the three controller images, localhost/<binary>:<workspace version>.
 images:
     tools/images.sh
@@ -139,6 +156,15 @@ release:
 # Remake the Debian-made base image (e.g. for the archive's security updates).
 base-image:
     tools/base-image.sh
+
+# Remake the Debian-made Rust builder image (after a toolchain pin change).
+builder-image:
+    tools/builder-image.sh
+
+# actionlint is built from its pinned Go module with the other tools (e2e/tools/build.sh).
+# Check the GitHub Actions workflows (.github/workflows) with actionlint.
+workflows:
+    "$(e2e/tools/build.sh)/actionlint"
 
 # Run the end-to-end tests only.
 e2e: tools

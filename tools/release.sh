@@ -11,9 +11,9 @@
 # The version is the workspace's (Cargo.toml); tools/versions.sh refuses the release when
 # the chart, a crate, a binary's --version or an image's label says another.
 # The images are the ones `just images` built for this commit (their revision label is
-# HEAD's), and are built here only when they are not; the release binaries come from the
-# same cargo build as the images' (tools/release-binaries.sh), so after `just images`
-# nothing is compiled again.
+# HEAD's), and are built here only when they are not; kubectl-fournos comes from the same
+# cargo build as the images' binaries (their builder stage, which tools/images.sh writes
+# out to <target dir>/images), so nothing is compiled again.
 # HEARTH_RELEASE_URL: where the release page will serve the files (the krew manifest's
 # uri); HEARTH_HOMEPAGE: the project's page. Both default to placeholders.
 set -euo pipefail
@@ -45,7 +45,11 @@ if [ -n "$stale" ]; then
 else
     echo "release: reusing the images of $revision (just images)"
 fi
-release_dir=$(tools/release-binaries.sh)
+release_dir="$(tools/target-dir.sh)/images"
+if [ "$(cat "$release_dir/REVISION" 2>/dev/null)" != "$revision" ]; then
+    echo "release: $release_dir is not of revision $revision: building the images (tools/images.sh)"
+    tools/images.sh
+fi
 tools/versions.sh --binaries "$release_dir" --images >/dev/null
 
 host=$(rustc -vV | sed -n 's/^host: //p')

@@ -10,9 +10,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${HEARTH_E2E_CACHE:-$HOME/.cache/hearth-e2e}
-key=$(cat "$here/build.sh" "$here"/kube/go.mod "$here"/kube/go.sum "$here"/helm/go.mod "$here"/helm/go.sum \
-  "$here"/prometheus/go.mod "$here"/prometheus/go.sum "$here"/kueue-0.16/go.mod "$here"/kueue-0.16/go.sum \
-  | sha256sum | cut -c1-16)
+key=$(cat "$here/build.sh" "$here"/*/go.mod "$here"/*/go.sum | sha256sum | cut -c1-16)
 bin="$cache_root/$key/bin"
 # Kueue's version is chosen by HEARTH_E2E_KUEUE (e2e/src/kueue.rs): 0.19, the default,
 # pinned in ./kube, or 0.16 (the Red Hat build of Kueue's base), pinned in ./kueue-0.16
@@ -24,7 +22,7 @@ case ${HEARTH_E2E_KUEUE:-0.19} in
   0.16 | v0.16) kueue_dir=kueue-0.16 kueue=kueue-0.16 ;;
   *) echo "build.sh: HEARTH_E2E_KUEUE must be 0.16 or 0.19, not '$HEARTH_E2E_KUEUE'" >&2; exit 2 ;;
 esac
-want=(kube-apiserver kube-controller-manager etcd kubectl "$kueue" helm promtool)
+want=(kube-apiserver kube-controller-manager etcd kubectl "$kueue" helm promtool actionlint)
 
 crds="$cache_root/$key/$kueue-crds"
 webhooks="$cache_root/$key/$kueue-webhooks.yaml"
@@ -98,16 +96,24 @@ build() { # dir out pkg [ldflags] [tags]
   mv "$bin/$out.tmp" "$bin/$out"
   echo "built $out in $((SECONDS - t0))s" >&2
 }
-build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
-# Garbage collection, Deployments → ReplicaSets → Pods, Jobs and namespace deletion for
-# planes that ask for it (PlaneOptions::controller_manager); no kubelet runs the Pods.
-build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
-build kube etcd go.etcd.io/etcd/server/v3
-build kube kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
-# Both report a placeholder version (v0.0.0-main, v3.21) unless stamped.
-kueue_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kueue"{print $3; exit} $1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/$kueue_dir/go.mod")
+# Two chains at once: the Kubernetes module's binaries, and the other modules' (whose own
+# module downloads and single-threaded links then overlap the Kubernetes compile: on a new
+# machine the downloads alone took minutes). Within a chain the builds share compiled
+# packages through Go's build cache, so they stay one after the other.
+kube_chain() {
+  build kube kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$ldflags"
+  # Garbage collection, Deployments → ReplicaSets → Pods, Jobs and namespace deletion for
+  # planes that ask for it (PlaneOptions::controller_manager); no kubelet runs the Pods.
+  build kube kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$ldflags"
+  build kube etcd go.etcd.io/etcd/server/v3
+  build kube kubectl k8s.io/kubernetes/cmd/kubectl "$ldflags"
+  # Both report a placeholder version (v0.0.0-main, v3.21) unless stamped.
+  kueue_version=$(awk '$1=="require" && $2=="sigs.k8s.io/kueue"{print $3; exit} $1=="sigs.k8s.io/kueue"{print $2; exit}' "$here/$kueue_dir/go.mod")
+  build "$kueue_dir" "$kueue" sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
+}
+kube_chain &
+kube_pid=$!
 helm_version=$(awk '$1=="require" && $2=="helm.sh/helm/v3"{print $3; exit} $1=="helm.sh/helm/v3"{print $2; exit}' "$here/helm/go.mod")
-build "$kueue_dir" "$kueue" sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
 # promtool only checks and unit-tests rule files: `remove_all_sd` leaves out every
 # service-discovery plugin (the cloud SDKs), most of Prometheus's build.
@@ -116,6 +122,10 @@ prometheus_version=$(awk '$1=="require" && $2=="github.com/prometheus/prometheus
 promtool_version=$(echo "$prometheus_version" | sed -E 's/^v0\.([0-9])([0-9]+)\.([0-9]+).*/\1.\2.\3/')
 build prometheus promtool github.com/prometheus/prometheus/cmd/promtool \
   "-s -w -X github.com/prometheus/common/version.Version=$promtool_version" remove_all_sd
+actionlint_version=$(awk '$1=="require" && $2=="github.com/rhysd/actionlint"{print $3; exit} $1=="github.com/rhysd/actionlint"{print $2; exit}' "$here/actionlint/go.mod")
+build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
+  "-s -w -X github.com/rhysd/actionlint.version=$actionlint_version"
+wait "$kube_pid"
 # Kueue's CRDs and webhook configurations come from the same pinned module.
 components=$(cd "$here/$kueue_dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/config/components
 if [ ! -d "$crds" ]; then
