@@ -58,6 +58,10 @@ pub struct PlaneOptions {
     /// (`bench-results/2026-11-25/plane-start.md`) but changes what a plane does
     /// (namespaces finish deleting, owned objects are collected).
     pub controller_manager: bool,
+    /// Run Kueue without registering its admission webhooks. Only for the Python Hearth's
+    /// queue, which Kueue's webhook refuses (`e2e/tests/takeover_py.rs`,
+    /// `e2e/tests/migration.rs`); every other plane runs Kueue as users do, webhooks on.
+    pub without_kueue_webhooks: bool,
     /// Deadline for the whole plane to be ready.
     pub start_timeout: Duration,
     /// Deadline for each component (and each control request) inside the supervisor.
@@ -76,6 +80,7 @@ impl Default for PlaneOptions {
             fournos_cluster_crd: None,
             fournos: false,
             controller_manager: false,
+            without_kueue_webhooks: false,
             start_timeout: Duration::from_secs(300),
             component_timeout: Duration::from_secs(120),
         }
@@ -439,6 +444,9 @@ fn start_blocking(options: PlaneOptions) -> Result<ControlPlane> {
     }
     if options.controller_manager {
         command.arg("--controller-manager");
+    }
+    if options.without_kueue_webhooks {
+        command.arg("--without-kueue-webhooks");
     }
     let mut child = command
         .spawn()

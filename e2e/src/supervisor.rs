@@ -62,6 +62,8 @@ pub struct SupervisorOptions {
     /// Also run kube-controller-manager for the management cluster
     /// ([`crate::controller_manager`]); implied by `fournos`.
     pub controller_manager: bool,
+    /// Do not register Kueue's admission webhooks ([`crate::plane::PlaneOptions`] says when).
+    pub without_kueue_webhooks: bool,
     /// Read [`Command`]s from stdin and write [`Response`]s to stdout.
     pub control: bool,
     /// Stop everything when stdin reaches EOF (the owner of the pipe died).
@@ -714,13 +716,15 @@ async fn start_kueue(
         timeout,
     )
     .await?;
-    kueue::register_webhooks(
-        &client,
-        &opts.tools.kueue_webhooks,
-        kueue.webhook_addr,
-        &management.ca_pem,
-    )
-    .await?;
+    if !opts.without_kueue_webhooks {
+        kueue::register_webhooks(
+            &client,
+            &opts.tools.kueue_webhooks,
+            kueue.webhook_addr,
+            &management.ca_pem,
+        )
+        .await?;
+    }
     fixtures::install_base(&client, timeout).await?;
     Ok(kueue)
 }

@@ -110,6 +110,11 @@ async fn plane() -> Result<&'static ControlPlane> {
             // The garbage collector deletes the Workloads of sentinels that are gone
             // (the Fournos stand-in leaves them to it, as Fournos does).
             controller_manager: true,
+            // The legacy queue lists each entry's GPUs out of `coveredResources` order, as
+            // the Python controller wrote it where Kueue's webhook did not run; with the
+            // webhook on, that state cannot be written, and the takeover from it is what
+            // this test is about.
+            without_kueue_webhooks: true,
             ..options
         })
     })

@@ -47,7 +47,8 @@
 //!   assumed `mi300x`); the cordoned H100 node is counted, as assumed.
 //! - **Queue entries**: each updated entry lists the GPUs first, then
 //!   `fournos/cluster-slot`, then zeros backfilled for the resources other clusters
-//!   brought, out of `coveredResources` order (Kueue keeps the queue Active); the foreign
+//!   brought, out of `coveredResources` order (Kueue's controller keeps the queue Active;
+//!   its admission webhook refuses the write, so this plane runs Kueue without it); the foreign
 //!   entry gets zeros appended for every GPU resource. Quotas are integers (migration.rs
 //!   wrote strings and reversed one entry by hand). It needs the ClusterQueue pre-seeded
 //!   with a resource group.
@@ -131,6 +132,12 @@ async fn shared() -> Result<Option<&'static Shared>> {
                 fournos_cluster_crd: Some(hearth_py::crd_path(&py_source)),
                 // The controllers are started by the test, in its own scope.
                 hearth_bin_dir: None,
+                // The Python Hearth writes each queue entry GPUs first, out of
+                // `coveredResources` order: Kueue's webhook refuses that ("must match the
+                // name in coveredResources"), so against it the Python Hearth never
+                // publishes a GPU quota and there is nothing to take over. The state a
+                // takeover starts from is the one it reaches where Kueue does not check.
+                without_kueue_webhooks: true,
                 ..options
             })
             .await

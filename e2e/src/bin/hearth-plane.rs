@@ -84,6 +84,10 @@ struct PlaneArgs {
     /// namespaces, ServiceAccounts; no kubelet, so Pods stay Pending). Implied by --fournos.
     #[arg(long, env = "HEARTH_PLANE_CONTROLLER_MANAGER")]
     controller_manager: bool,
+    /// Do not register Kueue's admission webhooks (a peer that cannot work against them);
+    /// by default Kueue runs as users run it, webhooks on.
+    #[arg(long)]
+    without_kueue_webhooks: bool,
     /// Deadline for each component to become ready.
     #[arg(long, default_value_t = 120)]
     timeout_secs: u64,
@@ -166,6 +170,7 @@ async fn run(args: RunArgs) -> Result<()> {
         wait_for_pods_ready: args.plane.wait_for_pods_ready,
         fournos: args.plane.fournos,
         controller_manager: args.plane.controller_manager,
+        without_kueue_webhooks: args.plane.without_kueue_webhooks,
         fournos_cluster_crd: Some(
             args.plane
                 .fournos_cluster_crd
@@ -229,6 +234,9 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
     }
     if args.controller_manager {
         command.arg("--controller-manager");
+    }
+    if args.without_kueue_webhooks {
+        command.arg("--without-kueue-webhooks");
     }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.
