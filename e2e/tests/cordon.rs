@@ -13,18 +13,16 @@ use hearth_api::names::condition_types::SCHEDULABLE;
 use hearth_api::names::{CLUSTER_SLOT_RESOURCE, CORDON_TAINT_KEY};
 use hearth_e2e::downstream::{
     DEADLINE, gpu, onboard, schedulable, wait_admitted, wait_event, wait_pending, wait_reason,
-    wait_schedulable, workload_condition,
+    wait_schedulable,
 };
 use hearth_e2e::hearth::{self, Controller, PluginRun, run_plugin};
 use hearth_e2e::kueue::KueueVersion;
 use hearth_e2e::objects;
-use hearth_e2e::process::holds_for;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use std::time::Duration;
 
 /// `kubectl-fournos <args>` in the scope, as the plane's admin.
 async fn plugin(plane: &ControlPlane, scope: &Isolated, args: &[&str]) -> Result<PluginRun> {
@@ -199,24 +197,16 @@ async fn a_cordon_keeps_admitted_work_admits_nothing_new_and_counts_down_to_drai
     wait_schedulable(&k.clusters, &a, "Schedulable", None, &ks).await?;
     ensure!(!tainted(&k, &a).await?, "the taint is gone");
     if !kueue.retries_on_flavor_change() {
+        // Kueue before v0.18.6 does not retry a Workload on a flavor change (kueue#13734):
+        // whether the waiting one is admitted now depends on Kueue's other retries (a
+        // Workload leaving the queue, its own backoff), which CI showed to race with the
+        // uncordon. Neither outcome is Hearth's to promise, so neither is asserted.
         kueue.expecting(
             "cordon",
-            "the waiting Workload stays pending after the uncordon (Kueue before v0.18.6 \
-             does not retry on a flavor change, kueue#13734)",
+            "the uncordon lifts the taint and says Schedulable; whether the waiting Workload \
+             is admitted is up to Kueue's own retries (no retry on a flavor change before \
+             v0.18.6, kueue#13734): not checked",
         );
-        // Long enough for Kueue's scheduler to have taken it up again had it been told to.
-        holds_for(
-            "the waiting Workload pending",
-            Duration::from_secs(5),
-            || async {
-                let w = k.workloads.get("waiting").await?;
-                Ok(match workload_condition(&w, "QuotaReserved") {
-                    Some((s, _, m)) if s == "False" && m.contains(CORDON_TAINT_KEY) => Ok(()),
-                    other => Err(format!("{other:?}")),
-                })
-            },
-        )
-        .await?;
     }
     wait_event(&k.client, &scope.namespace, &a, "Uncordoned").await?;
     Ok(ks.stop_cleanly(plane).await?)
