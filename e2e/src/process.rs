@@ -484,11 +484,21 @@ mod tests {
 
     #[test]
     fn free_ports_are_outside_the_ephemeral_range_and_held_against_other_processes() {
-        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
-        let distinct: HashSet<u16> = ports.iter().copied().collect();
-        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
-        for port in ports {
-            assert!(PORTS.contains(&port), "{port}");
+        // Each port is bound as soon as it is handed out, as its user would: the lock
+        // keeps out the processes that ask here, not a process anywhere on the machine
+        // that binds this range on its own, so a later bind would test the machine.
+        let picked: Vec<(u16, TcpListener)> = (0..20)
+            .map(|_| {
+                let port = free_port().unwrap();
+                let listener = TcpListener::bind(("127.0.0.1", port))
+                    .unwrap_or_else(|e| panic!("{port} is handed out but not free: {e}"));
+                (port, listener)
+            })
+            .collect();
+        let distinct: HashSet<u16> = picked.iter().map(|(port, _)| *port).collect();
+        assert_eq!(distinct.len(), picked.len(), "{distinct:?}");
+        for (port, _listener) in &picked {
+            assert!(PORTS.contains(port), "{port}");
             // Another process opens the lock file anew: its flock is refused while this
             // process lives.
             let other = std::fs::File::open(
@@ -498,7 +508,6 @@ mod tests {
             )
             .unwrap();
             assert!(other.try_lock().is_err(), "{port} is not held");
-            TcpListener::bind(("127.0.0.1", port)).expect("still free to bind");
         }
     }
 

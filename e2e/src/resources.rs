@@ -75,7 +75,19 @@ pub async fn create_crds(client: &kube::Client, docs: Vec<Value>) -> Result<Vec<
     Ok(names)
 }
 
-/// Waits until every named CRD is `Established` (its API is served).
+/// Waits until every named CRD is `Established` and its objects are served from the
+/// apiserver's watch cache.
+///
+/// The apiserver builds a custom resource's watch cache on the first request for it, and
+/// lists go to etcd until that cache has made its own list. A controller that starts in
+/// that window lists from etcd, has its watch refused as too old once the cache is up
+/// (`too old resource version: N (N+1)`), and re-lists; on kube-apiserver 1.36 an object
+/// created in that window was once never delivered to it (CI, discovery_offboarding).
+/// Kubernetes' own integration tests prime the cache before they watch for the same
+/// reason. Here a streaming list (served by the watch cache only, and only once it is
+/// initialized) is run to its end for each CRD, so no Hearth controller, Kueue or peer
+/// starts against a cache still being built. Clusters people run have their CRDs long
+/// before any controller starts.
 pub async fn wait_established(
     client: &kube::Client,
     names: &[String],
@@ -83,22 +95,70 @@ pub async fn wait_established(
 ) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for name in names {
-        poll(&format!("CRD {name} established"), timeout, || async {
+        let crd = poll(&format!("CRD {name} established"), timeout, || async {
             let crd = api
                 .get(name)
                 .await
                 .context(|| format!("reading CRD {name}"))?;
             let established = crd
                 .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            Ok(established.then_some(()))
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            Ok(established.then_some(crd))
         })
         .await?;
+        prime_watch_cache(client, &crd, timeout).await?;
     }
     Ok(())
+}
+
+/// Runs one streaming list of `crd`'s storage version to its end (see [`wait_established`]).
+async fn prime_watch_cache(
+    client: &kube::Client,
+    crd: &CustomResourceDefinition,
+    timeout: Duration,
+) -> Result<()> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let Some(version) = crd.spec.versions.iter().find(|v| v.storage) else {
+        return Err(PlaneError::Invalid(format!(
+            "CRD {name} has no storage version"
+        )));
+    };
+    let resource = kube::discovery::ApiResource {
+        group: crd.spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", crd.spec.group, version.name),
+        kind: crd.spec.names.kind.clone(),
+        plural: crd.spec.names.plural.clone(),
+    };
+    let objects: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut stream = std::pin::pin!(
+        watcher::watcher(objects, watcher::Config::default().streaming_lists()).default_backoff()
+    );
+    let done = tokio::time::timeout(timeout, async {
+        // Errors (the cache not ready yet: 429, 410) are retried after a backoff.
+        while let Some(event) = stream.next().await {
+            if let Ok(watcher::Event::InitDone) = event {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    match done {
+        Ok(true) => Ok(()),
+        _ => Err(PlaneError::Timeout {
+            what: format!("the watch cache of CRD {name}"),
+            secs: timeout.as_secs(),
+            log: None,
+        }),
+    }
 }
 
 /// The API for an object given as JSON (`apiVersion`, `kind`, `metadata.namespace`),
