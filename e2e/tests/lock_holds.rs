@@ -4,9 +4,10 @@
 //!
 //! - `Held` only in the cluster's queue, on its flavor, with every slot: when kueue-sync
 //!   moves the cluster to another flavor or raises its slots, the lock says so.
-//! - A Fournos user who changes that Workload while it waits for quota (to one slot, or
-//!   pinned to another cluster): never `locked=true`; it is replaced by one that asks for
-//!   every slot of the cluster, and the lock is held once the cluster is free.
+//! - A Fournos user who changes that Workload while it waits for quota (to one slot,
+//!   pinned to another cluster, moved to another team's LocalQueue or to none): never
+//!   `locked=true`; it is replaced by one that asks for every slot of the cluster in the
+//!   cluster's queue, and the lock is held once the cluster is free.
 //! - A lock nobody made with Hearth is named among the cluster's slot holders.
 //!
 //! A scenario that applies to both sentinel kinds has one body and two tests: `…_workload`
@@ -25,13 +26,15 @@ use hearth_api::fournosjob::{FournosJob, FournosJobSpec};
 use hearth_api::kueue::{Workload, pinned_cluster, requested_slots};
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, lock_sentinel_name};
 use hearth_api::reasons::LockedReason;
+use hearth_e2e::fixtures::{cluster_queue, local_queue, wait_cluster_queue_reconciled};
 use hearth_e2e::fournos_lab::ModeLab;
 use hearth_e2e::invariants::{workload_condition_false, workload_is};
 use hearth_e2e::lab::{
     DEADLINE, LockLab, Mode, SLOTS, is_held, lock_state, locked, reason_is, says_locked,
 };
-use hearth_e2e::objects::slot_workload;
+use hearth_e2e::objects::{KUEUE_API_VERSION, slot_workload};
 use hearth_e2e::process::until;
+use hearth_e2e::resources::apply;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -158,6 +161,12 @@ enum Change {
     ToOneSlot,
     /// Its pod set pinned to another cluster (free): admitted there, with every slot.
     Elsewhere,
+    /// Its `spec.queueName` set to another team's LocalQueue in the namespace, whose
+    /// ClusterQueue has room: admitted there, holding nothing of the cluster.
+    OtherQueue,
+    /// Its `spec.queueName` set to a LocalQueue that does not exist: never admitted,
+    /// so the lock would wait for good.
+    NoQueue,
 }
 
 impl Change {
@@ -166,12 +175,20 @@ impl Change {
         match self {
             Change::ToOneSlot => "cut",
             Change::Elsewhere => "moved",
+            Change::OtherQueue => "requeued",
+            Change::NoQueue => "unqueued",
         }
     }
 }
 
-/// The merge patch that makes `change` to `w`, pinned elsewhere to `elsewhere`.
-fn changed(w: &Workload, change: Change, elsewhere: &str) -> Result<Value> {
+/// The merge patch that makes `change` to `w`, pinned elsewhere to `elsewhere`, or
+/// queued in `side_queue`.
+fn changed(w: &Workload, change: Change, elsewhere: &str, side_queue: &str) -> Result<Value> {
+    match change {
+        Change::OtherQueue => return Ok(json!({ "spec": { "queueName": side_queue } })),
+        Change::NoQueue => return Ok(json!({ "spec": { "queueName": "no-such-queue" } })),
+        Change::ToOneSlot | Change::Elsewhere => {}
+    }
     let mut pod_sets = serde_json::to_value(&w.spec.pod_sets)?;
     let spec = &mut pod_sets[0]["template"]["spec"];
     match change {
@@ -187,6 +204,7 @@ fn changed(w: &Workload, change: Change, elsewhere: &str) -> Result<Value> {
             }
         }
         Change::Elsewhere => spec["nodeSelector"][CLUSTER_NODE_LABEL] = elsewhere.into(),
+        Change::OtherQueue | Change::NoQueue => unreachable!("patched above"),
     }
     Ok(json!({ "spec": { "podSets": pod_sets } }))
 }
@@ -211,6 +229,53 @@ async fn a_lock_workload_moved_to_another_cluster_is_replaced_fournosjob() -> Re
     a_lock_workload_changed_while_it_waits_is_replaced(Mode::FournosJob, Change::Elsewhere).await
 }
 
+#[tokio::test]
+async fn a_lock_workload_moved_to_another_queue_is_replaced_workload() -> Result<()> {
+    a_lock_workload_changed_while_it_waits_is_replaced(Mode::Workload, Change::OtherQueue).await
+}
+
+#[tokio::test]
+async fn a_lock_workload_moved_to_another_queue_is_replaced_fournosjob() -> Result<()> {
+    a_lock_workload_changed_while_it_waits_is_replaced(Mode::FournosJob, Change::OtherQueue).await
+}
+
+#[tokio::test]
+async fn a_lock_workload_moved_to_no_queue_is_replaced_workload() -> Result<()> {
+    a_lock_workload_changed_while_it_waits_is_replaced(Mode::Workload, Change::NoQueue).await
+}
+
+#[tokio::test]
+async fn a_lock_workload_moved_to_no_queue_is_replaced_fournosjob() -> Result<()> {
+    a_lock_workload_changed_while_it_waits_is_replaced(Mode::FournosJob, Change::NoQueue).await
+}
+
+/// Another team's LocalQueue in the execution namespace, made by an admin: its
+/// ClusterQueue has a flavor of `cluster`'s node label with room for a whole lock, so a
+/// Workload moved there is admitted at once. Returns the LocalQueue's name.
+async fn side_queue(lab: &LockLab, cluster: &str) -> Result<String> {
+    let name = format!("{}-side", lab.scope.cluster_queue);
+    let flavor = json!({
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": { "name": name },
+        "spec": { "nodeLabels": { CLUSTER_NODE_LABEL: cluster } },
+    });
+    let mut queue = cluster_queue(&name);
+    queue["spec"]["resourceGroups"] = json!([{
+        "coveredResources": [CLUSTER_SLOT_RESOURCE],
+        "flavors": [{
+            "name": name,
+            "resources": [{ "name": CLUSTER_SLOT_RESOURCE, "nominalQuota": (SLOTS * 10).to_string() }],
+        }],
+    }]);
+    let local = local_queue(&lab.scope.execution_namespace, &name, &name);
+    for object in [flavor, queue, local] {
+        apply(&lab.client, &object).await?;
+    }
+    wait_cluster_queue_reconciled(&lab.client, &name, DEADLINE).await?;
+    Ok(name)
+}
+
 /// carol's one-slot job runs on the cluster, so alice's lock waits; a Fournos user makes
 /// `change` to the Workload that is to hold it (the sentinel, or the Workload Fournos made
 /// of it), and Kueue admits that Workload as changed. The cluster never says
@@ -229,6 +294,7 @@ async fn a_lock_workload_changed_while_it_waits_is_replaced(
         Api::namespaced(lab.fournos_user().await?, &lab.scope.execution_namespace);
     let c = lab.cluster("changed").await?;
     let elsewhere = lab.cluster("elsewhere").await?;
+    let side = side_queue(&lab, &c).await?;
     let _lm = lab.lock_manager().await?;
     lab.running_job("carol", &c, 1).await?;
     lab.set_spec(&c, json!({ "owner": "alice" })).await?;
@@ -243,7 +309,7 @@ async fn a_lock_workload_changed_while_it_waits_is_replaced(
         .patch(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(changed(&waiting, change, &elsewhere)?),
+            &Patch::Merge(changed(&waiting, change, &elsewhere, &side)?),
         )
         .await?;
 
@@ -266,7 +332,8 @@ async fn a_lock_workload_changed_while_it_waits_is_replaced(
                         && uids != first
                         && w.uid() != waiting.uid()
                         && requested_slots(&w) == Some(SLOTS)
-                        && pinned_cluster(&w) == Some(c.as_str()) =>
+                        && pinned_cluster(&w) == Some(c.as_str())
+                        && w.spec.queue_name.as_deref() == Some(&lab.scope.local_queue) =>
                 {
                     Ok(())
                 }

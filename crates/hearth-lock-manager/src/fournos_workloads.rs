@@ -154,6 +154,8 @@ pub fn observe_workload(w: &Workload) -> LockWorkloadView {
         pinned: pinned_cluster(w).map(str::to_owned),
         slots,
         cluster_queue,
+        queue: w.spec.queue_name.clone(),
+        generation: w.metadata.generation,
         slot_flavor,
         admitted,
         evicted: is_true(w, workload_conditions::EVICTED),

@@ -51,7 +51,7 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
         .sentinels
         .store()
         .state_filter(|s| cluster_of(s) == Some(name.as_str()));
-    let expect = Expect::of(&status);
+    let expect = Expect::of(&status).queued_in(&ctx.writer.config.local_queue_name);
     let recorded = status.lock_job_uid.as_deref();
     let ours = |uid: &str| recorded == Some(uid) || ctx.writer.created.contains(uid);
     let views: Vec<_> = observed

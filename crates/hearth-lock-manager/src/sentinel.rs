@@ -98,8 +98,9 @@ pub trait Sentinel:
     fn state(&self, expect: &Expect<'_>) -> SentinelState;
 
     /// Why this object is not a sentinel lock-manager would have built for `cluster`
-    /// (someone changed it, or made it), or `None` when it is one.
-    fn shape_problem(&self, cluster: &str) -> Option<String>;
+    /// (someone changed it, or made it), or `None` when it is one. `local_queue`, when
+    /// given, is the LocalQueue a sentinel lock-manager submits itself must be in.
+    fn shape_problem(&self, cluster: &str, local_queue: Option<&str>) -> Option<String>;
 
     /// For a FournosJob sentinel, what the state machine ([`crate::state`]) needs of it.
     fn job_view(&self) -> Option<JobView> {
@@ -142,7 +143,7 @@ pub fn observe<K: Sentinel>(
         && sentinel
             .0
             .as_ref()
-            .is_ok_and(|s| s.shape_problem(cluster).is_none());
+            .is_ok_and(|s| s.shape_problem(cluster, expect.local_queue).is_none());
     if meta.deletion_timestamp.is_some() {
         let owner = sentinel.0.as_ref().ok().and_then(Sentinel::owner);
         return SentinelView {
@@ -186,7 +187,7 @@ pub fn is_legacy<K: Sentinel>(sentinel: &K, cluster: &str) -> bool {
     get(CLUSTER_LOCK_LABEL).is_some_and(|c| c == cluster)
         && get(MANAGED_BY_LABEL).is_none()
         && get(CLUSTER_NAMESPACE_LABEL).is_none()
-        && sentinel.shape_problem(cluster).is_none()
+        && sentinel.shape_problem(cluster, None).is_none()
 }
 
 fn labels(spec: &SentinelSpec<'_>) -> BTreeMap<String, String> {
@@ -212,7 +213,7 @@ impl Sentinel for FournosJob {
 
     /// A lock is a `lockOnly` job for this cluster: Fournos then requests all of its
     /// slots and runs nothing. An exclusive job that runs work is no lock.
-    fn shape_problem(&self, cluster: &str) -> Option<String> {
+    fn shape_problem(&self, cluster: &str, _local_queue: Option<&str>) -> Option<String> {
         if self.spec.lock_only != Some(true) {
             return Some("it is not a lockOnly FournosJob".to_owned());
         }
@@ -379,12 +380,21 @@ impl Sentinel for Workload {
         SentinelState::Waiting(message)
     }
 
-    /// A lock is one pod set pinned to the cluster requesting its slots.
-    fn shape_problem(&self, cluster: &str) -> Option<String> {
+    /// A lock is one pod set pinned to the cluster requesting its slots, in the
+    /// LocalQueue lock-manager submits it to: a Fournos user may move a waiting
+    /// Workload to another queue (Kueue allows it until quota is reserved), where it is
+    /// admitted against another ClusterQueue and holds nothing of the cluster.
+    fn shape_problem(&self, cluster: &str, local_queue: Option<&str>) -> Option<String> {
         if pinned_cluster(self) != Some(cluster) {
             return Some(format!(
                 "its first pod set is not pinned to {CLUSTER_NODE_LABEL}={cluster}"
             ));
+        }
+        if let Some(want) = local_queue.filter(|q| self.spec.queue_name.as_deref() != Some(*q)) {
+            return Some(match &self.spec.queue_name {
+                Some(q) => format!("it is in LocalQueue {}, not {want}", bounded(q, MAX_QUOTED)),
+                None => format!("it names no LocalQueue (lock-manager submits to {want})"),
+            });
         }
         requested_slots(self)
             .is_none()
@@ -744,6 +754,7 @@ mod tests {
             cluster_queue: Some("fournos-queue"),
             flavor: Some("a"),
             slots: Some(100),
+            local_queue: None,
         };
         assert_eq!(
             admitted_on("fournos-queue", "a", 100).state(&expect),
@@ -770,12 +781,24 @@ mod tests {
 
     #[test]
     fn only_a_sentinel_shaped_as_built_can_be_proven() {
-        assert_eq!(FournosJob::build(&spec(None)).shape_problem("a"), None);
-        assert_eq!(Workload::build(&spec(None)).shape_problem("a"), None);
-        assert!(FournosJob::build(&spec(None)).shape_problem("b").is_some());
+        assert_eq!(
+            FournosJob::build(&spec(None)).shape_problem("a", None),
+            None
+        );
+        assert_eq!(Workload::build(&spec(None)).shape_problem("a", None), None);
+        assert!(
+            FournosJob::build(&spec(None))
+                .shape_problem("b", None)
+                .is_some()
+        );
         let mut exclusive = FournosJob::build(&spec(None));
         exclusive.spec.lock_only = Some(false);
-        assert!(exclusive.shape_problem("a").unwrap().contains("lockOnly"));
+        assert!(
+            exclusive
+                .shape_problem("a", None)
+                .unwrap()
+                .contains("lockOnly")
+        );
         let mut unpinned = Workload::build(&spec(None));
         unpinned.spec.pod_sets[0]
             .template
@@ -783,7 +806,26 @@ mod tests {
             .as_mut()
             .unwrap()
             .node_selector = None;
-        assert!(unpinned.shape_problem("a").is_some());
+        assert!(unpinned.shape_problem("a", None).is_some());
+        // A Workload moved to another LocalQueue while it waited is not the one built.
+        let built = Workload::build(&spec(None));
+        let queue = built.spec.queue_name.clone().unwrap();
+        assert_eq!(built.shape_problem("a", Some(&queue)), None);
+        let mut moved = built.clone();
+        moved.spec.queue_name = Some("side-queue".into());
+        assert!(
+            moved
+                .shape_problem("a", Some(&queue))
+                .unwrap()
+                .contains("LocalQueue side-queue, not")
+        );
+        moved.spec.queue_name = None;
+        assert!(moved.shape_problem("a", Some(&queue)).is_some());
+        assert_eq!(
+            moved.shape_problem("a", None),
+            None,
+            "unchecked without a queue"
+        );
         // A UID lock-manager knows does not make a changed object a sentinel it trusts,
         // but it is still its own (to replace).
         exclusive.metadata.uid = Some("u1".into());

@@ -126,6 +126,15 @@ pub enum Change {
     Pinned { to: Option<String> },
     /// Kueue admitted it with fewer slots than Fournos asks and the cluster has.
     Slots { holds: i64 },
+    /// Admitted in another ClusterQueue or on another flavor after someone changed its
+    /// spec: moved to LocalQueue `to` (Fournos never changes a Workload it made).
+    Queue { to: Option<String> },
+    /// Not admitted, and its spec changed since Fournos made it (`generation` > 1);
+    /// `queue`: the LocalQueue it is in now.
+    Spec {
+        generation: i64,
+        queue: Option<String>,
+    },
 }
 
 /// A create the apply step could not make: the state it leads to instead.
@@ -446,7 +455,15 @@ fn with_sentinel(
             let expect = (cluster.name, &expect);
             held_by_fournos(lock, sentinel, job, f.workloads, expect, now)
         }
-        (Standing::Waiting(why), Some((_, job))) => {
+        (Standing::Waiting(why), Some((f, job))) => {
+            if let Some(lost) = changed_while_waiting(job, f.workloads) {
+                return LockState::WorkloadLost {
+                    lock,
+                    sentinel,
+                    phase: job.phase.clone(),
+                    lost,
+                };
+            }
             let waiting = Waiting {
                 why: why.clone(),
                 until_uncordon: cluster.cordoned,
@@ -642,10 +659,11 @@ fn proven_holds(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Res
 /// How an admitted Workload differs from the one Fournos made, if it does. Replacing the
 /// sentinel mends such a Workload, which is why it is not `WrongFlavor` or
 /// `FournosTooFew` (said of a Workload as Fournos made it, which a new sentinel would get
-/// again): without this, a Fournos user who cut a waiting lock's Workload to one slot, or
-/// pinned it to another cluster, left the lock refused for good, its status telling
-/// people to set a slot count the cluster already had or to check flavors, and the
-/// moved Workload holding another cluster until the owner unlocked.
+/// again): without this, a Fournos user who cut a waiting lock's Workload to one slot,
+/// pinned it to another cluster or moved it to another LocalQueue, left the lock refused
+/// for good, its status telling people to set a slot count the cluster already had or to
+/// check flavors, and the moved Workload holding quota elsewhere until the owner
+/// unlocked.
 fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<Change> {
     if w.pinned.as_deref() != Some(cluster) {
         return Some(Change::Pinned {
@@ -653,10 +671,46 @@ fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<C
         });
     }
     let fewest = FOURNOS_EXCLUSIVE_SLOTS.min(expect.slots.unwrap_or(FOURNOS_EXCLUSIVE_SLOTS));
-    match w.slots {
-        Some(holds) if holds < fewest => Some(Change::Slots { holds }),
-        _ => None,
+    if let Some(holds) = w.slots.filter(|holds| *holds < fewest) {
+        return Some(Change::Slots { holds });
     }
+    // Fournos creates a Workload and never updates it, so a spec at generation 2 or more
+    // was changed by someone else; admitted elsewhere after that, it was moved to another
+    // LocalQueue. One admitted elsewhere as Fournos made it is how the install is set up
+    // (`WrongFlavor`), which a new one would repeat.
+    let moved = w.generation.is_some_and(|g| g > 1)
+        && expect
+            .misplaced(
+                w.cluster_queue.as_deref().unwrap_or_default(),
+                w.slot_flavor.as_deref(),
+            )
+            .is_some();
+    moved.then(|| Change::Queue {
+        to: w.queue.clone(),
+    })
+}
+
+/// Whether the Workload Fournos made for a waiting `fournosjob` sentinel was changed
+/// since: Fournos creates a Workload and never updates it, so a spec at generation 2 or
+/// more was changed by someone else, and a new sentinel is the way back to the one
+/// Fournos makes. Without this, a Workload moved to a LocalQueue where it is never
+/// admitted kept the lock waiting for good. Only a Workload proven to be Fournos's for
+/// this job ([`doubt`]) counts, and one Kueue reserved quota for is judged on admission.
+fn changed_while_waiting(job: &JobView, workloads: &[LockWorkloadView]) -> Option<Lost> {
+    let w = workloads
+        .iter()
+        .find(|w| w.name == job.name && !w.deleting && !w.holds_quota && !w.finished)?;
+    let generation = w.generation.filter(|g| *g > 1)?;
+    if doubt(w, job).is_some() {
+        return None;
+    }
+    Some(Lost::Changed {
+        workload: w.name.clone(),
+        change: Change::Spec {
+            generation,
+            queue: w.queue.clone(),
+        },
+    })
 }
 
 /// What Fournos and the cluster say of a `fournosjob` sentinel not admitted yet.

@@ -53,7 +53,7 @@ pub fn orphans<K: Sentinel>(
                 shaped: s
                     .0
                     .as_ref()
-                    .is_ok_and(|s| !cluster.is_empty() && s.shape_problem(cluster).is_none()),
+                    .is_ok_and(|s| !cluster.is_empty() && s.shape_problem(cluster, None).is_none()),
             })
         })
         .collect();

@@ -112,6 +112,10 @@ pub struct LockWorkloadView {
     pub slots: Option<i64>,
     /// Admitted in this ClusterQueue (`status.admission`).
     pub cluster_queue: Option<String>,
+    /// `spec.queueName`: the LocalQueue it is submitted to.
+    pub queue: Option<String>,
+    /// `metadata.generation`: 1 until someone changes its spec (Fournos never does).
+    pub generation: Option<i64>,
     /// The flavor its `fournos/cluster-slot` was admitted on.
     pub slot_flavor: Option<String>,
     pub admitted: bool,
@@ -127,12 +131,15 @@ pub struct LockWorkloadView {
 
 /// What a sentinel of a cluster must hold to lock it: all of the cluster's slots, in the
 /// cluster's ClusterQueue, on the cluster's own ResourceFlavor (from `status.kueue`;
-/// unknown parts are not checked).
+/// unknown parts are not checked), and, for a `workload` sentinel, submitted to the
+/// LocalQueue lock-manager submits to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Expect<'a> {
     pub cluster_queue: Option<&'a str>,
     pub flavor: Option<&'a str>,
     pub slots: Option<i64>,
+    /// `HEARTH_LOCAL_QUEUE_NAME`, where the controller knows it.
+    pub local_queue: Option<&'a str>,
 }
 
 impl<'a> Expect<'a> {
@@ -142,6 +149,15 @@ impl<'a> Expect<'a> {
             cluster_queue: kueue.map(|k| k.cluster_queue.as_str()),
             flavor: kueue.map(|k| k.flavor.as_str()),
             slots: kueue.map(|k| k.cluster_slots).filter(|s| *s > 0),
+            local_queue: None,
+        }
+    }
+
+    /// This, with the LocalQueue `workload` sentinels are submitted to.
+    pub fn queued_in(self, local_queue: &'a str) -> Self {
+        Self {
+            local_queue: Some(local_queue),
+            ..self
         }
     }
 

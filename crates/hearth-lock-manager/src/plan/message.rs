@@ -359,6 +359,19 @@ fn change_text(change: &Change) -> String {
         Change::Slots { holds } => format!(
             "Kueue admitted it with {holds} {CLUSTER_SLOT_RESOURCE}, and Fournos asks {FOURNOS_EXCLUSIVE_SLOTS} for a lock"
         ),
+        Change::Queue { to: Some(to) } => format!(
+            "it was moved to LocalQueue {} and admitted there",
+            bounded(to, MAX_QUOTED)
+        ),
+        Change::Queue { to: None } => {
+            "its spec.queueName was removed and it was admitted elsewhere".to_owned()
+        }
+        Change::Spec { generation, queue } => format!(
+            "its spec was changed after Fournos made it (generation {generation}; it is in LocalQueue {})",
+            queue
+                .as_deref()
+                .map_or_else(|| "none".to_owned(), |q| bounded(q, MAX_QUOTED))
+        ),
     }
 }
 

@@ -445,6 +445,15 @@ fn a_workload_changed_from_what_fournos_made_is_replaced() {
                 ..workload("u1", true)
             },
         ),
+        (
+            100,
+            LockWorkloadView {
+                queue: Some("side".into()),
+                generation: Some(2),
+                cluster_queue: Some("side-cq".into()),
+                ..workload("u1", true)
+            },
+        ),
     ] {
         let a = alice(slots, admitted(), std::slice::from_ref(&change));
         assert!(!a.status.locked, "{change:?}");
@@ -492,6 +501,37 @@ fn a_workload_changed_from_what_fournos_made_is_replaced() {
     let a = alice(100, admitted(), &[foreign_flavor]);
     assert_eq!(reason(&a), LockedReason::WrongFlavor.as_str());
     assert_eq!(a.actions, vec![]);
+    // In another ClusterQueue as Fournos made it (generation 1): how Fournos's queue is
+    // set up, kept and said; after a change to its spec: moved, and replaced.
+    let other_queue = LockWorkloadView {
+        queue: Some("team-q".into()),
+        generation: Some(1),
+        cluster_queue: Some("team-cq".into()),
+        ..workload("u1", true)
+    };
+    let a = alice(100, admitted(), std::slice::from_ref(&other_queue));
+    assert_eq!(reason(&a), LockedReason::WrongFlavor.as_str());
+    assert_eq!(a.actions, vec![]);
+    let moved = LockWorkloadView {
+        generation: Some(2),
+        ..other_queue
+    };
+    let a = alice(100, admitted(), &[moved]);
+    assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
+    assert!(
+        message(&a).contains("moved to LocalQueue team-q and admitted there"),
+        "{}",
+        message(&a)
+    );
+    // A change that leaves it where Fournos put it is no move.
+    let relabelled = LockWorkloadView {
+        generation: Some(3),
+        ..workload("u1", true)
+    };
+    assert_eq!(
+        reason(&alice(100, admitted(), &[relabelled])),
+        LockedReason::Held.as_str()
+    );
 }
 
 #[test]
@@ -504,6 +544,46 @@ fn fewer_slots_than_the_cluster_has_is_not_a_lock() {
     assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
     let a = alice(50, job("u1", Some("Pending")), &[workload("u1", false)]);
     assert!(message(&a).contains("can never admit"), "{}", message(&a));
+}
+
+/// Attack: a Fournos user moves a waiting lock's Workload to a LocalQueue where it is
+/// never admitted (or changes it in any way): Fournos never updates a Workload it made, so
+/// the sentinel is replaced at once instead of waiting there for good.
+#[test]
+fn a_waiting_workload_changed_since_fournos_made_it_is_replaced() {
+    let pending = || job("u1", Some("Pending"));
+    let a = alice(100, pending(), &[workload("u1", false)]);
+    assert_eq!(reason(&a), LockedReason::WaitingForAdmission.as_str());
+    let moved = LockWorkloadView {
+        generation: Some(2),
+        queue: Some("nowhere".into()),
+        ..workload("u1", false)
+    };
+    let a = alice(100, pending(), std::slice::from_ref(&moved));
+    assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
+    assert_eq!(
+        a.actions,
+        vec![LockAction::DeleteSentinel { name: JOB.into() }]
+    );
+    assert!(
+        message(&a).contains("generation 2; it is in LocalQueue nowhere"),
+        "{}",
+        message(&a)
+    );
+    // Not proven to be Fournos's for this job: not acted on.
+    let foreign = LockWorkloadView {
+        owner_uid: Some("u0".into()),
+        ..moved.clone()
+    };
+    let a = alice(100, pending(), &[foreign]);
+    assert_eq!(reason(&a), LockedReason::WaitingForAdmission.as_str());
+    // Quota reserved: judged on admission (where it is, what it holds).
+    let reserved = LockWorkloadView {
+        holds_quota: true,
+        ..moved
+    };
+    let a = alice(100, pending(), &[reserved]);
+    assert_eq!(reason(&a), LockedReason::WaitingForAdmission.as_str());
 }
 
 #[test]
