@@ -19,6 +19,7 @@ use hearth_api::names::{
 };
 use hearth_api::{FournosCluster, FournosClusterSpec};
 use hearth_runtime::events::Event;
+use hearth_runtime::kit::answer::{is_conflict, is_gone_or_replaced};
 use hearth_runtime::kit::{
     Ledger, MAX_DECODE_ERROR, Triggers, WRITES_IN_FLIGHT, WriteBehind, Wrote,
 };
@@ -465,7 +466,7 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
                 .publish_in_background(created.object_ref(&()), event);
             Ok(())
         }
-        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) if is_conflict(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("create", false);
             Err(Error::Create {
@@ -505,7 +506,7 @@ async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
             Ok(())
         }
         // Gone already, or replaced by a new cluster of the same name (uid mismatch).
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(error) if is_gone_or_replaced(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("delete", false);
             Err(Error::Delete {

@@ -24,10 +24,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DeserializeGuard;
 
 use crate::cached::CachedCluster;
-use crate::error::{Error, is_conflict, is_not_found};
+use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::plan::ClusterSync;
 use crate::writeback::{EventSpec, status_patch};
+use hearth_runtime::kit::answer::{is_conflict, is_gone_or_replaced};
 
 /// What kueue-sync writes with, in its own namespace.
 #[derive(Clone)]
@@ -125,7 +126,7 @@ impl Writer {
                 tracing::info!(flavor = %name, "deleted ResourceFlavor");
                 Ok(())
             }
-            Err(error) if is_not_found(&error) || is_conflict(&error) => {
+            Err(error) if is_gone_or_replaced(&error) => {
                 tracing::debug!(flavor = %name, %error, "ResourceFlavor changed or gone before its delete");
                 Ok(())
             }

@@ -84,16 +84,6 @@ impl Error {
     }
 }
 
-/// Whether `error` is the API server's 409 Conflict (a stale `resourceVersion`).
-pub(crate) fn is_conflict(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 409)
-}
-
-/// Whether `error` is the API server's 404 Not Found.
-pub(crate) fn is_not_found(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == 404)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,8 +143,6 @@ mod tests {
                 "{reason}"
             );
         }
-        assert!(is_conflict(&kube_error()));
-        assert!(!is_not_found(&kube_error()));
         assert!(errors[6].to_string().contains("a, b"), "{}", errors[6]);
     }
 }

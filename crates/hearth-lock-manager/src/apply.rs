@@ -31,13 +31,14 @@ use kube::core::{ApiResource, DeserializeGuard, GroupVersionKind};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::error::{Error, is_status};
+use crate::error::Error;
 use crate::metrics::LockMetrics;
 use crate::plan::{LockAction, LockPlan, LockStatus};
 use crate::sentinel::{Priority, Sentinel, SentinelSpec, is_legacy};
 use crate::state::{LockState, Refusal, Taken};
 use crate::status::{became_held, status_patch, transition_events};
 use crate::writer::Writer;
+use hearth_runtime::kit::answer::{is_conflict, is_gone_or_replaced, is_not_found};
 
 /// What became of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,11 +113,11 @@ async fn expire<K: Sentinel>(
             ctx.metrics.expired.inc();
             Ok(None)
         }
-        Err(e) if is_status(&e, 409) => {
+        Err(e) if is_conflict(&e) => {
             tracing::info!(%owner, "the cluster changed while its lock expired; planning again");
             Ok(Some(Applied::Conflict))
         }
-        Err(e) if is_status(&e, 404) => Ok(Some(Applied::Done)),
+        Err(e) if is_not_found(&e) => Ok(Some(Applied::Done)),
         Err(e) => Err(Error::ClearOwner(e)),
     }
 }
@@ -328,7 +329,7 @@ pub async fn adopt_legacy<K: Sentinel>(
     {
         Ok(_) => {}
         // Changed or gone meanwhile: the next reconcile looks again.
-        Err(e) if is_status(&e, 409) || is_status(&e, 404) => return Ok(false),
+        Err(e) if is_gone_or_replaced(&e) => return Ok(false),
         Err(source) => {
             return Err(Error::AdoptSentinel {
                 name: name.to_owned(),
@@ -422,7 +423,7 @@ async fn delete_sentinel<K: Sentinel>(
             tracing::info!(sentinel = name, "sentinel deleted");
             Ok(())
         }
-        Err(e) if is_status(&e, 404) || is_status(&e, 409) => Ok(()),
+        Err(e) if is_gone_or_replaced(&e) => Ok(()),
         Err(source) => Err(Error::DeleteSentinel {
             name: name.to_owned(),
             source,
@@ -473,7 +474,7 @@ async fn create_sentinel<K: Sentinel>(
             ctx.metrics.wrote("sentinel_create");
             created.uid().unwrap_or_default()
         }
-        Err(e) if is_status(&e, 409) => {
+        Err(e) if is_conflict(&e) => {
             return holder_of(ctx, cluster, name).await.map(Creation::Exists);
         }
         Err(source) => {

@@ -1,6 +1,8 @@
 //! Why a reconcile or a sweep failed. Each variant has a stable [`Error::reason`],
 //! used as the Event reason and the metric label.
 
+pub use hearth_runtime::kit::answer::brief;
+
 /// A failed step of reconciling a cluster's lock.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -90,20 +92,6 @@ impl Error {
             Self::CacheGone => "CacheGone",
         }
     }
-}
-
-/// An API error as a person reads it: the apiserver's own message, without the
-/// debug dump of its Status.
-pub fn brief(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => format!("{} ({})", status.message, status.code),
-        other => other.to_string(),
-    }
-}
-
-/// Whether `error` is the API answering `code`.
-pub fn is_status(error: &kube::Error, code: u16) -> bool {
-    matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
 #[cfg(test)]

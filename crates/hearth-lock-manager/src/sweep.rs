@@ -22,8 +22,8 @@ use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt};
 
 use crate::context::Context;
-use crate::error::is_status;
 use crate::sentinel::{Sentinel, cluster_of};
+use hearth_runtime::kit::answer::is_gone_or_replaced;
 
 /// A sentinel to delete: no FournosCluster of its label's name exists.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,7 +149,7 @@ async fn sweep_once<K: Sentinel>(ctx: &Context<K>) {
                 );
             }
             // Gone already, or replaced by a newer namesake: nothing to do.
-            Err(e) if is_status(&e, 404) || is_status(&e, 409) => {}
+            Err(e) if is_gone_or_replaced(&e) => {}
             Err(error) => {
                 ctx.writer.metrics.error("SentinelDeleteFailed");
                 tracing::warn!(%error, sentinel = %orphan.name, "cannot delete an orphaned sentinel");

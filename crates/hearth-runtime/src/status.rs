@@ -37,6 +37,8 @@
 //! Whichever controller writes first repairs it; the others then find nothing to repair.
 
 use kube::api::{Api, Patch, PatchParams};
+
+use crate::kit::answer::{is_conflict, is_not_found};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -199,14 +201,6 @@ where
         Err(e) if is_conflict(&e) => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 /// Whether the apiserver refused a write for duplicate entries of a keyed list.

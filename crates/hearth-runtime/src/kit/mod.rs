@@ -23,9 +23,12 @@
 //! - Write-behind: [`Ledger`], keyed writes handed to the background (coalesced per key,
 //!   taken by priority, remembered until the cache shows them, bounded), and
 //!   [`WriteBehind`], the writers that drain it with the key's [`Backoff`].
+//! - Answers ([`answer`]): what a 404 or 409 means, and the delete that has nothing
+//!   left to do ([`answer::is_gone_or_replaced`]).
 //! - Views ([`view_of!`](crate::view_of)): a cache holds what its controller reads of a
 //!   kind, as a type of its own.
 
+pub mod answer;
 mod cache;
 mod failure_reason;
 mod ledger;
