@@ -124,7 +124,7 @@ test:
 
 # The e2e files of quota, locks, cordon, pools and the real Fournos: the ones run on every
 # Kueue version (docs/support.md).
-kueue_tests := "kueue_sync kueue_sync_places lock_manager lock_holds lock_trust cordon pools fournos_real fournos_attacks fournos_cordon"
+kueue_tests := "kueue_sync kueue_sync_places lock_manager lock_holds lock_trust cordon pools fournos_real fournos_attacks fournos_cordon kueue_facts"
 
 # Run the Kueue-version tests on Kueue VERSION (0.16 or 0.19; HEARTH_E2E_KUEUE), webhooks on.
 test-kueue version:
