@@ -7,16 +7,20 @@
 //! spec's strings are kept within the CRD's limits whatever an object stored before the
 //! CRD set them holds. At 1000
 //! clusters this is a third of what the trimmed `FournosCluster` took
-//! (bench-results/2026-11-26/MEMORY.md).
+//! (bench-results/2026-11-26/MEMORY.md). Also what those fields say: who holds the
+//! cluster's lock ([`lock_holder`]) and whether it was made from a Secret
+//! ([`is_auto_discovered`]).
+
+use std::collections::BTreeMap;
 
 use hearth_api::cluster::{MAX_KUBECONFIG_SECRET_CHARS, MAX_OWNER_CHARS};
 use hearth_api::conditions::retain_types;
+use hearth_api::names::AUTO_DISCOVERED_LABEL;
 use hearth_api::names::condition_types::{GPU_DISCOVERED, KUBECONFIG_VALID};
 use hearth_api::text::capped;
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::onboarding::ObservedCluster;
+use kube::core::DeserializeGuard;
 
 /// A FournosCluster as discovery's cache holds it. It serializes as stored only in
 /// `metadata` and `status` (what the legacy-conditions repair of
@@ -55,7 +59,7 @@ impl From<FournosCluster> for CachedCluster {
             status,
         } = cluster;
         Self {
-            auto_discovered: ObservedCluster::is_auto_discovered(metadata.labels.as_ref()),
+            auto_discovered: is_auto_discovered(metadata.labels.as_ref()),
             metadata: hearth_runtime::kit::identity(metadata),
             // Within the CRD's limits, with one character more for an object stored
             // before it set them: enough to tell that it is too long.
@@ -76,6 +80,32 @@ hearth_runtime::view_of!(CachedCluster, FournosCluster);
 
 /// The view keeps only what discovery reads when it is made.
 impl hearth_runtime::kit::ClusterKind for CachedCluster {}
+
+/// A cached FournosCluster as the watch delivers it: the view, or why it does not decode.
+pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
+
+/// Whether `labels` mark a cluster as created from a Secret.
+pub fn is_auto_discovered(labels: Option<&BTreeMap<String, String>>) -> bool {
+    labels
+        .and_then(|l| l.get(AUTO_DISCOVERED_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// Who holds a cluster's lock: `spec.owner`, else (lock-manager still says locked, e.g.
+/// while it releases) `status.lockOwner`; `None` when it is not locked.
+pub fn lock_holder(cluster: &CachedCluster) -> Option<String> {
+    let status = cluster.status.as_ref();
+    let non_empty = |s: Option<&String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    non_empty(cluster.spec.owner.as_ref()).or_else(|| {
+        status
+            .and_then(|s| s.locked)
+            .filter(|&locked| locked)
+            .map(|_| {
+                non_empty(status.and_then(|s| s.lock_owner.as_ref()))
+                    .unwrap_or_else(|| "an unknown owner".to_owned())
+            })
+    })
+}
 
 /// Discovery's fields of `status`, with `locked` and `lockOwner` (a locked cluster's
 /// offboarding is held back). Condition lists keep no spare room.
@@ -198,5 +228,55 @@ mod tests {
         let invalid =
             serde_json::json!({"metadata": {"name": "a"}, "spec": {"kubeconfigSecret": 7}});
         assert!(serde_json::from_value::<CachedCluster>(invalid).is_err());
+    }
+
+    #[test]
+    fn auto_discovered_label_must_be_true() {
+        let labels = |v: &str| BTreeMap::from([(AUTO_DISCOVERED_LABEL.to_owned(), v.to_owned())]);
+        assert!(is_auto_discovered(Some(&labels("true"))));
+        assert!(!is_auto_discovered(Some(&labels("false"))));
+        assert!(!is_auto_discovered(None));
+    }
+
+    fn hearth_cluster(
+        owner: Option<&str>,
+        locked: Option<bool>,
+        lock_owner: Option<&str>,
+    ) -> CachedCluster {
+        let mut c = FournosCluster::new(
+            "a",
+            FournosClusterSpec {
+                kubeconfig_secret: "kubeconfig-a".into(),
+                owner: owner.map(str::to_owned),
+                ..Default::default()
+            },
+        );
+        c.status = Some(FournosClusterStatus {
+            locked,
+            lock_owner: lock_owner.map(str::to_owned),
+            ..Default::default()
+        });
+        c.into()
+    }
+
+    #[test]
+    fn a_cluster_is_locked_by_its_owner_or_while_lock_manager_says_so() {
+        assert_eq!(
+            lock_holder(&hearth_cluster(Some("bob"), None, None)).as_deref(),
+            Some("bob")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(None, Some(true), Some("carol"))).as_deref(),
+            Some("carol")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(Some(" "), Some(true), None)).as_deref(),
+            Some("an unknown owner")
+        );
+        assert_eq!(
+            lock_holder(&hearth_cluster(None, Some(false), Some("carol"))),
+            None
+        );
+        assert_eq!(lock_holder(&hearth_cluster(Some("  "), None, None)), None);
     }
 }

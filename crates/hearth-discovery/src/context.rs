@@ -11,18 +11,15 @@ use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
 use hearth_runtime::kit::{Cache, Changes};
 use kube::api::Api;
-use kube::core::DeserializeGuard;
 
 use crate::cluster_cache::CachedCluster;
 use crate::config::DiscoveryConfig;
 use crate::memory::{Cached, Memory, Written};
 use crate::metrics::Metrics;
-use crate::onboarding::SecretPattern;
+use crate::observe::sweep_fingerprint;
 use crate::probe::ProbeSettings;
-use crate::secret::CachedSecret;
-
-pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
-pub(crate) type SecretObject = DeserializeGuard<CachedSecret>;
+use crate::secret::{CachedSecret, SecretObject};
+use crate::secret_pattern::SecretPattern;
 
 /// Discovery's settings, resolved from the command line.
 #[derive(Debug, Clone)]
@@ -78,7 +75,7 @@ pub(crate) struct Context {
     pub changes: Changes,
     memory: Mutex<Memory>,
     /// What the sweep read of each cached cluster when its last event came (a hash of
-    /// [`crate::sweep::observe_cluster`]), by name.
+    /// [`crate::observe::observe_cluster`]), by name.
     swept: Mutex<HashMap<String, u64>>,
     /// The Secret this replica created each cluster from, by cluster uid, until the
     /// cluster is gone: its first status write records it even if the Secret went in
@@ -221,7 +218,7 @@ impl Context {
                 memory.forget_delivered(&cached_view(cluster, &delivered));
             }
         }
-        let seen = cached.as_deref().map(crate::sweep::sweep_fingerprint);
+        let seen = cached.as_deref().map(sweep_fingerprint);
         let mut swept = self
             .swept
             .lock()

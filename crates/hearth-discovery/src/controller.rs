@@ -39,18 +39,7 @@ const SECRET_LIST_PAGE: u32 = 5;
 /// Runs discovery until shutdown.
 pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     let settings = Settings::new(&config, rt.namespace(), rt.reconcile_interval());
-    tracing::info!(
-        namespace = %settings.namespace,
-        secrets_namespace = %settings.secrets_namespace,
-        pattern = settings.pattern.as_str(),
-        default_interval_sec = settings.default_interval.as_secs(),
-        timeout_sec = settings.probe.timeout.as_secs(),
-        pages_at_once = settings.pages_at_once,
-        reconciles_at_once = RECONCILES_AT_ONCE,
-        failure_threshold = settings.failure_threshold,
-        offboard_locked_grace_sec = settings.offboard_locked_grace.as_secs(),
-        "discovery settings"
-    );
+    log_settings(&settings);
     let metrics = {
         let mut registry = rt.metrics().registry();
         Metrics::register(&mut registry)
@@ -123,6 +112,22 @@ pub async fn run(rt: Runtime, config: DiscoveryConfig) {
     let sweeps = crate::sweep::run(ctx.clone());
     let forget = forget_writes_when_leadership_moves(ctx.clone());
     tokio::join!(reconciles, sweeps, forget);
+}
+
+/// The settings discovery runs with, once at start.
+fn log_settings(settings: &Settings) {
+    tracing::info!(
+        namespace = %settings.namespace,
+        secrets_namespace = %settings.secrets_namespace,
+        pattern = settings.pattern.as_str(),
+        default_interval_sec = settings.default_interval.as_secs(),
+        timeout_sec = settings.probe.timeout.as_secs(),
+        pages_at_once = settings.pages_at_once,
+        reconciles_at_once = RECONCILES_AT_ONCE,
+        failure_threshold = settings.failure_threshold,
+        offboard_locked_grace_sec = settings.offboard_locked_grace.as_secs(),
+        "discovery settings"
+    );
 }
 
 /// While this replica stood by, the leader wrote statuses this one never saw written:

@@ -32,7 +32,7 @@ use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR, OWNER
 use hearth_api::text::plain_or_quoted;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::config::CLUSTER_PLACEHOLDER;
+use crate::secret_pattern::SecretPattern;
 use crate::source::source_kept;
 
 /// Longest cluster name: it becomes a label value (`fournos.dev/cluster: <cluster>`) on
@@ -42,47 +42,6 @@ pub const MAX_CLUSTER_NAME: usize = 63;
 const MAX_QUOTED: usize = 80;
 /// What a name may hold besides ASCII letters and digits and still be shown bare.
 const NAME_PUNCTUATION: &[char] = &['-', '.', '_'];
-
-/// The Secret name pattern, split around `{cluster}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SecretPattern {
-    pattern: String,
-    prefix: String,
-    suffix: String,
-}
-
-impl SecretPattern {
-    /// `None` unless `pattern` holds `{cluster}` exactly once.
-    pub fn new(pattern: &str) -> Option<Self> {
-        if pattern.matches(CLUSTER_PLACEHOLDER).count() != 1 {
-            return None;
-        }
-        let (prefix, suffix) = pattern.split_once(CLUSTER_PLACEHOLDER)?;
-        Some(Self {
-            pattern: pattern.to_owned(),
-            prefix: prefix.to_owned(),
-            suffix: suffix.to_owned(),
-        })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.pattern
-    }
-
-    /// The `{cluster}` part of a Secret name, if the name matches (and the part is not
-    /// empty). Whether that part is a valid cluster name is another question.
-    pub fn cluster_name<'a>(&self, secret: &'a str) -> Option<&'a str> {
-        secret
-            .strip_prefix(&self.prefix)?
-            .strip_suffix(&self.suffix)
-            .filter(|c| !c.is_empty())
-    }
-
-    /// The name of `cluster`'s Secret.
-    pub fn secret_name(&self, cluster: &str) -> String {
-        format!("{}{cluster}{}", self.prefix, self.suffix)
-    }
-}
 
 /// Whether `name` can be a cluster name: a DNS-1123 label (lower-case letters, digits
 /// and `-`, starting and ending with a letter or digit, at most 63 characters), as a
@@ -114,7 +73,7 @@ pub struct ObservedCluster {
     pub source_secret: Option<String>,
     /// Has a deletion timestamp.
     pub deleting: bool,
-    /// Who holds its lock, if it is locked (see [`lock_holder`]).
+    /// Who holds its lock, if it is locked (see [`crate::cluster_cache::lock_holder`]).
     pub lock_holder: Option<String>,
     /// `status.secretMissingSince`.
     pub secret_missing_since: Option<Timestamp>,
@@ -122,15 +81,6 @@ pub struct ObservedCluster {
     pub owner: Option<String>,
     /// `spec.hardware` is set (a legacy field a person can write).
     pub spec_hardware: bool,
-}
-
-impl ObservedCluster {
-    /// Whether `labels` mark a cluster as created from a Secret.
-    pub fn is_auto_discovered(labels: Option<&BTreeMap<String, String>>) -> bool {
-        labels
-            .and_then(|l| l.get(AUTO_DISCOVERED_LABEL))
-            .is_some_and(|v| v == "true")
-    }
 }
 
 /// A FournosCluster to create.
@@ -248,22 +198,6 @@ pub struct PlanSettings<'a> {
     pub now: Timestamp,
     /// How long a locked cluster outlives its Secret.
     pub locked_grace: Duration,
-}
-
-/// Who holds a cluster's lock: `spec.owner`, else (lock-manager still says locked, e.g.
-/// while it releases) `status.lockOwner`; `None` when it is not locked.
-pub fn lock_holder(cluster: &crate::cluster_cache::CachedCluster) -> Option<String> {
-    let status = cluster.status.as_ref();
-    let non_empty = |s: Option<&String>| s.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    non_empty(cluster.spec.owner.as_ref()).or_else(|| {
-        status
-            .and_then(|s| s.locked)
-            .filter(|&locked| locked)
-            .map(|_| {
-                non_empty(status.and_then(|s| s.lock_owner.as_ref()))
-                    .unwrap_or_else(|| "an unknown owner".to_owned())
-            })
-    })
 }
 
 /// When a locked cluster whose Secret went at `since` is offboarded.

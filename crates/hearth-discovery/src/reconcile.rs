@@ -11,22 +11,20 @@ use std::time::Duration;
 
 use hearth_api::names::controllers::DISCOVERY;
 use hearth_api::{DiscoveryStatus, FournosClusterStatus};
-
-use crate::cluster_cache::CachedCluster;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::Next;
 use hearth_runtime::status::apply_status;
 use jiff::Timestamp;
 use kube::{Resource as _, ResourceExt as _};
 
-use crate::context::{ClusterObject, Context, SecretObject};
+use crate::cluster_cache::{CachedCluster, ClusterObject, lock_holder};
+use crate::context::Context;
 use crate::credentials::Expiry;
 use crate::error::Error;
 use crate::memory::Written;
-use crate::onboarding::lock_holder;
 use crate::probe::probe;
 use crate::schedule::{DueInput, Known, ProbeDue, probe_due, probe_interval, until_due};
-use crate::secret::{SecretKubeconfig, fingerprint};
+use crate::secret::{SecretKubeconfig, SecretObject, fingerprint};
 use crate::source::{Source, SourceInput, plan_source, status_behind};
 use crate::status::{OffboardHold, PlanInput, ProbeOutcome, StatusDiff, diff_status, plan_status};
 use hearth_api::conditions::find;

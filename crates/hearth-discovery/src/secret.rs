@@ -10,12 +10,12 @@ use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use hearth_api::names::{ALLOWED_CLUSTERS_ANNOTATION, KUBECONFIG_SECRET_KEY};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::onboarding::SecretPattern;
+use kube::core::DeserializeGuard;
 
 use crate::credentials::{Expiry, credentials_expiry};
 use crate::kubeconfig::{KubeconfigError, ValidatedKubeconfig, validate};
 use crate::schedule::SecretView;
+use crate::secret_pattern::SecretPattern;
 
 /// What a Secret holds for discovery.
 #[derive(Debug, Clone)]
@@ -156,6 +156,10 @@ impl From<Secret> for CachedSecret {
 }
 
 hearth_runtime::view_of!(CachedSecret, Secret);
+
+/// A cached kubeconfig Secret as the watch delivers it: the view, or why it does not
+/// decode.
+pub(crate) type SecretObject = DeserializeGuard<CachedSecret>;
 
 #[cfg(test)]
 mod tests {

@@ -34,7 +34,7 @@ use hearth_api::names::{AUTO_DISCOVERED_LABEL, KUBECONFIG_SECRET_SELECTOR};
 use hearth_api::reasons::KubeconfigValidReason;
 use hearth_api::text::quoted;
 
-use crate::onboarding::SecretPattern;
+use crate::secret_pattern::SecretPattern;
 
 /// Longest name (a user-written `spec.kubeconfigSecret`) quoted in a message.
 const MAX_NAME_CHARS: usize = 253;

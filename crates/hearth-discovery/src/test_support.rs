@@ -1,7 +1,8 @@
 //! Builders for test objects, in one place: certificates (generated, never committed),
-//! kubeconfigs, JWTs and Nodes.
+//! kubeconfigs, JWTs, Nodes and cached clusters.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
@@ -9,6 +10,8 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
+
+use crate::cluster_cache::{CachedCluster, ClusterObject};
 
 /// A generated certificate and its private key, both PEM.
 pub struct TestCert {
@@ -164,4 +167,13 @@ impl NodeBuilder {
             }),
         }
     }
+}
+
+/// A decoded cached cluster `c-<uid>` of uid `uid` at version `rv`.
+pub fn cached_cluster(uid: &str, rv: &str) -> Arc<ClusterObject> {
+    let mut cluster = CachedCluster::default();
+    cluster.metadata.name = Some(format!("c-{uid}"));
+    cluster.metadata.uid = Some(uid.to_owned());
+    cluster.metadata.resource_version = Some(rv.to_owned());
+    Arc::new(kube::core::DeserializeGuard(Ok(cluster)))
 }

@@ -66,25 +66,6 @@ fn problems(plan: &OnboardingPlan) -> Vec<(&str, SecretProblem)> {
 }
 
 #[test]
-fn patterns_split_around_the_placeholder() {
-    let p = pattern();
-    assert_eq!(p.cluster_name("kubeconfig-a100"), Some("a100"));
-    assert_eq!(p.cluster_name("kubeconfig-"), None);
-    assert_eq!(p.cluster_name("kubeconfig"), None);
-    assert_eq!(p.cluster_name("other-a100"), None);
-    assert_eq!(p.secret_name("a100"), "kubeconfig-a100");
-    let p = SecretPattern::new("{cluster}-kubeconfig").unwrap();
-    assert_eq!(p.cluster_name("a100-kubeconfig"), Some("a100"));
-    assert_eq!(p.cluster_name("kubeconfig-a100"), None);
-    let p = SecretPattern::new("kc-{cluster}-v1").unwrap();
-    assert_eq!(p.cluster_name("kc-x-v1"), Some("x"));
-    assert_eq!(p.cluster_name("kc--v1"), None);
-    assert_eq!(p.secret_name("x"), "kc-x-v1");
-    assert!(SecretPattern::new("kubeconfig").is_none());
-    assert!(SecretPattern::new("{cluster}{cluster}").is_none());
-}
-
-#[test]
 fn cluster_names_are_dns_labels() {
     for good in ["a", "a100", "gpu-cluster-1", "0abc", &"a".repeat(63)] {
         assert!(is_valid_cluster_name(good), "{good}");
@@ -312,14 +293,6 @@ fn owner_annotation_is_trimmed() {
     assert_eq!(owner_from(None), None);
 }
 
-#[test]
-fn auto_discovered_label_must_be_true() {
-    let labels = |v: &str| BTreeMap::from([(AUTO_DISCOVERED_LABEL.to_owned(), v.to_owned())]);
-    assert!(ObservedCluster::is_auto_discovered(Some(&labels("true"))));
-    assert!(!ObservedCluster::is_auto_discovered(Some(&labels("false"))));
-    assert!(!ObservedCluster::is_auto_discovered(None));
-}
-
 fn locked(mut c: ObservedCluster, since: Option<i64>) -> ObservedCluster {
     c.lock_holder = Some("alice".into());
     c.secret_missing_since = since.map(at);
@@ -397,48 +370,6 @@ fn a_zero_grace_offboards_a_locked_cluster_once_the_loss_is_recorded() {
         },
     );
     assert_eq!(p.delete.len(), 1);
-}
-
-fn hearth_cluster(
-    owner: Option<&str>,
-    locked: Option<bool>,
-    lock_owner: Option<&str>,
-) -> crate::cluster_cache::CachedCluster {
-    let mut c = hearth_api::FournosCluster::new(
-        "a",
-        hearth_api::FournosClusterSpec {
-            kubeconfig_secret: "kubeconfig-a".into(),
-            owner: owner.map(str::to_owned),
-            ..Default::default()
-        },
-    );
-    c.status = Some(hearth_api::FournosClusterStatus {
-        locked,
-        lock_owner: lock_owner.map(str::to_owned),
-        ..Default::default()
-    });
-    c.into()
-}
-
-#[test]
-fn a_cluster_is_locked_by_its_owner_or_while_lock_manager_says_so() {
-    assert_eq!(
-        lock_holder(&hearth_cluster(Some("bob"), None, None)).as_deref(),
-        Some("bob")
-    );
-    assert_eq!(
-        lock_holder(&hearth_cluster(None, Some(true), Some("carol"))).as_deref(),
-        Some("carol")
-    );
-    assert_eq!(
-        lock_holder(&hearth_cluster(Some(" "), Some(true), None)).as_deref(),
-        Some("an unknown owner")
-    );
-    assert_eq!(
-        lock_holder(&hearth_cluster(None, Some(false), Some("carol"))),
-        None
-    );
-    assert_eq!(lock_holder(&hearth_cluster(Some("  "), None, None)), None);
 }
 
 #[test]
