@@ -17,20 +17,23 @@
 //!   before all four are: with a partial view the plan would sweep live flavors.
 //! - Only the lease holder writes; every replica watches.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
+use hearth_api::kueue::{ClusterQueue, Workload};
 use hearth_runtime::Runtime;
-use hearth_runtime::kit::{Cache, CacheGone, ReportedOnce, Triggers, WatchContext};
+use hearth_runtime::kit::{Cache, CacheGone, Objects, ReportedOnce, Triggers, WatchContext};
 use kube::api::Api;
 use kube::runtime::watcher;
-use std::sync::Mutex;
 
 use crate::apply::Writer;
+use crate::cached::{CachedCluster, CachedFlavor};
 use crate::config::KueueSyncConfig;
 use crate::context::{Caches, Context};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::new_flavors::NewFlavors;
+use crate::plan::PlanSettings;
 use crate::snapshot::Stores;
 use crate::statuses::Statuses;
 
@@ -43,54 +46,10 @@ pub const DEBOUNCE: Duration = Duration::ZERO;
 pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
     let settings = config.plan_settings(rt.namespace());
     let metrics = Metrics::register(&mut rt.metrics().registry());
-    let client = rt.client();
     let watch = WatchContext::new(&metrics.controller);
-    // The plan reads no label of a cluster but the pool labels.
-    let pool_keys = settings.pool_label_keys.clone();
-    let (clusters, cluster_objects) = watch.fournos_clusters_trimmed(&rt, move |cluster| {
-        crate::cached::CachedCluster::keep_labels(cluster, &pool_keys);
-    });
-    let (queues, queue_objects) = Cache::watch(
-        "ClusterQueue",
-        Api::all(client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={}", settings.cluster_queue)),
-        rt.readiness().gate("clusterqueue"),
-        &watch,
-    );
-    let (flavors, flavor_objects) = Cache::watch(
-        "ResourceFlavor",
-        Api::all(client.clone()),
-        watcher::Config::default(),
-        rt.readiness().gate("resourceflavors"),
-        &watch,
-    );
-    // The execution namespace's Workloads (where Fournos submits), trimmed to what the
-    // cordon count reads: how many are still admitted on a cordoned cluster's flavor.
-    // Those of other namespaces are not Hearth's to hold in memory.
-    let (workloads, workload_objects) = Cache::watch_trimmed(
-        "Workload",
-        Api::namespaced(client.clone(), &config.execution_namespace),
-        watcher::Config::default(),
-        rt.readiness().gate("workloads"),
-        &watch,
-        crate::workloads::trim,
-    );
-    let watches = tokio::spawn(async move {
-        tokio::join!(
-            Cache::drive(cluster_objects),
-            Cache::drive(queue_objects),
-            Cache::drive(flavor_objects),
-            Cache::drive(workload_objects),
-        );
-    });
-    let _abort_watches = AbortOnDrop(watches);
+    let (caches, feeds) = watch_caches(&rt, &config, &settings, &watch);
+    let _abort_watches = feeds.drive();
 
-    let caches = Caches {
-        clusters,
-        queues,
-        flavors,
-        workloads,
-    };
     let shutdown = rt.shutdown();
     tokio::select! {
         () = shutdown.cancelled() => return Ok(()),
@@ -102,6 +61,115 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         "caches synced; reconciling"
     );
 
+    let context = context(&rt, settings, caches, &watch, &metrics);
+    Triggers {
+        changes: watch.changes.subscribe(),
+        leader: rt.leader(),
+        resync: rt.reconcile_interval(),
+        debounce: DEBOUNCE,
+        shutdown,
+    }
+    .run(|| reconcile_in_span(&context, &metrics))
+    .await;
+    Ok(())
+}
+
+/// The four cached watches, each behind its readiness gate, and the streams that feed
+/// them.
+fn watch_caches(
+    rt: &Runtime,
+    config: &KueueSyncConfig,
+    settings: &PlanSettings,
+    watch: &WatchContext,
+) -> (Caches, Feeds) {
+    let client = rt.client();
+    // The plan reads no label of a cluster but the pool labels.
+    let pool_keys = settings.pool_label_keys.clone();
+    let (clusters, cluster_objects) = watch.fournos_clusters_trimmed(rt, move |cluster| {
+        CachedCluster::keep_labels(cluster, &pool_keys);
+    });
+    let (queues, queue_objects) = Cache::watch(
+        "ClusterQueue",
+        Api::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", settings.cluster_queue)),
+        rt.readiness().gate("clusterqueue"),
+        watch,
+    );
+    let (flavors, flavor_objects) = Cache::watch(
+        "ResourceFlavor",
+        Api::all(client.clone()),
+        watcher::Config::default(),
+        rt.readiness().gate("resourceflavors"),
+        watch,
+    );
+    // The execution namespace's Workloads (where Fournos submits), trimmed to what the
+    // cordon count reads: how many are still admitted on a cordoned cluster's flavor.
+    // Those of other namespaces are not Hearth's to hold in memory.
+    let (workloads, workload_objects) = Cache::watch_trimmed(
+        "Workload",
+        Api::namespaced(client, &config.execution_namespace),
+        watcher::Config::default(),
+        rt.readiness().gate("workloads"),
+        watch,
+        crate::workloads::trim,
+    );
+    let caches = Caches {
+        clusters,
+        queues,
+        flavors,
+        workloads,
+    };
+    let feeds = Feeds {
+        clusters: cluster_objects,
+        queues: queue_objects,
+        flavors: flavor_objects,
+        workloads: workload_objects,
+    };
+    (caches, feeds)
+}
+
+/// What the four watches deliver: each cache is filled only while its stream is polled.
+struct Feeds {
+    clusters: Objects<CachedCluster>,
+    queues: Objects<ClusterQueue>,
+    flavors: Objects<CachedFlavor>,
+    workloads: Objects<Workload>,
+}
+
+impl Feeds {
+    /// Polls the four streams in a task of their own, until the guard is dropped.
+    fn drive(self) -> AbortOnDrop {
+        AbortOnDrop(tokio::spawn(async move {
+            tokio::join!(
+                Cache::drive(self.clusters),
+                Cache::drive(self.queues),
+                Cache::drive(self.flavors),
+                Cache::drive(self.workloads),
+            );
+        }))
+    }
+}
+
+/// Waits for every cache to be filled (each opens its readiness gate).
+async fn caches_synced(caches: &Caches) -> Result<(), CacheGone> {
+    tokio::try_join!(
+        caches.clusters.synced(),
+        caches.queues.synced(),
+        caches.flavors.synced(),
+        caches.workloads.synced(),
+    )
+    .map(drop)
+}
+
+/// What every reconcile shares, over the filled caches: the writer and its background
+/// writers (cluster statuses, new flavors), the snapshot's stores.
+fn context(
+    rt: &Runtime,
+    settings: PlanSettings,
+    caches: Caches,
+    watch: &WatchContext,
+    metrics: &Metrics,
+) -> Context {
     let writer = Writer::new(
         rt.write_client(),
         rt.namespace(),
@@ -120,7 +188,7 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         rt.leader(),
         watch.changes.clone(),
     );
-    let context = Context {
+    Context {
         writer,
         statuses,
         new_flavors,
@@ -137,40 +205,23 @@ pub async fn run(rt: Runtime, config: KueueSyncConfig) -> Result<(), Error> {
         reported: Mutex::new(ReportedOnce::default()),
         written_queue: Mutex::default(),
         planned: Mutex::default(),
-    };
-    Triggers {
-        changes: watch.changes.subscribe(),
-        leader: rt.leader(),
-        resync: rt.reconcile_interval(),
-        debounce: DEBOUNCE,
-        shutdown,
     }
-    .run(|| {
-        metrics
-            .controller
-            .reconcile(tracing::info_span!("reconcile"), async {
-                let writes = context.reconcile().await?;
-                if writes > 0 {
-                    tracing::info!(writes, "reconciled");
-                } else {
-                    tracing::debug!("reconciled; nothing to write");
-                }
-                Ok::<_, Error>(())
-            })
-    })
-    .await;
-    Ok(())
 }
 
-/// Waits for every cache to be filled (each opens its readiness gate).
-async fn caches_synced(caches: &Caches) -> Result<(), CacheGone> {
-    tokio::try_join!(
-        caches.clusters.synced(),
-        caches.queues.synced(),
-        caches.flavors.synced(),
-        caches.workloads.synced(),
-    )
-    .map(drop)
+/// One reconcile, in its span, counted and timed.
+async fn reconcile_in_span(context: &Context, metrics: &Metrics) -> Result<(), Error> {
+    metrics
+        .controller
+        .reconcile(tracing::info_span!("reconcile"), async {
+            let writes = context.reconcile().await?;
+            if writes > 0 {
+                tracing::info!(writes, "reconciled");
+            } else {
+                tracing::debug!("reconciled; nothing to write");
+            }
+            Ok::<_, Error>(())
+        })
+        .await
 }
 
 /// Aborts the task when dropped, so the watches stop with the controller.

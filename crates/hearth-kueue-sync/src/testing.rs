@@ -341,138 +341,165 @@ impl World {
     /// the API server would refuse, then what Kueue's flavor controller does.
     pub fn apply(&mut self, plan: &Plan) {
         self.now += 30;
-        let ready_before: Vec<String> = self
-            .flavors
+        let ready_before = self.ready_flavors();
+        assert_kueue_accepts_flavors(plan);
+        for flavor in &plan.flavors_to_create {
+            self.create_flavor(flavor);
+        }
+        for desired in &plan.flavors_to_repair {
+            self.repair_flavor(desired);
+        }
+        for desired in &plan.flavors_to_adopt {
+            self.adopt_flavor(desired);
+        }
+        if let Some(spec) = &plan.cluster_queue {
+            self.update_queue(spec, &ready_before);
+        }
+        for name in &plan.flavors_to_delete {
+            self.delete_flavor(name);
+        }
+        self.release_unreferenced_flavors();
+        self.write_statuses(plan);
+    }
+
+    /// The flavors that exist and are not being deleted.
+    fn ready_flavors(&self) -> Vec<String> {
+        self.flavors
             .iter()
             .filter(|f| f.metadata.deletion_timestamp.is_none())
             .filter_map(|f| f.metadata.name.clone())
-            .collect();
-        for flavor in plan
-            .flavors_to_create
-            .iter()
-            .chain(&plan.flavors_to_repair)
-            .chain(&plan.flavors_to_adopt)
+            .collect()
+    }
+
+    /// A create: refused if the flavor exists or its create is under way; Kueue adds
+    /// its finalizer. A [`Self::slow`] one is not in the cache yet.
+    fn create_flavor(&mut self, flavor: &ResourceFlavor) {
+        let name = flavor.metadata.name.clone().unwrap();
+        assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
+        assert!(
+            self.in_flight
+                .iter()
+                .all(|f| f.metadata.name.as_ref() != Some(&name)),
+            "create {name} again while its create is under way"
+        );
+        let mut flavor = flavor.clone();
+        flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
+        if self.slow.contains(&name) {
+            self.in_flight.push(flavor);
+        } else {
+            self.flavors.push(flavor);
+        }
+    }
+
+    /// A server-side apply of `desired` over a flavor of Hearth's.
+    fn repair_flavor(&mut self, desired: &ResourceFlavor) {
+        let name = desired.metadata.name.as_deref().unwrap();
+        let flavor = self.flavor_mut(name).expect("repair of an existing flavor");
+        // Server-side apply drops the pool labels kueue-sync applied before and leaves
+        // out now (the keys it applied are in the annotation).
+        let applied_before = flavor
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(POOL_LABEL_KEYS_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        for key in applied_before.split(',') {
+            if !desired.spec.node_labels.contains_key(key) {
+                flavor.spec.node_labels.remove(key);
+            }
+        }
+        if !desired
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(POOL_LABEL_KEYS_ANNOTATION))
+            && let Some(a) = flavor.metadata.annotations.as_mut()
         {
-            let problems = hearth_api::kueue_validity::flavor_problems(&flavor.spec);
+            a.remove(POOL_LABEL_KEYS_ANNOTATION);
+        }
+        flavor
+            .spec
+            .node_labels
+            .extend(desired.spec.node_labels.clone());
+        flavor.spec.node_taints = desired.spec.node_taints.clone();
+        flavor
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(desired.metadata.annotations.clone().unwrap_or_default());
+    }
+
+    /// An adoption: Hearth's labels, annotations and node labels added to a flavor that
+    /// exists and is not being deleted.
+    fn adopt_flavor(&mut self, desired: &ResourceFlavor) {
+        let name = desired.metadata.name.as_deref().unwrap();
+        let flavor = self
+            .flavor_mut(name)
+            .expect("adoption of an existing flavor");
+        assert!(
+            flavor.metadata.deletion_timestamp.is_none(),
+            "adopted a flavor being deleted"
+        );
+        flavor
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .extend(desired.metadata.labels.clone().unwrap_or_default());
+        flavor
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .extend(desired.metadata.annotations.clone().unwrap_or_default());
+        flavor
+            .spec
+            .node_labels
+            .extend(desired.spec.node_labels.clone());
+    }
+
+    /// An update of the ClusterQueue, which must exist and which Kueue must accept; an
+    /// entry is only added for a flavor that was ready before this round.
+    fn update_queue(&mut self, spec: &ClusterQueueSpec, ready_before: &[String]) {
+        assert!(
+            self.queue.is_some(),
+            "the plan wrote a missing ClusterQueue"
+        );
+        let problems = kueue_problems(spec);
+        assert!(
+            problems.is_empty(),
+            "Kueue would reject the queue: {problems:?}"
+        );
+        let before = self.queue.as_ref().unwrap();
+        for f in spec.resource_groups.iter().flat_map(|g| &g.flavors) {
+            let was_listed = before
+                .resource_groups
+                .iter()
+                .flat_map(|g| &g.flavors)
+                .any(|o| o.name == f.name);
             assert!(
-                problems.is_empty(),
-                "Kueue would reject flavor {:?}: {problems:?}",
-                flavor.metadata.name
+                was_listed || ready_before.contains(&f.name),
+                "entry {} added for a flavor that does not exist",
+                f.name
             );
         }
-        for flavor in &plan.flavors_to_create {
-            let name = flavor.metadata.name.clone().unwrap();
-            assert!(self.flavor(&name).is_none(), "create {name}: AlreadyExists");
-            assert!(
-                self.in_flight
-                    .iter()
-                    .all(|f| f.metadata.name.as_ref() != Some(&name)),
-                "create {name} again while its create is under way"
-            );
-            let mut flavor = flavor.clone();
-            flavor.metadata.finalizers = Some(vec![RESOURCE_IN_USE_FINALIZER.into()]);
-            if self.slow.contains(&name) {
-                self.in_flight.push(flavor);
-            } else {
-                self.flavors.push(flavor);
-            }
-        }
-        for desired in &plan.flavors_to_repair {
-            let name = desired.metadata.name.as_deref().unwrap();
-            let flavor = self.flavor_mut(name).expect("repair of an existing flavor");
-            // Server-side apply drops the pool labels kueue-sync applied before and leaves
-            // out now (the keys it applied are in the annotation).
-            let applied_before = flavor
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(POOL_LABEL_KEYS_ANNOTATION))
-                .cloned()
-                .unwrap_or_default();
-            for key in applied_before.split(',') {
-                if !desired.spec.node_labels.contains_key(key) {
-                    flavor.spec.node_labels.remove(key);
-                }
-            }
-            if !desired
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(POOL_LABEL_KEYS_ANNOTATION))
-                && let Some(a) = flavor.metadata.annotations.as_mut()
-            {
-                a.remove(POOL_LABEL_KEYS_ANNOTATION);
-            }
-            flavor
-                .spec
-                .node_labels
-                .extend(desired.spec.node_labels.clone());
-            flavor.spec.node_taints = desired.spec.node_taints.clone();
-            flavor
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend(desired.metadata.annotations.clone().unwrap_or_default());
-        }
-        for desired in &plan.flavors_to_adopt {
-            let name = desired.metadata.name.as_deref().unwrap();
-            let flavor = self
-                .flavor_mut(name)
-                .expect("adoption of an existing flavor");
-            assert!(
-                flavor.metadata.deletion_timestamp.is_none(),
-                "adopted a flavor being deleted"
-            );
-            flavor
-                .metadata
-                .labels
-                .get_or_insert_with(Default::default)
-                .extend(desired.metadata.labels.clone().unwrap_or_default());
-            flavor
-                .metadata
-                .annotations
-                .get_or_insert_with(Default::default)
-                .extend(desired.metadata.annotations.clone().unwrap_or_default());
-            flavor
-                .spec
-                .node_labels
-                .extend(desired.spec.node_labels.clone());
-        }
-        if let Some(spec) = &plan.cluster_queue {
-            assert!(
-                self.queue.is_some(),
-                "the plan wrote a missing ClusterQueue"
-            );
-            let problems = kueue_problems(spec);
-            assert!(
-                problems.is_empty(),
-                "Kueue would reject the queue: {problems:?}"
-            );
-            let before = self.queue.as_ref().unwrap();
-            for f in spec.resource_groups.iter().flat_map(|g| &g.flavors) {
-                let was_listed = before
-                    .resource_groups
-                    .iter()
-                    .flat_map(|g| &g.flavors)
-                    .any(|o| o.name == f.name);
-                assert!(
-                    was_listed || ready_before.contains(&f.name),
-                    "entry {} added for a flavor that does not exist",
-                    f.name
-                );
-            }
-            self.queue = Some(spec.clone());
-        }
-        for name in &plan.flavors_to_delete {
-            assert!(
-                !self.referenced(name),
-                "delete of {name}, still referenced by the queue"
-            );
-            let now = at(self.now);
-            let flavor = self.flavor_mut(name).expect("delete of an existing flavor");
-            flavor.metadata.deletion_timestamp = Some(now);
-        }
-        // Kueue drops its finalizer once no queue references the flavor.
+        self.queue = Some(spec.clone());
+    }
+
+    /// A delete: only of a flavor the queue no longer references; it stays, being
+    /// deleted, until Kueue drops its finalizer.
+    fn delete_flavor(&mut self, name: &str) {
+        assert!(
+            !self.referenced(name),
+            "delete of {name}, still referenced by the queue"
+        );
+        let now = at(self.now);
+        let flavor = self.flavor_mut(name).expect("delete of an existing flavor");
+        flavor.metadata.deletion_timestamp = Some(now);
+    }
+
+    /// Kueue drops its finalizer once no queue references the flavor: a flavor being
+    /// deleted is then gone.
+    fn release_unreferenced_flavors(&mut self) {
         let referenced: Vec<bool> = self
             .flavors
             .iter()
@@ -481,7 +508,10 @@ impl World {
         let mut referenced = referenced.into_iter();
         self.flavors
             .retain(|f| referenced.next().unwrap() || f.metadata.deletion_timestamp.is_none());
+    }
 
+    /// The status writes of `plan`, each checked against what it says changed.
+    fn write_statuses(&mut self, plan: &Plan) {
         let now = at(self.now);
         for cluster in &mut self.clusters {
             let name = cluster.metadata.name.clone().unwrap();
@@ -593,6 +623,23 @@ impl World {
             label(MANAGED_BY_LABEL).is_some_and(|v| v == MANAGED_BY_VALUE)
                 && label(CLUSTER_NAMESPACE_LABEL) == Some(&self.settings.namespace)
         })
+    }
+}
+
+/// Every flavor `plan` writes is one Kueue accepts.
+fn assert_kueue_accepts_flavors(plan: &Plan) {
+    for flavor in plan
+        .flavors_to_create
+        .iter()
+        .chain(&plan.flavors_to_repair)
+        .chain(&plan.flavors_to_adopt)
+    {
+        let problems = hearth_api::kueue_validity::flavor_problems(&flavor.spec);
+        assert!(
+            problems.is_empty(),
+            "Kueue would reject flavor {:?}: {problems:?}",
+            flavor.metadata.name
+        );
     }
 }
 
