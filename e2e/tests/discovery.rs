@@ -404,9 +404,24 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
         .await?;
     let valid = f.wait_status(&cluster, KubeconfigStatus::Valid).await?;
     let status = valid.status.clone().context("status")?;
+    let expires = status
+        .credentials_expire_at
+        .clone()
+        .context("credentialsExpireAt from the JWT's exp")?
+        .0;
+    // What an alert reads (HearthCredentialsExpiring): seconds from the scrape to that
+    // expiry, exact at the scrape.
+    let scraped = k8s_openapi::jiff::Timestamp::now();
+    let seconds = f
+        .discovery
+        .metric(&format!(
+            "hearth_discovery_credentials_expiry_seconds{{cluster=\"{cluster}\"}}"
+        ))
+        .await?;
+    let want = (expires.as_second() - scraped.as_second()) as f64;
     ensure!(
-        status.credentials_expire_at.is_some(),
-        "credentialsExpireAt from the JWT's exp"
+        (want - 5.0..=want + 5.0).contains(&seconds) && seconds > 0.0,
+        "credentials_expiry_seconds {seconds}, expected about {want}"
     );
     let kc = condition(&valid, KUBECONFIG_VALID).context("KubeconfigValid")?;
     ensure!(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use hearth_api::{FournosClusterStatus, KubeconfigStatus};
 use hearth_runtime::kit::{Cache, ControllerMetrics};
+use k8s_openapi::jiff::Timestamp;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder};
 use prometheus_client::metrics::MetricType;
@@ -139,6 +140,7 @@ impl Collector for ClusterGauges {
         let state = self.clusters.state();
         encode_cluster_gauges(
             encoder,
+            k8s_openapi::jiff::Timestamp::now(),
             state
                 .iter()
                 .filter_map(|c| c.0.as_ref().ok())
@@ -153,9 +155,10 @@ impl Collector for ClusterGauges {
     }
 }
 
-/// Encodes [`ClusterGauges`] for `clusters` (all of them at once).
+/// Encodes [`ClusterGauges`] for `clusters` (all of them at once), as of `now`.
 fn encode_cluster_gauges<'a>(
     mut encoder: DescriptorEncoder,
+    now: Timestamp,
     clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
 ) -> Result<(), std::fmt::Error> {
     let mut by_status = [0_i64; STATUSES.len()];
@@ -176,34 +179,71 @@ fn encode_cluster_gauges<'a>(
     for (status, n) in STATUSES.iter().zip(by_status) {
         gauge(&mut metric, &[("kubeconfig_status", *status)], n)?;
     }
+    encode_expiry(&mut encoder, now, clusters.clone())?;
+    encode_gpus(&mut encoder, clusters)
+}
 
-    let gpus = move || {
-        clusters.clone().flat_map(|(name, status)| {
+/// `credentials_expiry_seconds` per cluster whose credentials state when they expire
+/// (`status.credentialsExpireAt`): seconds from the scrape until then, negative once
+/// past. Read at the scrape, so it is exact whenever Prometheus looks; an alert compares
+/// it with a threshold (`HearthCredentialsExpiring`).
+fn encode_expiry<'a>(
+    encoder: &mut DescriptorEncoder,
+    now: Timestamp,
+    clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
+) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "credentials_expiry_seconds",
+        "Seconds until a cluster's kubeconfig credentials expire (status.credentialsExpireAt), negative once expired",
+        clusters.filter_map(move |(name, status)| {
+            let at = status?.credentials_expire_at.as_ref()?.0;
+            Some(([("cluster", name)], at.as_second() - now.as_second()))
+        }),
+    )
+}
+
+/// `gpus` per cluster and model (`status.hardware`).
+fn encode_gpus<'a>(
+    encoder: &mut DescriptorEncoder,
+    clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
+) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "gpus",
+        "Discovered GPUs per cluster and model (status.hardware)",
+        clusters.flat_map(|(name, status)| {
             let gpus = status.and_then(|s| s.hardware.as_ref());
             gpus.map(|h| h.gpus.as_slice())
                 .unwrap_or_default()
                 .iter()
-                .map(move |gpu| (name, gpu))
-        })
-    };
-    // A family without series is not exported (as the registry does with its own).
-    if gpus().next().is_none() {
+                .map(move |gpu| {
+                    let labels = [
+                        ("cluster", name),
+                        ("vendor", gpu.vendor.as_str()),
+                        ("model", gpu.model.as_str()),
+                        ("short_name", gpu.short_name.as_str()),
+                    ];
+                    (labels, gpu.count)
+                })
+        }),
+    )
+}
+
+/// A gauge family of `series`; none at all when there is no series (as the registry does
+/// with its own families).
+fn gauge_family<'a, const N: usize>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: impl Iterator<Item = ([(&'a str, &'a str); N], i64)> + Clone,
+) -> Result<(), std::fmt::Error> {
+    if series.clone().next().is_none() {
         return Ok(());
     }
-    let mut metric = encoder.encode_descriptor(
-        "gpus",
-        "Discovered GPUs per cluster and model (status.hardware)",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (name, gpu) in gpus() {
-        let labels = [
-            ("cluster", name),
-            ("vendor", gpu.vendor.as_str()),
-            ("model", gpu.model.as_str()),
-            ("short_name", gpu.short_name.as_str()),
-        ];
-        gauge(&mut metric, &labels, gpu.count)?;
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        gauge(&mut metric, &labels, value)?;
     }
     Ok(())
 }
@@ -249,12 +289,18 @@ mod tests {
         cluster
     }
 
-    #[test]
-    fn cluster_gauges_are_read_from_the_cache_when_scraped() {
+    /// discovery's registry with its cluster gauges, and the feed of the cache they read.
+    fn scraped_cache() -> (Registry, hearth_runtime::kit::HandFeed<CachedCluster>) {
         let mut registry = Registry::with_prefix("hearth");
         Metrics::register(&mut registry);
-        let (cache, mut feed) = Cache::by_hand("FournosCluster", Some("ns"));
+        let (cache, feed) = Cache::by_hand("FournosCluster", Some("ns"));
         Metrics::register_cluster_gauges(&mut registry, cache);
+        (registry, feed)
+    }
+
+    #[test]
+    fn cluster_gauges_are_read_from_the_cache_when_scraped() {
+        let (registry, mut feed) = scraped_cache();
         let out = encode_registry(&registry).unwrap();
         assert!(
             !out.contains("hearth_discovery_gpus"),
@@ -294,6 +340,44 @@ mod tests {
         assert!(!out.contains(r#"cluster="a""#), "{out}");
         assert!(
             out.contains(r#"hearth_discovery_clusters{kubeconfig_status="Valid"} 0"#),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn credentials_expiry_is_seconds_from_the_scrape() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let (registry, mut feed) = scraped_cache();
+        feed.deliver(cluster("silent", Some(with_gpus("NVIDIA-L40S", 2))));
+        let out = encode_registry(&registry).unwrap();
+        assert!(
+            !out.contains("credentials_expiry"),
+            "no expiry stated, no series:\n{out}"
+        );
+        let expiring = |name: &str, in_secs: i64| {
+            let mut status = with_gpus("NVIDIA-L40S", 2);
+            let at = Timestamp::now()
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(in_secs))
+                .unwrap();
+            status.credentials_expire_at = Some(Time(at));
+            cluster(name, Some(status))
+        };
+        feed.deliver(expiring("soon", 3600));
+        feed.deliver(expiring("gone", -60));
+        let out = encode_registry(&registry).unwrap();
+        let value = |name: &str| -> i64 {
+            let prefix =
+                format!("hearth_discovery_credentials_expiry_seconds{{cluster=\"{name}\"}} ");
+            out.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("{name} in\n{out}"))
+                .parse()
+                .unwrap()
+        };
+        assert!((3590..=3600).contains(&value("soon")), "{out}");
+        assert!((-70..=-60).contains(&value("gone")), "{out}");
+        assert!(
+            !out.contains(r#"hearth_discovery_credentials_expiry_seconds{cluster="silent"}"#),
             "{out}"
         );
     }
