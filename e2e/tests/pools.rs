@@ -7,11 +7,13 @@
 //! kueue-sync. Run: `cargo test -p hearth-e2e --test pools`.
 
 use anyhow::{Result, ensure};
+use hearth_api::kueue::ResourceFlavor;
 use hearth_api::kueue_validity::flavor_problems;
 use hearth_api::names::{CLUSTER_NODE_LABEL, CLUSTER_SLOT_RESOURCE, POOL_LABEL};
 use hearth_e2e::downstream::{DEADLINE, gpu, onboard, wait_admitted, wait_pending, wait_reason};
-use hearth_e2e::hearth::{self, Controller};
+use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants::kueue_problems;
+use hearth_e2e::kueue::KueueVersion;
 use hearth_e2e::objects;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
@@ -45,6 +47,26 @@ async fn set_pool(k: &World<'_>, cluster: &str, pool: Option<&str>) -> Result<()
     Ok(())
 }
 
+/// Waits until `cluster`'s ResourceFlavor carries pool `pool` (kueue-sync `ks` writes it).
+async fn flavor_in_pool(
+    k: &World<'_>,
+    ks: &Running,
+    cluster: &str,
+    pool: &str,
+) -> Result<ResourceFlavor> {
+    let what = format!("{cluster}'s flavor in pool {pool}");
+    ks.until(&what, DEADLINE, || async {
+        let f = k.flavors.get(cluster).await?;
+        Ok(
+            match f.spec.node_labels.get(POOL_LABEL).map(String::as_str) {
+                Some(p) if p == pool => Ok(f),
+                other => Err(format!("{other:?}")),
+            },
+        )
+    })
+    .await
+}
+
 /// Three clusters with H200s: `big` (8) and `small` (2) in pool `b`, `loose` (8) with no
 /// pool. A Workload for 4 H200 in pool `b` lands on `big`, the only pool-`b` cluster with
 /// 4; one for 6 more waits, though `loose` has room, until `loose` joins pool `b`. Every
@@ -69,21 +91,7 @@ async fn a_workload_selecting_a_pool_lands_only_in_that_pool_and_follows_a_relab
         wait_reason(&k.clusters, name, "Synced", &ks).await?;
     }
     for (name, pool) in [(&big, "b"), (&small, "b"), (&loose, "none")] {
-        let flavor = ks
-            .until(
-                &format!("{name}'s flavor in pool {pool}"),
-                DEADLINE,
-                || async {
-                    let f = k.flavors.get(name).await?;
-                    Ok(
-                        match f.spec.node_labels.get(POOL_LABEL).map(String::as_str) {
-                            Some(p) if p == pool => Ok(f),
-                            other => Err(format!("{other:?}")),
-                        },
-                    )
-                },
-            )
-            .await?;
+        let flavor = flavor_in_pool(&k, &ks, name, pool).await?;
         ensure!(flavor.spec.node_labels.get(CLUSTER_NODE_LABEL) == Some(name));
         let problems = flavor_problems(&flavor.spec);
         ensure!(problems.is_empty(), "{name}: {problems:?}");
@@ -103,28 +111,34 @@ async fn a_workload_selecting_a_pool_lands_only_in_that_pool_and_follows_a_relab
 
     // loose joins pool b: its flavor follows, and Kueue admits the waiting Workload there.
     set_pool(&k, &loose, Some("b")).await?;
-    let flavors = wait_admitted(&k.workloads, "six").await?;
-    ensure!(
-        flavors.get(H200) == Some(&loose),
-        "after relabel: {flavors:?}"
-    );
-    ensure!(
-        flavors.get(CLUSTER_SLOT_RESOURCE) == Some(&loose),
-        "{flavors:?}"
-    );
+    let kueue = KueueVersion::from_env()?;
+    if kueue.retries_on_flavor_change() {
+        let flavors = wait_admitted(&k.workloads, "six").await?;
+        ensure!(
+            flavors.get(H200) == Some(&loose),
+            "after relabel: {flavors:?}"
+        );
+        ensure!(
+            flavors.get(CLUSTER_SLOT_RESOURCE) == Some(&loose),
+            "{flavors:?}"
+        );
+    } else {
+        // Kueue before v0.18.6 does not retry a Workload on a flavor change (kueue#13734):
+        // `six` had tried every flavor (CI on 0.16.6: "loose doesn't match node affinity,
+        // insufficient quota ... small, big"), so whether it is admitted now depends on
+        // Kueue's other retries. Hearth's part, the flavor in pool b, is checked.
+        flavor_in_pool(&k, &ks, &loose, "b").await?;
+        kueue.expecting(
+            "pools",
+            "the relabel moves the flavor into the pool; whether the waiting Workload is \
+             admitted is up to Kueue's own retries (no retry on a flavor change before \
+             v0.18.6, kueue#13734): not checked",
+        );
+    }
 
     // Back out of the pool: `none` again, and nothing new selecting b goes there.
     set_pool(&k, &loose, None).await?;
-    ks.until("loose back to none", DEADLINE, || async {
-        let f = k.flavors.get(&loose).await?;
-        Ok(
-            match f.spec.node_labels.get(POOL_LABEL).map(String::as_str) {
-                Some("none") => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-        )
-    })
-    .await?;
+    flavor_in_pool(&k, &ks, &loose, "none").await?;
     let cq = k.queue().await?;
     let problems = kueue_problems(&cq);
     ensure!(problems.is_empty(), "{problems:?}");
