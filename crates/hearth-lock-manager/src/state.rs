@@ -519,7 +519,7 @@ fn held_by_fournos(
     (cluster, expect): (&str, &Expect<'_>),
     now: Timestamp,
 ) -> LockState {
-    let workload = workloads.iter().find(|w| w.name == job.name && !w.deleting);
+    let workload = workload_of(job, workloads);
     let phase = job.phase.clone();
     let lost = match workload {
         None => Lost::NoWorkload,
@@ -629,16 +629,17 @@ fn proven_holds(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Res
             said: w.message.clone(),
         }));
     }
-    if let Some(change) = changed(w, cluster, expect) {
+    let misplaced = expect.misplaced(
+        w.cluster_queue.as_deref().unwrap_or_default(),
+        w.slot_flavor.as_deref(),
+    );
+    if let Some(change) = changed(w, cluster, expect, misplaced.is_some()) {
         return Err(Holds::Lost(Lost::Changed {
             workload: w.name.clone(),
             change,
         }));
     }
-    if let Some(why) = expect.misplaced(
-        w.cluster_queue.as_deref().unwrap_or_default(),
-        w.slot_flavor.as_deref(),
-    ) {
+    if let Some(why) = misplaced {
         return Err(Holds::Mismatch(Mismatch::WrongFlavor {
             workload: Some(w.name.clone()),
             why,
@@ -664,7 +665,13 @@ fn proven_holds(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Res
 /// for good, its status telling people to set a slot count the cluster already had or to
 /// check flavors, and the moved Workload holding quota elsewhere until the owner
 /// unlocked.
-fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<Change> {
+/// `misplaced`: admitted in another ClusterQueue or on another flavor than `expect` says.
+fn changed(
+    w: &LockWorkloadView,
+    cluster: &str,
+    expect: &Expect<'_>,
+    misplaced: bool,
+) -> Option<Change> {
     if w.pinned.as_deref() != Some(cluster) {
         return Some(Change::Pinned {
             to: w.pinned.clone(),
@@ -678,16 +685,18 @@ fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<C
     // was changed by someone else; admitted elsewhere after that, it was moved to another
     // LocalQueue. One admitted elsewhere as Fournos made it is how the install is set up
     // (`WrongFlavor`), which a new one would repeat.
-    let moved = w.generation.is_some_and(|g| g > 1)
-        && expect
-            .misplaced(
-                w.cluster_queue.as_deref().unwrap_or_default(),
-                w.slot_flavor.as_deref(),
-            )
-            .is_some();
+    let moved = misplaced && w.generation.is_some_and(|g| g > 1);
     moved.then(|| Change::Queue {
         to: w.queue.clone(),
     })
+}
+
+/// The Workload of `job`'s name not being deleted: Fournos finds a job's Workload by name.
+fn workload_of<'a>(
+    job: &JobView,
+    workloads: &'a [LockWorkloadView],
+) -> Option<&'a LockWorkloadView> {
+    workloads.iter().find(|w| w.name == job.name && !w.deleting)
 }
 
 /// Whether the Workload Fournos made for a waiting `fournosjob` sentinel was changed
@@ -697,9 +706,7 @@ fn changed(w: &LockWorkloadView, cluster: &str, expect: &Expect<'_>) -> Option<C
 /// admitted kept the lock waiting for good. Only a Workload proven to be Fournos's for
 /// this job ([`doubt`]) counts, and one Kueue reserved quota for is judged on admission.
 fn changed_while_waiting(job: &JobView, workloads: &[LockWorkloadView]) -> Option<Lost> {
-    let w = workloads
-        .iter()
-        .find(|w| w.name == job.name && !w.deleting && !w.holds_quota && !w.finished)?;
+    let w = workload_of(job, workloads).filter(|w| !w.holds_quota && !w.finished)?;
     let generation = w.generation.filter(|g| *g > 1)?;
     if doubt(w, job).is_some() {
         return None;
