@@ -17,6 +17,17 @@
 //! any unguarded apply would have done); if it is gone or has another UID, the write is
 //! dropped: the successor gets a reconcile of its own from its watch event.
 //!
+//! # Written only from what the plan rested on
+//!
+//! A conflict also says the object changed since the plan was made: another controller's
+//! fields (harmless to the plan), or what the plan was made from, the spec or the
+//! controller's own earlier status, which a cache shows a moment after it is written.
+//! A plan made from a cache that lags its own last write stamps anew what that write
+//! already stamped (a lock's `ownerSetAt`), and applying it again at the version read
+//! puts the older plan over the newer one. [`apply_status_resting_on`] applies again only
+//! when what the plan rests on is unchanged in the object read; otherwise nothing is
+//! written: the change's watch event brings a plan made from it.
+//!
 //! # Legacy conditions
 //!
 //! The Python controller that Hearth replaces appended a condition on every change, so a
@@ -75,6 +86,24 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     V: Resource + Serialize,
 {
+    apply_status_resting_on(api, obj, field_manager, status, |_| true).await
+}
+
+/// [`apply_status`] of a plan that rests on part of the object it was made from (its
+/// spec, the controller's own earlier status): after a conflict, applied again only if
+/// `unchanged(live)` says that part is the same in the object read; if not, nothing is
+/// written and `None` is returned, as for an object gone (see the module docs).
+pub async fn apply_status_resting_on<K, V>(
+    api: &Api<K>,
+    obj: &V,
+    field_manager: &str,
+    status: Value,
+    unchanged: impl Fn(&K) -> bool,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+    V: Resource + Serialize,
+{
     let name = obj.name_any();
     let planned = obj.meta().uid.as_deref();
     // force: these fields are ours by contract; a stale claim by someone else
@@ -105,6 +134,13 @@ where
                 planned_uid = planned.unwrap_or_default(),
                 successor_uid = successor,
                 "status not written: planned for an object since replaced by another of that name"
+            );
+            return Ok(None);
+        }
+        if is_conflict(&refusal) && !unchanged(&live) {
+            tracing::debug!(
+                object = %name,
+                "status not written: what it was planned from changed; planning again from the change"
             );
             return Ok(None);
         }

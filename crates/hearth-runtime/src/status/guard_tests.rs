@@ -133,6 +133,55 @@ async fn a_write_to_the_same_object_is_applied_again_at_the_version_read() {
     assert_eq!(sent[2], ("PATCH".into(), json!("9")));
 }
 
+/// A plan that rests on the stored version's `gpuSummary`: after a conflict, applied again
+/// only if the object read still has it; and the requests it sent.
+async fn resting_on_the_summary(
+    read: Value,
+) -> (
+    Result<Option<FournosCluster>, kube::Error>,
+    Vec<(String, Value)>,
+) {
+    let (api, seen) = fake(vec![
+        (409, refused(409, "Conflict")),
+        (200, read),
+        (200, stored("old", "10")),
+    ]);
+    let summary = |c: &FournosCluster| c.status.as_ref().and_then(|s| s.gpu_summary.clone());
+    let planned_from = summary(&planned());
+    let written = apply_status_resting_on(&api, &planned(), "t", json!({}), |live| {
+        summary(live) == planned_from
+    })
+    .await;
+    (written, versions(&seen))
+}
+
+#[tokio::test]
+async fn a_plan_whose_basis_changed_is_not_applied_again() {
+    let mut read = stored("old", "9");
+    read["status"] = json!({"gpuSummary": "written by a newer plan"});
+    let (written, sent) = resting_on_the_summary(read).await;
+    assert!(matches!(written, Ok(None)), "{written:?}");
+    assert_eq!(
+        sent,
+        [("PATCH".into(), json!("7")), ("GET".into(), Value::Null)],
+        "the stale plan is dropped after the read"
+    );
+}
+
+#[tokio::test]
+async fn a_plan_whose_basis_is_unchanged_is_applied_again() {
+    let mut read = stored("old", "9");
+    read["status"] =
+        json!({"kueue": {"flavor": "f", "clusterQueue": "q", "quotas": {}, "clusterSlots": 1}});
+    let (written, sent) = resting_on_the_summary(read).await;
+    assert!(matches!(written, Ok(Some(_))), "{written:?}");
+    assert_eq!(
+        sent[2],
+        ("PATCH".into(), json!("9")),
+        "another writer's field changed only"
+    );
+}
+
 #[tokio::test]
 async fn a_deleted_object_is_gone_not_an_error() {
     let (api, _) = fake(vec![(404, refused(404, "NotFound"))]);
