@@ -235,10 +235,8 @@ pub(crate) fn is_spec_conflict(error: &kube::Error) -> bool {
 mod tests {
     use super::*;
     use crate::testing::queue;
-    use http::{Method, Request, Response, StatusCode};
-    use http_body_util::BodyExt;
-    use serde_json::{Value, json};
-    use std::sync::{Arc, Mutex};
+    use hearth_runtime::testing::{answering, refusal};
+    use serde_json::json;
 
     fn observed() -> ClusterQueue {
         serde_json::from_value(json!({
@@ -282,39 +280,6 @@ mod tests {
         );
     }
 
-    /// What the fake API server saw: method, path and query, body.
-    type Seen = Arc<Mutex<Vec<(Method, String, Value)>>>;
-
-    /// A client whose API server answers every request with `status` and `body`.
-    fn fake_client(status: StatusCode, body: Value) -> (kube::Client, Seen) {
-        let seen: Seen = Arc::default();
-        let log = seen.clone();
-        let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-            let log = log.clone();
-            let body = body.clone();
-            async move {
-                let (parts, request_body) = request.into_parts();
-                let bytes = request_body.collect().await?.to_bytes();
-                let sent = if bytes.is_empty() {
-                    Value::Null
-                } else {
-                    serde_json::from_slice(&bytes)?
-                };
-                log.lock().unwrap().push((
-                    parts.method,
-                    parts.uri.path_and_query().unwrap().to_string(),
-                    sent,
-                ));
-                let response = Response::builder()
-                    .status(status)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(serde_json::to_vec(&body)?))?;
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(response)
-            }
-        });
-        (kube::Client::new(service, "hearth"), seen)
-    }
-
     fn writer(client: kube::Client) -> Writer {
         let (_, leader) = tokio::sync::watch::channel(false);
         let events = Events::new(client.clone(), KUEUE_SYNC, "test".into(), leader);
@@ -326,7 +291,7 @@ mod tests {
     async fn the_cluster_queue_spec_is_patched_guarded_by_uid_and_generation() {
         let mut answer = serde_json::to_value(observed()).unwrap();
         answer["metadata"]["resourceVersion"] = json!("4243");
-        let (client, seen) = fake_client(StatusCode::OK, answer);
+        let (client, seen) = answering(200, answer);
         let spec = queue(json!({"cohortName": "gpu"}));
         let written = writer(client)
             .update_cluster_queue(&observed(), &spec)
@@ -334,10 +299,10 @@ mod tests {
             .unwrap();
         assert_eq!(written.metadata.resource_version.as_deref(), Some("4243"));
 
-        let seen = seen.lock().unwrap();
+        let seen = seen.all();
         assert_eq!(seen.len(), 1, "exactly one request: {seen:?}");
-        let (method, path, body) = &seen[0];
-        assert_eq!(method, Method::PATCH);
+        let (method, path, body) = (&seen[0].method, &seen[0].uri, &seen[0].body);
+        assert_eq!(method, "PATCH");
         assert_eq!(
             path,
             "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/fournos-queue?&fieldManager=hearth-kueue-sync"
@@ -351,31 +316,27 @@ mod tests {
         let answers = [
             // A 409 (kept: a stale resourceVersion guard).
             (
-                StatusCode::CONFLICT,
+                409,
                 "Conflict",
                 "Operation cannot be fulfilled on clusterqueues.kueue.x-k8s.io \"fournos-queue\": the object has been modified",
                 true,
             ),
             // What kube-apiserver answers when a `test` operation fails.
             (
-                StatusCode::UNPROCESSABLE_ENTITY,
+                422,
                 "Invalid",
                 "testing value /metadata/generation failed: test failed",
                 true,
             ),
             (
-                StatusCode::UNPROCESSABLE_ENTITY,
+                422,
                 "Invalid",
                 "ClusterQueue.kueue.x-k8s.io \"fournos-queue\" is invalid: spec.resourceGroups: Too many: 17: must have at most 16 items",
                 false,
             ),
         ];
         for (code, reason, message, conflict) in answers {
-            let status = json!({
-                "kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": reason, "code": code.as_u16(), "message": message
-            });
-            let (client, _) = fake_client(code, status);
+            let (client, _) = answering(code, refusal(code, reason, message));
             let error = writer(client)
                 .update_cluster_queue(&observed(), &queue(json!({})))
                 .await
@@ -387,7 +348,7 @@ mod tests {
     #[tokio::test]
     async fn flavors_are_server_side_applied_and_deleted_with_preconditions() {
         let flavor = crate::plan::desired_flavor("a", "hearth");
-        let (client, seen) = fake_client(StatusCode::OK, serde_json::to_value(&flavor).unwrap());
+        let (client, seen) = answering(200, serde_json::to_value(&flavor).unwrap());
         let writer = writer(client);
         writer
             .apply_flavor(&flavor, FlavorAction::Create)
@@ -398,9 +359,9 @@ mod tests {
             .await
             .unwrap();
 
-        let seen = seen.lock().unwrap();
-        let (method, path, body) = &seen[0];
-        assert_eq!(method, Method::PATCH);
+        let seen = seen.all();
+        let (method, path, body) = (&seen[0].method, &seen[0].uri, &seen[0].body);
+        assert_eq!(method, "PATCH");
         assert_eq!(
             path,
             "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/a?&force=true&fieldManager=hearth-kueue-sync"
@@ -413,8 +374,8 @@ mod tests {
         );
         assert_eq!(body["spec"]["nodeLabels"]["fournos.dev/cluster"], "a");
 
-        let (method, path, body) = &seen[1];
-        assert_eq!(method, Method::DELETE);
+        let (method, path, body) = (&seen[1].method, &seen[1].uri, &seen[1].body);
+        assert_eq!(method, "DELETE");
         assert_eq!(path, "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/a?");
         assert_eq!(
             body["preconditions"],

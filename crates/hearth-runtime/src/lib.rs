@@ -38,6 +38,8 @@ mod readiness;
 mod shutdown;
 pub mod status;
 pub mod telemetry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod write_activity;
 
 use std::{future::Future, sync::Arc, time::Duration};

@@ -1,10 +1,15 @@
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
+use hearth_api::kueue::Workload;
+use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
 use hearth_runtime::events::Events;
+use hearth_runtime::testing::scripted;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use pretty_assertions::assert_eq;
+use serde_json::Value;
 
 use super::*;
-use crate::config::LockManagerConfig;
+use crate::config::{LockManagerConfig, SentinelKind};
+use crate::plan::plan_lock;
+use crate::views::{ClusterView, SentinelState};
 
 /// A 409 on the sentinel's name is ours only for the object lock-manager recorded:
 /// labelled for this very cluster and with the recorded (or created) UID.
@@ -79,59 +84,6 @@ fn a_refused_sentinel_is_a_bounded_condition_with_the_apiservers_reason() {
     );
     assert!(!c.message.contains('\n'));
     assert!(c.message.chars().count() <= 1025);
-}
-use crate::config::SentinelKind;
-use crate::plan::plan_lock;
-use crate::views::{ClusterView, SentinelState};
-use hearth_api::kueue::Workload;
-use hearth_api::{FournosClusterSpec, FournosClusterStatus, KueueStatus};
-use http_body_util::BodyExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use pretty_assertions::assert_eq;
-use serde_json::Value;
-
-#[derive(Debug)]
-struct Seen {
-    method: String,
-    uri: String,
-    content_type: String,
-    body: Value,
-}
-
-/// A client whose apiserver answers `answers` in order and records every request.
-fn fake_client(answers: Vec<(u16, Value)>) -> (kube::Client, Arc<Mutex<Vec<Seen>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
-    let record = seen.clone();
-    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
-        let record = record.clone();
-        let answers = answers.clone();
-        async move {
-            let (parts, body) = request.into_parts();
-            let bytes = body.collect().await?.to_bytes();
-            record.lock().unwrap().push(Seen {
-                method: parts.method.to_string(),
-                uri: parts.uri.to_string(),
-                content_type: parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .map(|v| v.to_str().unwrap().to_owned())
-                    .unwrap_or_default(),
-                body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            });
-            let (code, answer) = answers
-                .lock()
-                .unwrap()
-                .pop_front()
-                .expect("no more requests expected");
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                http::Response::builder()
-                    .status(code)
-                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?,
-            )
-        }
-    });
-    (kube::Client::new(service, "hearth"), seen)
 }
 
 fn writer(client: kube::Client) -> Writer<Workload> {
@@ -253,7 +205,7 @@ async fn expiry_clears_the_owner_guarded_then_deletes_then_reports() {
     let (cluster, sentinels) = expiring();
     let plan = plan_for(&cluster, &sentinels, at(60));
     let cluster_json = serde_json::to_value(&cluster).unwrap();
-    let (client, seen) = fake_client(vec![
+    let (client, seen) = scripted(vec![
         (200, cluster_json.clone()),
         (200, status_ok()),
         (200, cluster_json),
@@ -264,7 +216,7 @@ async fn expiry_clears_the_owner_guarded_then_deletes_then_reports() {
         .unwrap();
     assert_eq!(applied, Applied::Done);
 
-    let seen = seen.lock().unwrap();
+    let seen = seen.all();
     assert_eq!(seen.len(), 3, "{seen:#?}");
     assert_eq!(seen[0].method, "PATCH");
     assert_eq!(
@@ -303,13 +255,13 @@ async fn a_conflicting_clear_leaves_the_lock_alone() {
     // A person changed the cluster at that instant (re-locked, moved the TTL).
     let (cluster, sentinels) = expiring();
     let plan = plan_for(&cluster, &sentinels, at(61));
-    let (client, seen) = fake_client(vec![(409, conflict())]);
+    let (client, seen) = scripted(vec![(409, conflict())]);
     let w = writer(client);
     let applied = apply_plan(&w, &cluster, &sentinels, &plan, at(61))
         .await
         .unwrap();
     assert_eq!(applied, Applied::Conflict);
-    let seen = seen.lock().unwrap();
+    let seen = seen.all();
     assert_eq!(
         seen.len(),
         1,
@@ -345,11 +297,11 @@ async fn a_lost_workload_is_counted_with_its_event_even_when_the_status_write_fa
         "kind": "Status", "apiVersion": "v1", "status": "Failure",
         "message": "etcdserver: request timed out", "code": 500,
     });
-    let (client, seen) = fake_client(vec![(500, failure)]);
+    let (client, seen) = scripted(vec![(500, failure)]);
     let w = writer(client);
     let applied = apply_plan(&w, &cluster, &sentinels, &plan, at(30)).await;
     assert!(applied.is_err(), "{applied:?}");
-    assert_eq!(seen.lock().unwrap().len(), 1, "the status write, refused");
+    assert_eq!(seen.all().len(), 1, "the status write, refused");
     assert_eq!(w.metrics.workloads_lost.get(), 1);
 }
 
@@ -369,13 +321,13 @@ async fn a_status_planned_behind_the_last_write_is_not_applied_over_it() {
     status.lock_owner = None;
     let plan = plan_for(&cluster, &sentinels, at(31));
     assert_eq!(plan.status.owner_set_at, Some(at(31)), "stamped anew");
-    let (client, seen) = fake_client(vec![(409, conflict()), (200, live)]);
+    let (client, seen) = scripted(vec![(409, conflict()), (200, live)]);
     let w = writer(client);
     let applied = apply_plan(&w, &cluster, &sentinels, &plan, at(31))
         .await
         .unwrap();
     assert_eq!(applied, Applied::Done);
-    let seen = seen.lock().unwrap();
+    let seen = seen.all();
     let methods: Vec<&str> = seen.iter().map(|s| s.method.as_str()).collect();
     assert_eq!(methods, ["PATCH", "GET"], "not applied again: {seen:#?}");
     assert_eq!(seen[0].body["metadata"]["resourceVersion"], "42");
@@ -397,10 +349,10 @@ async fn nothing_is_written_when_nothing_changed() {
     let mut status: FournosClusterStatus = serde_json::from_value(patch).unwrap();
     status.kueue = cluster.status.as_ref().unwrap().kueue.clone();
     cluster.status = Some(status);
-    let (client, seen) = fake_client(vec![]);
+    let (client, seen) = scripted(vec![]);
     let applied = apply_plan(&writer(client), &cluster, &sentinels, &plan, at(31))
         .await
         .unwrap();
     assert_eq!(applied, Applied::Done);
-    assert!(seen.lock().unwrap().is_empty());
+    assert!(seen.all().is_empty());
 }

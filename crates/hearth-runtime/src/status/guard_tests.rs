@@ -1,42 +1,15 @@
 //! The resourceVersion guard of [`apply_status`] and what it does with a refusal, against
 //! a scripted apiserver (`e2e/tests/status_uid.rs` shows what the real one answers).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
-
 use hearth_api::{FournosCluster, FournosClusterSpec};
-use http::{Request, Response};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::testing::{Recorded, scripted};
 
-/// One request as the fake apiserver saw it: method, path, body (JSON, or null).
-type Seen = (String, String, Value);
-
-/// A fake apiserver answering `answers` (status code, body) in order.
-fn fake(answers: Vec<(u16, Value)>) -> (Api<FournosCluster>, Arc<Mutex<Vec<Seen>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
-    let log = seen.clone();
-    let service = tower::service_fn(move |request: Request<kube::client::Body>| {
-        let (log, answers) = (log.clone(), answers.clone());
-        async move {
-            let method = request.method().to_string();
-            let path = request.uri().path().to_owned();
-            let bytes = request.into_body().collect().await?.to_bytes();
-            let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            log.lock().unwrap().push((method, path, body));
-            let (code, answer) = answers.lock().unwrap().pop_front().expect("an answer");
-            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
-                Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(serde_json::to_vec(&answer)?))?,
-            )
-        }
-    });
-    let client = kube::Client::new(service, "hearth");
+/// A scripted apiserver answering `answers` (status code, body) in order.
+fn fake(answers: Vec<(u16, Value)>) -> (Api<FournosCluster>, Recorded) {
+    let (client, seen) = scripted(answers);
     (Api::namespaced(client, "hearth"), seen)
 }
 
@@ -47,8 +20,7 @@ fn stored(uid: &str, version: &str) -> Value {
 }
 
 fn refused(code: u16, reason: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-           "reason": reason, "message": format!("{reason} (scripted)")})
+    crate::testing::refusal(code, reason, &format!("{reason} (scripted)"))
 }
 
 /// The cluster as a cache saw it: uid `old`, version 7.
@@ -60,11 +32,10 @@ fn planned() -> FournosCluster {
     cluster
 }
 
-fn versions(seen: &Mutex<Vec<Seen>>) -> Vec<(String, Value)> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .map(|(method, _, body)| (method.clone(), body["metadata"]["resourceVersion"].clone()))
+fn versions(seen: &Recorded) -> Vec<(String, Value)> {
+    seen.all()
+        .into_iter()
+        .map(|s| (s.method, s.body["metadata"]["resourceVersion"].clone()))
         .collect()
 }
 
