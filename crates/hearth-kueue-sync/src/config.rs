@@ -136,15 +136,11 @@ fn parse_resource_prefix(prefix: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::CommandFactory;
+    use hearth_runtime::testing::parse_without_env;
 
-    /// Ignores the process environment, so a developer's variables cannot leak in.
     fn parse(argv: &[&str]) -> Result<KueueSyncConfig, clap::Error> {
-        let cmd = Args::command().mut_args(|arg| arg.env(None::<&str>));
-        let matches = cmd.try_get_matches_from(
-            std::iter::once("hearth-kueue-sync").chain(argv.iter().copied()),
-        )?;
-        Ok(Args::from_arg_matches(&matches)?.config)
+        Ok(parse_without_env::<Args>(argv)?.config)
     }
 
     #[test]

@@ -72,15 +72,11 @@ pub struct LockManagerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, FromArgMatches};
+    use clap::CommandFactory;
+    use hearth_runtime::testing::parse_without_env;
 
-    /// Ignores the process environment, so a developer's variables cannot leak in.
     fn parse(argv: &[&str]) -> Result<LockManagerConfig, clap::Error> {
-        let cmd = Args::command().mut_args(|arg| arg.env(None::<&str>));
-        let matches = cmd.try_get_matches_from(
-            std::iter::once("hearth-lock-manager").chain(argv.iter().copied()),
-        )?;
-        Ok(Args::from_arg_matches(&matches)?.config)
+        Ok(parse_without_env::<Args>(argv)?.config)
     }
 
     #[test]

@@ -256,7 +256,7 @@ pub use hearth_api::duration::{
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, FromArgMatches, Parser};
+    use clap::{CommandFactory, Parser};
 
     #[derive(Parser, Debug)]
     struct Cli {
@@ -264,13 +264,8 @@ mod tests {
         common: CommonArgs,
     }
 
-    /// Parses `argv` ignoring the process environment, so a developer's KUBECONFIG or
-    /// HEARTH_* variables cannot change what the test sees.
     fn parse_without_env(argv: &[&str]) -> Result<CommonArgs, clap::Error> {
-        let cmd = Cli::command().mut_args(|arg| arg.env(None::<&str>));
-        let matches =
-            cmd.try_get_matches_from(std::iter::once("test").chain(argv.iter().copied()))?;
-        Ok(Cli::from_arg_matches(&matches)?.common)
+        Ok(crate::testing::parse_without_env::<Cli>(argv)?.common)
     }
 
     #[test]

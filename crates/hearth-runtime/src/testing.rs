@@ -95,3 +95,12 @@ fn serve(next: impl Fn() -> (u16, Value) + Send + Sync + 'static) -> (kube::Clie
     });
     (kube::Client::new(service, "hearth"), recorded)
 }
+
+/// Parses `argv` (the arguments after the program's name) as `P`, ignoring the process
+/// environment, so a developer's KUBECONFIG or HEARTH_* variables cannot change what a
+/// test sees.
+pub fn parse_without_env<P: clap::Parser>(argv: &[&str]) -> Result<P, clap::Error> {
+    let cmd = P::command().mut_args(|arg| arg.env(None::<&str>));
+    let matches = cmd.try_get_matches_from(std::iter::once("test").chain(argv.iter().copied()))?;
+    P::from_arg_matches(&matches)
+}
