@@ -60,9 +60,14 @@ pub async fn apply_plan<K: Sentinel>(
     now: Timestamp,
 ) -> Result<Applied, Error> {
     let regarding = cluster.object_ref(&());
-    if let Some(stop) = expire(ctx, cluster, plan).await? {
-        return Ok(stop);
-    }
+    // After its own spec write, the status is applied to the cluster that write made:
+    // the cluster planned from is a version the apiserver has moved past.
+    let cleared = match expire(ctx, cluster, plan).await? {
+        Expiry::NotDue => None,
+        Expiry::Cleared(cleared) => Some(cleared),
+        Expiry::Stop(stop) => return Ok(stop),
+    };
+    let cluster = cleared.as_deref().unwrap_or(cluster);
     // A loss is counted from the state, with its Event and before it: the two report one
     // loss, so whoever sees the Event sees the count, and a write that fails after it
     // loses neither.
@@ -93,31 +98,40 @@ pub async fn apply_plan<K: Sentinel>(
     })
 }
 
-/// Step 1: the plan's `ClearOwner`, if it has one. What to answer instead of going on,
-/// when the cluster changed or is gone.
+/// What step 1 came to.
+enum Expiry {
+    /// The plan clears no owner.
+    NotDue,
+    /// `spec.owner` cleared: the cluster as written.
+    Cleared(Box<FournosCluster>),
+    /// What to answer instead of going on: the cluster changed or is gone.
+    Stop(Applied),
+}
+
+/// Step 1: the plan's `ClearOwner`, if it has one.
 async fn expire<K: Sentinel>(
     ctx: &Writer<K>,
     cluster: &FournosCluster,
     plan: &LockPlan,
-) -> Result<Option<Applied>, Error> {
+) -> Result<Expiry, Error> {
     let Some(owner) = plan.actions.iter().find_map(|a| match a {
         LockAction::ClearOwner { owner } => Some(owner),
         _ => None,
     }) else {
-        return Ok(None);
+        return Ok(Expiry::NotDue);
     };
     match clear_owner(&ctx.clusters, cluster).await {
-        Ok(()) => {
+        Ok(cleared) => {
             ctx.metrics.wrote("owner_clear");
             tracing::info!(%owner, "lock expired; spec.owner cleared");
             ctx.metrics.expired.inc();
-            Ok(None)
+            Ok(Expiry::Cleared(Box::new(cleared)))
         }
         Err(e) if is_conflict(&e) => {
             tracing::info!(%owner, "the cluster changed while its lock expired; planning again");
-            Ok(Some(Applied::Conflict))
+            Ok(Expiry::Stop(Applied::Conflict))
         }
-        Err(e) if is_not_found(&e) => Ok(Some(Applied::Done)),
+        Err(e) if is_not_found(&e) => Ok(Expiry::Stop(Applied::Done)),
         Err(e) => Err(Error::ClearOwner(e)),
     }
 }
@@ -413,11 +427,12 @@ fn rests_on(
     )
 }
 
-/// `spec.owner = null`, only if the cluster is still at the observed resourceVersion.
+/// `spec.owner = null`, only if the cluster is still at the observed resourceVersion;
+/// the cluster as written.
 async fn clear_owner(
     api: &Api<FournosCluster>,
     cluster: &FournosCluster,
-) -> Result<(), kube::Error> {
+) -> Result<FournosCluster, kube::Error> {
     let patch = json!({
         "metadata": { "resourceVersion": cluster.resource_version() },
         "spec": { "owner": null },
@@ -428,7 +443,6 @@ async fn clear_owner(
     };
     api.patch(&cluster.name_any(), &params, &Patch::Merge(&patch))
         .await
-        .map(drop)
 }
 
 async fn delete_sentinel<K: Sentinel>(

@@ -205,8 +205,13 @@ async fn expiry_clears_the_owner_guarded_then_deletes_then_reports() {
     let (cluster, sentinels) = expiring();
     let plan = plan_for(&cluster, &sentinels, at(60));
     let cluster_json = serde_json::to_value(&cluster).unwrap();
+    // The cluster as the clear wrote it: a new version and generation.
+    let mut cleared = cluster_json.clone();
+    cleared["metadata"]["resourceVersion"] = json!("43");
+    cleared["metadata"]["generation"] = json!(4);
+    cleared["spec"]["owner"] = Value::Null;
     let (client, seen) = scripted(vec![
-        (200, cluster_json.clone()),
+        (200, cleared),
         (200, status_ok()),
         (200, cluster_json),
     ]);
@@ -245,7 +250,14 @@ async fn expiry_clears_the_owner_guarded_then_deletes_then_reports() {
     let condition = &seen[2].body["status"]["conditions"][0];
     assert_eq!(condition["reason"], "Expired");
     assert_eq!(condition["status"], "False");
-    assert_eq!(condition["observedGeneration"], 3);
+    assert_eq!(
+        condition["observedGeneration"], 4,
+        "the spec the clear made is the one observed"
+    );
+    assert_eq!(
+        seen[2].body["metadata"]["resourceVersion"], "43",
+        "applied to the cluster the clear wrote, not over it"
+    );
     assert_eq!(seen[2].body["status"]["locked"], false);
     assert_eq!(w.metrics.expired.get(), 1);
 }
