@@ -113,11 +113,6 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// The controller's name: its field manager, Event reporter and Lease name.
-    pub fn controller_name(&self) -> &'static str {
-        self.controller
-    }
-
     /// Client for the management cluster's watches and reads.
     pub fn client(&self) -> kube::Client {
         self.client.clone()

@@ -362,11 +362,6 @@ where
         *self.synced.borrow()
     }
 
-    /// How many cached objects do not decode.
-    pub fn invalid_count(&self) -> usize {
-        self.store.state().iter().filter(|o| o.0.is_err()).count()
-    }
-
     /// Whether the cache shows a write of object `name` that returned version
     /// `written`: the watch delivered that very version, or the object is gone.
     /// Versions are opaque and only ever compared for equality; a later version is
