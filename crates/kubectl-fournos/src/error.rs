@@ -55,10 +55,8 @@ pub fn describe(op: &Op<'_>, code: u16, message: &str) -> Option<Failure> {
         namespace,
         name,
     } = op;
-    let place = namespace
-        .map(|ns| format!(" in namespace {ns}"))
-        .unwrap_or_default();
-    let ns_flag = namespace.map(|ns| format!(" -n {ns}")).unwrap_or_default();
+    let place = crate::view::prefixed(" in namespace ", *namespace);
+    let ns_flag = crate::view::prefixed(" -n ", *namespace);
     match code {
         404 => Some(Failure::NotFound(match (*resource, name) {
             ("fournosclusters.fournos.dev", Some(name)) => format!(
