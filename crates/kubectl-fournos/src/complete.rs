@@ -211,12 +211,9 @@ fn values(arg: &Arg, prefix: &str) -> (Vec<String>, u32) {
 
 /// `value<TAB>first line of its help`, as Cobra shows descriptions.
 fn described(value: &str, help: Option<&clap::builder::StyledStr>) -> String {
-    match help.map(|h| h.to_string()) {
-        Some(help) if !help.is_empty() => {
-            let first = help.lines().next().unwrap_or_default();
-            format!("{value}\t{first}")
-        }
-        _ => value.to_owned(),
+    match help.map(|h| h.to_string()).filter(|h| !h.is_empty()) {
+        Some(help) => format!("{value}\t{}", help.lines().next().unwrap_or_default()),
+        None => value.to_owned(),
     }
 }
 
