@@ -16,6 +16,7 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
@@ -95,12 +96,7 @@ impl Session {
     }
 
     fn op<'a>(&'a self, verb: &'a str, name: Option<&'a str>) -> Op<'a> {
-        Op {
-            verb,
-            resource: FOURNOS_CLUSTERS,
-            namespace: Some(&self.namespace),
-            name,
-        }
+        op(verb, FOURNOS_CLUSTERS, &self.namespace, name)
     }
 
     pub async fn get(&self, name: &str) -> Result<FournosCluster> {
@@ -113,10 +109,7 @@ impl Session {
     /// The FournosClusters, those matching the label `selector` if given (e.g.
     /// `fournos.dev/pool=b`), by name.
     pub async fn list(&self, selector: Option<&str>) -> Result<Vec<FournosCluster>> {
-        let mut params = ListParams::default();
-        if let Some(selector) = selector {
-            params = params.labels(selector);
-        }
+        let params = selector.map_or_else(ListParams::default, |s| ListParams::default().labels(s));
         let mut items = self
             .clusters()
             .list(&params)
@@ -215,20 +208,9 @@ impl Session {
         }
         let wanted = crate::view::owner(fc).is_some() && !crate::view::is_held(fc);
         if wanted {
-            let job = fc.status.as_ref().and_then(|s| s.lock_job_name.clone());
+            let job = fc.status.as_ref().and_then(|s| s.lock_job_name.as_deref());
             match self.workloads().await {
-                Ok(workloads) => {
-                    let (sentinel, admitted) =
-                        sentinel_and_admitted(&workloads, &name, job.clone());
-                    evidence.sentinel_tolerates_cordon = sentinel.as_ref().and_then(|(id, _)| {
-                        workloads
-                            .iter()
-                            .find(|w| w.metadata.name.as_deref() == id.rsplit('/').next())
-                            .map(crate::explain::tolerates_cordon)
-                    });
-                    evidence.sentinel = sentinel;
-                    evidence.admitted_on_cluster = admitted;
-                }
+                Ok(workloads) => workload_evidence(&mut evidence, &workloads, &name, job),
                 Err(e) => evidence.unreadable.push(format!(
                     "Workloads in {}: {}",
                     self.execution_namespace,
@@ -243,12 +225,7 @@ impl Session {
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.namespace);
         let selector =
             format!("involvedObject.kind=FournosCluster,involvedObject.name={name},type=Warning");
-        let op = Op {
-            verb: "list",
-            resource: "events",
-            namespace: Some(&self.namespace),
-            name: None,
-        };
+        let op = op("list", "events", &self.namespace, None);
         let mut lines: Vec<EventLine> = events
             .list(&ListParams::default().fields(&selector))
             .await
@@ -271,12 +248,7 @@ impl Session {
 
     async fn workloads(&self) -> Result<Vec<Workload>> {
         let api: Api<Workload> = Api::namespaced(self.client.clone(), &self.execution_namespace);
-        let op = Op {
-            verb: "list",
-            resource: WORKLOADS,
-            namespace: Some(&self.execution_namespace),
-            name: None,
-        };
+        let op = op("list", WORKLOADS, &self.execution_namespace, None);
         Ok(api
             .list(&ListParams::default())
             .await
@@ -316,9 +288,7 @@ impl Session {
             Err(_) => Ok(last),
         }
     }
-}
 
-impl Session {
     /// A failed watch as the user can act on it: the watcher lists, then watches.
     fn watch_error(&self, name: &str, error: watcher::Error) -> anyhow::Error {
         match error {
@@ -329,171 +299,7 @@ impl Session {
             other => anyhow!("watching FournosCluster {name}: {other}"),
         }
     }
-}
 
-/// The sentinel's Workload (labeled for the cluster, or owned by the FournosJob
-/// sentinel) with its `QuotaReserved` condition, and the other Workloads admitted on the
-/// cluster's flavor.
-fn sentinel_and_admitted(
-    workloads: &[Workload],
-    cluster: &str,
-    job: Option<String>,
-) -> (
-    Option<(
-        String,
-        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
-    )>,
-    Vec<String>,
-) {
-    let id = |w: &Workload| {
-        format!(
-            "{}/{}",
-            w.metadata.namespace.as_deref().unwrap_or_default(),
-            w.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
-    let is_sentinel = |w: &Workload| {
-        w.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(CLUSTER_LOCK_LABEL))
-            .is_some_and(|c| c == cluster)
-            || w.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "FournosJob" && Some(o.name.as_str()) == job.as_deref())
-    };
-    let conditions = |w: &Workload| {
-        w.status
-            .as_ref()
-            .map(|s| s.conditions.clone())
-            .unwrap_or_default()
-    };
-    let sentinel = workloads.iter().find(|w| is_sentinel(w)).map(|w| {
-        let reserved = hearth_api::conditions::find(&conditions(w), QUOTA_RESERVED).cloned();
-        (id(w), reserved)
-    });
-    let admitted = workloads
-        .iter()
-        .filter(|w| !is_sentinel(w))
-        .filter(|w| hearth_api::conditions::is_true(&conditions(w), ADMITTED))
-        .filter(|w| {
-            w.status
-                .as_ref()
-                .and_then(|s| s.admission.as_ref())
-                .is_some_and(|a| {
-                    a.pod_set_assignments
-                        .iter()
-                        .any(|p| p.flavors.values().any(|f| f == cluster))
-                })
-        })
-        .map(id)
-        .collect();
-    (sentinel, admitted)
-}
-
-fn context_user(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String> {
-    let context = context.or(kubeconfig.current_context.as_deref())?;
-    kubeconfig
-        .contexts
-        .iter()
-        .find(|c| c.name == context)?
-        .context
-        .as_ref()?
-        .user
-        .clone()
-}
-
-/// Which objects a scrub looks at.
-struct Scrub<'a> {
-    kind: Kind,
-    resource: &'a str,
-    namespace: &'a str,
-    selector: Option<&'a str>,
-}
-
-impl<'a> Scrub<'a> {
-    fn op(&self, verb: &'a str, name: Option<&'a str>) -> Op<'a> {
-        Op {
-            verb,
-            resource: self.resource,
-            namespace: Some(self.namespace),
-            name,
-        }
-    }
-}
-
-/// Lists the objects' metadata, plans each ([`scrub::plan`]) and, unless `dry_run`,
-/// patches each guarded by the version read; on a conflict reads it again and re-plans.
-async fn scrub_all<K>(api: &Api<K>, scope: &Scrub<'_>, dry_run: bool) -> Result<Report>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut params = ListParams::default();
-    if let Some(selector) = scope.selector {
-        params = params.labels(selector);
-    }
-    let listed = api
-        .list_metadata(&params)
-        .await
-        .map_err(|e| api_error(&scope.op("list", None), e))?
-        .items;
-    let mut report = Report {
-        kind: scope.kind,
-        namespace: scope.namespace.to_owned(),
-        dry_run,
-        scanned: listed.len(),
-        objects: Vec::new(),
-    };
-    for mut object in listed {
-        let name = object.metadata.name.clone().unwrap_or_default();
-        for attempt in 0..CONFLICT_RETRIES {
-            let meta = &object.metadata;
-            let finalizers = meta.finalizers.clone().unwrap_or_default();
-            let Some(found) = scrub::plan(
-                &name,
-                meta.annotations.as_ref().unwrap_or(&Default::default()),
-                &finalizers,
-            ) else {
-                break;
-            };
-            if !dry_run {
-                let version = meta.resource_version.as_deref().unwrap_or_default();
-                let patch = scrub::removal_patch(version, &found, &finalizers);
-                match api
-                    .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(status))
-                        if status.is_conflict() && attempt + 1 < CONFLICT_RETRIES =>
-                    {
-                        object = api
-                            .get_metadata(&name)
-                            .await
-                            .map_err(|e| api_error(&scope.op("get", Some(&name)), e))?;
-                        continue;
-                    }
-                    Err(e) => {
-                        return Err(api_error(&scope.op("patch", Some(&name)), e).context(
-                            format!(
-                                "removing kopf's leftovers from {name}; done so far:\n{}",
-                                report.render()
-                            ),
-                        ));
-                    }
-                }
-            }
-            report.objects.push(found);
-            break;
-        }
-    }
-    Ok(report)
-}
-
-/// An API error as a [`crate::error::Failure`] when the user can act on it.
-impl Session {
     /// What `doctor` checks, as this user sees it. Each read that fails is an unknown
     /// (said, with the reason), never a pass.
     pub async fn observe(&self, settings: &doctor::Settings) -> doctor::Observed {
@@ -517,26 +323,19 @@ impl Session {
             .unwrap_or_default();
         let mut namespaces = Vec::new();
         for name in doctor::namespaces(settings) {
-            let seen = seen(
-                Api::<Namespace>::all(client.clone()).get_opt(&name).await,
-                "get",
-                "namespaces",
-            );
+            let seen = seen(read(Api::<Namespace>::all(client.clone()), &name, "namespaces").await);
             namespaces.push((name, seen));
         }
-        let kueue_served = kueue_versions
-            .iter()
-            .any(|v| doctor::KUEUE_API.ends_with(&format!("/{v}")));
-        let (cluster_queue, local_queue) = if kueue_served {
-            let cq = Api::<ClusterQueue>::all(client.clone())
-                .get_opt(&settings.cluster_queue)
-                .await;
-            let lq = Api::<LocalQueue>::namespaced(client.clone(), &settings.execution_namespace)
-                .get_opt(&settings.local_queue)
-                .await;
+        let (cluster_queue, local_queue) = if doctor::serves_kueue(&kueue_versions) {
+            let cq = Api::<ClusterQueue>::all(client.clone());
+            let lq = Api::<LocalQueue>::namespaced(client.clone(), &settings.execution_namespace);
             (
-                Some(seen(cq, "get", "clusterqueues.kueue.x-k8s.io")),
-                Some(seen(lq, "get", "localqueues.kueue.x-k8s.io")),
+                Some(seen(
+                    read(cq, &settings.cluster_queue, "clusterqueues.kueue.x-k8s.io").await,
+                )),
+                Some(seen(
+                    read(lq, &settings.local_queue, "localqueues.kueue.x-k8s.io").await,
+                )),
             )
         } else {
             (None, None)
@@ -546,27 +345,16 @@ impl Session {
             let allowed = self.allowed(&settings.install_namespace, &right).await;
             rights.push((right, allowed));
         }
-        let fournos_cluster_crd = match Api::<CustomResourceDefinition>::all(client.clone())
-            .get_opt(names::CRD_NAME)
-            .await
-        {
-            Ok(crd) => crd.map(Ok),
-            Err(e) => Some(Err(unanswered(e, "get", "customresourcedefinitions"))),
-        };
-        let discovery_policy =
-            Api::<NetworkPolicy>::namespaced(client.clone(), &settings.install_namespace)
-                .get_opt(names::controllers::DISCOVERY)
-                .await
-                .map_or_else(
-                    |e| {
-                        Some(Err(unanswered(
-                            e,
-                            "get",
-                            "networkpolicies.networking.k8s.io",
-                        )))
-                    },
-                    |policy| policy.map(Ok),
-                );
+        let crds = Api::<CustomResourceDefinition>::all(client.clone());
+        let fournos_cluster_crd = read(crds, names::CRD_NAME, "customresourcedefinitions").await;
+        let policies =
+            Api::<NetworkPolicy>::namespaced(client.clone(), &settings.install_namespace);
+        let discovery_policy = read(
+            policies,
+            names::controllers::DISCOVERY,
+            "networkpolicies.networking.k8s.io",
+        )
+        .await;
         doctor::Observed {
             fournos_cluster_crd,
             discovery_policy,
@@ -579,18 +367,12 @@ impl Session {
             local_queue,
         }
     }
-}
 
-impl Session {
     /// Whether the controller's ServiceAccount in `namespace` has `right`: a
     /// SubjectAccessReview, the apiserver's own authorizer.
     async fn allowed(&self, namespace: &str, right: &doctor::Right) -> doctor::Allowed {
         let accounts = Api::<ServiceAccount>::namespaced(self.client.clone(), namespace);
-        match seen(
-            accounts.get_opt(right.controller).await,
-            "get",
-            "serviceaccounts",
-        ) {
+        match seen(read(accounts, right.controller, "serviceaccounts").await) {
             doctor::Seen::Present => {}
             doctor::Seen::Missing => return doctor::Allowed::NoServiceAccount,
             doctor::Seen::Unknown(why) => return doctor::Allowed::Unknown(why),
@@ -629,12 +411,176 @@ impl Session {
     }
 }
 
-/// An object's existence from a `get_opt`; a refusal says what right is missing.
-fn seen<K>(answer: kube::Result<Option<K>>, verb: &str, resource: &str) -> doctor::Seen {
-    match answer {
-        Ok(Some(_)) => doctor::Seen::Present,
-        Ok(None) => doctor::Seen::Missing,
-        Err(e) => doctor::Seen::Unknown(unanswered(e, verb, resource)),
+/// What `why` tells of the Workloads: the sentinel's (labeled for the cluster, or owned by
+/// the FournosJob sentinel) `QuotaReserved` condition and whether it tolerates the cordon,
+/// and the other Workloads admitted on the cluster's flavor.
+fn workload_evidence(
+    evidence: &mut Evidence,
+    workloads: &[Workload],
+    cluster: &str,
+    job: Option<&str>,
+) {
+    let id = |w: &Workload| {
+        format!(
+            "{}/{}",
+            w.metadata.namespace.as_deref().unwrap_or_default(),
+            w.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let is_sentinel = |w: &Workload| {
+        w.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLUSTER_LOCK_LABEL))
+            .is_some_and(|c| c == cluster)
+            || w.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "FournosJob" && Some(o.name.as_str()) == job)
+    };
+    fn conditions(w: &Workload) -> &[Condition] {
+        w.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+    if let Some(w) = workloads.iter().find(|w| is_sentinel(w)) {
+        let reserved = hearth_api::conditions::find(conditions(w), QUOTA_RESERVED).cloned();
+        evidence.sentinel = Some((id(w), reserved));
+        evidence.sentinel_tolerates_cordon = Some(explain::tolerates_cordon(w));
+    }
+    evidence.admitted_on_cluster = workloads
+        .iter()
+        .filter(|w| !is_sentinel(w))
+        .filter(|w| hearth_api::conditions::is_true(conditions(w), ADMITTED))
+        .filter(|w| {
+            w.status
+                .as_ref()
+                .and_then(|s| s.admission.as_ref())
+                .is_some_and(|a| {
+                    a.pod_set_assignments
+                        .iter()
+                        .any(|p| p.flavors.values().any(|f| f == cluster))
+                })
+        })
+        .map(id)
+        .collect();
+}
+
+fn context_user(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<String> {
+    let context = context.or(kubeconfig.current_context.as_deref())?;
+    kubeconfig
+        .contexts
+        .iter()
+        .find(|c| c.name == context)?
+        .context
+        .as_ref()?
+        .user
+        .clone()
+}
+
+/// Which objects a scrub looks at.
+struct Scrub<'a> {
+    kind: Kind,
+    resource: &'a str,
+    namespace: &'a str,
+    selector: Option<&'a str>,
+}
+
+/// What the plugin was doing in `namespace`, for [`api_error`].
+fn op<'a>(verb: &'a str, resource: &'a str, namespace: &'a str, name: Option<&'a str>) -> Op<'a> {
+    Op {
+        verb,
+        resource,
+        namespace: Some(namespace),
+        name,
+    }
+}
+
+/// Lists the objects' metadata, plans each ([`scrub::plan`]) and, unless `dry_run`,
+/// patches each guarded by the version read; on a conflict reads it again and re-plans.
+async fn scrub_all<K>(api: &Api<K>, scope: &Scrub<'_>, dry_run: bool) -> Result<Report>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = scope
+        .selector
+        .map_or_else(ListParams::default, |s| ListParams::default().labels(s));
+    let listed = api
+        .list_metadata(&params)
+        .await
+        .map_err(|e| api_error(&op("list", scope.resource, scope.namespace, None), e))?
+        .items;
+    let mut report = Report {
+        kind: scope.kind,
+        namespace: scope.namespace.to_owned(),
+        dry_run,
+        scanned: listed.len(),
+        objects: Vec::new(),
+    };
+    for mut object in listed {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        for attempt in 0..CONFLICT_RETRIES {
+            let meta = &object.metadata;
+            let finalizers = meta.finalizers.clone().unwrap_or_default();
+            let Some(found) = scrub::plan(
+                &name,
+                meta.annotations.as_ref().unwrap_or(&Default::default()),
+                &finalizers,
+            ) else {
+                break;
+            };
+            if !dry_run {
+                let version = meta.resource_version.as_deref().unwrap_or_default();
+                let patch = scrub::removal_patch(version, &found, &finalizers);
+                match api
+                    .patch_metadata(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status))
+                        if status.is_conflict() && attempt + 1 < CONFLICT_RETRIES =>
+                    {
+                        object = api.get_metadata(&name).await.map_err(|e| {
+                            api_error(&op("get", scope.resource, scope.namespace, Some(&name)), e)
+                        })?;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(api_error(
+                            &op("patch", scope.resource, scope.namespace, Some(&name)),
+                            e,
+                        )
+                        .context(format!(
+                            "removing kopf's leftovers from {name}; done so far:\n{}",
+                            report.render()
+                        )));
+                    }
+                }
+            }
+            report.objects.push(found);
+            break;
+        }
+    }
+    Ok(report)
+}
+
+/// An object, or why it could not be read (a refusal says what right is missing); `None`
+/// when it does not exist.
+async fn read<K>(api: Api<K>, name: &str, resource: &str) -> Option<Result<K, String>>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let answer = api.get_opt(name).await;
+    answer
+        .map_err(|e| unanswered(e, "get", resource))
+        .transpose()
+}
+
+/// Whether a [`read`] object exists.
+fn seen<K>(read: Option<Result<K, String>>) -> doctor::Seen {
+    match read {
+        Some(Ok(_)) => doctor::Seen::Present,
+        None => doctor::Seen::Missing,
+        Some(Err(why)) => doctor::Seen::Unknown(why),
     }
 }
 

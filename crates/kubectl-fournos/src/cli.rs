@@ -19,6 +19,13 @@ macro_rules! exit_codes {
     };
 }
 
+/// A verb's `--help` epilogue: its examples, a line each, then the exit codes.
+macro_rules! examples {
+    ($($line:literal),+ $(,)?) => {
+        concat!("Examples:\n", $($line, "\n",)+ "\n", exit_codes!())
+    };
+}
+
 /// After the top-level help: the commands people run most, and the exit codes.
 const TOP_AFTER_HELP: &str = concat!(
     "Examples:\n",
@@ -98,12 +105,10 @@ pub enum Output {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Lock a cluster for yourself (sets spec.owner and spec.ttl).
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos lock gpu-a --ttl 4h      lock gpu-a for yourself for 4 hours\n",
-        "  kubectl fournos lock gpu-a               until you unlock it\n",
-        "  kubectl fournos wait gpu-a --locked      then wait until the lock holds its slots\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos lock gpu-a --ttl 4h      lock gpu-a for yourself for 4 hours",
+        "  kubectl fournos lock gpu-a               until you unlock it",
+        "  kubectl fournos wait gpu-a --locked      then wait until the lock holds its slots",
     ))]
     Lock {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
@@ -121,11 +126,9 @@ pub enum Command {
         force: bool,
     },
     /// Release your lock on a cluster (clears spec.owner and spec.ttl).
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos unlock gpu-a\n",
-        "  kubectl fournos unlock gpu-a --force     release someone else's lock\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos unlock gpu-a",
+        "  kubectl fournos unlock gpu-a --force     release someone else's lock",
     ))]
     Unlock {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
@@ -141,11 +144,9 @@ pub enum Command {
     /// Cordon a cluster for maintenance (sets spec.cordon): Kueue admits no new job there,
     /// jobs already admitted keep running, quota is unchanged. `status` and `why` say how
     /// many are left (Drained once none is).
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos cordon gpu-a --reason \"driver upgrade, OPS-1234\" --until 4h\n",
-        "  kubectl fournos status gpu-a             CORDON counts down to drained\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos cordon gpu-a --reason \"driver upgrade, OPS-1234\" --until 4h",
+        "  kubectl fournos status gpu-a             CORDON counts down to drained",
     ))]
     Cordon {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
@@ -167,11 +168,9 @@ pub enum Command {
         force: bool,
     },
     /// Lift your cordon (clears spec.cordon): Kueue admits new jobs there again.
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos uncordon gpu-a\n",
-        "  kubectl fournos uncordon gpu-a --force   lift someone else's cordon\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos uncordon gpu-a",
+        "  kubectl fournos uncordon gpu-a --force   lift someone else's cordon",
     ))]
     Uncordon {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
@@ -186,12 +185,10 @@ pub enum Command {
     },
     /// The fleet (or one cluster): GPUs, pool, kubeconfig validity, quota, lock, waiting
     /// reason.
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos status                   the whole fleet\n",
-        "  kubectl fournos status gpu-a -o yaml     one cluster, as YAML\n",
-        "  kubectl fournos status -l fournos.dev/pool=b\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos status                   the whole fleet",
+        "  kubectl fournos status gpu-a -o yaml     one cluster, as YAML",
+        "  kubectl fournos status -l fournos.dev/pool=b",
     ))]
     Status {
         /// One FournosCluster's name, in --namespace; without it, every cluster.
@@ -205,10 +202,8 @@ pub enum Command {
         pool_label_keys: String,
     },
     /// Explain in one paragraph why a cluster's lock waits or why it has no quota.
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos why gpu-a\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos why gpu-a",
     ))]
     Why {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;
@@ -216,11 +211,9 @@ pub enum Command {
         cluster: String,
     },
     /// Wait until a cluster's lock is held (or released).
-    #[command(after_help = concat!(
-        "Examples:\n",
-        "  kubectl fournos wait gpu-a --locked --timeout 30m\n",
-        "  kubectl fournos wait gpu-a --released\n\n",
-        exit_codes!()
+    #[command(after_help = examples!(
+        "  kubectl fournos wait gpu-a --locked --timeout 30m",
+        "  kubectl fournos wait gpu-a --released",
     ))]
     Wait {
         /// The FournosCluster's name, in --namespace (`kubectl fournos status` lists them;

@@ -95,13 +95,11 @@ pub struct ClusterQuery {
 const CONNECTION_FLAGS: [&str; 3] = ["namespace", "kubeconfig", "context"];
 
 /// Cobra's answer for `words` (the last one is being typed).
-pub fn complete(root: Command, words: &[String]) -> Answer {
-    let mut root = root;
+pub fn complete(mut root: Command, words: &[String]) -> Answer {
     root.build();
-    let (current, typed) = match words.split_last() {
-        Some((current, typed)) => (current.as_str(), typed),
-        None => ("", &[][..]),
-    };
+    let (current, typed) = words
+        .split_last()
+        .map_or(("", &[][..]), |(current, typed)| (current.as_str(), typed));
     let mut command = &root;
     let mut awaiting_value: Option<&Arg> = None;
     let mut positionals = 0;
@@ -182,13 +180,8 @@ pub fn complete(root: Command, words: &[String]) -> Answer {
 
 /// [`complete`]'s answer as kubectl reads it.
 pub fn render(candidates: &[String], directive: u32) -> String {
-    let mut out = String::new();
-    for candidate in candidates {
-        out.push_str(candidate);
-        out.push('\n');
-    }
-    out.push_str(&format!(":{directive}\n"));
-    out
+    let lines: String = candidates.iter().map(|c| format!("{c}\n")).collect();
+    format!("{lines}:{directive}\n")
 }
 
 fn find_long<'c>(command: &'c Command, long: &str) -> Option<&'c Arg> {
@@ -218,12 +211,9 @@ fn values(arg: &Arg, prefix: &str) -> (Vec<String>, u32) {
 
 /// `value<TAB>first line of its help`, as Cobra shows descriptions.
 fn described(value: &str, help: Option<&clap::builder::StyledStr>) -> String {
-    match help.map(|h| h.to_string()) {
-        Some(help) if !help.is_empty() => {
-            let first = help.lines().next().unwrap_or_default();
-            format!("{value}\t{first}")
-        }
-        _ => value.to_owned(),
+    match help.map(|h| h.to_string()).filter(|h| !h.is_empty()) {
+        Some(help) => format!("{value}\t{}", help.lines().next().unwrap_or_default()),
+        None => value.to_owned(),
     }
 }
 

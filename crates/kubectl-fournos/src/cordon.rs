@@ -8,7 +8,7 @@ use hearth_api::duration::parse_flag_duration;
 use jiff::Timestamp;
 use serde_json::json;
 
-use crate::lock::{Plan, guarded};
+use crate::lock::{Plan, patch, take_over};
 
 /// `cordon <cluster> --reason … [--until <time or duration>] [--force]` by `me` at `now`.
 pub fn plan_cordon(
@@ -36,18 +36,10 @@ pub fn plan_cordon(
         Err(message) => return Plan::Refused(format!("--until: {message}")),
     };
     let current = fc.spec.cordon.as_ref();
-    let by = current
-        .and_then(|c| c.by.as_deref())
-        .filter(|b| !b.is_empty());
-    let taken_from = match by {
-        Some(by) if by != me && !force => {
-            return Plan::Refused(format!(
-                "{name} is cordoned by {by}. Ask them, or take the cordon over with --force."
-            ));
-        }
-        Some(by) if by != me => Some(by.to_owned()),
-        _ => None,
+    let refused = |by: &str| {
+        format!("{name} is cordoned by {by}. Ask them, or take the cordon over with --force.")
     };
+    let taken = take_over(current.and_then(|c| c.by.as_deref()), me, force, refused);
     // Re-cordoning keeps the original start: the maintenance began then.
     let since = current
         .and_then(|c| c.since.as_ref().map(|s| s.0))
@@ -58,18 +50,13 @@ pub fn plan_cordon(
     if unchanged {
         return Plan::Unchanged(format!("{name} is already cordoned by {me}"));
     }
-    Plan::Patch {
-        patch: guarded(
-            fc,
-            json!({ "cordon": {
-                "reason": reason,
-                "by": me,
-                "since": since.to_string(),
-                "until": until.map(|u| u.to_string()),
-            }}),
-        ),
-        taken_from,
-    }
+    let cordon = json!({
+        "reason": reason,
+        "by": me,
+        "since": since.to_string(),
+        "until": until.map(|u| u.to_string()),
+    });
+    patch(fc, taken, json!({ "cordon": cordon }))
 }
 
 /// `uncordon <cluster> [--force]` by `me`.
@@ -78,20 +65,14 @@ pub fn plan_uncordon(fc: &FournosCluster, me: &str, force: bool) -> Plan {
     let Some(current) = &fc.spec.cordon else {
         return Plan::Unchanged(format!("{name} is not cordoned"));
     };
-    let taken_from = match current.by.as_deref().filter(|b| !b.is_empty()) {
-        Some(by) if by != me && !force => {
-            return Plan::Refused(format!(
-                "{name} is cordoned by {by}, not by {me}. If you cordoned it under another \
-                 name, pass --by <that name>; to lift someone else's cordon, add --force."
-            ));
-        }
-        Some(by) if by != me => Some(by.to_owned()),
-        _ => None,
+    let refused = |by: &str| {
+        format!(
+            "{name} is cordoned by {by}, not by {me}. If you cordoned it under another \
+             name, pass --by <that name>; to lift someone else's cordon, add --force."
+        )
     };
-    Plan::Patch {
-        patch: guarded(fc, json!({ "cordon": null })),
-        taken_from,
-    }
+    let taken = take_over(current.by.as_deref(), me, force, refused);
+    patch(fc, taken, json!({ "cordon": null }))
 }
 
 /// `--until`: an RFC 3339 time (`2026-11-26T08:00:00Z`) or a duration from now in the one

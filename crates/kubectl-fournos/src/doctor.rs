@@ -226,7 +226,8 @@ pub struct Check {
     pub message: String,
 }
 
-fn check(check: &str, verdict: Verdict, message: String) -> Check {
+/// The check named `check`, with what it found.
+fn check(check: &str, (verdict, message): (Verdict, String)) -> Check {
     Check {
         check: check.to_owned(),
         verdict,
@@ -234,43 +235,44 @@ fn check(check: &str, verdict: Verdict, message: String) -> Check {
     }
 }
 
-/// The check of an object Hearth needs and does not make: `what` names it, `missing`
-/// ends the sentence that says it does not exist with what to do. `None`: not looked
-/// for, since Kueue's API is not served.
-fn presence(name: &str, what: &str, seen: Option<&Seen>, missing: &str) -> Check {
+/// What the check of an object Hearth needs and does not make found: `what` names it,
+/// `missing` ends the sentence that says it does not exist with what to do. `None`: not
+/// looked for, since Kueue's API is not served.
+fn presence(what: &str, seen: Option<&Seen>, missing: &str) -> (Verdict, String) {
     match seen {
-        Some(Seen::Present) => check(name, Verdict::Ok, format!("{what} exists")),
-        Some(Seen::Missing) => check(
-            name,
-            Verdict::Missing,
-            format!("{what} does not exist{missing}"),
-        ),
-        Some(Seen::Unknown(why)) => check(
-            name,
+        Some(Seen::Present) => (Verdict::Ok, format!("{what} exists")),
+        Some(Seen::Missing) => (Verdict::Missing, format!("{what} does not exist{missing}")),
+        Some(Seen::Unknown(why)) => (
             Verdict::Unknown,
             format!("cannot tell whether {what} exists: {why}"),
         ),
-        None => check(
-            name,
+        None => (
             Verdict::Unknown,
             format!("{what} not checked: Kueue's API is not served"),
         ),
     }
 }
 
+/// `ok` when `present`, else `missing`.
+fn installed(present: bool, ok: &str, missing: &str) -> (Verdict, String) {
+    match present {
+        true => (Verdict::Ok, ok.to_owned()),
+        false => (Verdict::Missing, missing.to_owned()),
+    }
+}
+
 /// The namespaces to check: the FournosClusters', the Secrets', the sentinels'.
 pub fn namespaces(settings: &Settings) -> Vec<String> {
-    let mut names = vec![
-        settings.namespace.clone(),
-        settings.secrets_namespace.clone(),
-        settings.execution_namespace.clone(),
-    ];
-    let mut seen = Vec::new();
-    names.retain(|n| {
-        let fresh = !seen.contains(n);
-        seen.push(n.clone());
-        fresh
-    });
+    let mut names: Vec<String> = Vec::new();
+    for name in [
+        &settings.namespace,
+        &settings.secrets_namespace,
+        &settings.execution_namespace,
+    ] {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
     names
 }
 
@@ -286,38 +288,37 @@ fn minor_version(git_version: &str) -> Option<(u32, u32)> {
     Some((major, minor.parse().ok()?))
 }
 
+/// Whether `versions` (of kueue.x-k8s.io, as the apiserver serves them) has [`KUEUE_API`].
+pub fn serves_kueue(versions: &[String]) -> bool {
+    versions
+        .iter()
+        .any(|v| v == hearth_api::kueue::KUEUE_VERSION)
+}
+
 /// Every check, in the order a person fixes them.
 pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
-    let mut checks = Vec::new();
     let (tested_major, tested_minor) = TESTED_KUBERNETES;
     let tested = format!("{tested_major}.{tested_minor}");
-    checks.push(match observed.kubernetes_version.as_deref() {
-        Some(v) if minor_version(v) == Some(TESTED_KUBERNETES) => check(
-            "kubernetes",
-            Verdict::Ok,
-            format!("Kubernetes {v} (tested: {tested}.x)"),
-        ),
-        Some(v) => check(
-            "kubernetes",
+    let kubernetes = match observed.kubernetes_version.as_deref() {
+        Some(v) if minor_version(v) == Some(TESTED_KUBERNETES) => {
+            (Verdict::Ok, format!("Kubernetes {v} (tested: {tested}.x)"))
+        }
+        Some(v) => (
             Verdict::Warning,
             format!(
                 "Kubernetes {v} is not a version Hearth is tested on (tested: {tested}.x); it may \
                  work. docs/support.md lists what is tested."
             ),
         ),
-        None => check(
-            "kubernetes",
+        None => (
             Verdict::Unknown,
             "the apiserver did not say its version (/version)".into(),
         ),
-    });
-    let (_, kueue_version) = KUEUE_API.split_once('/').unwrap_or_default();
-    let kueue_served = observed.kueue_versions.iter().any(|v| v == kueue_version);
-    checks.push(if kueue_served {
-        check("kueue", Verdict::Ok, format!("Kueue serves {KUEUE_API}"))
+    };
+    let kueue = if serves_kueue(&observed.kueue_versions) {
+        (Verdict::Ok, format!("Kueue serves {KUEUE_API}"))
     } else if observed.kueue_versions.is_empty() {
-        check(
-            "kueue",
+        (
             Verdict::Missing,
             format!(
                 "Kueue is not installed: no kueue.x-k8s.io API is served. Install Kueue (tested: \
@@ -325,8 +326,7 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
             ),
         )
     } else {
-        check(
-            "kueue",
+        (
             Verdict::Missing,
             format!(
                 "Kueue serves kueue.x-k8s.io {}, not {KUEUE_API}, which Hearth uses: upgrade \
@@ -334,43 +334,33 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
                 observed.kueue_versions.join(", ")
             ),
         )
-    });
+    };
     let crd = |resource: &str| observed.fournos_resources.iter().any(|r| r == resource);
-    checks.push(if crd("fournosclusters") {
+    let mut checks = vec![
+        check("kubernetes", kubernetes),
+        check("kueue", kueue),
         check(
             "fournosclusters-crd",
-            Verdict::Ok,
-            "the FournosCluster CRD (fournosclusters.fournos.dev/v1) is installed".into(),
-        )
-    } else {
-        check(
-            "fournosclusters-crd",
-            Verdict::Missing,
-            "the FournosCluster CRD is not installed: `helm install` installs it from the chart's \
-             crds/, or `kubectl apply -f manifests/crd.yaml`."
-                .into(),
-        )
-    });
+            installed(
+                crd("fournosclusters"),
+                "the FournosCluster CRD (fournosclusters.fournos.dev/v1) is installed",
+                "the FournosCluster CRD is not installed: `helm install` installs it from the \
+                 chart's crds/, or `kubectl apply -f manifests/crd.yaml`.",
+            ),
+        ),
+    ];
     if let Some(served) = &observed.fournos_cluster_crd {
-        checks.push(crd_fields(served));
+        checks.push(check("fournosclusters-crd-fields", crd_fields(served)));
     }
     if settings.sentinel == Sentinel::Fournosjob {
-        checks.push(if crd("fournosjobs") {
-            check(
-                "fournosjobs-crd",
-                Verdict::Ok,
-                "the FournosJob CRD (fournosjobs.fournos.dev/v1) is installed".into(),
-            )
-        } else {
-            check(
-                "fournosjobs-crd",
-                Verdict::Missing,
-                "the FournosJob CRD is not installed, and lock sentinels are FournosJobs \
-                 (config.sentinel=fournosjob): install Fournos, or set config.sentinel=workload \
-                 to lock with bare Kueue Workloads."
-                    .into(),
-            )
-        });
+        let found = installed(
+            crd("fournosjobs"),
+            "the FournosJob CRD (fournosjobs.fournos.dev/v1) is installed",
+            "the FournosJob CRD is not installed, and lock sentinels are FournosJobs \
+             (config.sentinel=fournosjob): install Fournos, or set config.sentinel=workload \
+             to lock with bare Kueue Workloads.",
+        );
+        checks.push(check("fournosjobs-crd", found));
     }
     for (name, seen) in &observed.namespaces {
         let role = if *name == settings.secrets_namespace {
@@ -380,49 +370,48 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
         } else {
             "the FournosClusters' namespace"
         };
-        checks.push(presence(
-            "namespace",
+        let found = presence(
             &format!("namespace {name}"),
             Some(seen),
             &format!(
                 "; it is {role}: `kubectl create namespace {name}`, or install the chart with \
                  namespaces.create=true."
             ),
-        ));
+        );
+        checks.push(check("namespace", found));
     }
     let queue = &settings.cluster_queue;
-    checks.push(presence(
-        "clusterqueue",
+    let found = presence(
         &format!("ClusterQueue {queue}"),
         observed.cluster_queue.as_ref(),
         ": Hearth publishes the fleet's quota into it but does not create it. Create it \
          (docs/support.md shows one), or point config.clusterQueueName at yours.",
-    ));
+    );
+    checks.push(check("clusterqueue", found));
     if settings.sentinel == Sentinel::Workload {
         let (lq, ns) = (&settings.local_queue, &settings.execution_namespace);
-        checks.push(presence(
-            "localqueue",
+        let found = presence(
             &format!("LocalQueue {lq} in namespace {ns}"),
             observed.local_queue.as_ref(),
             &format!(
                 "; workload sentinels (config.sentinel=workload) queue through it: create it, \
                  pointing at ClusterQueue {queue}."
             ),
-        ));
+        );
+        checks.push(check("localqueue", found));
     }
-    let install = &settings.install_namespace;
-    checks.push(discovery_egress(
-        settings,
-        observed.discovery_policy.as_ref(),
-    ));
+    let egress = discovery_egress(settings, observed.discovery_policy.as_ref());
+    checks.push(check("discovery-egress", egress));
     for (right, allowed) in &observed.rights {
-        checks.push(right_check(install, right, allowed));
+        let found = right_check(&settings.install_namespace, right, allowed);
+        checks.push(check("rbac", found));
     }
     checks
 }
 
-/// The check of one right of a controller's ServiceAccount (in namespace `install`).
-fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
+/// What the check of one right of a controller's ServiceAccount (in namespace `install`)
+/// found.
+fn right_check(install: &str, right: &Right, allowed: &Allowed) -> (Verdict, String) {
     let Right {
         controller,
         verb,
@@ -436,11 +425,7 @@ fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
         (None, None) => (*resource).to_owned(),
     };
     match allowed {
-        Allowed::Yes => check(
-            "rbac",
-            Verdict::Ok,
-            format!("{controller} may {verb} {object}"),
-        ),
+        Allowed::Yes => (Verdict::Ok, format!("{controller} may {verb} {object}")),
         Allowed::No => {
             let fix = right.fix.clone().unwrap_or_else(|| {
                 format!(
@@ -450,8 +435,7 @@ fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
                      release with this one."
                 )
             });
-            check(
-                "rbac",
+            (
                 Verdict::Missing,
                 format!(
                     "{controller} (ServiceAccount {install}/{controller}) may not {verb} \
@@ -459,8 +443,7 @@ fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
                 ),
             )
         }
-        Allowed::NoServiceAccount => check(
-            "rbac",
+        Allowed::NoServiceAccount => (
             Verdict::Warning,
             format!(
                 "{controller} is not installed in namespace {install} (no ServiceAccount): its \
@@ -468,8 +451,7 @@ fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
                  (--install-namespace)."
             ),
         ),
-        Allowed::Unknown(why) => check(
-            "rbac",
+        Allowed::Unknown(why) => (
             Verdict::Unknown,
             format!("cannot tell whether {controller} may {verb} {object}: {why}"),
         ),
@@ -478,13 +460,11 @@ fn right_check(install: &str, right: &Right, allowed: &Allowed) -> Check {
 
 /// Whether the served CRD declares every status field the controllers write; a field it
 /// lacks is pruned from every write, silently.
-fn crd_fields(served: &Result<CustomResourceDefinition, String>) -> Check {
-    const NAME: &str = "fournosclusters-crd-fields";
+fn crd_fields(served: &Result<CustomResourceDefinition, String>) -> (Verdict, String) {
     let crd = match served {
         Ok(crd) => crd,
         Err(why) => {
-            return check(
-                NAME,
+            return (
                 Verdict::Unknown,
                 format!(
                     "cannot tell whether the FournosCluster CRD declares the status fields the \
@@ -502,14 +482,12 @@ fn crd_fields(served: &Result<CustomResourceDefinition, String>) -> Check {
         })
         .collect();
     if stale.is_empty() {
-        check(
-            NAME,
+        (
             Verdict::Ok,
             "the FournosCluster CRD declares every status field the controllers write".into(),
         )
     } else {
-        check(
-            NAME,
+        (
             Verdict::Missing,
             format!(
                 "the FournosCluster CRD is older than this Hearth and the apiserver drops status \
@@ -525,8 +503,10 @@ fn crd_fields(served: &Result<CustomResourceDefinition, String>) -> Check {
 /// Whether hearth-discovery's egress is narrowed to the target clusters: with
 /// `networkPolicy.targetCIDRs` empty it may connect anywhere, and it connects wherever a
 /// labeled Secret's kubeconfig points. Said, not failed: the targets may really be anywhere.
-fn discovery_egress(settings: &Settings, policy: Option<&Result<NetworkPolicy, String>>) -> Check {
-    const NAME: &str = "discovery-egress";
+fn discovery_egress(
+    settings: &Settings,
+    policy: Option<&Result<NetworkPolicy, String>>,
+) -> (Verdict, String) {
     let (install, secrets) = (&settings.install_namespace, &settings.secrets_namespace);
     let risk = format!(
         "whoever may create a labeled kubeconfig Secret in namespace {secrets} gets an HTTPS \
@@ -534,31 +514,27 @@ fn discovery_egress(settings: &Settings, policy: Option<&Result<NetworkPolicy, S
          networks in networkPolicy.targetCIDRs."
     );
     match policy {
-        Some(Ok(policy)) if egress_is_open(policy) => check(
-            NAME,
+        Some(Ok(policy)) if egress_is_open(policy) => (
             Verdict::Warning,
             format!(
                 "networkPolicy.targetCIDRs is empty: NetworkPolicy {install}/hearth-discovery \
                  lets it connect to any address on any port, so {risk}"
             ),
         ),
-        Some(Ok(_)) => check(
-            NAME,
+        Some(Ok(_)) => (
             Verdict::Ok,
             "hearth-discovery may connect only to the networks networkPolicy.targetCIDRs lists \
              (and DNS, the API server)"
                 .into(),
         ),
-        None => check(
-            NAME,
+        None => (
             Verdict::Warning,
             format!(
                 "no NetworkPolicy hearth-discovery in namespace {install} (networkPolicy.enabled \
                  is false, or discovery is not installed there): it may connect anywhere, so {risk}"
             ),
         ),
-        Some(Err(why)) => check(
-            NAME,
+        Some(Err(why)) => (
             Verdict::Warning,
             format!("cannot tell where hearth-discovery may connect: {why}"),
         ),
@@ -577,17 +553,16 @@ fn egress_is_open(policy: &NetworkPolicy) -> bool {
 
 /// One line a check, and a last line that sums up.
 pub fn render(checks: &[Check]) -> String {
-    let mut out = String::new();
-    for c in checks {
-        let tag = match c.verdict {
-            Verdict::Ok => "ok",
-            Verdict::Warning => "warning",
-            Verdict::Missing => "MISSING",
-            Verdict::Unknown => "UNKNOWN",
-        };
-        out.push_str(&format!("{tag:<8}{}\n", c.message));
-    }
-    out
+    let tag = |verdict| match verdict {
+        Verdict::Ok => "ok",
+        Verdict::Warning => "warning",
+        Verdict::Missing => "MISSING",
+        Verdict::Unknown => "UNKNOWN",
+    };
+    checks
+        .iter()
+        .map(|c| format!("{:<8}{}\n", tag(c.verdict), c.message))
+        .collect()
 }
 
 /// How a run ends: nothing missing; something missing (exit 4); nothing missing but

@@ -55,10 +55,8 @@ pub fn describe(op: &Op<'_>, code: u16, message: &str) -> Option<Failure> {
         namespace,
         name,
     } = op;
-    let place = namespace
-        .map(|ns| format!(" in namespace {ns}"))
-        .unwrap_or_default();
-    let ns_flag = namespace.map(|ns| format!(" -n {ns}")).unwrap_or_default();
+    let place = crate::view::prefixed(" in namespace ", *namespace);
+    let ns_flag = crate::view::prefixed(" -n ", *namespace);
     match code {
         404 => Some(Failure::NotFound(match (*resource, name) {
             ("fournosclusters.fournos.dev", Some(name)) => format!(
@@ -87,16 +85,18 @@ pub fn describe(op: &Op<'_>, code: u16, message: &str) -> Option<Failure> {
 mod tests {
     use super::*;
 
-    const FC: &str = "fournosclusters.fournos.dev";
+    fn op<'a>(verb: &'a str, namespace: Option<&'a str>, name: Option<&'a str>) -> Op<'a> {
+        Op {
+            verb,
+            resource: "fournosclusters.fournos.dev",
+            namespace,
+            name,
+        }
+    }
 
     #[test]
     fn forbidden_names_the_missing_verb_and_resource() {
-        let op = Op {
-            verb: "patch",
-            resource: FC,
-            namespace: Some("hearth"),
-            name: Some("a"),
-        };
+        let op = op("patch", Some("hearth"), Some("a"));
         let failure = describe(&op, 403, "User \"bob\" cannot patch resource").unwrap();
         let text = failure.to_string();
         assert!(matches!(failure, Failure::Forbidden(_)));
@@ -115,12 +115,7 @@ mod tests {
 
     #[test]
     fn a_missing_cluster_says_where_it_looked() {
-        let op = Op {
-            verb: "get",
-            resource: FC,
-            namespace: Some("fleet"),
-            name: Some("nope"),
-        };
+        let op = op("get", Some("fleet"), Some("nope"));
         let failure = describe(&op, 404, "not found").unwrap();
         assert_eq!(
             failure.to_string(),
@@ -133,12 +128,7 @@ mod tests {
     #[test]
     fn the_apiserver_message_is_bounded() {
         use crate::print::tests::{HOSTILE, assert_shows_nothing_hidden};
-        let op = Op {
-            verb: "get",
-            resource: FC,
-            namespace: None,
-            name: None,
-        };
+        let op = op("get", None, None);
         let text = describe(&op, 403, &format!("{HOSTILE}{}", "x".repeat(5000)))
             .unwrap()
             .to_string();
@@ -148,12 +138,7 @@ mod tests {
 
     #[test]
     fn other_codes_are_left_to_the_raw_error() {
-        let op = Op {
-            verb: "get",
-            resource: FC,
-            namespace: None,
-            name: None,
-        };
+        let op = op("get", None, None);
         assert!(describe(&op, 500, "boom").is_none());
         assert!(describe(&op, 409, "conflict").is_none());
     }

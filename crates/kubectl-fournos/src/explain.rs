@@ -137,16 +137,8 @@ fn quota_sentence(status: &FournosClusterStatus) -> String {
 fn cordon_sentence(fc: &FournosCluster, name: &str, evidence: &Evidence) -> Option<String> {
     let row = view::row(fc);
     let cordon = row.cordon?;
-    let by = cordon
-        .by
-        .as_deref()
-        .map(|b| format!(" by {b}"))
-        .unwrap_or_default();
-    let until = cordon
-        .until
-        .as_deref()
-        .map(|u| format!(" until {u}"))
-        .unwrap_or_default();
+    let by = view::prefixed(" by ", cordon.by.as_deref());
+    let until = view::prefixed(" until ", cordon.until.as_deref());
     let reason = bounded(&cordon.reason, MAX_QUOTE);
     let left = match (cordon.state.as_str(), cordon.admitted_workloads) {
         ("Drained", _) => {

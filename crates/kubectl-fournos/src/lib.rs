@@ -21,6 +21,7 @@ use std::io::Write as _;
 
 use anyhow::Result;
 use clap::{CommandFactory as _, Parser as _};
+use hearth_api::text::bounded;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -86,10 +87,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 format!(
                     "No FournosClusters in namespace {}{}.\n",
                     cli.global.namespace,
-                    selector
-                        .as_deref()
-                        .map(|s| format!(" matching {}", hearth_api::text::bounded(s, 253)))
-                        .unwrap_or_default()
+                    view::prefixed(" matching ", selector.map(|s| bounded(&s, 253)))
                 )
             } else {
                 view::table(&rows, Timestamp::now())
@@ -103,15 +101,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(
-                &session,
-                &cluster,
-                output,
-                "lock",
-                |fc| lock::plan_lock(fc, &me, ttl.as_deref(), force),
-                lock_done,
-            )
-            .await
+            let plan = |fc: &_| lock::plan_lock(fc, &me, ttl.as_deref(), force);
+            write(&session, &cluster, output, LOCK, plan).await
         }
         Command::Cordon {
             cluster,
@@ -121,17 +112,15 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, by).await?;
-            write_cordon(&session, &cluster, output, |fc| {
+            let plan = |fc: &_| {
                 cordon::plan_cordon(fc, &me, &reason, until.as_deref(), force, Timestamp::now())
-            })
-            .await
+            };
+            write(&session, &cluster, output, CORDON, plan).await
         }
         Command::Uncordon { cluster, by, force } => {
             let me = owner_or_me(&session, by).await?;
-            write_cordon(&session, &cluster, output, |fc| {
-                cordon::plan_uncordon(fc, &me, force)
-            })
-            .await
+            let plan = |fc: &_| cordon::plan_uncordon(fc, &me, force);
+            write(&session, &cluster, output, CORDON, plan).await
         }
         Command::Unlock {
             cluster,
@@ -139,15 +128,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             force,
         } => {
             let me = owner_or_me(&session, owner).await?;
-            write(
-                &session,
-                &cluster,
-                output,
-                "lock",
-                |fc| lock::plan_unlock(fc, &me, force),
-                lock_done,
-            )
-            .await
+            let plan = |fc: &_| lock::plan_unlock(fc, &me, force);
+            write(&session, &cluster, output, LOCK, plan).await
         }
         Command::Why { cluster } => {
             let fc = session.get(&cluster).await?;
@@ -276,11 +258,7 @@ fn lock_done(cluster: &str, row: &view::ClusterRow) -> String {
         Some(owner) => format!(
             "{cluster} locked for {owner}{}. The lock is held once Kueue admits \
              its sentinel: `kubectl fournos wait {cluster} --locked`.\n",
-            row.lock
-                .ttl
-                .as_ref()
-                .map(|t| format!(" (ttl {t})"))
-                .unwrap_or_default()
+            lock::ttl_note(row.lock.ttl.as_deref())
         ),
         None => format!("{cluster} unlocked.\n"),
     }
@@ -294,34 +272,25 @@ fn cordon_done(cluster: &str, row: &view::ClusterRow) -> String {
              running. `kubectl fournos status {cluster}` shows how many are left (Drained \
              once none is).\n",
             c.by.as_deref().unwrap_or("?"),
-            c.until
-                .as_ref()
-                .map(|u| format!(" until {u}"))
-                .unwrap_or_default()
+            view::prefixed(" until ", c.until.as_deref())
         ),
         None => format!("{cluster} uncordoned: Kueue admits new jobs there again.\n"),
     }
 }
 
-/// [`write`] of a cordon.
-async fn write_cordon(
-    session: &Session,
-    cluster: &str,
-    output: Output,
-    plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
-) -> Result<()> {
-    write(session, cluster, output, "cordon", plan, cordon_done).await
-}
+/// What a write changes: its name, as `--force` took it over, and what is said once the
+/// patch is in.
+type Subject = (&'static str, fn(&str, &view::ClusterRow) -> String);
+const LOCK: Subject = ("lock", lock_done);
+const CORDON: Subject = ("cordon", cordon_done);
 
 /// Read, plan, patch guarded by the version read; on a conflict read and plan again.
-/// `what` (lock, cordon) names what `--force` took over; `done` says what was done.
 async fn write(
     session: &Session,
     cluster: &str,
     output: Output,
-    what: &str,
+    (what, done): Subject,
     plan: impl Fn(&hearth_api::FournosCluster) -> Plan,
-    done: fn(&str, &view::ClusterRow) -> String,
 ) -> Result<()> {
     for attempt in 0..CONFLICT_RETRIES {
         if attempt > 0 {

@@ -35,61 +35,73 @@ pub fn plan_lock(fc: &FournosCluster, me: &str, ttl: Option<&str>, force: bool) 
         Err(e) => return Plan::Refused(format!("--ttl: {e}")),
     };
     let ttl = ttl.as_deref();
-    let patch = |taken_from: Option<String>| Plan::Patch {
-        patch: guarded(fc, json!({ "owner": me, "ttl": ttl })),
-        taken_from,
-    };
-    match owner(fc) {
-        None => patch(None),
-        Some(current) if current == me => {
-            if fc.spec.ttl.as_deref() == ttl {
-                Plan::Unchanged(format!("{name} is already locked by {me}{}", ttl_note(ttl)))
-            } else {
-                patch(None)
-            }
-        }
-        Some(current) if force => patch(Some(current.to_owned())),
-        Some(current) => Plan::Refused(format!(
+    if owner(fc) == Some(me) && fc.spec.ttl.as_deref() == ttl {
+        return Plan::Unchanged(format!("{name} is already locked by {me}{}", ttl_note(ttl)));
+    }
+    let refused = |current: &str| {
+        format!(
             "{name} is locked by {current}{}. Ask them to unlock it, or take it with --force \
              (their lock ends at once).",
             ttl_note(fc.spec.ttl.as_deref())
-        )),
-    }
+        )
+    };
+    let taken = take_over(owner(fc), me, force, refused);
+    patch(fc, taken, json!({ "owner": me, "ttl": ttl }))
 }
 
 /// `unlock <cluster> [--owner] [--force]` as `me`.
 pub fn plan_unlock(fc: &FournosCluster, me: &str, force: bool) -> Plan {
     let name = name(fc);
-    // spec.ttl belongs to the lock: left behind, it would cut the next lock short.
-    let patch = |taken_from: Option<String>| Plan::Patch {
-        patch: guarded(fc, json!({ "owner": null, "ttl": null })),
-        taken_from,
-    };
-    match owner(fc) {
-        None => Plan::Unchanged(format!("{name} is not locked")),
-        Some(current) if current == me => patch(None),
-        Some(current) if force => patch(Some(current.to_owned())),
-        Some(current) => Plan::Refused(format!(
+    if owner(fc).is_none() {
+        return Plan::Unchanged(format!("{name} is not locked"));
+    }
+    let refused = |current: &str| {
+        format!(
             "{name} is locked by {current}, not by {me}. If you locked it under another name, \
              pass --owner <that name>; to release someone else's lock, add --force."
-        )),
+        )
+    };
+    // spec.ttl belongs to the lock: left behind, it would cut the next lock short.
+    let taken = take_over(owner(fc), me, force, refused);
+    patch(fc, taken, json!({ "owner": null, "ttl": null }))
+}
+
+/// Whose lock or cordon (held by `current`) `me` takes over: nobody else's (`None`),
+/// someone else's with `--force`, else the refusal `refused` words.
+pub(crate) fn take_over(
+    current: Option<&str>,
+    me: &str,
+    force: bool,
+    refused: impl FnOnce(&str) -> String,
+) -> Result<Option<String>, Plan> {
+    match current.filter(|c| !c.is_empty()) {
+        Some(other) if other != me && !force => Err(Plan::Refused(refused(other))),
+        Some(other) if other != me => Ok(Some(other.to_owned())),
+        _ => Ok(None),
     }
 }
 
-/// A merge patch of `spec` that the apiserver applies only if the object still has the
-/// `resourceVersion` read (else 409 Conflict).
-pub(crate) fn guarded(fc: &FournosCluster, spec: Value) -> Value {
-    json!({
-        "metadata": { "resourceVersion": fc.metadata.resource_version },
-        "spec": spec,
-    })
+/// The merge patch of `spec` over what was `taken` over, the apiserver applies only if the
+/// object still has the `resourceVersion` read (else 409 Conflict); or the refusal.
+pub(crate) fn patch(fc: &FournosCluster, taken: Result<Option<String>, Plan>, spec: Value) -> Plan {
+    match taken {
+        Ok(taken_from) => Plan::Patch {
+            patch: json!({
+                "metadata": { "resourceVersion": fc.metadata.resource_version },
+                "spec": spec,
+            }),
+            taken_from,
+        },
+        Err(refused) => refused,
+    }
 }
 
 fn name(fc: &FournosCluster) -> &str {
     fc.metadata.name.as_deref().unwrap_or_default()
 }
 
-fn ttl_note(ttl: Option<&str>) -> String {
+/// ` (ttl 4h)`, or nothing without a TTL.
+pub(crate) fn ttl_note(ttl: Option<&str>) -> String {
     ttl.map(|t| format!(" (ttl {t})")).unwrap_or_default()
 }
 

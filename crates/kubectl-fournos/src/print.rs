@@ -9,11 +9,8 @@
 //!   hidden characters escaped. serde_json escapes only C0 controls, and serde-saphyr only
 //!   controls, so DEL, C1 controls (JSON) and format characters (both) are escaped here.
 
-use std::io;
-
 use hearth_api::text::{bounded, is_hidden};
 use serde::Serialize;
-use serde_json::ser::{Formatter, PrettyFormatter};
 
 use crate::cli::Output;
 
@@ -76,93 +73,23 @@ fn needs_escape(c: char) -> bool {
 }
 
 fn json<T: Serialize>(value: &T, astral: Astral) -> Result<String, serde_json::Error> {
-    let mut out = Vec::new();
-    let formatter = Escaping {
-        pretty: PrettyFormatter::new(),
-        astral,
-    };
-    value.serialize(&mut serde_json::Serializer::with_formatter(
-        &mut out, formatter,
-    ))?;
-    Ok(String::from_utf8(out).expect("serde_json writes UTF-8"))
-}
-
-/// serde_json's pretty output with every [`needs_escape`] character escaped.
-struct Escaping {
-    pretty: PrettyFormatter<'static>,
-    astral: Astral,
-}
-
-impl Formatter for Escaping {
-    fn write_string_fragment<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        fragment: &str,
-    ) -> io::Result<()> {
-        let mut start = 0;
-        for (i, c) in fragment.char_indices() {
-            if !needs_escape(c) {
-                continue;
-            }
-            writer.write_all(&fragment.as_bytes()[start..i])?;
-            match (u16::try_from(u32::from(c)), self.astral) {
-                (Ok(unit), _) => write!(writer, "\\u{unit:04x}")?,
-                (Err(_), Astral::Json) => {
-                    let mut units = [0; 2];
-                    for unit in c.encode_utf16(&mut units) {
-                        write!(writer, "\\u{unit:04x}")?;
-                    }
+    // Outside its strings serde_json's pretty output is only ASCII punctuation, digits,
+    // spaces and line breaks, and inside them it escapes C0 controls itself: every hidden
+    // character left stands in a string, and is escaped where it stands.
+    let mut out = String::new();
+    for c in serde_json::to_string_pretty(value)?.chars() {
+        match (u16::try_from(u32::from(c)), astral) {
+            _ if c == '\n' || !needs_escape(c) => out.push(c),
+            (Ok(unit), _) => out.push_str(&format!("\\u{unit:04x}")),
+            (Err(_), Astral::Json) => {
+                for unit in c.encode_utf16(&mut [0; 2]) {
+                    out.push_str(&format!("\\u{unit:04x}"));
                 }
-                (Err(_), Astral::Yaml) => write!(writer, "\\U{:08x}", u32::from(c))?,
             }
-            start = i + c.len_utf8();
+            (Err(_), Astral::Yaml) => out.push_str(&format!("\\U{:08x}", u32::from(c))),
         }
-        writer.write_all(&fragment.as_bytes()[start..])
     }
-
-    fn begin_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.begin_array(writer)
-    }
-
-    fn end_array<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.end_array(writer)
-    }
-
-    fn begin_array_value<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.pretty.begin_array_value(writer, first)
-    }
-
-    fn end_array_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.end_array_value(writer)
-    }
-
-    fn begin_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.begin_object(writer)
-    }
-
-    fn end_object<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.end_object(writer)
-    }
-
-    fn begin_object_key<W: ?Sized + io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> io::Result<()> {
-        self.pretty.begin_object_key(writer, first)
-    }
-
-    fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.begin_object_value(writer)
-    }
-
-    fn end_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
-        self.pretty.end_object_value(writer)
-    }
+    Ok(out)
 }
 
 #[cfg(test)]

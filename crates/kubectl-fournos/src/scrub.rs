@@ -116,24 +116,18 @@ pub fn removal_patch(resource_version: &str, found: &Scrubbed, finalizers: &[Str
 impl Report {
     /// The report for people: one line per object, then the totals and what to do next.
     pub fn render(&self) -> String {
-        let ns = &self.namespace;
-        let (mut out, noun) = match self.kind {
+        let (scanned, noun) = match self.kind {
             Kind::KubeconfigSecrets => (
                 format!(
-                    "Scanned {} kubeconfig Secret(s) labeled {} in namespace {ns}.\n",
-                    self.scanned,
+                    "kubeconfig Secret(s) labeled {}",
                     hearth_api::names::KUBECONFIG_SECRET_SELECTOR
                 ),
                 "Secret(s)",
             ),
-            Kind::FournosClusters => (
-                format!(
-                    "Scanned {} FournosCluster(s) in namespace {ns}.\n",
-                    self.scanned
-                ),
-                "FournosCluster(s)",
-            ),
+            Kind::FournosClusters => ("FournosCluster(s)".to_owned(), "FournosCluster(s)"),
         };
+        let (n, ns) = (self.scanned, &self.namespace);
+        let mut out = format!("Scanned {n} {scanned} in namespace {ns}.\n");
         if self.objects.is_empty() {
             out.push_str("No kopf annotations or finalizers found: nothing to remove.\n");
             return out;

@@ -247,34 +247,26 @@ const HEADERS: [&str; 10] = [
 
 /// The rows as an aligned table, `kubectl get` style.
 pub fn table(rows: &[ClusterRow], now: Timestamp) -> String {
-    let cells: Vec<[String; 10]> = rows.iter().map(|r| cells(r, now)).collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &cells {
-        for (w, cell) in widths.iter_mut().zip(row) {
+    let mut lines = vec![HEADERS.map(str::to_owned)];
+    lines.extend(rows.iter().map(|r| cells(r, now)));
+    let mut widths = [0; HEADERS.len()];
+    for line in &lines {
+        for (w, cell) in widths.iter_mut().zip(line) {
             *w = (*w).max(cell.chars().count());
         }
     }
-    let mut out = String::new();
-    let mut line = |fields: &mut dyn Iterator<Item = &str>| {
-        let mut text = String::new();
-        for (i, field) in fields.enumerate() {
-            if i > 0 {
-                text.push_str("   ");
-            }
-            text.push_str(field);
-            text.extend(std::iter::repeat_n(
-                ' ',
-                widths[i].saturating_sub(field.chars().count()),
-            ));
-        }
-        out.push_str(text.trim_end());
-        out.push('\n');
-    };
-    line(&mut HEADERS.iter().copied());
-    for row in &cells {
-        line(&mut row.iter().map(String::as_str));
-    }
-    out
+    lines
+        .iter()
+        .map(|line| {
+            // `{:<w$}` pads to `w` characters, as the widths count them.
+            let cells: Vec<_> = line
+                .iter()
+                .zip(widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            format!("{}\n", cells.join("   ").trim_end())
+        })
+        .collect()
 }
 
 fn cells(r: &ClusterRow, now: Timestamp) -> [String; 10] {
@@ -337,6 +329,11 @@ fn cells(r: &ClusterRow, now: Timestamp) -> [String; 10] {
             .unwrap_or_else(|| "-".to_owned()),
     ]
     .map(|cell| bounded(&cell, MAX_CELL))
+}
+
+/// `prefix` and `value` when there is a value, else nothing: an optional part of a sentence.
+pub fn prefixed(prefix: &str, value: Option<impl std::fmt::Display>) -> String {
+    value.map(|v| format!("{prefix}{v}")).unwrap_or_default()
 }
 
 /// `in 3h59m`, `2m ago`: minutes are precise enough for a lock.
