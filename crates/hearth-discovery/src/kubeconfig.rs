@@ -275,6 +275,13 @@ impl KubeconfigError {
     }
 }
 
+fn wrong_type(field: impl Into<String>, expected: &'static str) -> KubeconfigError {
+    KubeconfigError::WrongType {
+        field: field.into(),
+        expected,
+    }
+}
+
 fn at(line: Option<u64>, column: Option<u64>) -> String {
     match (line, column) {
         (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
@@ -282,6 +289,11 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
         _ => String::new(),
     }
 }
+
+const BASIC_WHY: &str =
+    "basic authentication is not supported; use a token or a client certificate";
+const IMPERSONATION_WHY: &str =
+    "impersonation is not supported; give the credentials themselves the access Hearth needs";
 
 /// Fields refused in the selected user, in the order they are checked, with why.
 const REFUSED_USER_FIELDS: &[(&str, &str)] = &[
@@ -305,30 +317,12 @@ const REFUSED_USER_FIELDS: &[(&str, &str)] = &[
         "client-key",
         "a file path would make Hearth read its own files; put the key in `client-key-data` (base64 of the PEM)",
     ),
-    (
-        "username",
-        "basic authentication is not supported; use a token or a client certificate",
-    ),
-    (
-        "password",
-        "basic authentication is not supported; use a token or a client certificate",
-    ),
-    (
-        "as",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-uid",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-groups",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-user-extra",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
+    ("username", BASIC_WHY),
+    ("password", BASIC_WHY),
+    ("as", IMPERSONATION_WHY),
+    ("as-uid", IMPERSONATION_WHY),
+    ("as-groups", IMPERSONATION_WHY),
+    ("as-user-extra", IMPERSONATION_WHY),
 ];
 
 /// Fields refused in the selected cluster, with why (`insecure-skip-tls-verify` only
@@ -377,19 +371,19 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 
     let cluster = find_named(root, "clusters", "cluster", cluster_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownCluster {
-            context: quoted(&context_name, MAX_QUOTED_NAME),
-            cluster: quoted(cluster_ref, MAX_QUOTED_NAME),
+            context: entry_name(&context_name),
+            cluster: entry_name(cluster_ref),
         }
     })?;
     let user = find_named(root, "users", "user", user_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownUser {
-            context: quoted(&context_name, MAX_QUOTED_NAME),
-            user: quoted(user_ref, MAX_QUOTED_NAME),
+            context: entry_name(&context_name),
+            user: entry_name(user_ref),
         }
     })?;
 
-    let cluster_path = format!("clusters[{}].cluster", quoted(cluster_ref, MAX_QUOTED_NAME));
-    let user_path = format!("users[{}].user", quoted(user_ref, MAX_QUOTED_NAME));
+    let cluster_path = format!("clusters[{}].cluster", entry_name(cluster_ref));
+    let user_path = format!("users[{}].user", entry_name(user_ref));
     let ClusterFields {
         server,
         ca_pem,
@@ -566,10 +560,7 @@ fn select_context(
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(s.as_str()),
         Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: "current-context".into(),
-                expected: "a context name",
-            });
+            return Err(wrong_type("current-context", "a context name"));
         }
     };
     let contexts = named_entries(root, "contexts", "context")?;
@@ -578,7 +569,7 @@ fn select_context(
             .into_iter()
             .find(|(n, _)| *n == name)
             .ok_or_else(|| KubeconfigError::UnknownContext {
-                name: quoted(name, MAX_QUOTED_NAME),
+                name: entry_name(name),
             })?,
         None => contexts
             .into_iter()
@@ -602,18 +593,12 @@ fn named_entries<'a>(
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
         Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: list_key.into(),
-                expected: "a list",
-            });
+            return Err(wrong_type(list_key, "a list"));
         }
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let wrong = |expected| KubeconfigError::WrongType {
-            field: format!("{list_key}[{i}]"),
-            expected,
-        };
+        let wrong = |expected| wrong_type(format!("{list_key}[{i}]"), expected);
         let item = item
             .as_object()
             .ok_or_else(|| wrong("a mapping with `name` and `{body_key}`"))?;
@@ -624,10 +609,10 @@ fn named_entries<'a>(
         let body = match item.get(body_key) {
             Some(Value::Object(body)) => body,
             _ => {
-                return Err(KubeconfigError::WrongType {
-                    field: format!("{list_key}[{}].{body_key}", quoted(name, MAX_QUOTED_NAME)),
-                    expected: "a mapping",
-                });
+                return Err(wrong_type(
+                    format!("{list_key}[{}].{body_key}", entry_name(name)),
+                    "a mapping",
+                ));
             }
         };
         out.push((name, body));
@@ -657,17 +642,14 @@ fn required_name<'a>(
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         None | Some(Value::Null) | Some(Value::String(_)) => {
             Err(KubeconfigError::IncompleteContext {
-                context: quoted(context_name, MAX_QUOTED_NAME),
+                context: entry_name(context_name),
                 missing: key,
             })
         }
-        Some(_) => Err(KubeconfigError::WrongType {
-            field: format!(
-                "contexts[{}].context.{key}",
-                quoted(context_name, MAX_QUOTED_NAME)
-            ),
-            expected: "a name",
-        }),
+        Some(_) => Err(wrong_type(
+            format!("contexts[{}].context.{key}", entry_name(context_name)),
+            "a name",
+        )),
     }
 }
 
@@ -683,33 +665,20 @@ fn validate_cluster(
     cluster: &Map<String, Value>,
     path: &str,
 ) -> Result<ClusterFields, KubeconfigError> {
-    for (key, why) in REFUSED_CLUSTER_FIELDS {
-        if is_set(cluster, key) {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.{key}"),
-                why,
-            });
-        }
-    }
+    reject_refused(cluster, path, REFUSED_CLUSTER_FIELDS)?;
     match cluster.get("insecure-skip-tls-verify") {
         None | Some(Value::Null) | Some(Value::Bool(false)) => {}
         Some(Value::Bool(true)) => {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                why: INSECURE_WHY,
-            });
+            return Err(refused(path, "insecure-skip-tls-verify", INSECURE_WHY));
         }
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                why: INSECURE_WHY,
-            });
+            return Err(refused(path, "insecure-skip-tls-verify", INSECURE_WHY));
         }
         Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                expected: "true or false",
-            });
+            return Err(wrong_type(
+                format!("{path}.insecure-skip-tls-verify"),
+                "true or false",
+            ));
         }
     }
     reject_unknown(cluster, path, ALLOWED_CLUSTER_FIELDS, ALLOWED_CLUSTER)?;
@@ -738,10 +707,10 @@ fn validate_cluster(
     if let Some(name) = &tls_server_name
         && !name.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(KubeconfigError::WrongType {
-            field: format!("{path}.tls-server-name"),
-            expected: "a DNS name or IP address",
-        });
+        return Err(wrong_type(
+            format!("{path}.tls-server-name"),
+            "a DNS name or IP address",
+        ));
     }
     Ok(ClusterFields {
         server,
@@ -752,14 +721,7 @@ fn validate_cluster(
 }
 
 fn validate_user(user: &Map<String, Value>, path: &str) -> Result<Auth, KubeconfigError> {
-    for (key, why) in REFUSED_USER_FIELDS {
-        if is_set(user, key) {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.{key}"),
-                why,
-            });
-        }
-    }
+    reject_refused(user, path, REFUSED_USER_FIELDS)?;
     reject_unknown(user, path, ALLOWED_USER_FIELDS, ALLOWED_USER)?;
 
     let token = optional_string(user, "token", path)?.map(str::trim);
@@ -818,6 +780,25 @@ fn is_set(map: &Map<String, Value>, key: &str) -> bool {
     }
 }
 
+/// The first field of `refused` that is set, refused with its why.
+fn reject_refused(
+    map: &Map<String, Value>,
+    path: &str,
+    refused_fields: &[(&str, &'static str)],
+) -> Result<(), KubeconfigError> {
+    match refused_fields.iter().find(|(key, _)| is_set(map, key)) {
+        Some((key, why)) => Err(refused(path, key, why)),
+        None => Ok(()),
+    }
+}
+
+fn refused(path: &str, key: &str, why: &'static str) -> KubeconfigError {
+    KubeconfigError::Refused {
+        field: format!("{path}.{key}"),
+        why,
+    }
+}
+
 fn reject_unknown(
     map: &Map<String, Value>,
     path: &str,
@@ -850,10 +831,7 @@ fn optional_string<'a>(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(KubeconfigError::WrongType {
-            field: format!("{path}.{key}"),
-            expected: "a string",
-        }),
+        Some(_) => Err(wrong_type(format!("{path}.{key}"), "a string")),
     }
 }
 
@@ -922,6 +900,11 @@ fn holds_private_key(pem: &[u8]) -> bool {
                 "PRIVATE KEY" | "RSA PRIVATE KEY" | "EC PRIVATE KEY"
             ) && !block.contents.is_empty()
         })
+}
+
+/// An entry name (user input) for an error: quoted and bounded.
+fn entry_name(text: &str) -> String {
+    quoted(text, MAX_QUOTED_NAME)
 }
 
 /// A mapping key as it appears in a field path: bare when it looks like a key,

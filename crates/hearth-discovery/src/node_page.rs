@@ -149,16 +149,16 @@ impl<'de> Visitor<'de> for PageSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodePage, A::Error> {
         let mut page = NodePage::default();
-        while let Some(key) = map.next_key::<Field<PageField>>()? {
-            match key.0 {
-                Some(PageField::Items) => {
+        while let Some(key) = map.next_key::<PageField>()? {
+            match key {
+                PageField::Items => {
                     page.nodes = map.next_value_seed(Items { limit: self.limit })?;
                 }
-                Some(PageField::Metadata) => {
+                PageField::Metadata => {
                     let meta: ListMeta = map.next_value()?;
                     page.continue_token = meta.continue_.filter(|t| !t.is_empty());
                 }
-                None => {
+                PageField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -172,43 +172,15 @@ impl<'de> Visitor<'de> for PageSeed {
     }
 }
 
-#[derive(Clone, Copy)]
+/// A key of the list, compared without keeping it (serde's derived identifier matches
+/// the borrowed text); `Other` for the keys Hearth skips.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
 enum PageField {
     Items,
     Metadata,
-}
-
-/// A map key, compared without keeping it: `None` for the keys Hearth skips.
-struct Field<T>(Option<T>);
-
-trait Named: Sized {
-    fn named(key: &str) -> Option<Self>;
-}
-
-impl Named for PageField {
-    fn named(key: &str) -> Option<Self> {
-        match key {
-            "items" => Some(Self::Items),
-            "metadata" => Some(Self::Metadata),
-            _ => None,
-        }
-    }
-}
-
-impl<'de, T: Named> Deserialize<'de> for Field<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<T: Named> Visitor<'_> for V<T> {
-            type Value = Field<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<Field<T>, E> {
-                Ok(Field(T::named(key)))
-            }
-        }
-        d.deserialize_str(V(std::marker::PhantomData))
-    }
+    #[serde(other)]
+    Other,
 }
 
 #[derive(Deserialize)]
@@ -415,162 +387,11 @@ struct ConditionView {
 }
 
 /// A string compared against the two words Hearth looks for, never kept.
-#[derive(PartialEq, Eq)]
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(field_identifier)]
 enum Word {
     Ready,
     True,
+    #[serde(other)]
     Other,
-}
-
-impl<'de> Deserialize<'de> for Word {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Word;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Word, E> {
-                Ok(match s {
-                    "Ready" => Word::Ready,
-                    "True" => Word::True,
-                    _ => Word::Other,
-                })
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::test_support::node;
-    use pretty_assertions::assert_eq;
-    use serde_json::json;
-
-    fn decode(value: serde_json::Value, limit: u32) -> Result<NodePage, PageError> {
-        decode_page(value.to_string().as_bytes(), limit)
-    }
-
-    #[test]
-    fn a_real_node_decodes_to_the_same_view_as_the_full_object() {
-        let n = node("gpu-1")
-            .nvidia("NVIDIA-A100-SXM4-80GB", 8)
-            .label("kubernetes.io/hostname", "gpu-1")
-            .allocatable("cpu", "64")
-            .build();
-        let page = decode(
-            json!({
-                "kind": "NodeList", "apiVersion": "v1",
-                "metadata": { "resourceVersion": "12", "continue": "abc" },
-                "items": [serde_json::to_value(&n).unwrap()],
-            }),
-            10,
-        )
-        .unwrap();
-        assert_eq!(page.continue_token.as_deref(), Some("abc"));
-        assert_eq!(page.nodes, vec![NodeView::from(&n)]);
-        let view = &page.nodes[0];
-        assert!(view.ready && !view.unschedulable);
-        assert!(view.labels.contains_key("nvidia.com/gpu.product"));
-        assert!(!view.labels.contains_key("kubernetes.io/hostname"));
-        assert_eq!(view.allocatable.get("nvidia.com/gpu").unwrap(), "8");
-        assert!(!view.allocatable.contains_key("cpu"));
-    }
-
-    #[test]
-    fn cordoned_and_not_ready_nodes_are_seen_as_such() {
-        let page = decode(
-            json!({ "items": [
-                { "spec": { "unschedulable": true },
-                  "status": { "conditions": [{ "type": "Ready", "status": "True" }] } },
-                { "status": { "conditions": [{ "type": "Ready", "status": "False" },
-                                             { "type": "Other", "status": "True" }] } },
-                { "metadata": null, "spec": null, "status": null },
-            ]}),
-            3,
-        )
-        .unwrap();
-        let flags: Vec<(bool, bool)> = page
-            .nodes
-            .iter()
-            .map(|n| (n.unschedulable, n.ready))
-            .collect();
-        assert_eq!(flags, [(true, true), (false, false), (false, false)]);
-        assert_eq!(page.continue_token, None);
-    }
-
-    #[test]
-    fn more_items_than_asked_for_refuse_the_page() {
-        let items: Vec<_> = (0..5).map(|_| json!({})).collect();
-        assert_eq!(decode(json!({ "items": items }), 5).unwrap().nodes.len(), 5);
-        assert_eq!(
-            decode(json!({ "items": items }), 4),
-            Err(PageError::TooManyItems { limit: 4 })
-        );
-        // The limit is checked before the next item is decoded, whatever it is.
-        assert_eq!(
-            decode_page(br#"{"items":[{},{},"#.as_slice(), 1),
-            Err(PageError::TooManyItems { limit: 1 })
-        );
-    }
-
-    #[test]
-    fn gpu_entries_are_bounded() {
-        let many: serde_json::Map<_, _> = (0..=MAX_GPU_ENTRIES)
-            .map(|i| (format!("nvidia.com/gpu.x{i}"), json!("1")))
-            .collect();
-        assert_eq!(
-            decode(json!({ "items": [{ "metadata": { "labels": many } }] }), 1),
-            Err(PageError::TooManyGpuEntries)
-        );
-        // Any number of labels Hearth does not read is skipped, not kept.
-        let other: serde_json::Map<_, _> = (0..10 * MAX_GPU_ENTRIES)
-            .map(|i| (format!("example.com/l{i}"), json!("1")))
-            .collect();
-        let page = decode(json!({ "items": [{ "metadata": { "labels": other } }] }), 1).unwrap();
-        assert!(page.nodes[0].labels.is_empty());
-        let long = "x".repeat(MAX_ENTRY_CHARS + 1);
-        assert_eq!(
-            decode(
-                json!({ "items": [{ "metadata": { "labels": { "nvidia.com/gpu.product": long } } }] }),
-                1
-            ),
-            Err(PageError::EntryTooLong)
-        );
-        assert_eq!(
-            decode(
-                json!({ "items": [{ "status": { "allocatable": { format!("nvidia.com/mig-{long}"): "1" } } }] }),
-                1
-            ),
-            Err(PageError::EntryTooLong)
-        );
-        assert_eq!(
-            decode(
-                json!({ "metadata": { "continue": "c".repeat(MAX_CONTINUE_CHARS + 1) }, "items": [] }),
-                1
-            ),
-            Err(PageError::ContinueTooLong)
-        );
-    }
-
-    #[test]
-    fn junk_is_not_a_node_list() {
-        for junk in [
-            &b"<html>not json</html>"[..],
-            b"[]",
-            b"{\"items\": 5}",
-            b"{\"items\": [{\"metadata\": {\"labels\": {\"nvidia.com/gpu.product\": 7}}}]}",
-            b"{\"items\": []} trailing",
-            b"",
-            b"\xff\xfe",
-        ] {
-            assert_eq!(
-                decode_page(junk, 10),
-                Err(PageError::NotANodeList),
-                "{junk:?}"
-            );
-        }
-    }
 }
