@@ -109,41 +109,30 @@ impl ProbeOutcome {
             Self::Invalid(_) => K::Invalid.as_str(),
             Self::Unauthorized { .. } => K::Unauthorized.as_str(),
             Self::Unreachable { .. } => K::Unreachable.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Counted(_),
-                ..
-            } => G::Discovered.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Forbidden { .. },
-                ..
-            } => G::Forbidden.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Failed { .. },
-                ..
-            } => G::DiscoveryFailed.as_str(),
+            Self::Reached { nodes, .. } => match nodes {
+                NodeListing::Counted(_) => G::Discovered.as_str(),
+                NodeListing::Forbidden { .. } => G::Forbidden.as_str(),
+                NodeListing::Failed { .. } => G::DiscoveryFailed.as_str(),
+            },
+        }
+    }
+
+    /// How listing the nodes went, when the target answered.
+    fn nodes(&self) -> Option<&NodeListing> {
+        match self {
+            Self::Reached { nodes, .. } => Some(nodes),
+            _ => None,
         }
     }
 
     fn succeeded(&self) -> bool {
-        matches!(
-            self,
-            Self::Reached {
-                nodes: NodeListing::Counted(_),
-                ..
-            }
-        )
+        matches!(self.nodes(), Some(NodeListing::Counted(_)))
     }
 
     /// Failures that a retry may well cure.
     fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::Unreachable { .. }
-                | Self::Reached {
-                    nodes: NodeListing::Failed { .. },
-                    ..
-                }
-        )
+        matches!(self, Self::Unreachable { .. })
+            || matches!(self.nodes(), Some(NodeListing::Failed { .. }))
     }
 }
 
@@ -541,15 +530,9 @@ fn gpu_condition(
         Some(at) => format!("; hardware still shows the count from {}", at.0),
         None => String::new(),
     };
-    let (ok, reason, message) = match outcome {
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Counted(count),
-            ..
-        } => (true, G::Discovered, discovered_message(count)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Forbidden { detail },
-            ..
-        } => (
+    let (ok, reason, message) = match outcome.nodes() {
+        Some(NodeListing::Counted(count)) => (true, G::Discovered, discovered_message(count)),
+        Some(NodeListing::Forbidden { detail }) => (
             false,
             G::Forbidden,
             format!(
@@ -558,10 +541,7 @@ fn gpu_condition(
                 with_detail(detail)
             ),
         ),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Failed { detail },
-            ..
-        } => (
+        Some(NodeListing::Failed { detail }) => (
             false,
             G::DiscoveryFailed,
             format!(
@@ -569,7 +549,7 @@ fn gpu_condition(
                 with_detail(detail)
             ),
         ),
-        _ => (
+        None => (
             false,
             G::DiscoveryFailed,
             format!(
@@ -612,18 +592,15 @@ fn last_error(outcome: &ProbeOutcome, secret: &str) -> String {
             format!("Unauthorized: HTTP 401{}", with_detail(detail))
         }
         ProbeOutcome::Unreachable { detail } => format!("Unreachable{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Forbidden { detail },
-            ..
-        } => format!("Forbidden: listing nodes{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Failed { detail },
-            ..
-        } => format!("DiscoveryFailed: listing nodes{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Counted(_),
-            ..
-        } => String::new(),
+        ProbeOutcome::Reached { nodes, .. } => match nodes {
+            NodeListing::Forbidden { detail } => {
+                format!("Forbidden: listing nodes{}", with_detail(detail))
+            }
+            NodeListing::Failed { detail } => {
+                format!("DiscoveryFailed: listing nodes{}", with_detail(detail))
+            }
+            NodeListing::Counted(_) => String::new(),
+        },
     };
     bounded(&text, MAX_DETAIL_CHARS)
 }
