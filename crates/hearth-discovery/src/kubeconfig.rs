@@ -453,14 +453,7 @@ fn decode_text(data: &[u8]) -> Result<String, KubeconfigError> {
     // A YAML or JSON kubeconfig always contains `:`, which base64 never does, so the
     // two cannot be confused.
     let decoded = looks_like_base64(trimmed)
-        .then(|| {
-            let compact: Vec<u8> = trimmed
-                .iter()
-                .copied()
-                .filter(|b| !b.is_ascii_whitespace())
-                .collect();
-            BASE64.decode(compact).ok()
-        })
+        .then(|| decode_base64(trimmed))
         .flatten();
     let bytes = decoded.unwrap_or_else(|| trimmed.to_vec());
     let text = String::from_utf8(bytes).map_err(|_| KubeconfigError::NotText)?;
@@ -866,12 +859,19 @@ fn parse_server(raw: &str, field: &str) -> Result<http::Uri, KubeconfigError> {
 }
 
 fn decode_base64_field(data: &str, field: &str) -> Result<Vec<u8>, KubeconfigError> {
-    let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    BASE64
-        .decode(compact.as_bytes())
-        .map_err(|_| KubeconfigError::BadBase64 {
-            field: field.to_owned(),
-        })
+    decode_base64(data.as_bytes()).ok_or_else(|| KubeconfigError::BadBase64 {
+        field: field.to_owned(),
+    })
+}
+
+/// Base64 with whitespace (line breaks) anywhere.
+fn decode_base64(data: &[u8]) -> Option<Vec<u8>> {
+    let compact: Vec<u8> = data
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    BASE64.decode(compact).ok()
 }
 
 /// The DER of every certificate in a PEM bundle, `None` unless there is at least one

@@ -258,7 +258,7 @@ impl Item {
 
 #[derive(Deserialize)]
 struct ItemMeta {
-    labels: Option<GpuEntries<LabelKeys>>,
+    labels: Option<GpuEntries<true>>,
 }
 
 #[derive(Deserialize)]
@@ -268,39 +268,22 @@ struct ItemSpec {
 
 #[derive(Deserialize, Default)]
 struct ItemStatus {
-    allocatable: Option<GpuEntries<ResourceKeys>>,
+    allocatable: Option<GpuEntries<false>>,
     conditions: Option<Ready>,
 }
 
-/// Which keys of a string map to keep.
-trait Keep {
-    const PREFIXES: &'static [&'static str];
-}
-struct LabelKeys;
-impl Keep for LabelKeys {
-    const PREFIXES: &'static [&'static str] = &GPU_LABEL_PREFIXES;
-}
-struct ResourceKeys;
-impl Keep for ResourceKeys {
-    const PREFIXES: &'static [&'static str] = &GPU_RESOURCE_PREFIXES;
-}
+/// A string map keeping only the GPU vendors' keys (label keys when `LABELS`, else
+/// resource names), bounded in count and length.
+#[derive(Default)]
+struct GpuEntries<const LABELS: bool>(BTreeMap<String, String>);
 
-/// A string map keeping only the GPU vendors' keys, bounded in count and length.
-struct GpuEntries<K>(BTreeMap<String, String>, std::marker::PhantomData<K>);
-
-impl<K> Default for GpuEntries<K> {
-    fn default() -> Self {
-        Self(BTreeMap::new(), std::marker::PhantomData)
-    }
-}
-
-impl<'de, K: Keep> Deserialize<'de> for GpuEntries<K> {
+impl<'de, const LABELS: bool> Deserialize<'de> for GpuEntries<LABELS> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(GpuEntries::<K>::default())
+        d.deserialize_map(Self::default())
     }
 }
 
-impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
+impl<'de, const LABELS: bool> Visitor<'de> for GpuEntries<LABELS> {
     type Value = Self;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -308,7 +291,12 @@ impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
-        while let Some(KeptKey(key)) = map.next_key_seed(KeySeed::<K>(std::marker::PhantomData))? {
+        let prefixes: &[&str] = if LABELS {
+            &GPU_LABEL_PREFIXES
+        } else {
+            &GPU_RESOURCE_PREFIXES
+        };
+        while let Some(key) = map.next_key_seed(KeySeed(prefixes))? {
             let Some(key) = key else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
@@ -326,33 +314,32 @@ impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
     }
 }
 
-/// A key, allocated only when kept.
-struct KeptKey(Option<String>);
-struct KeySeed<K>(std::marker::PhantomData<K>);
+/// A key starting with one of these prefixes; allocated only when kept.
+struct KeySeed<'a>(&'a [&'a str]);
 
-impl<'de, K: Keep> DeserializeSeed<'de> for KeySeed<K> {
-    type Value = KeptKey;
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Option<String>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<KeptKey, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<K: Keep> Visitor<'_> for KeySeed<K> {
-    type Value = KeptKey;
+impl Visitor<'_> for KeySeed<'_> {
+    type Value = Option<String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a key")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<KeptKey, E> {
-        if !K::PREFIXES.iter().any(|p| key.starts_with(p)) {
-            return Ok(KeptKey(None));
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<String>, E> {
+        if !self.0.iter().any(|p| key.starts_with(p)) {
+            return Ok(None);
         }
         if key.len() > MAX_ENTRY_CHARS {
             return Err(refuse(PageError::EntryTooLong));
         }
-        Ok(KeptKey(Some(key.to_owned())))
+        Ok(Some(key.to_owned()))
     }
 }
 

@@ -387,17 +387,10 @@ fn valid_reason_and_message(input: &PlanInput<'_>, credentials: Option<Expiry>) 
         };
         Some((reason, message))
     });
+    let accepted = format!("the target accepts the credentials in Secret {secret}{version}");
     match warning {
-        Some((reason, warning)) => (
-            reason,
-            format!(
-                "the target accepts the credentials in Secret {secret}{version}, but {warning}"
-            ),
-        ),
-        None => (
-            K::Valid,
-            format!("the target accepts the credentials in Secret {secret}{version}"),
-        ),
+        Some((reason, warning)) => (reason, format!("{accepted}, but {warning}")),
+        None => (K::Valid, accepted),
     }
 }
 
@@ -707,19 +700,16 @@ pub fn diff_status(old: Option<&FournosClusterStatus>, new: &DiscoveryStatus) ->
     if status_changed(Some(old), new) {
         StatusDiff::Changed
     } else if old.next_probe_at != new.next_probe_at
-        || old
-            .hardware
-            .as_ref()
-            .and_then(|h| h.last_discovery.as_ref())
-            != new
-                .hardware
-                .as_ref()
-                .and_then(|h| h.last_discovery.as_ref())
+        || last_discovery(&old.hardware) != last_discovery(&new.hardware)
     {
         StatusDiff::TimestampsOnly
     } else {
         StatusDiff::Same
     }
+}
+
+fn last_discovery(hardware: &Option<Hardware>) -> Option<&Time> {
+    hardware.as_ref()?.last_discovery.as_ref()
 }
 
 /// Whether discovery's fields differ other than in the timestamps every probe moves
