@@ -42,10 +42,7 @@ const MAX_QUOTED_NAME: usize = 64;
 #[derive(Clone)]
 pub struct ValidatedKubeconfig {
     context: String,
-    server: http::Uri,
-    ca_pem: Option<Vec<u8>>,
-    ca_der: Vec<Vec<u8>>,
-    tls_server_name: Option<String>,
+    cluster: ClusterFields,
     auth: Auth,
 }
 
@@ -69,17 +66,17 @@ impl ValidatedKubeconfig {
 
     /// The target's API server, always `https://`, without user info or query.
     pub fn server(&self) -> &http::Uri {
-        &self.server
+        &self.cluster.server
     }
 
     /// The CA bundle (PEM) to verify the server with; `None` means the platform's roots.
     pub fn ca_pem(&self) -> Option<&[u8]> {
-        self.ca_pem.as_deref()
+        self.cluster.ca_pem.as_deref()
     }
 
     /// Name to verify the server's certificate against instead of the URL's host.
     pub fn tls_server_name(&self) -> Option<&str> {
-        self.tls_server_name.as_deref()
+        self.cluster.tls_server_name.as_deref()
     }
 
     pub fn auth(&self) -> &Auth {
@@ -93,12 +90,16 @@ impl fmt::Debug for ValidatedKubeconfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ValidatedKubeconfig")
             .field("context", &self.context)
-            .field("server", &self.server.to_string())
+            .field("server", &self.cluster.server.to_string())
             .field(
                 "ca_pem",
-                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+                &self
+                    .cluster
+                    .ca_pem
+                    .as_ref()
+                    .map(|p| format!("{} bytes", p.len())),
             )
-            .field("tls_server_name", &self.tls_server_name)
+            .field("tls_server_name", &self.cluster.tls_server_name)
             .field("auth", &self.auth)
             .finish()
     }
@@ -384,20 +385,11 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 
     let cluster_path = format!("clusters[{}].cluster", entry_name(cluster_ref));
     let user_path = format!("users[{}].user", entry_name(user_ref));
-    let ClusterFields {
-        server,
-        ca_pem,
-        ca_der,
-        tls_server_name,
-    } = validate_cluster(cluster, &cluster_path)?;
+    let cluster = validate_cluster(cluster, &cluster_path)?;
     let auth = validate_user(user, &user_path)?;
-
     Ok(ValidatedKubeconfig {
         context: context_name,
-        server,
-        ca_pem,
-        ca_der,
-        tls_server_name,
+        cluster,
         auth,
     })
 }
@@ -406,10 +398,11 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 /// no exec, no auth provider, no file, no proxy, TLS verified, and `timeout` on
 /// connect, read and write. Nothing from the environment is consulted.
 pub fn client_config(kubeconfig: &ValidatedKubeconfig, timeout: Duration) -> kube::Config {
-    let mut config = kube::Config::new(kubeconfig.server.clone());
-    config.root_cert = (!kubeconfig.ca_der.is_empty()).then(|| kubeconfig.ca_der.clone());
+    let cluster = &kubeconfig.cluster;
+    let mut config = kube::Config::new(cluster.server.clone());
+    config.root_cert = (!cluster.ca_der.is_empty()).then(|| cluster.ca_der.clone());
     config.root_cert_file = None;
-    config.tls_server_name = kubeconfig.tls_server_name.clone();
+    config.tls_server_name = cluster.tls_server_name.clone();
     config.accept_invalid_certs = false;
     config.proxy_url = None;
     config.headers = Vec::new();
@@ -552,9 +545,7 @@ fn select_context(
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => {
-            return Err(wrong_type("current-context", "a context name"));
-        }
+        Some(_) => return Err(wrong_type("current-context", "a context name")),
     };
     let contexts = named_entries(root, "contexts", "context")?;
     let selected = match current {
@@ -585,9 +576,7 @@ fn named_entries<'a>(
     let items = match root.get(list_key) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
-        Some(_) => {
-            return Err(wrong_type(list_key, "a list"));
-        }
+        Some(_) => return Err(wrong_type(list_key, "a list")),
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -647,6 +636,7 @@ fn required_name<'a>(
 }
 
 /// The allowed fields of the selected cluster.
+#[derive(Clone)]
 struct ClusterFields {
     server: http::Uri,
     ca_pem: Option<Vec<u8>>,

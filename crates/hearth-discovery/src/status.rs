@@ -240,9 +240,8 @@ struct Verdict {
 fn verdict(input: &PlanInput<'_>, previous: &FournosClusterStatus) -> Verdict {
     let outcome = input.outcome;
     let failures_before = match &previous.hardware {
-        _ if input.kubeconfig_changed => 0,
-        Some(h) => u32::try_from(h.consecutive_failures.max(0)).unwrap_or(0),
-        None => 0,
+        Some(h) if !input.kubeconfig_changed => u32::try_from(h.consecutive_failures).unwrap_or(0),
+        _ => 0,
     };
     let failures = if outcome.succeeded() {
         0
@@ -420,24 +419,20 @@ fn kubeconfig_condition(
     let held_back = held_back(input, secret_missing_since).filter(|_| {
         status == KubeconfigStatus::Missing && matches!(input.outcome, ProbeOutcome::SecretMissing)
     });
-    let held_back_shown = held_back.is_some();
-    let (reason, message) = match held_back {
-        Some(message) => (K::Missing, message),
-        None => kubeconfig_reason_and_message(input, status, credentials),
+    let (reason, message) = match (held_back, &input.source.problem) {
+        (Some(message), _) => (K::Missing, message),
+        (None, Some(problem)) => {
+            let (_, message) = kubeconfig_reason_and_message(input, status, credentials);
+            let problem_message = problem.message(input.secrets_namespace);
+            (
+                problem.reason(),
+                format!("{problem_message}. Meanwhile: {message}"),
+            )
+        }
+        (None, None) => kubeconfig_reason_and_message(input, status, credentials),
     };
     let ok = status == KubeconfigStatus::Valid;
-    match &input.source.problem {
-        Some(problem) if !held_back_shown => DesiredCondition::new(
-            KUBECONFIG_VALID,
-            ok,
-            problem.reason(),
-            format!(
-                "{}. Meanwhile: {message}",
-                problem.message(input.secrets_namespace)
-            ),
-        ),
-        _ => DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message),
-    }
+    DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message)
 }
 
 /// The reason and message of `KubeconfigValid` for `status`, from what the probe found.
