@@ -442,6 +442,13 @@ fn kubeconfig_reason_and_message(
     credentials: Option<Expiry>,
 ) -> (K, String) {
     let secret = input.secret;
+    // The target's words, for the two statuses only a 401 or no answer at all lead to.
+    let detail = match input.outcome {
+        ProbeOutcome::Unauthorized { detail } | ProbeOutcome::Unreachable { detail } => {
+            with_detail(detail)
+        }
+        _ => String::new(),
+    };
     match (status, input.outcome) {
         (KubeconfigStatus::Valid, _) => valid_reason_and_message(input, credentials),
         (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
@@ -468,45 +475,28 @@ fn kubeconfig_reason_and_message(
             K::Invalid,
             format!("the kubeconfig in Secret {secret} cannot be used"),
         ),
-        (KubeconfigStatus::Unauthorized, outcome) => (
-            K::Unauthorized,
-            unauthorized_message(input, outcome, credentials),
-        ),
-        (KubeconfigStatus::Unreachable, outcome) => {
-            let detail = match outcome {
-                ProbeOutcome::Unreachable { detail } => with_detail(detail),
-                _ => String::new(),
-            };
+        (KubeconfigStatus::Unauthorized, _) => {
+            let expired = credentials
+                .filter(|e| e.at <= input.now)
+                .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
+                .unwrap_or_default();
             (
-                K::Unreachable,
+                K::Unauthorized,
                 format!(
-                    "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
-                     from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
-                     server's certificate"
+                    "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
+                     put valid, unexpired credentials in the Secret{detail}"
                 ),
             )
         }
+        (KubeconfigStatus::Unreachable, _) => (
+            K::Unreachable,
+            format!(
+                "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
+                 from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
+                 server's certificate"
+            ),
+        ),
     }
-}
-
-fn unauthorized_message(
-    input: &PlanInput<'_>,
-    outcome: &ProbeOutcome,
-    credentials: Option<Expiry>,
-) -> String {
-    let secret = input.secret;
-    let expired = credentials
-        .filter(|e| e.at <= input.now)
-        .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
-        .unwrap_or_default();
-    let detail = match outcome {
-        ProbeOutcome::Unauthorized { detail } => with_detail(detail),
-        _ => String::new(),
-    };
-    format!(
-        "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
-         put valid, unexpired credentials in the Secret{detail}"
-    )
 }
 
 fn gpu_condition(
