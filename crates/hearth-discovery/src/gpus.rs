@@ -396,14 +396,8 @@ struct Product {
 
 impl Product {
     fn parse(label: Option<&str>) -> Self {
-        let label = label.map(str::trim).filter(|l| !l.is_empty());
-        let Some(label) = label else {
-            return Self {
-                model: NVIDIA.to_owned(),
-                shared: false,
-                mig_profile: None,
-            };
-        };
+        // No label, or an empty one, leaves an empty model: `NVIDIA`.
+        let label = label.map_or("", str::trim);
         let (rest, shared) = match label.strip_suffix(SHARED_SUFFIX) {
             Some(rest) => (rest, true),
             None => (label, false),

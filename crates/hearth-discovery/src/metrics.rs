@@ -33,11 +33,6 @@ const STATUSES: [&str; 6] = [
     UNKNOWN_STATUS,
 ];
 
-fn probe_duration_histogram() -> Histogram {
-    // 5 ms … ~40 s.
-    Histogram::new(exponential_buckets(0.005, 2.0, 14))
-}
-
 /// The handles; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -54,7 +49,10 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             probes: Family::default(),
-            probe_duration: Family::new_with_constructor(probe_duration_histogram),
+            // 5 ms … ~40 s.
+            probe_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
             status_writes: Family::default(),
             onboarding: Family::default(),
             controller: ControllerMetrics::default(),
