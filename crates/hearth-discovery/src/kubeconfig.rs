@@ -358,6 +358,7 @@ const ALLOWED_CLUSTER_FIELDS: &[&str] = &[
 const ALLOWED_CLUSTER: &str =
     "`server`, `certificate-authority-data` and `tls-server-name` in a cluster";
 
+const INSECURE: &str = "insecure-skip-tls-verify";
 const INSECURE_WHY: &str = "it turns off verification of the target's certificate; put the target's CA in `certificate-authority-data` instead";
 
 /// Parses and validates the bytes of a Secret's `kubeconfig` key.
@@ -649,20 +650,14 @@ fn validate_cluster(
     path: &str,
 ) -> Result<ClusterFields, KubeconfigError> {
     reject_refused(cluster, path, REFUSED_CLUSTER_FIELDS)?;
-    match cluster.get("insecure-skip-tls-verify") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => {
-            return Err(refused(path, "insecure-skip-tls-verify", INSECURE_WHY));
-        }
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => {
-            return Err(refused(path, "insecure-skip-tls-verify", INSECURE_WHY));
-        }
-        Some(_) => {
-            return Err(wrong_type(
-                format!("{path}.insecure-skip-tls-verify"),
-                "true or false",
-            ));
-        }
+    let insecure = match cluster.get(INSECURE) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(set)) => *set,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(_) => return Err(wrong_type(format!("{path}.{INSECURE}"), "true or false")),
+    };
+    if insecure {
+        return Err(refused(path, INSECURE, INSECURE_WHY));
     }
     reject_unknown(cluster, path, ALLOWED_CLUSTER_FIELDS, ALLOWED_CLUSTER)?;
 
