@@ -126,6 +126,11 @@ impl Context {
         format!("{}/{name}", self.settings.secrets_namespace)
     }
 
+    /// `namespace/name` of a FournosCluster, for errors.
+    pub fn cluster_ref(&self, name: &str) -> String {
+        format!("{}/{name}", self.settings.namespace)
+    }
+
     /// Forgets clusters that are gone (by uid), and what the sweep read of clusters no
     /// longer cached (a re-list delivers no event for what went meanwhile).
     pub fn forget_except(&self, live: impl Fn(&str) -> bool) {

@@ -321,7 +321,7 @@ async fn write_status(
     cluster: &CachedCluster,
     status: &DiscoveryStatus,
 ) -> Result<Option<Written>, Error> {
-    let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
+    let name = ctx.cluster_ref(&cluster.name_any());
     let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
         cluster: name.clone(),
         source,

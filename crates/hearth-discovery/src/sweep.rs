@@ -415,10 +415,8 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
         Err(error) if is_conflict(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("create", false);
-            Err(Error::Create {
-                cluster: format!("{}/{}", ctx.settings.namespace, new.name),
-                source,
-            })
+            let cluster = ctx.cluster_ref(&new.name);
+            Err(Error::Create { cluster, source })
         }
     }
 }
@@ -455,10 +453,8 @@ async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
         Err(error) if is_gone_or_replaced(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("delete", false);
-            Err(Error::Delete {
-                cluster: format!("{}/{}", ctx.settings.namespace, gone.name),
-                source,
-            })
+            let cluster = ctx.cluster_ref(&gone.name);
+            Err(Error::Delete { cluster, source })
         }
     }
 }
