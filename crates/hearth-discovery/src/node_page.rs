@@ -382,3 +382,136 @@ enum Word {
     #[serde(other)]
     Other,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::node;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn decode(value: serde_json::Value, limit: u32) -> Result<NodePage, PageError> {
+        decode_page(value.to_string().as_bytes(), limit)
+    }
+
+    #[test]
+    fn a_real_node_decodes_to_the_same_view_as_the_full_object() {
+        let n = node("gpu-1")
+            .nvidia("NVIDIA-A100-SXM4-80GB", 8)
+            .label("kubernetes.io/hostname", "gpu-1")
+            .allocatable("cpu", "64")
+            .build();
+        let page = decode(
+            json!({
+                "kind": "NodeList", "apiVersion": "v1",
+                "metadata": { "resourceVersion": "12", "continue": "abc" },
+                "items": [serde_json::to_value(&n).unwrap()],
+            }),
+            10,
+        )
+        .unwrap();
+        assert_eq!(page.continue_token.as_deref(), Some("abc"));
+        assert_eq!(page.nodes, vec![NodeView::from(&n)]);
+        let view = &page.nodes[0];
+        assert!(view.ready && !view.unschedulable);
+        assert!(view.labels.contains_key("nvidia.com/gpu.product"));
+        assert!(!view.labels.contains_key("kubernetes.io/hostname"));
+        assert_eq!(view.allocatable.get("nvidia.com/gpu").unwrap(), "8");
+        assert!(!view.allocatable.contains_key("cpu"));
+    }
+
+    #[test]
+    fn cordoned_and_not_ready_nodes_are_seen_as_such() {
+        let page = decode(
+            json!({ "items": [
+                { "spec": { "unschedulable": true },
+                  "status": { "conditions": [{ "type": "Ready", "status": "True" }] } },
+                { "status": { "conditions": [{ "type": "Ready", "status": "False" },
+                                             { "type": "Other", "status": "True" }] } },
+                { "metadata": null, "spec": null, "status": null },
+            ]}),
+            3,
+        )
+        .unwrap();
+        let flags: Vec<(bool, bool)> = page
+            .nodes
+            .iter()
+            .map(|n| (n.unschedulable, n.ready))
+            .collect();
+        assert_eq!(flags, [(true, true), (false, false), (false, false)]);
+        assert_eq!(page.continue_token, None);
+    }
+
+    #[test]
+    fn more_items_than_asked_for_refuse_the_page() {
+        let items: Vec<_> = (0..5).map(|_| json!({})).collect();
+        assert_eq!(decode(json!({ "items": items }), 5).unwrap().nodes.len(), 5);
+        assert_eq!(
+            decode(json!({ "items": items }), 4),
+            Err(PageError::TooManyItems { limit: 4 })
+        );
+        // The limit is checked before the next item is decoded, whatever it is.
+        assert_eq!(
+            decode_page(br#"{"items":[{},{},"#.as_slice(), 1),
+            Err(PageError::TooManyItems { limit: 1 })
+        );
+    }
+
+    #[test]
+    fn gpu_entries_are_bounded() {
+        let many: serde_json::Map<_, _> = (0..=MAX_GPU_ENTRIES)
+            .map(|i| (format!("nvidia.com/gpu.x{i}"), json!("1")))
+            .collect();
+        assert_eq!(
+            decode(json!({ "items": [{ "metadata": { "labels": many } }] }), 1),
+            Err(PageError::TooManyGpuEntries)
+        );
+        // Any number of labels Hearth does not read is skipped, not kept.
+        let other: serde_json::Map<_, _> = (0..10 * MAX_GPU_ENTRIES)
+            .map(|i| (format!("example.com/l{i}"), json!("1")))
+            .collect();
+        let page = decode(json!({ "items": [{ "metadata": { "labels": other } }] }), 1).unwrap();
+        assert!(page.nodes[0].labels.is_empty());
+        let long = "x".repeat(MAX_ENTRY_CHARS + 1);
+        assert_eq!(
+            decode(
+                json!({ "items": [{ "metadata": { "labels": { "nvidia.com/gpu.product": long } } }] }),
+                1
+            ),
+            Err(PageError::EntryTooLong)
+        );
+        assert_eq!(
+            decode(
+                json!({ "items": [{ "status": { "allocatable": { format!("nvidia.com/mig-{long}"): "1" } } }] }),
+                1
+            ),
+            Err(PageError::EntryTooLong)
+        );
+        assert_eq!(
+            decode(
+                json!({ "metadata": { "continue": "c".repeat(MAX_CONTINUE_CHARS + 1) }, "items": [] }),
+                1
+            ),
+            Err(PageError::ContinueTooLong)
+        );
+    }
+
+    #[test]
+    fn junk_is_not_a_node_list() {
+        for junk in [
+            &b"<html>not json</html>"[..],
+            b"[]",
+            b"{\"items\": 5}",
+            b"{\"items\": [{\"metadata\": {\"labels\": {\"nvidia.com/gpu.product\": 7}}}]}",
+            b"{\"items\": []} trailing",
+            b"",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(
+                decode_page(junk, 10),
+                Err(PageError::NotANodeList),
+                "{junk:?}"
+            );
+        }
+    }
+}
