@@ -3,7 +3,7 @@
 //! them, what the sweep last read of each cluster).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hearth_api::{FournosCluster, FournosClusterStatus, SourceSecret};
@@ -126,18 +126,17 @@ impl Context {
         format!("{}/{name}", self.settings.secrets_namespace)
     }
 
+    /// `namespace/name` of a FournosCluster, for errors.
+    pub fn cluster_ref(&self, name: &str) -> String {
+        format!("{}/{name}", self.settings.namespace)
+    }
+
     /// Forgets clusters that are gone (by uid), and what the sweep read of clusters no
     /// longer cached (a re-list delivers no event for what went meanwhile).
     pub fn forget_except(&self, live: impl Fn(&str) -> bool) {
         self.lock_memory().forget_except(&live);
-        self.created
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .retain(|uid, _| live(uid));
-        self.swept
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .retain(|name, _| self.clusters.named(name).is_some());
+        locked(&self.created).retain(|uid, _| live(uid));
+        locked(&self.swept).retain(|name, _| self.clusters.named(name).is_some());
     }
 
     /// Remembers that this replica created the cluster of uid `uid` from Secret `secret`.
@@ -146,19 +145,12 @@ impl Context {
             name: secret.to_owned(),
             uid: secret_uid.to_owned(),
         };
-        self.created
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .insert(uid.to_owned(), source);
+        locked(&self.created).insert(uid.to_owned(), source);
     }
 
     /// The Secret this replica created the cluster of uid `uid` from, if it did.
     pub(crate) fn created(&self, uid: &str) -> Option<SourceSecret> {
-        self.created
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .get(uid)
-            .cloned()
+        locked(&self.created).get(uid).cloned()
     }
 
     /// Forgets every write this replica remembers: after leadership moved, the leader
@@ -167,10 +159,8 @@ impl Context {
         self.lock_memory().forget_writes();
     }
 
-    fn lock_memory(&self) -> std::sync::MutexGuard<'_, Memory> {
-        self.memory
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock_memory(&self) -> MutexGuard<'_, Memory> {
+        locked(&self.memory)
     }
 
     /// The fingerprint remembered for `cluster` and the status to plan from: see
@@ -199,7 +189,7 @@ impl Context {
             && let Ok(current) = &current.0
         {
             let delivered = |written: &str| self.clusters.delivered(name, written);
-            memory.forget_delivered(&cached_view(current, &delivered));
+            memory.forget_delivered(&cached_view(current, Some(&delivered)));
         }
     }
 
@@ -215,14 +205,11 @@ impl Context {
             let mut memory = self.lock_memory();
             if memory.awaits_any() {
                 let delivered = |written: &str| self.clusters.delivered(name, written);
-                memory.forget_delivered(&cached_view(cluster, &delivered));
+                memory.forget_delivered(&cached_view(cluster, Some(&delivered)));
             }
         }
         let seen = cached.as_deref().map(sweep_fingerprint);
-        let mut swept = self
-            .swept
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut swept = locked(&self.swept);
         let before = match seen {
             Some(seen) => swept.insert(name.to_owned(), seen),
             None => swept.remove(name),
@@ -233,13 +220,23 @@ impl Context {
     }
 }
 
+/// `mutex` locked, even if a holder panicked (as every lock here was taken before).
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// `cluster` as [`Memory`] sees it; `delivered` says which versions the watch delivered.
-fn cached_view<'a>(cluster: &'a CachedCluster, delivered: &'a dyn Fn(&str) -> bool) -> Cached<'a> {
+fn cached_view<'a>(
+    cluster: &'a CachedCluster,
+    delivered: Option<&'a dyn Fn(&str) -> bool>,
+) -> Cached<'a> {
     Cached {
         uid: cluster.metadata.uid.as_deref().unwrap_or_default(),
         resource_version: cluster.metadata.resource_version.as_deref(),
         status: cluster.status.as_ref(),
-        delivered: Some(delivered),
+        delivered,
     }
 }
 
@@ -259,7 +256,7 @@ fn recall_from(
 ) -> (Option<u64>, Option<FournosClusterStatus>) {
     let name = snapshot.metadata.name.as_deref().unwrap_or_default();
     let shows = |written: &str| clusters.shows(name, written);
-    memory.forget_delivered(&cached_view(snapshot, &shows));
+    memory.forget_delivered(&cached_view(snapshot, Some(&shows)));
     let current = clusters.named(name);
     let cluster = current
         .as_deref()
@@ -267,12 +264,7 @@ fn recall_from(
         .filter(|c| c.metadata.uid == snapshot.metadata.uid)
         .unwrap_or(snapshot);
     // No `delivered` here: a version delivered after this read is not in it.
-    memory.recall(&Cached {
-        uid: cluster.metadata.uid.as_deref().unwrap_or_default(),
-        resource_version: cluster.metadata.resource_version.as_deref(),
-        status: cluster.status.as_ref(),
-        delivered: None,
-    })
+    memory.recall(&cached_view(cluster, None))
 }
 
 #[cfg(test)]

@@ -135,16 +135,11 @@ fn log_settings(settings: &Settings) {
 async fn forget_writes_when_leadership_moves(ctx: Arc<Context>) {
     let mut leader = ctx.rt.leader();
     let shutdown = ctx.rt.shutdown();
-    loop {
-        tokio::select! {
-            changed = leader.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-                ctx.forget_writes();
-            }
-            () = shutdown.cancelled() => return,
-        }
+    while tokio::select! {
+        changed = leader.changed() => changed.is_ok(),
+        () = shutdown.cancelled() => false,
+    } {
+        ctx.forget_writes();
     }
 }
 

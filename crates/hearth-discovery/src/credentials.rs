@@ -56,16 +56,14 @@ pub enum ExpiryState {
 
 /// The expiry of a validated kubeconfig's credential, if it states one.
 pub fn credentials_expiry(kubeconfig: &ValidatedKubeconfig) -> Option<Expiry> {
-    match kubeconfig.auth() {
-        Auth::ClientCert { cert_pem, .. } => certificate_not_after(cert_pem).map(|at| Expiry {
-            kind: CredentialKind::ClientCertificate,
-            at,
-        }),
-        Auth::Token(token) => jwt_expiry(token.expose_secret()).map(|at| Expiry {
-            kind: CredentialKind::Token,
-            at,
-        }),
-    }
+    let (kind, at) = match kubeconfig.auth() {
+        Auth::ClientCert { cert_pem, .. } => (
+            CredentialKind::ClientCertificate,
+            certificate_not_after(cert_pem),
+        ),
+        Auth::Token(token) => (CredentialKind::Token, jwt_expiry(token.expose_secret())),
+    };
+    Some(Expiry { kind, at: at? })
 }
 
 /// `NotAfter` of the first certificate in a PEM bundle (the leaf, by convention).

@@ -396,14 +396,8 @@ struct Product {
 
 impl Product {
     fn parse(label: Option<&str>) -> Self {
-        let label = label.map(str::trim).filter(|l| !l.is_empty());
-        let Some(label) = label else {
-            return Self {
-                model: NVIDIA.to_owned(),
-                shared: false,
-                mig_profile: None,
-            };
-        };
+        // No label, or an empty one, leaves an empty model: `NVIDIA`.
+        let label = label.map_or("", str::trim);
         let (rest, shared) = match label.strip_suffix(SHARED_SUFFIX) {
             Some(rest) => (rest, true),
             None => (label, false),
@@ -433,16 +427,8 @@ fn mig_instances_per_gpu(profile: &str, model: &str) -> i64 {
         return 1;
     }
     let base = profile.split(['+', '-']).next().unwrap_or(profile);
-    let parts: Vec<&str> = base.split('.').collect();
-    let compute = parts
-        .iter()
-        .find_map(|p| p.strip_suffix('g').and_then(|n| n.parse::<i64>().ok()))
-        .filter(|g| *g > 0);
-    let memory_gb = parts
-        .iter()
-        .find_map(|p| p.strip_suffix("gb").and_then(|n| n.parse::<i64>().ok()))
-        .filter(|m| *m > 0);
-    let Some(compute) = compute else {
+    let memory_gb = number_before(base.split('.'), "gb");
+    let Some(compute) = number_before(base.split('.'), "g") else {
         return 1;
     };
     let words: Vec<String> = model
@@ -455,10 +441,7 @@ fn mig_instances_per_gpu(profile: &str, model: &str) -> i64 {
         MIG_COMPUTE_SLICES
     };
     let mut per_gpu = compute_slices / compute;
-    let total_gb = words
-        .iter()
-        .find_map(|w| w.strip_suffix("GB").and_then(|n| n.parse::<i64>().ok()))
-        .filter(|t| *t > 0);
+    let total_gb = number_before(words.iter().map(String::as_str), "GB");
     if let (Some(total), Some(mem)) = (total_gb, memory_gb) {
         // Rounded: memory slices are total/8, and profile names round (H200's 1g.18gb
         // is one slice of 141/8 GB). In i128: both sizes come from labels and may be
@@ -469,6 +452,14 @@ fn mig_instances_per_gpu(profile: &str, model: &str) -> i64 {
         per_gpu = per_gpu.min(i64::try_from(fit).unwrap_or(MIG_MEMORY_SLICES));
     }
     per_gpu.max(1)
+}
+
+/// The number before `suffix` in the first of `words` that is one, if positive
+/// (`3` of `3g` in `3g.40gb` with `g`).
+fn number_before<'a>(mut words: impl Iterator<Item = &'a str>, suffix: &str) -> Option<i64> {
+    words
+        .find_map(|w| w.strip_suffix(suffix)?.parse::<i64>().ok())
+        .filter(|n| *n > 0)
 }
 
 /// MIG `mixed` without `nvidia.com/gpu.count`: the GPUs the MIG devices need at least,
@@ -483,10 +474,7 @@ fn mixed_mig_gpus(labels: &BTreeMap<String, String>, mig: &[(&str, i64)]) -> i64
             let devices = advertised / replicas;
             // A MIG device never spans more than one GPU: a profile claiming more
             // compute slices than a GPU has (`999g.1gb`) is junk and counts as one GPU.
-            let compute = profile
-                .split('.')
-                .find_map(|p| p.strip_suffix('g').and_then(|n| n.parse::<i64>().ok()))
-                .filter(|g| *g > 0)
+            let compute = number_before(profile.split('.'), "g")
                 .unwrap_or(1)
                 .min(MIG_COMPUTE_SLICES);
             devices.saturating_mul(compute)
@@ -504,14 +492,15 @@ fn amd_gpus(
         return Vec::new();
     }
     let driver = amd_driver(labels);
+    let gpus = |model: &str, count| NodeGpus {
+        vendor: AMD,
+        model: model.to_owned(),
+        count,
+        driver: driver.clone(),
+    };
     for key in AMD_PRODUCT_KEYS {
         if let Some(model) = labels.get(key).map(|m| m.trim()).filter(|m| !m.is_empty()) {
-            return vec![NodeGpus {
-                vendor: AMD,
-                model: model.to_owned(),
-                count: advertised,
-                driver,
-            }];
+            return vec![gpus(model, advertised)];
         }
         // Several models: the labeller's per-model counts are physical GPUs.
         let prefix = format!("{key}.");
@@ -520,24 +509,14 @@ fn amd_gpus(
             .filter_map(|(k, v)| {
                 let model = k.strip_prefix(&prefix)?;
                 let count = v.trim().parse::<i64>().ok().filter(|n| *n > 0)?;
-                (!model.is_empty()).then(|| NodeGpus {
-                    vendor: AMD,
-                    model: model.to_owned(),
-                    count,
-                    driver: driver.clone(),
-                })
+                (!model.is_empty()).then(|| gpus(model, count))
             })
             .collect();
         if !per_model.is_empty() {
             return per_model;
         }
     }
-    vec![NodeGpus {
-        vendor: AMD,
-        model: AMD.to_owned(),
-        count: advertised,
-        driver,
-    }]
+    vec![gpus(AMD, advertised)]
 }
 
 fn resource_count(resources: &BTreeMap<String, String>, name: &str) -> i64 {

@@ -42,10 +42,7 @@ const MAX_QUOTED_NAME: usize = 64;
 #[derive(Clone)]
 pub struct ValidatedKubeconfig {
     context: String,
-    server: http::Uri,
-    ca_pem: Option<Vec<u8>>,
-    ca_der: Vec<Vec<u8>>,
-    tls_server_name: Option<String>,
+    cluster: ClusterFields,
     auth: Auth,
 }
 
@@ -69,17 +66,17 @@ impl ValidatedKubeconfig {
 
     /// The target's API server, always `https://`, without user info or query.
     pub fn server(&self) -> &http::Uri {
-        &self.server
+        &self.cluster.server
     }
 
     /// The CA bundle (PEM) to verify the server with; `None` means the platform's roots.
     pub fn ca_pem(&self) -> Option<&[u8]> {
-        self.ca_pem.as_deref()
+        self.cluster.ca_pem.as_deref()
     }
 
     /// Name to verify the server's certificate against instead of the URL's host.
     pub fn tls_server_name(&self) -> Option<&str> {
-        self.tls_server_name.as_deref()
+        self.cluster.tls_server_name.as_deref()
     }
 
     pub fn auth(&self) -> &Auth {
@@ -93,12 +90,16 @@ impl fmt::Debug for ValidatedKubeconfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ValidatedKubeconfig")
             .field("context", &self.context)
-            .field("server", &self.server.to_string())
+            .field("server", &self.cluster.server.to_string())
             .field(
                 "ca_pem",
-                &self.ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+                &self
+                    .cluster
+                    .ca_pem
+                    .as_ref()
+                    .map(|p| format!("{} bytes", p.len())),
             )
-            .field("tls_server_name", &self.tls_server_name)
+            .field("tls_server_name", &self.cluster.tls_server_name)
             .field("auth", &self.auth)
             .finish()
     }
@@ -275,6 +276,13 @@ impl KubeconfigError {
     }
 }
 
+fn wrong_type(field: impl Into<String>, expected: &'static str) -> KubeconfigError {
+    KubeconfigError::WrongType {
+        field: field.into(),
+        expected,
+    }
+}
+
 fn at(line: Option<u64>, column: Option<u64>) -> String {
     match (line, column) {
         (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
@@ -282,6 +290,11 @@ fn at(line: Option<u64>, column: Option<u64>) -> String {
         _ => String::new(),
     }
 }
+
+const BASIC_WHY: &str =
+    "basic authentication is not supported; use a token or a client certificate";
+const IMPERSONATION_WHY: &str =
+    "impersonation is not supported; give the credentials themselves the access Hearth needs";
 
 /// Fields refused in the selected user, in the order they are checked, with why.
 const REFUSED_USER_FIELDS: &[(&str, &str)] = &[
@@ -305,30 +318,12 @@ const REFUSED_USER_FIELDS: &[(&str, &str)] = &[
         "client-key",
         "a file path would make Hearth read its own files; put the key in `client-key-data` (base64 of the PEM)",
     ),
-    (
-        "username",
-        "basic authentication is not supported; use a token or a client certificate",
-    ),
-    (
-        "password",
-        "basic authentication is not supported; use a token or a client certificate",
-    ),
-    (
-        "as",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-uid",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-groups",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
-    (
-        "as-user-extra",
-        "impersonation is not supported; give the credentials themselves the access Hearth needs",
-    ),
+    ("username", BASIC_WHY),
+    ("password", BASIC_WHY),
+    ("as", IMPERSONATION_WHY),
+    ("as-uid", IMPERSONATION_WHY),
+    ("as-groups", IMPERSONATION_WHY),
+    ("as-user-extra", IMPERSONATION_WHY),
 ];
 
 /// Fields refused in the selected cluster, with why (`insecure-skip-tls-verify` only
@@ -363,6 +358,7 @@ const ALLOWED_CLUSTER_FIELDS: &[&str] = &[
 const ALLOWED_CLUSTER: &str =
     "`server`, `certificate-authority-data` and `tls-server-name` in a cluster";
 
+const INSECURE: &str = "insecure-skip-tls-verify";
 const INSECURE_WHY: &str = "it turns off verification of the target's certificate; put the target's CA in `certificate-authority-data` instead";
 
 /// Parses and validates the bytes of a Secret's `kubeconfig` key.
@@ -377,33 +373,24 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 
     let cluster = find_named(root, "clusters", "cluster", cluster_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownCluster {
-            context: quoted(&context_name, MAX_QUOTED_NAME),
-            cluster: quoted(cluster_ref, MAX_QUOTED_NAME),
+            context: entry_name(&context_name),
+            cluster: entry_name(cluster_ref),
         }
     })?;
     let user = find_named(root, "users", "user", user_ref)?.ok_or_else(|| {
         KubeconfigError::UnknownUser {
-            context: quoted(&context_name, MAX_QUOTED_NAME),
-            user: quoted(user_ref, MAX_QUOTED_NAME),
+            context: entry_name(&context_name),
+            user: entry_name(user_ref),
         }
     })?;
 
-    let cluster_path = format!("clusters[{}].cluster", quoted(cluster_ref, MAX_QUOTED_NAME));
-    let user_path = format!("users[{}].user", quoted(user_ref, MAX_QUOTED_NAME));
-    let ClusterFields {
-        server,
-        ca_pem,
-        ca_der,
-        tls_server_name,
-    } = validate_cluster(cluster, &cluster_path)?;
+    let cluster_path = format!("clusters[{}].cluster", entry_name(cluster_ref));
+    let user_path = format!("users[{}].user", entry_name(user_ref));
+    let cluster = validate_cluster(cluster, &cluster_path)?;
     let auth = validate_user(user, &user_path)?;
-
     Ok(ValidatedKubeconfig {
         context: context_name,
-        server,
-        ca_pem,
-        ca_der,
-        tls_server_name,
+        cluster,
         auth,
     })
 }
@@ -412,10 +399,11 @@ pub fn validate(data: &[u8]) -> Result<ValidatedKubeconfig, KubeconfigError> {
 /// no exec, no auth provider, no file, no proxy, TLS verified, and `timeout` on
 /// connect, read and write. Nothing from the environment is consulted.
 pub fn client_config(kubeconfig: &ValidatedKubeconfig, timeout: Duration) -> kube::Config {
-    let mut config = kube::Config::new(kubeconfig.server.clone());
-    config.root_cert = (!kubeconfig.ca_der.is_empty()).then(|| kubeconfig.ca_der.clone());
+    let cluster = &kubeconfig.cluster;
+    let mut config = kube::Config::new(cluster.server.clone());
+    config.root_cert = (!cluster.ca_der.is_empty()).then(|| cluster.ca_der.clone());
     config.root_cert_file = None;
-    config.tls_server_name = kubeconfig.tls_server_name.clone();
+    config.tls_server_name = cluster.tls_server_name.clone();
     config.accept_invalid_certs = false;
     config.proxy_url = None;
     config.headers = Vec::new();
@@ -459,14 +447,7 @@ fn decode_text(data: &[u8]) -> Result<String, KubeconfigError> {
     // A YAML or JSON kubeconfig always contains `:`, which base64 never does, so the
     // two cannot be confused.
     let decoded = looks_like_base64(trimmed)
-        .then(|| {
-            let compact: Vec<u8> = trimmed
-                .iter()
-                .copied()
-                .filter(|b| !b.is_ascii_whitespace())
-                .collect();
-            BASE64.decode(compact).ok()
-        })
+        .then(|| decode_base64(trimmed))
         .flatten();
     let bytes = decoded.unwrap_or_else(|| trimmed.to_vec());
     let text = String::from_utf8(bytes).map_err(|_| KubeconfigError::NotText)?;
@@ -565,12 +546,7 @@ fn select_context(
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s.is_empty() => None,
         Some(Value::String(s)) => Some(s.as_str()),
-        Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: "current-context".into(),
-                expected: "a context name",
-            });
-        }
+        Some(_) => return Err(wrong_type("current-context", "a context name")),
     };
     let contexts = named_entries(root, "contexts", "context")?;
     let selected = match current {
@@ -578,7 +554,7 @@ fn select_context(
             .into_iter()
             .find(|(n, _)| *n == name)
             .ok_or_else(|| KubeconfigError::UnknownContext {
-                name: quoted(name, MAX_QUOTED_NAME),
+                name: entry_name(name),
             })?,
         None => contexts
             .into_iter()
@@ -601,19 +577,11 @@ fn named_entries<'a>(
     let items = match root.get(list_key) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(items)) => items,
-        Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: list_key.into(),
-                expected: "a list",
-            });
-        }
+        Some(_) => return Err(wrong_type(list_key, "a list")),
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let wrong = |expected| KubeconfigError::WrongType {
-            field: format!("{list_key}[{i}]"),
-            expected,
-        };
+        let wrong = |expected| wrong_type(format!("{list_key}[{i}]"), expected);
         let item = item
             .as_object()
             .ok_or_else(|| wrong("a mapping with `name` and `{body_key}`"))?;
@@ -624,10 +592,10 @@ fn named_entries<'a>(
         let body = match item.get(body_key) {
             Some(Value::Object(body)) => body,
             _ => {
-                return Err(KubeconfigError::WrongType {
-                    field: format!("{list_key}[{}].{body_key}", quoted(name, MAX_QUOTED_NAME)),
-                    expected: "a mapping",
-                });
+                return Err(wrong_type(
+                    format!("{list_key}[{}].{body_key}", entry_name(name)),
+                    "a mapping",
+                ));
             }
         };
         out.push((name, body));
@@ -657,21 +625,19 @@ fn required_name<'a>(
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         None | Some(Value::Null) | Some(Value::String(_)) => {
             Err(KubeconfigError::IncompleteContext {
-                context: quoted(context_name, MAX_QUOTED_NAME),
+                context: entry_name(context_name),
                 missing: key,
             })
         }
-        Some(_) => Err(KubeconfigError::WrongType {
-            field: format!(
-                "contexts[{}].context.{key}",
-                quoted(context_name, MAX_QUOTED_NAME)
-            ),
-            expected: "a name",
-        }),
+        Some(_) => Err(wrong_type(
+            format!("contexts[{}].context.{key}", entry_name(context_name)),
+            "a name",
+        )),
     }
 }
 
 /// The allowed fields of the selected cluster.
+#[derive(Clone)]
 struct ClusterFields {
     server: http::Uri,
     ca_pem: Option<Vec<u8>>,
@@ -683,34 +649,15 @@ fn validate_cluster(
     cluster: &Map<String, Value>,
     path: &str,
 ) -> Result<ClusterFields, KubeconfigError> {
-    for (key, why) in REFUSED_CLUSTER_FIELDS {
-        if is_set(cluster, key) {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.{key}"),
-                why,
-            });
-        }
-    }
-    match cluster.get("insecure-skip-tls-verify") {
-        None | Some(Value::Null) | Some(Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                why: INSECURE_WHY,
-            });
-        }
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                why: INSECURE_WHY,
-            });
-        }
-        Some(_) => {
-            return Err(KubeconfigError::WrongType {
-                field: format!("{path}.insecure-skip-tls-verify"),
-                expected: "true or false",
-            });
-        }
+    reject_refused(cluster, path, REFUSED_CLUSTER_FIELDS)?;
+    let insecure = match cluster.get(INSECURE) {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(set)) => *set,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(_) => return Err(wrong_type(format!("{path}.{INSECURE}"), "true or false")),
+    };
+    if insecure {
+        return Err(refused(path, INSECURE, INSECURE_WHY));
     }
     reject_unknown(cluster, path, ALLOWED_CLUSTER_FIELDS, ALLOWED_CLUSTER)?;
 
@@ -738,10 +685,10 @@ fn validate_cluster(
     if let Some(name) = &tls_server_name
         && !name.bytes().all(|b| b.is_ascii_graphic())
     {
-        return Err(KubeconfigError::WrongType {
-            field: format!("{path}.tls-server-name"),
-            expected: "a DNS name or IP address",
-        });
+        return Err(wrong_type(
+            format!("{path}.tls-server-name"),
+            "a DNS name or IP address",
+        ));
     }
     Ok(ClusterFields {
         server,
@@ -752,14 +699,7 @@ fn validate_cluster(
 }
 
 fn validate_user(user: &Map<String, Value>, path: &str) -> Result<Auth, KubeconfigError> {
-    for (key, why) in REFUSED_USER_FIELDS {
-        if is_set(user, key) {
-            return Err(KubeconfigError::Refused {
-                field: format!("{path}.{key}"),
-                why,
-            });
-        }
-    }
+    reject_refused(user, path, REFUSED_USER_FIELDS)?;
     reject_unknown(user, path, ALLOWED_USER_FIELDS, ALLOWED_USER)?;
 
     let token = optional_string(user, "token", path)?.map(str::trim);
@@ -818,6 +758,25 @@ fn is_set(map: &Map<String, Value>, key: &str) -> bool {
     }
 }
 
+/// The first field of `refused` that is set, refused with its why.
+fn reject_refused(
+    map: &Map<String, Value>,
+    path: &str,
+    refused_fields: &[(&str, &'static str)],
+) -> Result<(), KubeconfigError> {
+    match refused_fields.iter().find(|(key, _)| is_set(map, key)) {
+        Some((key, why)) => Err(refused(path, key, why)),
+        None => Ok(()),
+    }
+}
+
+fn refused(path: &str, key: &str, why: &'static str) -> KubeconfigError {
+    KubeconfigError::Refused {
+        field: format!("{path}.{key}"),
+        why,
+    }
+}
+
 fn reject_unknown(
     map: &Map<String, Value>,
     path: &str,
@@ -850,10 +809,7 @@ fn optional_string<'a>(
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().is_empty() => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(KubeconfigError::WrongType {
-            field: format!("{path}.{key}"),
-            expected: "a string",
-        }),
+        Some(_) => Err(wrong_type(format!("{path}.{key}"), "a string")),
     }
 }
 
@@ -888,12 +844,19 @@ fn parse_server(raw: &str, field: &str) -> Result<http::Uri, KubeconfigError> {
 }
 
 fn decode_base64_field(data: &str, field: &str) -> Result<Vec<u8>, KubeconfigError> {
-    let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
-    BASE64
-        .decode(compact.as_bytes())
-        .map_err(|_| KubeconfigError::BadBase64 {
-            field: field.to_owned(),
-        })
+    decode_base64(data.as_bytes()).ok_or_else(|| KubeconfigError::BadBase64 {
+        field: field.to_owned(),
+    })
+}
+
+/// Base64 with whitespace (line breaks) anywhere.
+fn decode_base64(data: &[u8]) -> Option<Vec<u8>> {
+    let compact: Vec<u8> = data
+        .iter()
+        .copied()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    BASE64.decode(compact).ok()
 }
 
 /// The DER of every certificate in a PEM bundle, `None` unless there is at least one
@@ -922,6 +885,11 @@ fn holds_private_key(pem: &[u8]) -> bool {
                 "PRIVATE KEY" | "RSA PRIVATE KEY" | "EC PRIVATE KEY"
             ) && !block.contents.is_empty()
         })
+}
+
+/// An entry name (user input) for an error: quoted and bounded.
+fn entry_name(text: &str) -> String {
+    quoted(text, MAX_QUOTED_NAME)
 }
 
 /// A mapping key as it appears in a field path: bare when it looks like a key,

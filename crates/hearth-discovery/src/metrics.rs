@@ -33,11 +33,6 @@ const STATUSES: [&str; 6] = [
     UNKNOWN_STATUS,
 ];
 
-fn probe_duration_histogram() -> Histogram {
-    // 5 ms … ~40 s.
-    Histogram::new(exponential_buckets(0.005, 2.0, 14))
-}
-
 /// The handles; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -54,7 +49,10 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
         let metrics = Self {
             probes: Family::default(),
-            probe_duration: Family::new_with_constructor(probe_duration_histogram),
+            // 5 ms … ~40 s.
+            probe_duration: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+            }),
             status_writes: Family::default(),
             onboarding: Family::default(),
             controller: ControllerMetrics::default(),
@@ -101,21 +99,18 @@ impl Metrics {
     }
 
     pub fn status_write(&self, ok: bool) {
-        let outcome = if ok { "ok" } else { "error" };
-        self.status_writes
-            .get_or_create(&[("outcome", outcome.to_owned())])
-            .inc();
+        self.status_writes.get_or_create(&[outcome(ok)]).inc();
     }
 
     pub fn onboarding(&self, action: &'static str, ok: bool) {
-        let outcome = if ok { "ok" } else { "error" };
-        self.onboarding
-            .get_or_create(&[
-                ("action", action.to_owned()),
-                ("outcome", outcome.to_owned()),
-            ])
-            .inc();
+        let labels = [("action", action.to_owned()), outcome(ok)];
+        self.onboarding.get_or_create(&labels).inc();
     }
+}
+
+/// The `outcome` label of a write.
+fn outcome(ok: bool) -> (&'static str, String) {
+    ("outcome", if ok { "ok" } else { "error" }.to_owned())
 }
 
 /// The gauges that describe every cluster, `clusters` by `kubeconfig_status` and `gpus`
@@ -179,37 +174,21 @@ fn encode_cluster_gauges<'a>(
     for (status, n) in STATUSES.iter().zip(by_status) {
         gauge(&mut metric, &[("kubeconfig_status", *status)], n)?;
     }
-    encode_expiry(&mut encoder, now, clusters.clone())?;
-    encode_gpus(&mut encoder, clusters)
-}
-
-/// `credentials_expiry_seconds` per cluster whose credentials state when they expire
-/// (`status.credentialsExpireAt`): seconds from the scrape until then, negative once
-/// past. Read at the scrape, so it is exact whenever Prometheus looks; an alert compares
-/// it with a threshold (`HearthCredentialsExpiring`).
-fn encode_expiry<'a>(
-    encoder: &mut DescriptorEncoder,
-    now: Timestamp,
-    clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
-) -> Result<(), std::fmt::Error> {
+    // Seconds from the scrape until each cluster's credentials expire
+    // (`status.credentialsExpireAt`), negative once past. Read at the scrape, so it is
+    // exact whenever Prometheus looks; an alert compares it with a threshold
+    // (`HearthCredentialsExpiring`).
     gauge_family(
-        encoder,
+        &mut encoder,
         "credentials_expiry_seconds",
         "Seconds until a cluster's kubeconfig credentials expire (status.credentialsExpireAt), negative once expired",
-        clusters.filter_map(move |(name, status)| {
+        clusters.clone().filter_map(move |(name, status)| {
             let at = status?.credentials_expire_at.as_ref()?.0;
             Some(([("cluster", name)], at.as_second() - now.as_second()))
         }),
-    )
-}
-
-/// `gpus` per cluster and model (`status.hardware`).
-fn encode_gpus<'a>(
-    encoder: &mut DescriptorEncoder,
-    clusters: impl Iterator<Item = (&'a str, Option<&'a FournosClusterStatus>)> + Clone,
-) -> Result<(), std::fmt::Error> {
+    )?;
     gauge_family(
-        encoder,
+        &mut encoder,
         "gpus",
         "Discovered GPUs per cluster and model (status.hardware)",
         clusters.flat_map(|(name, status)| {

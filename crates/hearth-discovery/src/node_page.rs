@@ -149,16 +149,16 @@ impl<'de> Visitor<'de> for PageSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NodePage, A::Error> {
         let mut page = NodePage::default();
-        while let Some(key) = map.next_key::<Field<PageField>>()? {
-            match key.0 {
-                Some(PageField::Items) => {
+        while let Some(key) = map.next_key::<PageField>()? {
+            match key {
+                PageField::Items => {
                     page.nodes = map.next_value_seed(Items { limit: self.limit })?;
                 }
-                Some(PageField::Metadata) => {
+                PageField::Metadata => {
                     let meta: ListMeta = map.next_value()?;
                     page.continue_token = meta.continue_.filter(|t| !t.is_empty());
                 }
-                None => {
+                PageField::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
@@ -172,43 +172,15 @@ impl<'de> Visitor<'de> for PageSeed {
     }
 }
 
-#[derive(Clone, Copy)]
+/// A key of the list, compared without keeping it (serde's derived identifier matches
+/// the borrowed text); `Other` for the keys Hearth skips.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "lowercase")]
 enum PageField {
     Items,
     Metadata,
-}
-
-/// A map key, compared without keeping it: `None` for the keys Hearth skips.
-struct Field<T>(Option<T>);
-
-trait Named: Sized {
-    fn named(key: &str) -> Option<Self>;
-}
-
-impl Named for PageField {
-    fn named(key: &str) -> Option<Self> {
-        match key {
-            "items" => Some(Self::Items),
-            "metadata" => Some(Self::Metadata),
-            _ => None,
-        }
-    }
-}
-
-impl<'de, T: Named> Deserialize<'de> for Field<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<T: Named> Visitor<'_> for V<T> {
-            type Value = Field<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<Field<T>, E> {
-                Ok(Field(T::named(key)))
-            }
-        }
-        d.deserialize_str(V(std::marker::PhantomData))
-    }
+    #[serde(other)]
+    Other,
 }
 
 #[derive(Deserialize)]
@@ -286,7 +258,7 @@ impl Item {
 
 #[derive(Deserialize)]
 struct ItemMeta {
-    labels: Option<GpuEntries<LabelKeys>>,
+    labels: Option<GpuEntries<true>>,
 }
 
 #[derive(Deserialize)]
@@ -296,39 +268,22 @@ struct ItemSpec {
 
 #[derive(Deserialize, Default)]
 struct ItemStatus {
-    allocatable: Option<GpuEntries<ResourceKeys>>,
+    allocatable: Option<GpuEntries<false>>,
     conditions: Option<Ready>,
 }
 
-/// Which keys of a string map to keep.
-trait Keep {
-    const PREFIXES: &'static [&'static str];
-}
-struct LabelKeys;
-impl Keep for LabelKeys {
-    const PREFIXES: &'static [&'static str] = &GPU_LABEL_PREFIXES;
-}
-struct ResourceKeys;
-impl Keep for ResourceKeys {
-    const PREFIXES: &'static [&'static str] = &GPU_RESOURCE_PREFIXES;
-}
+/// A string map keeping only the GPU vendors' keys (label keys when `LABELS`, else
+/// resource names), bounded in count and length.
+#[derive(Default)]
+struct GpuEntries<const LABELS: bool>(BTreeMap<String, String>);
 
-/// A string map keeping only the GPU vendors' keys, bounded in count and length.
-struct GpuEntries<K>(BTreeMap<String, String>, std::marker::PhantomData<K>);
-
-impl<K> Default for GpuEntries<K> {
-    fn default() -> Self {
-        Self(BTreeMap::new(), std::marker::PhantomData)
-    }
-}
-
-impl<'de, K: Keep> Deserialize<'de> for GpuEntries<K> {
+impl<'de, const LABELS: bool> Deserialize<'de> for GpuEntries<LABELS> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(GpuEntries::<K>::default())
+        d.deserialize_map(Self::default())
     }
 }
 
-impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
+impl<'de, const LABELS: bool> Visitor<'de> for GpuEntries<LABELS> {
     type Value = Self;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -336,7 +291,12 @@ impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Self, A::Error> {
-        while let Some(KeptKey(key)) = map.next_key_seed(KeySeed::<K>(std::marker::PhantomData))? {
+        let prefixes: &[&str] = if LABELS {
+            &GPU_LABEL_PREFIXES
+        } else {
+            &GPU_RESOURCE_PREFIXES
+        };
+        while let Some(key) = map.next_key_seed(KeySeed(prefixes))? {
             let Some(key) = key else {
                 map.next_value::<IgnoredAny>()?;
                 continue;
@@ -354,33 +314,32 @@ impl<'de, K: Keep> Visitor<'de> for GpuEntries<K> {
     }
 }
 
-/// A key, allocated only when kept.
-struct KeptKey(Option<String>);
-struct KeySeed<K>(std::marker::PhantomData<K>);
+/// A key starting with one of these prefixes; allocated only when kept.
+struct KeySeed<'a>(&'a [&'a str]);
 
-impl<'de, K: Keep> DeserializeSeed<'de> for KeySeed<K> {
-    type Value = KeptKey;
+impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
+    type Value = Option<String>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<KeptKey, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<K: Keep> Visitor<'_> for KeySeed<K> {
-    type Value = KeptKey;
+impl Visitor<'_> for KeySeed<'_> {
+    type Value = Option<String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a key")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<KeptKey, E> {
-        if !K::PREFIXES.iter().any(|p| key.starts_with(p)) {
-            return Ok(KeptKey(None));
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<String>, E> {
+        if !self.0.iter().any(|p| key.starts_with(p)) {
+            return Ok(None);
         }
         if key.len() > MAX_ENTRY_CHARS {
             return Err(refuse(PageError::EntryTooLong));
         }
-        Ok(KeptKey(Some(key.to_owned())))
+        Ok(Some(key.to_owned()))
     }
 }
 
@@ -415,31 +374,13 @@ struct ConditionView {
 }
 
 /// A string compared against the two words Hearth looks for, never kept.
-#[derive(PartialEq, Eq)]
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(field_identifier)]
 enum Word {
     Ready,
     True,
+    #[serde(other)]
     Other,
-}
-
-impl<'de> Deserialize<'de> for Word {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Word;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Word, E> {
-                Ok(match s {
-                    "Ready" => Word::Ready,
-                    "True" => Word::True,
-                    _ => Word::Other,
-                })
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 #[cfg(test)]

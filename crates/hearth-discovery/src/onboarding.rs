@@ -214,7 +214,7 @@ pub fn held_back_message(secret: &str, holder: &str, at: Timestamp) -> String {
          auto-discovered FournosCluster is locked by {}: it will be offboarded (deleted, with its \
          lock) at {} unless the Secret returns. To keep it, create the Secret again (labeled, \
          same name); to offboard it now, unlock it (clear spec.owner)",
-        plain_or_quoted(holder, MAX_QUOTED, NAME_PUNCTUATION),
+        shown_name(holder),
         Timestamp::from_second(at.as_second()).unwrap_or(at)
     )
 }
@@ -289,7 +289,7 @@ fn onboard_secret(
                  {MAX_CLUSTER_NAME} lower-case letters, digits and '-', starting and ending with a \
                  letter or digit): no FournosCluster is created for it. Rename the Secret",
                 shown_secret(secrets_namespace, &secret.name),
-                plain_or_quoted(cluster, MAX_QUOTED, NAME_PUNCTUATION)
+                shown_name(cluster)
             ),
         ));
         return;
@@ -347,7 +347,7 @@ fn secret_of_existing(
                 "FournosCluster {namespace}/{cluster} already exists and uses Secret {}: \
                  Secret {} is not used by any cluster. Point the cluster's \
                  spec.kubeconfigSecret at it, or remove the label",
-                plain_or_quoted(other, MAX_QUOTED, NAME_PUNCTUATION),
+                shown_name(other),
                 shown(),
                 cluster = existing.name,
             ),
@@ -369,13 +369,15 @@ fn secret_warning(
     }
 }
 
+/// A name someone else chose, for a message: bare when plain, quoted otherwise.
+fn shown_name(name: &str) -> String {
+    plain_or_quoted(name, MAX_QUOTED, NAME_PUNCTUATION)
+}
+
 /// `namespace/name` of a Secret, for a message. Only for a message: most sweeps write
 /// none, and run on every change.
 fn shown_secret(secrets_namespace: &str, name: &str) -> String {
-    format!(
-        "{secrets_namespace}/{}",
-        plain_or_quoted(name, MAX_QUOTED, NAME_PUNCTUATION)
-    )
+    format!("{secrets_namespace}/{}", shown_name(name))
 }
 
 /// A cluster whose recorded source is gone: deleted, or held back while it is locked.
@@ -437,10 +439,7 @@ fn not_adopted_message(
     namespace: &str,
 ) -> String {
     let owner = match &cluster.owner {
-        Some(owner) => format!(
-            "its spec.owner ({})",
-            plain_or_quoted(owner, MAX_QUOTED, NAME_PUNCTUATION)
-        ),
+        Some(owner) => format!("its spec.owner ({})", shown_name(owner)),
         None => "its spec.owner (none)".to_owned(),
     };
     let (hardware, were) = if cluster.spec_hardware {
@@ -451,7 +450,7 @@ fn not_adopted_message(
     let annotation = match &secret.owner {
         Some(owner) => format!(
             "; the Secret's {OWNER_ANNOTATION} ({}) is not applied",
-            plain_or_quoted(owner, MAX_QUOTED, NAME_PUNCTUATION)
+            shown_name(owner)
         ),
         None => String::new(),
     };
@@ -462,7 +461,7 @@ fn not_adopted_message(
          spec.kubeconfigSecret asks, and never deletes the cluster. If the cluster is not meant to \
          be, delete it and discovery creates it from the Secret; if it is, label it \
          {AUTO_DISCOVERED_LABEL}=true",
-        plain_or_quoted(&cluster.name, MAX_QUOTED, NAME_PUNCTUATION)
+        shown_name(&cluster.name)
     )
 }
 

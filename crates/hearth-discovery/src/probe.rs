@@ -76,6 +76,11 @@ impl ProbeSettings {
     }
 }
 
+/// A 401: the target's own words add nothing to it.
+const UNAUTHORIZED: ProbeOutcome = ProbeOutcome::Unauthorized {
+    detail: String::new(),
+};
+
 /// Probes the target of `kubeconfig`. Never fails: every failure is an outcome.
 /// Every string in the outcome that came from the target (its version, the message
 /// of an error, GPU model names) has passed the kubeconfig's [`Redactor`] where it was
@@ -91,40 +96,28 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: &ProbeSettings) -
     };
     let seconds = settings.timeout.as_secs();
 
+    let unreachable = |detail| ProbeOutcome::Unreachable { detail };
     let server_version = match timeout_at(deadline, server_version(&client, redactor)).await {
-        Err(_) => {
-            return ProbeOutcome::Unreachable {
-                detail: format!("no answer within {seconds}s"),
-            };
-        }
+        Err(_) => return unreachable(format!("no answer within {seconds}s")),
         Ok(Ok(version)) => version,
-        Ok(Err(failure)) => match failure {
-            Failure::Http { code: 401, .. } => {
-                return ProbeOutcome::Unauthorized {
-                    detail: String::new(),
-                };
-            }
-            // Authenticated, merely not allowed to read the version: go on.
-            Failure::Http { code: 403, .. } => None,
-            Failure::Http { code, message } => {
-                return ProbeOutcome::Unreachable {
-                    detail: format!(
-                        "the server answered HTTP {code} ({}) to GET /version{}; is the server URL a Kubernetes API server?",
-                        status_class(code),
-                        excerpt(&message)
-                    ),
-                };
-            }
-            Failure::Transport(detail) => return ProbeOutcome::Unreachable { detail },
-            Failure::Decode => {
-                return ProbeOutcome::Unreachable {
-                    detail:
-                        "the server's answer to GET /version is not a Kubernetes version; is the \
-                             server URL a Kubernetes API server?"
-                            .into(),
-                };
-            }
-        },
+        Ok(Err(Failure::Http { code: 401, .. })) => return UNAUTHORIZED,
+        // Authenticated, merely not allowed to read the version: go on.
+        Ok(Err(Failure::Http { code: 403, .. })) => None,
+        Ok(Err(Failure::Http { code, message })) => {
+            return unreachable(format!(
+                "the server answered HTTP {code} ({}) to GET /version{}; is the server URL a Kubernetes API server?",
+                status_class(code),
+                excerpt(&message)
+            ));
+        }
+        Ok(Err(Failure::Transport(detail))) => return unreachable(detail),
+        Ok(Err(Failure::Decode)) => {
+            return unreachable(
+                "the server's answer to GET /version is not a Kubernetes version; is the \
+                 server URL a Kubernetes API server?"
+                    .into(),
+            );
+        }
     };
 
     let nodes = match timeout_at(deadline, count_nodes(&client, settings, redactor)).await {
@@ -144,11 +137,7 @@ pub async fn probe(kubeconfig: &ValidatedKubeconfig, settings: &ProbeSettings) -
         Ok(tally) => {
             NodeListing::Counted(tally.finish_refusing(|model| redactor.holds_secret(model)))
         }
-        Err(NodeFailure::Unauthorized) => {
-            return ProbeOutcome::Unauthorized {
-                detail: String::new(),
-            };
-        }
+        Err(NodeFailure::Unauthorized) => return UNAUTHORIZED,
         Err(NodeFailure::Forbidden(message)) => NodeListing::Forbidden { detail: message },
         Err(NodeFailure::Failed(detail)) => NodeListing::Failed { detail },
     };

@@ -38,16 +38,13 @@ pub(crate) async fn reconcile(object: &ClusterObject, ctx: &Context) -> Result<N
     let Ok(cluster) = &object.0 else {
         return Ok(Next::OnChange);
     };
-    if cluster.meta().deletion_timestamp.is_some() {
-        return Ok(Next::OnChange);
-    }
     // Before the Secret cache is full, every Secret would look missing. The caches fill
-    // together, so this waits a moment at startup and never after.
-    if !ctx.wait_synced().await {
-        return Ok(Next::OnChange);
-    }
-    if !ctx.rt.is_leader() {
-        // Standing by: the new leader reconciles everything when it takes over.
+    // together, so this waits a moment at startup and never after. Not leading: standing
+    // by, as the new leader reconciles everything when it takes over.
+    if cluster.meta().deletion_timestamp.is_some()
+        || !ctx.wait_synced().await
+        || !ctx.rt.is_leader()
+    {
         return Ok(Next::OnChange);
     }
     reconcile_cluster(cluster, ctx).await
@@ -324,7 +321,7 @@ async fn write_status(
     cluster: &CachedCluster,
     status: &DiscoveryStatus,
 ) -> Result<Option<Written>, Error> {
-    let name = format!("{}/{}", ctx.settings.namespace, cluster.name_any());
+    let name = ctx.cluster_ref(&cluster.name_any());
     let value = serde_json::to_value(status).map_err(|source| Error::StatusEncode {
         cluster: name.clone(),
         source,

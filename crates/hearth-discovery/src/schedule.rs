@@ -15,8 +15,6 @@ use jiff::{SignedDuration, Timestamp};
 pub const BACKOFF_BASE: Duration = Duration::from_secs(10);
 /// Longest retry delay, whatever the interval.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(5 * 60);
-/// Failed probes in a row before a `Valid` cluster turns `Unreachable`.
-pub const DEFAULT_FAILURE_THRESHOLD: u32 = 3;
 
 /// What a probe found, as far as the kubeconfig's status is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,38 +174,26 @@ pub enum ProbeDue {
 /// The wait is never longer than `interval`, so a shortened `gpuDiscoveryInterval`
 /// takes effect without waiting out the old one.
 pub fn probe_due(input: &DueInput<'_>) -> ProbeDue {
+    let now = |kubeconfig_changed| ProbeDue::Now { kubeconfig_changed };
     let Some(status) = input.status.filter(|s| s.kubeconfig_status.is_some()) else {
-        return ProbeDue::Now {
-            kubeconfig_changed: false,
-        };
+        return now(false);
     };
     let changed = match input.known {
         Known::Probed(remembered) => remembered != input.fingerprint,
         Known::Unprobed(secret) => !status_agrees(status, secret),
     };
     if changed {
-        return ProbeDue::Now {
-            kubeconfig_changed: true,
-        };
-    }
-    if input.source_behind {
-        return ProbeDue::Now {
-            kubeconfig_changed: false,
-        };
+        return now(true);
     }
     // The spec changed since the last probe: probe, so the conditions'
     // observedGeneration says the status reflects the spec people see.
     let observed = find(&status.conditions, KUBECONFIG_VALID).and_then(|c| c.observed_generation);
-    if input.generation.is_some() && observed != input.generation {
-        return ProbeDue::Now {
-            kubeconfig_changed: false,
-        };
+    if input.source_behind || input.generation.is_some() && observed != input.generation {
+        return now(false);
     }
     let next = status.next_probe_at.as_ref().map(|t| t.0);
     match until_due(next, input.now).min(input.interval) {
-        Duration::ZERO => ProbeDue::Now {
-            kubeconfig_changed: false,
-        },
+        Duration::ZERO => now(false),
         wait => ProbeDue::After(wait),
     }
 }

@@ -36,12 +36,10 @@ pub enum SecretKubeconfig {
 impl SecretKubeconfig {
     /// Reads the `kubeconfig` key of `secret` (the cached Secret, if there is one).
     pub fn read(secret: Option<&CachedSecret>) -> Self {
-        let Some(secret) = secret else {
-            return Self::SecretMissing;
-        };
-        match kubeconfig_bytes(secret) {
-            None => Self::KeyMissing,
-            Some(data) => match validate(data) {
+        match secret.map(|s| s.kubeconfig.as_deref()) {
+            None => Self::SecretMissing,
+            Some(None) => Self::KeyMissing,
+            Some(Some(data)) => match validate(data) {
                 Err(error) => Self::Invalid(error),
                 Ok(kubeconfig) => Self::Usable {
                     expiry: credentials_expiry(&kubeconfig),
@@ -105,17 +103,13 @@ fn allowed_clusters(secret: &CachedSecret) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn kubeconfig_bytes(secret: &CachedSecret) -> Option<&[u8]> {
-    secret.kubeconfig.as_deref()
-}
-
 pub fn fingerprint(secret_name: &str, secret: Option<&CachedSecret>) -> u64 {
     let mut hasher = DefaultHasher::new();
     secret_name.hash(&mut hasher);
     secret.and_then(allowed_clusters).hash(&mut hasher);
     match secret {
         None => 0u8.hash(&mut hasher),
-        Some(secret) => match kubeconfig_bytes(secret) {
+        Some(secret) => match secret.kubeconfig.as_deref() {
             None => 1u8.hash(&mut hasher),
             Some(data) => {
                 2u8.hash(&mut hasher);

@@ -20,35 +20,13 @@ pub const UNKNOWN_SHORT_NAME: &str = "unknown";
 /// (`Tesla-V100-SXM2-16GB`, `Tesla-T4`); the ROCm labeller writes `AMD_Instinct_…`.
 const PREFIX_WORDS: &[&str] = &["NVIDIA", "AMD", "TESLA", "INSTINCT"];
 
-/// Families whose variants share one short name, matched against the first word of the
-/// model after the prefix words. Consistent with DESIGN.md's examples: B200 is
-/// deliberately absent, so `NVIDIA-B200-SXM` stays `b200sxm`; L40S is listed apart from
-/// L40 because they are different products.
-const KNOWN_FAMILIES: &[(&str, &str)] = &[
-    // NVIDIA data centre
-    ("A100", "a100"),
-    ("A10", "a10"),
-    ("A30", "a30"),
-    ("A40", "a40"),
-    ("H100", "h100"),
-    ("H200", "h200"),
-    ("H800", "h800"),
-    ("GH200", "gh200"),
-    ("L40S", "l40s"),
-    ("L40", "l40"),
-    ("L4", "l4"),
-    ("T4", "t4"),
-    ("V100", "v100"),
-    ("P100", "p100"),
-    // AMD Instinct
-    ("MI355X", "mi355x"),
-    ("MI325X", "mi325x"),
-    ("MI300X", "mi300x"),
-    ("MI300A", "mi300a"),
-    ("MI250X", "mi250x"),
-    ("MI250", "mi250"),
-    ("MI210", "mi210"),
-    ("MI100", "mi100"),
+/// Families whose variants share one short name (the family's, lower-cased), matched
+/// against the first word of the model after the prefix words. Consistent with
+/// DESIGN.md's examples: B200 is deliberately absent, so `NVIDIA-B200-SXM` stays
+/// `b200sxm`; L40S is listed apart from L40 because they are different products.
+const KNOWN_FAMILIES: &[&str] = &[
+    "A100", "A10", "A30", "A40", "H100", "H200", "H800", "GH200", "L40S", "L40", "L4", "T4",
+    "V100", "P100", "MI355X", "MI325X", "MI300X", "MI300A", "MI250X", "MI250", "MI210", "MI100",
 ];
 
 /// The short name of a GPU model as a node labeller reports it.
@@ -65,9 +43,9 @@ pub fn short_name(model: &str) -> String {
     let model_words = &words[model_start..];
 
     if let Some(first) = model_words.first()
-        && let Some((_, short)) = KNOWN_FAMILIES.iter().find(|(family, _)| family == first)
+        && KNOWN_FAMILIES.contains(&first.as_str())
     {
-        return (*short).to_owned();
+        return first.to_ascii_lowercase();
     }
 
     let joined = if model_words.is_empty() {

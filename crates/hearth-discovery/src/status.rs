@@ -109,41 +109,30 @@ impl ProbeOutcome {
             Self::Invalid(_) => K::Invalid.as_str(),
             Self::Unauthorized { .. } => K::Unauthorized.as_str(),
             Self::Unreachable { .. } => K::Unreachable.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Counted(_),
-                ..
-            } => G::Discovered.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Forbidden { .. },
-                ..
-            } => G::Forbidden.as_str(),
-            Self::Reached {
-                nodes: NodeListing::Failed { .. },
-                ..
-            } => G::DiscoveryFailed.as_str(),
+            Self::Reached { nodes, .. } => match nodes {
+                NodeListing::Counted(_) => G::Discovered.as_str(),
+                NodeListing::Forbidden { .. } => G::Forbidden.as_str(),
+                NodeListing::Failed { .. } => G::DiscoveryFailed.as_str(),
+            },
+        }
+    }
+
+    /// How listing the nodes went, when the target answered.
+    fn nodes(&self) -> Option<&NodeListing> {
+        match self {
+            Self::Reached { nodes, .. } => Some(nodes),
+            _ => None,
         }
     }
 
     fn succeeded(&self) -> bool {
-        matches!(
-            self,
-            Self::Reached {
-                nodes: NodeListing::Counted(_),
-                ..
-            }
-        )
+        matches!(self.nodes(), Some(NodeListing::Counted(_)))
     }
 
     /// Failures that a retry may well cure.
     fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Self::Unreachable { .. }
-                | Self::Reached {
-                    nodes: NodeListing::Failed { .. },
-                    ..
-                }
-        )
+        matches!(self, Self::Unreachable { .. })
+            || matches!(self.nodes(), Some(NodeListing::Failed { .. }))
     }
 }
 
@@ -251,9 +240,8 @@ struct Verdict {
 fn verdict(input: &PlanInput<'_>, previous: &FournosClusterStatus) -> Verdict {
     let outcome = input.outcome;
     let failures_before = match &previous.hardware {
-        _ if input.kubeconfig_changed => 0,
-        Some(h) => u32::try_from(h.consecutive_failures.max(0)).unwrap_or(0),
-        None => 0,
+        Some(h) if !input.kubeconfig_changed => u32::try_from(h.consecutive_failures).unwrap_or(0),
+        _ => 0,
     };
     let failures = if outcome.succeeded() {
         0
@@ -398,17 +386,10 @@ fn valid_reason_and_message(input: &PlanInput<'_>, credentials: Option<Expiry>) 
         };
         Some((reason, message))
     });
+    let accepted = format!("the target accepts the credentials in Secret {secret}{version}");
     match warning {
-        Some((reason, warning)) => (
-            reason,
-            format!(
-                "the target accepts the credentials in Secret {secret}{version}, but {warning}"
-            ),
-        ),
-        None => (
-            K::Valid,
-            format!("the target accepts the credentials in Secret {secret}{version}"),
-        ),
+        Some((reason, warning)) => (reason, format!("{accepted}, but {warning}")),
+        None => (K::Valid, accepted),
     }
 }
 
@@ -438,24 +419,20 @@ fn kubeconfig_condition(
     let held_back = held_back(input, secret_missing_since).filter(|_| {
         status == KubeconfigStatus::Missing && matches!(input.outcome, ProbeOutcome::SecretMissing)
     });
-    let held_back_shown = held_back.is_some();
-    let (reason, message) = match held_back {
-        Some(message) => (K::Missing, message),
-        None => kubeconfig_reason_and_message(input, status, credentials),
+    let (reason, message) = match (held_back, &input.source.problem) {
+        (Some(message), _) => (K::Missing, message),
+        (None, Some(problem)) => {
+            let (_, message) = kubeconfig_reason_and_message(input, status, credentials);
+            let problem_message = problem.message(input.secrets_namespace);
+            (
+                problem.reason(),
+                format!("{problem_message}. Meanwhile: {message}"),
+            )
+        }
+        (None, None) => kubeconfig_reason_and_message(input, status, credentials),
     };
     let ok = status == KubeconfigStatus::Valid;
-    match &input.source.problem {
-        Some(problem) if !held_back_shown => DesiredCondition::new(
-            KUBECONFIG_VALID,
-            ok,
-            problem.reason(),
-            format!(
-                "{}. Meanwhile: {message}",
-                problem.message(input.secrets_namespace)
-            ),
-        ),
-        _ => DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message),
-    }
+    DesiredCondition::new(KUBECONFIG_VALID, ok, reason, message)
 }
 
 /// The reason and message of `KubeconfigValid` for `status`, from what the probe found.
@@ -465,6 +442,13 @@ fn kubeconfig_reason_and_message(
     credentials: Option<Expiry>,
 ) -> (K, String) {
     let secret = input.secret;
+    // The target's words, for the two statuses only a 401 or no answer at all lead to.
+    let detail = match input.outcome {
+        ProbeOutcome::Unauthorized { detail } | ProbeOutcome::Unreachable { detail } => {
+            with_detail(detail)
+        }
+        _ => String::new(),
+    };
     match (status, input.outcome) {
         (KubeconfigStatus::Valid, _) => valid_reason_and_message(input, credentials),
         (KubeconfigStatus::Missing, ProbeOutcome::KeyMissing) => (
@@ -491,45 +475,28 @@ fn kubeconfig_reason_and_message(
             K::Invalid,
             format!("the kubeconfig in Secret {secret} cannot be used"),
         ),
-        (KubeconfigStatus::Unauthorized, outcome) => (
-            K::Unauthorized,
-            unauthorized_message(input, outcome, credentials),
-        ),
-        (KubeconfigStatus::Unreachable, outcome) => {
-            let detail = match outcome {
-                ProbeOutcome::Unreachable { detail } => with_detail(detail),
-                _ => String::new(),
-            };
+        (KubeconfigStatus::Unauthorized, _) => {
+            let expired = credentials
+                .filter(|e| e.at <= input.now)
+                .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
+                .unwrap_or_default();
             (
-                K::Unreachable,
+                K::Unauthorized,
                 format!(
-                    "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
-                     from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
-                     server's certificate"
+                    "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
+                     put valid, unexpired credentials in the Secret{detail}"
                 ),
             )
         }
+        (KubeconfigStatus::Unreachable, _) => (
+            K::Unreachable,
+            format!(
+                "cannot reach the target{detail}. Check the server URL in Secret {secret}, the network path \
+                 from Hearth to it, and that certificate-authority-data (or tls-server-name) matches the \
+                 server's certificate"
+            ),
+        ),
     }
-}
-
-fn unauthorized_message(
-    input: &PlanInput<'_>,
-    outcome: &ProbeOutcome,
-    credentials: Option<Expiry>,
-) -> String {
-    let secret = input.secret;
-    let expired = credentials
-        .filter(|e| e.at <= input.now)
-        .map(|e| format!(" ({} expired at {})", e.kind.describe(), e.at))
-        .unwrap_or_default();
-    let detail = match outcome {
-        ProbeOutcome::Unauthorized { detail } => with_detail(detail),
-        _ => String::new(),
-    };
-    format!(
-        "the target rejected the credentials in Secret {secret} (HTTP 401){expired}; \
-         put valid, unexpired credentials in the Secret{detail}"
-    )
 }
 
 fn gpu_condition(
@@ -541,15 +508,9 @@ fn gpu_condition(
         Some(at) => format!("; hardware still shows the count from {}", at.0),
         None => String::new(),
     };
-    let (ok, reason, message) = match outcome {
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Counted(count),
-            ..
-        } => (true, G::Discovered, discovered_message(count)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Forbidden { detail },
-            ..
-        } => (
+    let (ok, reason, message) = match outcome.nodes() {
+        Some(NodeListing::Counted(count)) => (true, G::Discovered, discovered_message(count)),
+        Some(NodeListing::Forbidden { detail }) => (
             false,
             G::Forbidden,
             format!(
@@ -558,10 +519,7 @@ fn gpu_condition(
                 with_detail(detail)
             ),
         ),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Failed { detail },
-            ..
-        } => (
+        Some(NodeListing::Failed { detail }) => (
             false,
             G::DiscoveryFailed,
             format!(
@@ -569,7 +527,7 @@ fn gpu_condition(
                 with_detail(detail)
             ),
         ),
-        _ => (
+        None => (
             false,
             G::DiscoveryFailed,
             format!(
@@ -612,18 +570,15 @@ fn last_error(outcome: &ProbeOutcome, secret: &str) -> String {
             format!("Unauthorized: HTTP 401{}", with_detail(detail))
         }
         ProbeOutcome::Unreachable { detail } => format!("Unreachable{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Forbidden { detail },
-            ..
-        } => format!("Forbidden: listing nodes{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Failed { detail },
-            ..
-        } => format!("DiscoveryFailed: listing nodes{}", with_detail(detail)),
-        ProbeOutcome::Reached {
-            nodes: NodeListing::Counted(_),
-            ..
-        } => String::new(),
+        ProbeOutcome::Reached { nodes, .. } => match nodes {
+            NodeListing::Forbidden { detail } => {
+                format!("Forbidden: listing nodes{}", with_detail(detail))
+            }
+            NodeListing::Failed { detail } => {
+                format!("DiscoveryFailed: listing nodes{}", with_detail(detail))
+            }
+            NodeListing::Counted(_) => String::new(),
+        },
     };
     bounded(&text, MAX_DETAIL_CHARS)
 }
@@ -730,19 +685,16 @@ pub fn diff_status(old: Option<&FournosClusterStatus>, new: &DiscoveryStatus) ->
     if status_changed(Some(old), new) {
         StatusDiff::Changed
     } else if old.next_probe_at != new.next_probe_at
-        || old
-            .hardware
-            .as_ref()
-            .and_then(|h| h.last_discovery.as_ref())
-            != new
-                .hardware
-                .as_ref()
-                .and_then(|h| h.last_discovery.as_ref())
+        || last_discovery(&old.hardware) != last_discovery(&new.hardware)
     {
         StatusDiff::TimestampsOnly
     } else {
         StatusDiff::Same
     }
+}
+
+fn last_discovery(hardware: &Option<Hardware>) -> Option<&Time> {
+    hardware.as_ref()?.last_discovery.as_ref()
 }
 
 /// Whether discovery's fields differ other than in the timestamps every probe moves

@@ -357,7 +357,7 @@ async fn publish_warnings(ctx: &Context, warnings: Vec<SecretWarning>, reported:
             continue;
         }
         tracing::warn!(
-            secret = %format!("{}/{}", ctx.settings.secrets_namespace, warning.secret),
+            secret = %ctx.secret_ref(&warning.secret),
             reason = warning.problem.reason(),
             "{}",
             warning.message
@@ -367,14 +367,6 @@ async fn publish_warnings(ctx: &Context, warnings: Vec<SecretWarning>, reported:
         ctx.events.publish(&reference, &event).await;
         reported.warned.insert(key);
     }
-}
-
-fn uid_version<K: kube::Resource>(object: &K) -> (String, String) {
-    let meta = object.meta();
-    (
-        meta.uid.clone().unwrap_or_default(),
-        meta.resource_version.clone().unwrap_or_default(),
-    )
 }
 
 /// Creates the FournosCluster for a Secret. One that exists already (the cache lags
@@ -423,10 +415,8 @@ async fn onboard(ctx: &Context, new: &NewCluster) -> Result<(), Error> {
         Err(error) if is_conflict(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("create", false);
-            Err(Error::Create {
-                cluster: format!("{}/{}", ctx.settings.namespace, new.name),
-                source,
-            })
+            let cluster = ctx.cluster_ref(&new.name);
+            Err(Error::Create { cluster, source })
         }
     }
 }
@@ -463,10 +453,8 @@ async fn offboard(ctx: &Context, gone: &Offboard) -> Result<(), Error> {
         Err(error) if is_gone_or_replaced(&error) => Ok(()),
         Err(source) => {
             ctx.metrics.onboarding("delete", false);
-            Err(Error::Delete {
-                cluster: format!("{}/{}", ctx.settings.namespace, gone.name),
-                source,
-            })
+            let cluster = ctx.cluster_ref(&gone.name);
+            Err(Error::Delete { cluster, source })
         }
     }
 }
@@ -477,22 +465,19 @@ async fn report_invalid_cluster(ctx: &Context, object: &ClusterObject, reported:
     let Err(invalid) = &object.0 else {
         return;
     };
-    let (uid, rv) = uid_version(object);
-    let key = (uid, rv, "InvalidObject");
+    let meta = object.meta();
+    let key = (
+        meta.uid.clone().unwrap_or_default(),
+        meta.resource_version.clone().unwrap_or_default(),
+        "InvalidObject",
+    );
     if reported.warned.contains(&key) {
         return;
     }
     let error = hearth_api::text::bounded(&invalid.error, MAX_DECODE_ERROR);
     let name = object.name_any();
     tracing::warn!(cluster = %name, %error, "FournosCluster does not decode; skipped");
-    let reference = ObjectReference {
-        api_version: Some(FournosCluster::api_version(&()).into_owned()),
-        kind: Some(FournosCluster::kind(&()).into_owned()),
-        name: Some(name),
-        namespace: Some(ctx.settings.namespace.clone()),
-        uid: invalid.metadata.uid.clone(),
-        ..Default::default()
-    };
+    let reference = cluster_reference(ctx, &name, invalid.metadata.uid.clone());
     let event = Event::warning(
         "InvalidObject",
         "Observe",

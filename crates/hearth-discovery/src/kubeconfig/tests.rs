@@ -208,7 +208,7 @@ fn corpus() -> Vec<Case> {
             with_cluster(
                 json!({ "server": "https://10.0.0.1:6443", "certificate-authority-data": b64(&ca_bundle) }),
             ),
-            Valid(|k| assert_eq!(k.ca_der.len(), 2)),
+            Valid(|k| assert_eq!(k.cluster.ca_der.len(), 2)),
         ),
         case(
             "tls-server-name and insecure-skip-tls-verify: false",
@@ -750,10 +750,13 @@ fn no_command_is_run_and_no_file_is_read() {
     let k = validate(&with_user(token_user())).unwrap();
     let ValidatedKubeconfig {
         context: _,
-        server: _,
-        ca_pem: _,
-        ca_der: _,
-        tls_server_name: _,
+        cluster:
+            ClusterFields {
+                server: _,
+                ca_pem: _,
+                ca_der: _,
+                tls_server_name: _,
+            },
         auth,
     } = &k;
     match auth {
