@@ -2,7 +2,7 @@
 """Non-test code lines in crates/ at a git revision, counted as issue 42 counts them:
 non-blank lines that are not comments, in crates/**.rs, leaving out test files
 (tests.rs, *_tests.rs, tests/, testing.rs, test_support.rs, guard_tests.rs) and inline
-#[cfg(test)] items. Usage: tools/code_lines.py [REV ...] (default HEAD)."""
+#[cfg(test)] items. Usage: tools/code_lines.py [--by-crate] [REV ...] (default HEAD)."""
 
 import re
 import subprocess
@@ -39,26 +39,37 @@ def without_cfg_test(lines: list[str]) -> list[str]:
     return out
 
 
-def count(rev: str) -> int:
+def count_by_crate(rev: str) -> dict[str, int]:
     files = subprocess.run(
         ["git", "ls-tree", "-r", "--name-only", rev, "crates/"],
         capture_output=True, text=True, check=True,
     ).stdout.split()
-    total = 0
+    by_crate: dict[str, int] = {}
     for path in files:
         if not path.endswith(".rs") or is_test_file(path):
             continue
         text = subprocess.run(
             ["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True
         ).stdout
-        total += sum(
+        crate = path.split("/")[1]
+        by_crate[crate] = by_crate.get(crate, 0) + sum(
             1
             for line in without_cfg_test(text.split("\n"))
             if line.strip() and not line.strip().startswith("//")
         )
-    return total
+    return by_crate
+
+
+def count(rev: str) -> int:
+    return sum(count_by_crate(rev).values())
 
 
 if __name__ == "__main__":
-    for rev in sys.argv[1:] or ["HEAD"]:
-        print(f"{rev} {count(rev)}")
+    args = sys.argv[1:]
+    by_crate = "--by-crate" in args
+    for rev in [a for a in args if a != "--by-crate"] or ["HEAD"]:
+        counts = count_by_crate(rev)
+        print(f"{rev} {sum(counts.values())}")
+        if by_crate:
+            for crate, n in sorted(counts.items()):
+                print(f"  {crate} {n}")
