@@ -4,6 +4,7 @@
 
 use hearth_api::conditions::find;
 use hearth_api::names::condition_types::{KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
+use hearth_api::reasons::LockedReason;
 use hearth_api::text::{CUT, bounded};
 use hearth_api::{FournosCluster, FournosClusterStatus};
 use jiff::Timestamp;
@@ -221,10 +222,12 @@ fn lock_sentence(
                 None => format!("No Hearth lock; its slots are taken by {holders}."),
             }
         }
-        (LockState::Free, _) => match locked.filter(|c| c.reason == "Expired") {
-            Some(c) => format!("Nobody holds a lock on it; {}", sentence(&c.message)),
-            None => "Nobody holds a lock on it.".to_owned(),
-        },
+        (LockState::Free, _) => {
+            match locked.filter(|c| LockedReason::parse(&c.reason) == Some(LockedReason::Expired)) {
+                Some(c) => format!("Nobody holds a lock on it; {}", sentence(&c.message)),
+                None => "Nobody holds a lock on it.".to_owned(),
+            }
+        }
         (LockState::Releasing, _) => {
             "Nobody owns it, but the lock sentinel still holds its slots: the release is in \
              progress."
