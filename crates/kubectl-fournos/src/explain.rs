@@ -4,9 +4,9 @@
 
 use hearth_api::conditions::find;
 use hearth_api::names::condition_types::{KUBECONFIG_VALID, KUEUE_SYNCED, LOCKED};
-use hearth_api::reasons::LockedReason;
+use hearth_api::reasons::{KubeconfigValidReason, LockedReason};
 use hearth_api::text::{CUT, bounded};
-use hearth_api::{FournosCluster, FournosClusterStatus};
+use hearth_api::{FournosCluster, FournosClusterStatus, KubeconfigStatus};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Serialize;
@@ -80,14 +80,22 @@ fn kubeconfig_sentence(name: &str, status: &FournosClusterStatus) -> String {
              after its first probe; if that takes more than a minute, check that \
              hearth-discovery runs."
         ),
-        Some(s) if s.as_str() == "Valid" => {
+        Some(KubeconfigStatus::Valid) => {
             let gpus = status
                 .gpu_summary
                 .as_deref()
                 .filter(|g| !g.is_empty())
                 .map_or_else(|| "no GPUs counted".to_owned(), |g| format!("GPUs {g}"));
             let expiry = valid
-                .filter(|c| c.reason.starts_with("Credentials"))
+                .filter(|c| {
+                    matches!(
+                        KubeconfigValidReason::parse(&c.reason),
+                        Some(
+                            KubeconfigValidReason::CredentialsExpiringSoon
+                                | KubeconfigValidReason::CredentialsExpired
+                        )
+                    )
+                })
                 .map(|c| format!(" Careful: {}", sentence(&c.message)))
                 .unwrap_or_default();
             let facts = status
@@ -414,6 +422,33 @@ mod tests {
             )),
             ..Default::default()
         }
+    }
+
+    /// Credentials that expire are said while the kubeconfig stays Valid; any other
+    /// reason of a Valid kubeconfig adds nothing.
+    #[test]
+    fn expiring_credentials_are_said_of_a_valid_kubeconfig() {
+        let sentence_with = |reason: &str| {
+            let mut fc = cluster("a");
+            let status = fc.status.as_mut().unwrap();
+            status.conditions.push(condition(
+                KUBECONFIG_VALID,
+                "True",
+                reason,
+                "the token expires in 2 days; rotate the Secret",
+            ));
+            kubeconfig_sentence("a", status)
+        };
+        for reason in ["CredentialsExpiringSoon", "CredentialsExpired"] {
+            assert!(
+                sentence_with(reason)
+                    .ends_with(" Careful: the token expires in 2 days; rotate the Secret."),
+                "{reason}: {}",
+                sentence_with(reason)
+            );
+        }
+        assert!(!sentence_with("Valid").contains("Careful"));
+        assert!(!sentence_with("CredentialsSomethingNew").contains("Careful"));
     }
 
     #[test]
