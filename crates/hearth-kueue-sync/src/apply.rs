@@ -27,7 +27,8 @@ use crate::cached::CachedCluster;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::plan::ClusterSync;
-use crate::writeback::{EventSpec, status_patch};
+use crate::writeback::status_patch;
+use hearth_runtime::events::Event;
 use hearth_runtime::kit::answer::{is_conflict, is_gone_or_replaced};
 
 /// What kueue-sync writes with, in its own namespace.
@@ -189,11 +190,11 @@ impl Writer {
         result
     }
 
-    pub async fn publish(&self, regarding: &ObjectReference, event: &EventSpec) {
+    pub async fn publish(&self, regarding: &ObjectReference, event: &Event) {
         self.events.publish(regarding, event).await;
     }
 
-    pub fn publish_in_background(&self, regarding: ObjectReference, event: EventSpec) {
+    pub fn publish_in_background(&self, regarding: ObjectReference, event: Event) {
         self.events.publish_in_background(regarding, event);
     }
 }

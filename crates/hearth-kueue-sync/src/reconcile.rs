@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
+use hearth_runtime::events::Event;
 use hearth_runtime::kit::WRITES_IN_FLIGHT;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -33,6 +34,7 @@ use kube::Resource;
 use crate::apply::{FlavorAction, is_spec_conflict};
 use crate::context::{Context, WrittenQueue};
 use crate::error::Error;
+use crate::lock;
 use crate::metrics::Outcome;
 use crate::plan::{Plan, SyncReason, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot};
@@ -209,7 +211,7 @@ impl Context {
                 );
                 // As the cache would hold it.
                 updated.metadata.managed_fields = None;
-                *self.lock_written_queue() = Some(WrittenQueue {
+                *lock(&self.written_queue) = Some(WrittenQueue {
                     object: Arc::new(kube::core::DeserializeGuard(Ok(updated))),
                 });
                 Ok(QueueWrite::Written)
@@ -223,7 +225,7 @@ impl Context {
                     "ClusterQueue spec changed by another writer; re-planning from its new version"
                 );
                 // Neither our last update nor what the cache held before it is the latest.
-                self.lock_written_queue().take();
+                lock(&self.written_queue).take();
                 Ok(QueueWrite::Replan(
                     self.fresh_queue(&observed.metadata).await?,
                 ))
@@ -314,7 +316,7 @@ impl Context {
     /// returned, while the cache still shows a spec older than it.
     fn written_queue(&self) -> Option<Option<Arc<QueueObject>>> {
         let cached = self.stores.queue(&self.settings.cluster_queue);
-        let mut written = self.lock_written_queue();
+        let mut written = lock(&self.written_queue);
         match written.as_ref() {
             Some(w) if w.newer_than(cached.as_deref().map(|q| q.meta())) => {
                 Some(Some(w.object.clone()))
@@ -326,12 +328,6 @@ impl Context {
         }
     }
 
-    fn lock_written_queue(&self) -> std::sync::MutexGuard<'_, Option<WrittenQueue>> {
-        self.written_queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// One debug line per cluster whose status a plan changes, the first time a plan says
     /// it: when kueue-sync saw what a cluster's status will say (the benchmark's stage
     /// table reads it). Not again while the status waits to be written: rounds follow each
@@ -340,10 +336,7 @@ impl Context {
         if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
             return;
         }
-        let mut logged = self
-            .planned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut logged = lock(&self.planned);
         logged.retain(|name, _| plan.clusters.get(name).is_some_and(|s| s.status_changed));
         for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
             let said = (sync.reason(), sync.condition.status);
@@ -370,10 +363,7 @@ impl Context {
             .map(|i| (i.kind, i.name.clone(), i.resource_version.clone()))
             .collect();
         let new: Vec<_> = {
-            let mut reported = self
-                .reported
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut reported = lock(&self.reported);
             reported.retain(|key| current.contains(key));
             snapshot
                 .invalid
@@ -403,17 +393,8 @@ impl Context {
                      that it matches the CRD.",
                     invalid.message
                 );
-                self.writer
-                    .publish(
-                        &regarding,
-                        &crate::writeback::EventSpec {
-                            warning: true,
-                            reason: INVALID_OBJECT,
-                            action: "ReadCluster",
-                            note,
-                        },
-                    )
-                    .await;
+                let event = Event::warning(INVALID_OBJECT, "ReadCluster", note);
+                self.writer.publish(&regarding, &event).await;
             }
         }
     }

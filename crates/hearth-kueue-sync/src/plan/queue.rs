@@ -401,35 +401,29 @@ fn publish<'c>(
         let quota = |n: i64| if candidate.drained { 0 } else { n };
         let mut quotas = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), quota(slots))]);
         let mut left_out = Vec::new();
-        for (resource, &count) in &candidate.invalid_gpus {
+        let mut leave_out = |resource: &String, count: i64, why| {
+            let resource = resource.clone();
             left_out.push(LeftOut {
-                resource: resource.clone(),
-                count,
-                why: LeftOutWhy::InvalidName,
-            });
-        }
-        for (resource, &count) in &candidate.beyond_model_limit {
-            left_out.push(LeftOut {
-                resource: resource.clone(),
-                count,
-                why: LeftOutWhy::TooManyModels,
-            });
-        }
-        for (resource, &count) in &candidate.gpus {
-            let why = if let Some(&group) = others.resources.get(resource.as_str()) {
-                LeftOutWhy::CoveredByGroup(group)
-            } else if fits(&covered, resource) {
-                covered.insert(resource.clone());
-                quotas.insert(resource.clone(), quota(count));
-                continue;
-            } else {
-                LeftOutWhy::TooManyResources
-            };
-            left_out.push(LeftOut {
-                resource: resource.clone(),
+                resource,
                 count,
                 why,
             });
+        };
+        for (resource, &count) in &candidate.invalid_gpus {
+            leave_out(resource, count, LeftOutWhy::InvalidName);
+        }
+        for (resource, &count) in &candidate.beyond_model_limit {
+            leave_out(resource, count, LeftOutWhy::TooManyModels);
+        }
+        for (resource, &count) in &candidate.gpus {
+            if let Some(&group) = others.resources.get(resource.as_str()) {
+                leave_out(resource, count, LeftOutWhy::CoveredByGroup(group));
+            } else if fits(&covered, resource) {
+                covered.insert(resource.clone());
+                quotas.insert(resource.clone(), quota(count));
+            } else {
+                leave_out(resource, count, LeftOutWhy::TooManyResources);
+            }
         }
         if !candidate.ready {
             entries.insert(candidate.name.to_owned(), EntryOutcome::Reserved);
