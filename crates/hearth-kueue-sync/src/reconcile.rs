@@ -27,7 +27,6 @@ use futures::StreamExt;
 use hearth_api::FournosCluster;
 use hearth_runtime::events::Event;
 use hearth_runtime::kit::WRITES_IN_FLIGHT;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
@@ -169,20 +168,9 @@ impl Context {
                     .iter()
                     .map(|f| (f, FlavorAction::Adopt)),
             );
-        let results: Vec<_> = futures::stream::iter(flavors)
-            .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut errors = Vec::new();
-        let mut written = Vec::new();
-        for result in results {
-            match result {
-                Ok(applied) => written.extend(version_of(&applied)),
-                Err(error) => errors.push(error),
-            }
-        }
-        (written, errors)
+        let writes = flavors.map(|(flavor, action)| self.writer.apply_flavor(flavor, action));
+        let (applied, errors) = in_flight(writes).await;
+        (applied.iter().filter_map(version_of).collect(), errors)
     }
 
     /// Updates the ClusterQueue when the plan changes it, guarded by the observed
@@ -252,23 +240,12 @@ impl Context {
             return (0, Vec::new());
         }
         let versions = snapshot.flavor_versions();
-        let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
-            .map(|name| {
-                let (uid, rv) = versions.get(name.as_str()).cloned().unwrap_or_default();
-                self.writer.delete_flavor(name, uid, rv)
-            })
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut deletes = 0;
-        let mut errors = Vec::new();
-        for result in results {
-            match result {
-                Ok(()) => deletes += 1,
-                Err(error) => errors.push(error),
-            }
-        }
-        (deletes, errors)
+        let (deleted, errors) = in_flight(plan.flavors_to_delete.iter().map(|name| {
+            let (uid, rv) = versions.get(name.as_str()).cloned().unwrap_or_default();
+            self.writer.delete_flavor(name, uid, rv)
+        }))
+        .await;
+        (deleted.len(), errors)
     }
 
     /// The ClusterQueue to re-plan from after a conflict on `stale` (the object the
@@ -380,13 +357,9 @@ impl Context {
                 "object does not decode; skipped"
             );
             if invalid.kind == "FournosCluster" {
-                let regarding = ObjectReference {
-                    api_version: Some(FournosCluster::api_version(&()).into_owned()),
-                    kind: Some(FournosCluster::kind(&()).into_owned()),
-                    name: Some(invalid.name.clone()),
-                    namespace: Some(self.writer.clusters_namespace().to_owned()),
-                    ..ObjectReference::default()
-                };
+                let mut cluster = FournosCluster::new(&invalid.name, Default::default());
+                cluster.metadata.namespace = Some(self.settings.namespace.clone());
+                let regarding = cluster.object_ref(&());
                 let note = format!(
                     "Hearth cannot read this FournosCluster ({}), so it publishes zero quota \
                      for it and does not update its status. Fix the object (kubectl edit) so \
@@ -394,7 +367,7 @@ impl Context {
                     invalid.message
                 );
                 let event = Event::warning(INVALID_OBJECT, "ReadCluster", note);
-                self.writer.publish(&regarding, &event).await;
+                self.writer.events.publish(&regarding, &event).await;
             }
         }
     }
@@ -446,6 +419,20 @@ pub(crate) fn waiting_for_new_flavor(
         .filter(|(name, sync)| waits.contains(&sync.reason()) && on_its_way(name))
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Runs `writes`, at most [`WRITES_IN_FLIGHT`] at a time: what they returned, and their
+/// errors.
+async fn in_flight<T>(
+    writes: impl Iterator<Item = impl Future<Output = Result<T, Error>>>,
+) -> (Vec<T>, Vec<Error>) {
+    let results: Vec<_> = futures::stream::iter(writes)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    let (done, errors): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
+    let errors = errors.into_iter().filter_map(Result::err).collect();
+    (done.into_iter().flatten().collect(), errors)
 }
 
 /// `(name, resourceVersion)` of a written object.

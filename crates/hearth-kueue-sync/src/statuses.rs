@@ -183,6 +183,7 @@ impl Shared {
                 .flatten()
                 {
                     self.writer
+                        .events
                         .publish_in_background(base.object_ref(&()), event);
                 }
                 let updated = CachedCluster::from(updated);
