@@ -18,7 +18,6 @@ use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ClusterQueueSpec, ResourceFlavor};
 use hearth_api::names::controllers::KUEUE_SYNC;
 use hearth_runtime::events::Events;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DeserializeGuard;
@@ -27,13 +26,12 @@ use crate::cached::CachedCluster;
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::plan::ClusterSync;
-use crate::writeback::{EventSpec, status_patch};
+use crate::writeback::status_patch;
 use hearth_runtime::kit::answer::{is_conflict, is_gone_or_replaced};
 
 /// What kueue-sync writes with, in its own namespace.
 #[derive(Clone)]
 pub(crate) struct Writer {
-    namespace: String,
     pub clusters: Api<FournosCluster>,
     pub queues: Api<ClusterQueue>,
     pub queue_reads: Api<DeserializeGuard<ClusterQueue>>,
@@ -64,7 +62,6 @@ impl FlavorAction {
 impl Writer {
     pub fn new(client: kube::Client, namespace: &str, events: Events, metrics: Metrics) -> Self {
         Self {
-            namespace: namespace.to_owned(),
             clusters: Api::namespaced(client.clone(), namespace),
             queues: Api::all(client.clone()),
             queue_reads: Api::all(client.clone()),
@@ -72,11 +69,6 @@ impl Writer {
             events,
             metrics,
         }
-    }
-
-    /// Where the FournosClusters live.
-    pub fn clusters_namespace(&self) -> &str {
-        &self.namespace
     }
 
     /// Creates or repairs one of Hearth's ResourceFlavors.
@@ -187,14 +179,6 @@ impl Writer {
             self.metrics.status_write(result.is_ok());
         }
         result
-    }
-
-    pub async fn publish(&self, regarding: &ObjectReference, event: &EventSpec) {
-        self.events.publish(regarding, event).await;
-    }
-
-    pub fn publish_in_background(&self, regarding: ObjectReference, event: EventSpec) {
-        self.events.publish_in_background(regarding, event);
     }
 }
 

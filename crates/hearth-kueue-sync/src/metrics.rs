@@ -32,7 +32,7 @@ impl Outcome {
 }
 
 /// The handles; cheap to clone.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Metrics {
     /// Reconciles, their errors and durations, watch errors, undecodable objects.
     pub(crate) controller: ControllerMetrics,
@@ -50,18 +50,7 @@ pub struct Metrics {
 impl Metrics {
     /// Registers every metric under `kueue_sync` in `registry`.
     pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            controller: ControllerMetrics::default(),
-            cluster_queue_writes: Family::default(),
-            cluster_queue_conflicts: Counter::default(),
-            flavor_writes: Family::default(),
-            status_writes: Family::default(),
-            flavors_managed: Gauge::default(),
-            quota_published: ObjectGauges::default(),
-            clusters: Family::default(),
-            schedulable: Family::default(),
-            cordon_overdue: ObjectGauges::default(),
-        };
+        let metrics = Self::default();
         let r = registry.sub_registry_with_prefix("kueue_sync");
         metrics.controller.register(r);
         r.register(

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 use crate::apply::{FlavorAction, Writer};
 use crate::cached::CachedFlavor;
 use crate::error::Error;
+use crate::lock;
 
 /// How long a created flavor the cache does not show is remembered.
 pub(crate) const UNSEEN_FOR: Duration = Duration::from_secs(30);
@@ -137,12 +138,6 @@ impl NewFlavors {
     pub fn take_failure(&self) -> Option<Error> {
         lock(&self.failure).take()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

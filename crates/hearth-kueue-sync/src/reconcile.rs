@@ -25,14 +25,15 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hearth_api::FournosCluster;
+use hearth_runtime::events::Event;
 use hearth_runtime::kit::WRITES_IN_FLIGHT;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 
 use crate::apply::{FlavorAction, is_spec_conflict};
 use crate::context::{Context, WrittenQueue};
 use crate::error::Error;
+use crate::lock;
 use crate::metrics::Outcome;
 use crate::plan::{Plan, SyncReason, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot};
@@ -167,20 +168,9 @@ impl Context {
                     .iter()
                     .map(|f| (f, FlavorAction::Adopt)),
             );
-        let results: Vec<_> = futures::stream::iter(flavors)
-            .map(|(flavor, action)| self.writer.apply_flavor(flavor, action))
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut errors = Vec::new();
-        let mut written = Vec::new();
-        for result in results {
-            match result {
-                Ok(applied) => written.extend(version_of(&applied)),
-                Err(error) => errors.push(error),
-            }
-        }
-        (written, errors)
+        let writes = flavors.map(|(flavor, action)| self.writer.apply_flavor(flavor, action));
+        let (applied, errors) = in_flight(writes).await;
+        (applied.iter().filter_map(version_of).collect(), errors)
     }
 
     /// Updates the ClusterQueue when the plan changes it, guarded by the observed
@@ -209,7 +199,7 @@ impl Context {
                 );
                 // As the cache would hold it.
                 updated.metadata.managed_fields = None;
-                *self.lock_written_queue() = Some(WrittenQueue {
+                *lock(&self.written_queue) = Some(WrittenQueue {
                     object: Arc::new(kube::core::DeserializeGuard(Ok(updated))),
                 });
                 Ok(QueueWrite::Written)
@@ -223,7 +213,7 @@ impl Context {
                     "ClusterQueue spec changed by another writer; re-planning from its new version"
                 );
                 // Neither our last update nor what the cache held before it is the latest.
-                self.lock_written_queue().take();
+                lock(&self.written_queue).take();
                 Ok(QueueWrite::Replan(
                     self.fresh_queue(&observed.metadata).await?,
                 ))
@@ -250,23 +240,12 @@ impl Context {
             return (0, Vec::new());
         }
         let versions = snapshot.flavor_versions();
-        let results: Vec<_> = futures::stream::iter(&plan.flavors_to_delete)
-            .map(|name| {
-                let (uid, rv) = versions.get(name.as_str()).cloned().unwrap_or_default();
-                self.writer.delete_flavor(name, uid, rv)
-            })
-            .buffer_unordered(WRITES_IN_FLIGHT)
-            .collect()
-            .await;
-        let mut deletes = 0;
-        let mut errors = Vec::new();
-        for result in results {
-            match result {
-                Ok(()) => deletes += 1,
-                Err(error) => errors.push(error),
-            }
-        }
-        (deletes, errors)
+        let (deleted, errors) = in_flight(plan.flavors_to_delete.iter().map(|name| {
+            let (uid, rv) = versions.get(name.as_str()).cloned().unwrap_or_default();
+            self.writer.delete_flavor(name, uid, rv)
+        }))
+        .await;
+        (deleted.len(), errors)
     }
 
     /// The ClusterQueue to re-plan from after a conflict on `stale` (the object the
@@ -314,7 +293,7 @@ impl Context {
     /// returned, while the cache still shows a spec older than it.
     fn written_queue(&self) -> Option<Option<Arc<QueueObject>>> {
         let cached = self.stores.queue(&self.settings.cluster_queue);
-        let mut written = self.lock_written_queue();
+        let mut written = lock(&self.written_queue);
         match written.as_ref() {
             Some(w) if w.newer_than(cached.as_deref().map(|q| q.meta())) => {
                 Some(Some(w.object.clone()))
@@ -326,12 +305,6 @@ impl Context {
         }
     }
 
-    fn lock_written_queue(&self) -> std::sync::MutexGuard<'_, Option<WrittenQueue>> {
-        self.written_queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// One debug line per cluster whose status a plan changes, the first time a plan says
     /// it: when kueue-sync saw what a cluster's status will say (the benchmark's stage
     /// table reads it). Not again while the status waits to be written: rounds follow each
@@ -340,10 +313,7 @@ impl Context {
         if !tracing::enabled!(target: "hearth_kueue_sync::plan", tracing::Level::DEBUG) {
             return;
         }
-        let mut logged = self
-            .planned
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut logged = lock(&self.planned);
         logged.retain(|name, _| plan.clusters.get(name).is_some_and(|s| s.status_changed));
         for (cluster, sync) in plan.clusters.iter().filter(|(_, s)| s.status_changed) {
             let said = (sync.reason(), sync.condition.status);
@@ -370,10 +340,7 @@ impl Context {
             .map(|i| (i.kind, i.name.clone(), i.resource_version.clone()))
             .collect();
         let new: Vec<_> = {
-            let mut reported = self
-                .reported
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut reported = lock(&self.reported);
             reported.retain(|key| current.contains(key));
             snapshot
                 .invalid
@@ -390,30 +357,17 @@ impl Context {
                 "object does not decode; skipped"
             );
             if invalid.kind == "FournosCluster" {
-                let regarding = ObjectReference {
-                    api_version: Some(FournosCluster::api_version(&()).into_owned()),
-                    kind: Some(FournosCluster::kind(&()).into_owned()),
-                    name: Some(invalid.name.clone()),
-                    namespace: Some(self.writer.clusters_namespace().to_owned()),
-                    ..ObjectReference::default()
-                };
+                let mut cluster = FournosCluster::new(&invalid.name, Default::default());
+                cluster.metadata.namespace = Some(self.settings.namespace.clone());
+                let regarding = cluster.object_ref(&());
                 let note = format!(
                     "Hearth cannot read this FournosCluster ({}), so it publishes zero quota \
                      for it and does not update its status. Fix the object (kubectl edit) so \
                      that it matches the CRD.",
                     invalid.message
                 );
-                self.writer
-                    .publish(
-                        &regarding,
-                        &crate::writeback::EventSpec {
-                            warning: true,
-                            reason: INVALID_OBJECT,
-                            action: "ReadCluster",
-                            note,
-                        },
-                    )
-                    .await;
+                let event = Event::warning(INVALID_OBJECT, "ReadCluster", note);
+                self.writer.events.publish(&regarding, &event).await;
             }
         }
     }
@@ -465,6 +419,20 @@ pub(crate) fn waiting_for_new_flavor(
         .filter(|(name, sync)| waits.contains(&sync.reason()) && on_its_way(name))
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Runs `writes`, at most [`WRITES_IN_FLIGHT`] at a time: what they returned, and their
+/// errors.
+async fn in_flight<T>(
+    writes: impl Iterator<Item = impl Future<Output = Result<T, Error>>>,
+) -> (Vec<T>, Vec<Error>) {
+    let results: Vec<_> = futures::stream::iter(writes)
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .collect()
+        .await;
+    let (done, errors): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
+    let errors = errors.into_iter().filter_map(Result::err).collect();
+    (done.into_iter().flatten().collect(), errors)
 }
 
 /// `(name, resourceVersion)` of a written object.

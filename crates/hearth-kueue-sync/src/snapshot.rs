@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use hearth_api::FournosCluster;
 use hearth_api::kueue::{ClusterQueue, ResourceFlavor, Workload};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
@@ -21,7 +22,7 @@ use kube::runtime::reflector::Store;
 
 use crate::cached::{CachedCluster, CachedFlavor};
 use crate::error::Error;
-use crate::plan::{Labels, ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
+use crate::plan::{ObservedCluster, ObservedFlavor, PlanInput, PlanSettings};
 use crate::workloads::admitted_per_flavor;
 
 pub(crate) type ClusterObject = DeserializeGuard<CachedCluster>;
@@ -237,26 +238,14 @@ pub(crate) fn snapshot(
 /// A FournosCluster known only by its metadata: it keeps its flavor, and the place it
 /// holds with zero quota (no kubeconfig status means drained), but claims no new place.
 fn undecodable_cluster(error: &InvalidObject) -> ObservedCluster {
-    let meta = &error.metadata;
+    let cluster = FournosCluster {
+        metadata: error.metadata.clone(),
+        spec: Default::default(),
+        status: None,
+    };
     ObservedCluster {
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone(),
-        created: meta.creation_timestamp.as_ref().map(|t| t.0),
-        deleting: meta.deletion_timestamp.is_some(),
-        generation: meta.generation,
-        labels: meta.labels.as_ref().map(Labels::from).unwrap_or_default(),
-        kubeconfig_secret: String::new(),
-        kubeconfig_status: None,
-        counted: false,
-        gpus: Vec::new(),
-        legacy_gpus: crate::plan::LegacyGpus::Absent,
-        kueue: None,
-        synced_condition: None,
-        cordon: None,
-        schedulable_condition: None,
-        admitted_workloads: None,
-        lock_workload_uid: None,
         undecodable: true,
+        ..ObservedCluster::from_cluster(&cluster)
     }
 }
 

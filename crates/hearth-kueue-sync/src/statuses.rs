@@ -20,7 +20,7 @@
 //! own is what a write says and what it is written onto.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use hearth_runtime::kit::{Cache, Changes, Ledger, Stage, WRITES_IN_FLIGHT, WriteBehind, Wrote};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use crate::apply::Writer;
 use crate::cached::CachedCluster;
 use crate::error::Error;
+use crate::lock;
 use crate::plan::{ClusterSync, SyncReason};
 use crate::writeback::{cordon_event_for, event_for};
 
@@ -182,6 +183,7 @@ impl Shared {
                 .flatten()
                 {
                     self.writer
+                        .events
                         .publish_in_background(base.object_ref(&()), event);
                 }
                 let updated = CachedCluster::from(updated);
@@ -239,12 +241,6 @@ impl Shared {
         base.metadata.generation = said.generation;
         Some(base)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

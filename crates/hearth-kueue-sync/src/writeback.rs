@@ -3,6 +3,7 @@
 
 use hearth_api::conditions::next_condition;
 use hearth_api::{KueueStatus, KueueSyncStatus};
+use hearth_runtime::events::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::Value;
 
@@ -41,9 +42,6 @@ fn current_condition(cluster: &CachedCluster) -> Option<&Condition> {
     cluster.observed.synced_condition.as_ref()
 }
 
-/// An Event to publish on a FournosCluster (the runtime's one Event type).
-pub(crate) type EventSpec = hearth_runtime::events::Event;
-
 /// Event reason when a cluster's quota becomes published.
 pub(crate) const QUOTA_PUBLISHED: &str = "QuotaPublished";
 /// Event reason when a published cluster's quota changes (GPUs added or lost).
@@ -59,7 +57,7 @@ const DRAIN: &str = "DrainQuota";
 /// the published quota of a synced cluster changed. Waiting for a new flavor, or for
 /// discovery's first count, is a moment of every onboarding, not news (discovery reports
 /// its own problems).
-pub(crate) fn event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<EventSpec> {
+pub(crate) fn event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<Event> {
     let reason = sync.reason();
     let before = current_condition(cluster).and_then(|c| SyncReason::parse(&c.reason));
     let message = sync.condition.message.clone();
@@ -67,28 +65,17 @@ pub(crate) fn event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<E
         let old = cluster.observed.kueue.as_ref();
         return (reason == SyncReason::Synced
             && old.map(|k| &k.quotas) != sync.kueue.as_ref().map(|k| &k.quotas))
-        .then(|| EventSpec {
-            warning: false,
-            reason: QUOTA_UPDATED,
-            action: PUBLISH,
-            note: format!(
-                "Quota changed from {} to {}. {message}",
-                quotas(old),
-                quotas(sync.kueue.as_ref())
-            ),
+        .then(|| {
+            let (old, new) = (quotas(old), quotas(sync.kueue.as_ref()));
+            let note = format!("Quota changed from {old} to {new}. {message}");
+            Event::normal(QUOTA_UPDATED, PUBLISH, note)
         });
     }
-    let (warning, reason, action) = match reason {
+    Some(match reason {
         SyncReason::WaitingForFlavor | SyncReason::WaitingForDiscovery => return None,
-        SyncReason::Synced => (false, QUOTA_PUBLISHED, PUBLISH),
-        SyncReason::Drained => (true, reason.as_str(), DRAIN),
-        other => (true, other.as_str(), PUBLISH),
-    };
-    Some(EventSpec {
-        warning,
-        reason,
-        action,
-        note: message,
+        SyncReason::Synced => Event::normal(QUOTA_PUBLISHED, PUBLISH, message),
+        SyncReason::Drained => Event::warning(reason.as_str(), DRAIN, message),
+        other => Event::warning(other.as_str(), PUBLISH, message),
     })
 }
 
@@ -101,7 +88,7 @@ pub(crate) const UNCORDONED: &str = "Uncordoned";
 /// The Event for a change of `Schedulable`: cordoned, drained, overdue (a Warning: a
 /// person forgot it or the maintenance overran), uncordoned. A cluster's first
 /// `Schedulable=True` is not news.
-pub(crate) fn cordon_event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<EventSpec> {
+pub(crate) fn cordon_event_for(cluster: &CachedCluster, sync: &ClusterSync) -> Option<Event> {
     let before = cluster
         .observed
         .schedulable_condition
@@ -111,18 +98,13 @@ pub(crate) fn cordon_event_for(cluster: &CachedCluster, sync: &ClusterSync) -> O
     if before == Some(Some(now)) {
         return None;
     }
-    let (warning, reason) = match now {
+    let note = sync.schedulable.message.clone();
+    Some(match now {
         SchedulableReason::Schedulable if before.is_none() => return None,
-        SchedulableReason::Schedulable => (false, UNCORDONED),
-        SchedulableReason::Cordoned => (false, CORDONED),
-        SchedulableReason::Drained => (false, CORDON_DRAINED),
-        SchedulableReason::CordonOverdue => (true, CORDON_OVERDUE),
-    };
-    Some(EventSpec {
-        warning,
-        reason,
-        action: "Cordon",
-        note: sync.schedulable.message.clone(),
+        SchedulableReason::Schedulable => Event::normal(UNCORDONED, "Cordon", note),
+        SchedulableReason::Cordoned => Event::normal(CORDONED, "Cordon", note),
+        SchedulableReason::Drained => Event::normal(CORDON_DRAINED, "Cordon", note),
+        SchedulableReason::CordonOverdue => Event::warning(CORDON_OVERDUE, "Cordon", note),
     })
 }
 

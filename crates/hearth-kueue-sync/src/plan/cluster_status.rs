@@ -300,12 +300,8 @@ fn no_room_message(no_room: NoRoom, holders: &Holders, queue: &str) -> String {
 
 /// `62 of clusters that have their place (a, b, c and 59 more), which keep it`.
 fn held_by(holders: &Holders) -> String {
-    let more = holders.count.saturating_sub(holders.first.len());
-    let names = match (holders.first.is_empty(), more) {
-        (true, _) => String::new(),
-        (false, 0) => format!(" ({})", holders.first.join(", ")),
-        (false, more) => format!(" ({} and {more} more)", holders.first.join(", ")),
-    };
+    // `first` is empty only when `count` is zero (see `queue::select`).
+    let names = super::summary::named(holders.first.iter().map(String::as_str), holders.count);
     format!(
         "{} of clusters that have their place{names}, which keep it",
         holders.count

@@ -19,12 +19,12 @@ use std::collections::BTreeMap;
 
 use hearth_api::cluster::{Cordon, MAX_CORDON_REASON_CHARS, MAX_OWNER_CHARS};
 use hearth_api::conditions::{DesiredCondition, Status};
-use hearth_api::kueue::ResourceFlavor;
 use hearth_api::names::CORDON_TAINT_KEY;
 use hearth_api::names::condition_types::SCHEDULABLE;
 use hearth_api::reasons::SchedulableReason;
 use hearth_api::text::bounded;
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::input::ObservedCluster;
@@ -40,17 +40,6 @@ pub fn cordon_taint() -> Taint {
         effect: CORDON_TAINT_EFFECT.to_owned(),
         time_added: None,
     }
-}
-
-/// `flavor` with the cordon taint when `cluster` is cordoned.
-pub(crate) fn with_cordon_taint(
-    mut flavor: ResourceFlavor,
-    cluster: &ObservedCluster,
-) -> ResourceFlavor {
-    if cluster.cordon.is_some() {
-        flavor.spec.node_taints = vec![cordon_taint()];
-    }
-    flavor
 }
 
 /// What a cluster's cordon state is, for the condition, the metrics and the Events.
@@ -149,16 +138,12 @@ fn cordoned_sentence(name: &str, cordon: &Cordon) -> String {
         .filter(|b| !b.is_empty())
         .map(|b| format!(" by {}", bounded(b, MAX_OWNER_CHARS)))
         .unwrap_or_default();
-    let since = cordon
-        .since
-        .as_ref()
-        .map(|t| format!(" since {}", t.0))
-        .unwrap_or_default();
-    let until = cordon
-        .until
-        .as_ref()
-        .map(|t| format!(" until {}", t.0))
-        .unwrap_or_default();
+    let when = |word: &str, time: &Option<Time>| {
+        time.as_ref()
+            .map(|t| format!(" {word} {}", t.0))
+            .unwrap_or_default()
+    };
+    let (since, until) = (when("since", &cordon.since), when("until", &cordon.until));
     format!(
         "{name} is cordoned{by}{since}{until}: \"{}\".",
         bounded(&cordon.reason, MAX_CORDON_REASON_CHARS)

@@ -445,12 +445,15 @@ fn plan_cluster_statuses(
 /// The ResourceFlavor Hearth wants for the live `cluster`: the base flavor with its pool
 /// labels, and the cordon taint while it is cordoned.
 fn cluster_flavor(cluster: &ObservedCluster, settings: &PlanSettings) -> ResourceFlavor {
-    let flavor = flavor_shape::with_pool_labels(
+    let mut flavor = flavor_shape::with_pool_labels(
         desired_flavor(&cluster.name, &settings.namespace),
         cluster,
         &settings.pool_label_keys,
     );
-    cordon::with_cordon_taint(flavor, cluster)
+    if cluster.cordon.is_some() {
+        flavor.spec.node_taints = vec![cordon_taint()];
+    }
+    flavor
 }
 
 /// The ResourceFlavor Hearth wants for `cluster`, a FournosCluster in `namespace`.
@@ -466,8 +469,7 @@ pub fn desired_flavor(cluster: &str, namespace: &str) -> ResourceFlavor {
         },
         spec: ResourceFlavorSpec {
             node_labels: BTreeMap::from([(CLUSTER_NODE_LABEL.to_owned(), cluster.to_owned())]),
-            node_taints: Vec::new(),
-            other: Default::default(),
+            ..ResourceFlavorSpec::default()
         },
     }
 }

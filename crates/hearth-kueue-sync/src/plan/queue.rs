@@ -193,11 +193,9 @@ pub(crate) fn plan_cluster_queue(input: &QueueInput<'_>) -> QueuePlan {
     let selected = select(input.candidates, &others, room, &mut entries);
     let before_gpus = covered_before_gpus(group, &foreign, input.settings);
     let published = publish(
-        &Places {
-            selected: &selected,
-            by_age: input.candidates,
-            covered_now: &group.covered_resources,
-        },
+        &selected,
+        input.candidates,
+        &group.covered_resources,
         &others,
         before_gpus.clone(),
         input.settings,
@@ -358,24 +356,18 @@ fn covered_before_gpus(
     covered
 }
 
-/// Who has the places, for [`publish`].
-struct Places<'p, 'c> {
-    /// Holders first, then newcomers, each in age order ([`select`]).
-    selected: &'p [&'c Candidate<'c>],
-    /// Every candidate, in age order.
-    by_age: &'c [Candidate<'c>],
-    /// The slot group's covered resources now.
-    covered_now: &'p [String],
-}
-
 /// The quotas of each selected cluster with a ready flavor, adding GPU resources to
 /// `covered` (which starts as [`covered_before_gpus`]) while there is room: first the
 /// models holders publish now (already covered; a newcomer never takes them), then every
 /// other model cluster by cluster in age order, reservations included, so that the room
 /// a reserved cluster's models need is kept for it. Each cluster's outcome goes into
-/// `entries`.
+/// `entries`. `selected` has the places (holders first, then newcomers, each in age
+/// order: [`select`]), `by_age` is every candidate in age order, `covered_now` the slot
+/// group's covered resources now.
 fn publish<'c>(
-    places: &Places<'_, 'c>,
+    selected: &[&'c Candidate<'c>],
+    by_age: &'c [Candidate<'c>],
+    covered_now: &[String],
     others: &OtherGroups<'_>,
     mut covered: BTreeSet<String>,
     settings: &PlanSettings,
@@ -384,9 +376,9 @@ fn publish<'c>(
     let fits = |covered: &BTreeSet<String>, resource: &str| {
         covered.contains(resource) || covered.len() < MAX_COVERED_RESOURCES
     };
-    for holder in places.selected.iter().filter(|c| c.holds) {
+    for holder in selected.iter().filter(|c| c.holds) {
         for resource in holder.gpus.keys() {
-            if places.covered_now.contains(resource)
+            if covered_now.contains(resource)
                 && !others.resources.contains_key(resource.as_str())
                 && fits(&covered, resource)
             {
@@ -394,42 +386,36 @@ fn publish<'c>(
             }
         }
     }
-    let selected: BTreeSet<&str> = places.selected.iter().map(|c| c.name).collect();
+    let selected: BTreeSet<&str> = selected.iter().map(|c| c.name).collect();
     let slots = settings.cluster_slots.max(0);
     let mut published = BTreeMap::new();
-    for candidate in places.by_age.iter().filter(|c| selected.contains(c.name)) {
+    for candidate in by_age.iter().filter(|c| selected.contains(c.name)) {
         let quota = |n: i64| if candidate.drained { 0 } else { n };
         let mut quotas = BTreeMap::from([(CLUSTER_SLOT_RESOURCE.to_owned(), quota(slots))]);
         let mut left_out = Vec::new();
-        for (resource, &count) in &candidate.invalid_gpus {
+        let mut leave_out = |resource: &String, count: i64, why| {
+            let resource = resource.clone();
             left_out.push(LeftOut {
-                resource: resource.clone(),
-                count,
-                why: LeftOutWhy::InvalidName,
-            });
-        }
-        for (resource, &count) in &candidate.beyond_model_limit {
-            left_out.push(LeftOut {
-                resource: resource.clone(),
-                count,
-                why: LeftOutWhy::TooManyModels,
-            });
-        }
-        for (resource, &count) in &candidate.gpus {
-            let why = if let Some(&group) = others.resources.get(resource.as_str()) {
-                LeftOutWhy::CoveredByGroup(group)
-            } else if fits(&covered, resource) {
-                covered.insert(resource.clone());
-                quotas.insert(resource.clone(), quota(count));
-                continue;
-            } else {
-                LeftOutWhy::TooManyResources
-            };
-            left_out.push(LeftOut {
-                resource: resource.clone(),
+                resource,
                 count,
                 why,
             });
+        };
+        for (resource, &count) in &candidate.invalid_gpus {
+            leave_out(resource, count, LeftOutWhy::InvalidName);
+        }
+        for (resource, &count) in &candidate.beyond_model_limit {
+            leave_out(resource, count, LeftOutWhy::TooManyModels);
+        }
+        for (resource, &count) in &candidate.gpus {
+            if let Some(&group) = others.resources.get(resource.as_str()) {
+                leave_out(resource, count, LeftOutWhy::CoveredByGroup(group));
+            } else if fits(&covered, resource) {
+                covered.insert(resource.clone());
+                quotas.insert(resource.clone(), quota(count));
+            } else {
+                leave_out(resource, count, LeftOutWhy::TooManyResources);
+            }
         }
         if !candidate.ready {
             entries.insert(candidate.name.to_owned(), EntryOutcome::Reserved);

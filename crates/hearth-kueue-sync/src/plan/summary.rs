@@ -70,7 +70,7 @@ fn counted<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
 }
 
 /// ` (a, b and 3 more)` of `total` names, or nothing when there are none.
-fn named<'a>(names: impl Iterator<Item = &'a str>, total: usize) -> String {
+pub(crate) fn named<'a>(names: impl Iterator<Item = &'a str>, total: usize) -> String {
     if total == 0 {
         return String::new();
     }
@@ -106,21 +106,18 @@ pub fn cluster_queue_changes_summary(
     let (old_flavors, new_flavors) = (flavor_quotas(old), flavor_quotas(new));
     let mut parts = Vec::new();
 
-    let added: Vec<&str> = new_flavors
-        .keys()
-        .filter(|f| !old_flavors.contains_key(*f))
-        .map(|f| f.as_str())
-        .collect();
-    if !added.is_empty() {
-        parts.push(format!("added flavors {}", listed(&added)));
-    }
-    let removed: Vec<&str> = old_flavors
-        .keys()
-        .filter(|f| !new_flavors.contains_key(*f))
-        .map(|f| f.as_str())
-        .collect();
-    if !removed.is_empty() {
-        parts.push(format!("removed flavors {}", listed(&removed)));
+    for (what, from, without) in [
+        ("added", &new_flavors, &old_flavors),
+        ("removed", &old_flavors, &new_flavors),
+    ] {
+        let names: Vec<&str> = from
+            .keys()
+            .filter(|f| !without.contains_key(*f))
+            .map(|f| f.as_str())
+            .collect();
+        if !names.is_empty() {
+            parts.push(format!("{what} flavors {}", listed(&names)));
+        }
     }
     for (flavor, new_quotas) in &new_flavors {
         let Some(old_quotas) = old_flavors.get(flavor) else {
