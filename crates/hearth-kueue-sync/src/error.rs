@@ -53,13 +53,6 @@ pub enum Error {
         source: kube::Error,
     },
 
-    #[error("cannot encode {what}: {source}")]
-    Encode {
-        what: String,
-        #[source]
-        source: serde_json::Error,
-    },
-
     /// A watch stopped feeding its cache before it was ever filled.
     #[error("the {kind} watch stopped before its cache was filled")]
     WatchStopped { kind: &'static str },
@@ -78,7 +71,6 @@ impl Error {
             Self::ConflictsExhausted { .. } => "ConflictsExhausted",
             Self::ReadClusterQueue { .. } => "ReadClusterQueueFailed",
             Self::WriteStatus { .. } => "WriteStatusFailed",
-            Self::Encode { .. } => "EncodeFailed",
             Self::WatchStopped { .. } => "WatchStopped",
         }
     }
@@ -125,10 +117,6 @@ mod tests {
             Error::WriteStatus {
                 clusters: vec!["a".into(), "b".into()],
                 source: kube_error(),
-            },
-            Error::Encode {
-                what: "x".into(),
-                source: serde_json::from_str::<u8>("x").unwrap_err(),
             },
             Error::WatchStopped {
                 kind: "ClusterQueue",
