@@ -31,8 +31,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    #[error("the watch caches are not synced yet")]
-    NotSynced,
 }
 
 hearth_runtime::impl_reason!(Error);
@@ -45,7 +43,6 @@ impl Error {
             Self::StatusEncode { .. } => "StatusEncodeFailed",
             Self::Create { .. } => "CreateFailed",
             Self::Delete { .. } => "DeleteFailed",
-            Self::NotSynced => "NotSynced",
         }
     }
 }
@@ -56,7 +53,6 @@ mod tests {
 
     #[test]
     fn reasons_are_stable() {
-        assert_eq!(Error::NotSynced.reason(), "NotSynced");
         let e = Error::Delete {
             cluster: "hearth/a".into(),
             source: kube::Error::TlsRequired,
