@@ -29,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    lock,
     metrics::{Metrics, OPENMETRICS_CONTENT_TYPE},
     readiness::Readiness,
 };
@@ -340,13 +341,6 @@ impl Drop for Registered {
     fn drop(&mut self) {
         lock(&self.connections).open.remove(&self.id);
     }
-}
-
-fn lock(connections: &Mutex<Connections>) -> std::sync::MutexGuard<'_, Connections> {
-    // Nothing panics while holding it; a poisoned map is still a consistent map.
-    connections
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn route<B>(request: &Request<B>, state: &State) -> Response<Full<Bytes>> {

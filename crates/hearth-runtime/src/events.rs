@@ -75,14 +75,8 @@ struct Background {
 }
 
 impl Background {
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     fn pop(&self) -> Option<(ObjectReference, Event)> {
-        self.lock().pop_front().map(Queued::unpack)
+        crate::lock(&self.queue).pop_front().map(Queued::unpack)
     }
 }
 
@@ -184,7 +178,7 @@ impl Events {
             return;
         }
         {
-            let mut queue = self.background.lock();
+            let mut queue = crate::lock(&self.background.queue);
             if queue.len() == MAX_QUEUED_EVENTS {
                 queue.pop_front();
                 self.background

@@ -333,6 +333,14 @@ async fn run_controller(
     }
 }
 
+/// `mutex`'s guard, poisoned or not: every lock in the kit guards state that a panic
+/// cannot leave half-updated (soft state, or one whole insert or remove at a time).
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,9 +69,7 @@ impl Metrics {
     /// across an `.await`: `/metrics` needs the same lock.
     pub fn registry(&self) -> MutexGuard<'_, Registry> {
         // Registering cannot leave the registry half-updated, so a poisoned lock is usable.
-        self.registry
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.registry)
     }
 
     /// The OpenMetrics text exposition of every registered metric.

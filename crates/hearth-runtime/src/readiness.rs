@@ -36,7 +36,7 @@ impl Readiness {
     pub fn gate(&self, name: impl Into<String>) -> ReadinessGate {
         let name = name.into();
         let ready = Arc::new(AtomicBool::new(false));
-        self.lock().push(Gate {
+        crate::lock(&self.gates).push(Gate {
             name: name.clone(),
             ready: ready.clone(),
         });
@@ -48,8 +48,7 @@ impl Readiness {
 
     /// `Ok` when every gate is open, else the names of the closed ones (in registration order).
     pub fn check(&self) -> Result<(), Vec<String>> {
-        let not_ready: Vec<String> = self
-            .lock()
+        let not_ready: Vec<String> = crate::lock(&self.gates)
             .iter()
             .filter(|gate| !gate.ready.load(Ordering::Acquire))
             .map(|gate| gate.name.clone())
@@ -63,13 +62,6 @@ impl Readiness {
 
     pub fn is_ready(&self) -> bool {
         self.check().is_ok()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Gate>> {
-        // A panic while holding this lock cannot leave the Vec half-updated.
-        self.gates
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -11,6 +11,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
+
+use crate::lock;
 use std::hash::{BuildHasher as _, Hash, RandomState};
 use std::sync::{Arc, Mutex};
 
@@ -478,12 +480,6 @@ fn log_invalid_once<K: Resource>(
             }
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Keys already reported (an Event, a log line), so each is reported once per object

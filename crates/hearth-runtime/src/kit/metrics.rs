@@ -62,10 +62,7 @@ impl<L: Clone + Hash + Eq> ObjectGauges<L> {
                 labels
             })
             .collect();
-        let mut set = self
-            .set
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut set = crate::lock(&self.set);
         for gone in set.difference(&now) {
             self.family.remove(gone);
         }

@@ -72,9 +72,7 @@ where
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Ledger<K, W>> {
-        self.ledger
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.ledger)
     }
 
     /// Hands `write` for `key` over (see [`Ledger::submit`]).
