@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use hearth_api::{FournosCluster, FournosClusterStatus, SourceSecret};
-use hearth_runtime::Runtime;
 use hearth_runtime::events::Events;
 use hearth_runtime::kit::{Cache, Changes};
+use hearth_runtime::{Runtime, lock};
 use kube::api::Api;
 
 use crate::cluster_cache::CachedCluster;
@@ -135,8 +135,8 @@ impl Context {
     /// longer cached (a re-list delivers no event for what went meanwhile).
     pub fn forget_except(&self, live: impl Fn(&str) -> bool) {
         self.lock_memory().forget_except(&live);
-        locked(&self.created).retain(|uid, _| live(uid));
-        locked(&self.swept).retain(|name, _| self.clusters.named(name).is_some());
+        lock(&self.created).retain(|uid, _| live(uid));
+        lock(&self.swept).retain(|name, _| self.clusters.named(name).is_some());
     }
 
     /// Remembers that this replica created the cluster of uid `uid` from Secret `secret`.
@@ -145,12 +145,12 @@ impl Context {
             name: secret.to_owned(),
             uid: secret_uid.to_owned(),
         };
-        locked(&self.created).insert(uid.to_owned(), source);
+        lock(&self.created).insert(uid.to_owned(), source);
     }
 
     /// The Secret this replica created the cluster of uid `uid` from, if it did.
     pub(crate) fn created(&self, uid: &str) -> Option<SourceSecret> {
-        locked(&self.created).get(uid).cloned()
+        lock(&self.created).get(uid).cloned()
     }
 
     /// Forgets every write this replica remembers: after leadership moved, the leader
@@ -160,7 +160,7 @@ impl Context {
     }
 
     fn lock_memory(&self) -> MutexGuard<'_, Memory> {
-        locked(&self.memory)
+        lock(&self.memory)
     }
 
     /// The fingerprint remembered for `cluster` and the status to plan from: see
@@ -209,7 +209,7 @@ impl Context {
             }
         }
         let seen = cached.as_deref().map(sweep_fingerprint);
-        let mut swept = locked(&self.swept);
+        let mut swept = lock(&self.swept);
         let before = match seen {
             Some(seen) => swept.insert(name.to_owned(), seen),
             None => swept.remove(name),
@@ -218,13 +218,6 @@ impl Context {
             self.changes.bump();
         }
     }
-}
-
-/// `mutex` locked, even if a holder panicked (as every lock here was taken before).
-fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// `cluster` as [`Memory`] sees it; `delivered` says which versions the watch delivered.

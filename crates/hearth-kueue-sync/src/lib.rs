@@ -26,12 +26,7 @@ mod writeback;
 pub use error::Error;
 pub use metrics::Metrics;
 
-/// Locks `mutex`; a panic elsewhere while holding it leaves data still worth reading.
-pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use hearth_runtime::lock;
 
 #[cfg(test)]
 pub(crate) mod testing;

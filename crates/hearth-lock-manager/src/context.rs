@@ -48,7 +48,7 @@ impl Recorded {
         clusters: &[Arc<DeserializeGuard<FournosCluster>>],
         sentinels: &[Arc<DeserializeGuard<K>>],
     ) -> HashSet<String> {
-        let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut set = hearth_runtime::lock(&self.0);
         set.extend(
             clusters
                 .iter()

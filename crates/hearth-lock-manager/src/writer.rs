@@ -28,14 +28,14 @@ const PROVEN_FOR: Duration = Duration::from_secs(600);
 
 impl Created {
     pub fn insert(&self, uid: &str) {
-        let mut ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ledger = hearth_runtime::lock(&self.0);
         let now = tokio::time::Instant::now();
         ledger.retain(|_, _, stage| !stage.written_long_ago(now, PROVEN_FOR));
         ledger.remember(uid.to_owned(), (), now);
     }
 
     pub fn contains(&self, uid: &str) -> bool {
-        let ledger = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let ledger = hearth_runtime::lock(&self.0);
         let old = |stage: &Stage| stage.written_long_ago(tokio::time::Instant::now(), PROVEN_FOR);
         ledger
             .get(&uid.to_owned())
