@@ -29,8 +29,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    lock,
     metrics::{Metrics, OPENMETRICS_CONTENT_TYPE},
+    mutex::lock,
     readiness::Readiness,
 };
 

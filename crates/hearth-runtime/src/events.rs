@@ -76,7 +76,9 @@ struct Background {
 
 impl Background {
     fn pop(&self) -> Option<(ObjectReference, Event)> {
-        crate::lock(&self.queue).pop_front().map(Queued::unpack)
+        crate::mutex::lock(&self.queue)
+            .pop_front()
+            .map(Queued::unpack)
     }
 }
 
@@ -178,7 +180,7 @@ impl Events {
             return;
         }
         {
-            let mut queue = crate::lock(&self.background.queue);
+            let mut queue = crate::mutex::lock(&self.background.queue);
             if queue.len() == MAX_QUEUED_EVENTS {
                 queue.pop_front();
                 self.background

@@ -33,6 +33,7 @@ pub mod leadership;
 mod lease;
 pub mod log_cap;
 mod metrics;
+mod mutex;
 mod otlp_client;
 mod readiness;
 mod shutdown;
@@ -55,6 +56,7 @@ pub use crate::{
     client::{ClientConfigError, WriteRefused, is_not_leader, kube_config},
     lease::{LeaseError, LeaseSettings, MAX_WRITE_TIMEOUT},
     metrics::{Metrics, OPENMETRICS_CONTENT_TYPE, encode_registry},
+    mutex::lock,
     readiness::{Readiness, ReadinessGate},
     shutdown::{SignalError, on_signal},
     telemetry::{OtlpConfig, Telemetry, TelemetryConfig, TelemetryError},
@@ -331,15 +333,6 @@ async fn run_controller(
             }
         }
     }
-}
-
-/// `mutex`'s guard, poisoned or not: every lock in Hearth's controllers guards state that
-/// a panic cannot leave half-updated (soft state, or one whole insert or remove at a
-/// time), so a panic elsewhere leaves it worth reading.
-pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

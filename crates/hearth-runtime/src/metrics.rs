@@ -69,7 +69,7 @@ impl Metrics {
     /// across an `.await`: `/metrics` needs the same lock.
     pub fn registry(&self) -> MutexGuard<'_, Registry> {
         // Registering cannot leave the registry half-updated, so a poisoned lock is usable.
-        crate::lock(&self.registry)
+        crate::mutex::lock(&self.registry)
     }
 
     /// The OpenMetrics text exposition of every registered metric.

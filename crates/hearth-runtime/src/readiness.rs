@@ -36,7 +36,7 @@ impl Readiness {
     pub fn gate(&self, name: impl Into<String>) -> ReadinessGate {
         let name = name.into();
         let ready = Arc::new(AtomicBool::new(false));
-        crate::lock(&self.gates).push(Gate {
+        crate::mutex::lock(&self.gates).push(Gate {
             name: name.clone(),
             ready: ready.clone(),
         });
@@ -48,7 +48,7 @@ impl Readiness {
 
     /// `Ok` when every gate is open, else the names of the closed ones (in registration order).
     pub fn check(&self) -> Result<(), Vec<String>> {
-        let not_ready: Vec<String> = crate::lock(&self.gates)
+        let not_ready: Vec<String> = crate::mutex::lock(&self.gates)
             .iter()
             .filter(|gate| !gate.ready.load(Ordering::Acquire))
             .map(|gate| gate.name.clone())

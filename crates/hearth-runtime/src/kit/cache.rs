@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 
-use crate::lock;
+use crate::mutex::lock;
 use std::hash::{BuildHasher as _, Hash, RandomState};
 use std::sync::{Arc, Mutex};
 

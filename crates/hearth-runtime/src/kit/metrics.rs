@@ -62,7 +62,7 @@ impl<L: Clone + Hash + Eq> ObjectGauges<L> {
                 labels
             })
             .collect();
-        let mut set = crate::lock(&self.set);
+        let mut set = crate::mutex::lock(&self.set);
         for gone in set.difference(&now) {
             self.family.remove(gone);
         }

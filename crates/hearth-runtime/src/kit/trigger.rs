@@ -95,7 +95,7 @@ pub fn retry_delay(failures: u32) -> Duration {
 impl<Key: Eq + Hash> Backoff<Key> {
     /// Counts a failure of `key`; returns when to retry it.
     pub fn failed(&self, key: Key) -> Duration {
-        let mut failures = crate::lock(&self.failures);
+        let mut failures = crate::mutex::lock(&self.failures);
         let count = failures.entry(key).or_insert(0);
         *count = count.saturating_add(1);
         retry_delay(*count)
@@ -103,7 +103,7 @@ impl<Key: Eq + Hash> Backoff<Key> {
 
     /// Forgets the failures of `key` (soft state: losing it only resets a backoff).
     pub fn succeeded(&self, key: &Key) {
-        crate::lock(&self.failures).remove(key);
+        crate::mutex::lock(&self.failures).remove(key);
     }
 }
 

@@ -72,7 +72,7 @@ where
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Ledger<K, W>> {
-        crate::lock(&self.ledger)
+        crate::mutex::lock(&self.ledger)
     }
 
     /// Hands `write` for `key` over (see [`Ledger::submit`]).
