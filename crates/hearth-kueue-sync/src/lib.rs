@@ -26,7 +26,5 @@ mod writeback;
 pub use error::Error;
 pub use metrics::Metrics;
 
-pub(crate) use hearth_runtime::lock;
-
 #[cfg(test)]
 pub(crate) mod testing;

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use crate::apply::{FlavorAction, Writer};
 use crate::cached::CachedFlavor;
 use crate::error::Error;
-use crate::lock;
+use hearth_runtime::lock;
 
 /// How long a created flavor the cache does not show is remembered.
 pub(crate) const UNSEEN_FOR: Duration = Duration::from_secs(30);

@@ -33,12 +33,12 @@ use kube::Resource;
 use crate::apply::{FlavorAction, is_spec_conflict};
 use crate::context::{Context, WrittenQueue};
 use crate::error::Error;
-use crate::lock;
 use crate::metrics::Outcome;
 use crate::plan::{Plan, SyncReason, cluster_queue_changes_summary, plan, plan_summary};
 use crate::snapshot::{QueueObject, Snapshot};
 use crate::writeback::INVALID_OBJECT;
 use hearth_runtime::kit::answer::is_not_found;
+use hearth_runtime::lock;
 
 /// How the ClusterQueue step of one attempt ended.
 enum QueueWrite {

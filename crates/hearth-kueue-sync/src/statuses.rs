@@ -30,9 +30,9 @@ use tokio::sync::watch;
 use crate::apply::Writer;
 use crate::cached::CachedCluster;
 use crate::error::Error;
-use crate::lock;
 use crate::plan::{ClusterSync, SyncReason};
 use crate::writeback::{cordon_event_for, event_for};
+use hearth_runtime::lock;
 
 /// Low-priority writes in flight at most (of [`WRITES_IN_FLIGHT`]).
 pub(crate) const LATER_IN_FLIGHT: usize = 2;

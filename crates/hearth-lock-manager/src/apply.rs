@@ -382,13 +382,12 @@ async fn write_status<K: Sentinel>(
     let Some(patch) = status_patch(&current, cluster.metadata.generation, status, now) else {
         return Ok(());
     };
-    let planned_from = rests_on(cluster);
     let written = hearth_runtime::status::apply_status_resting_on(
         &ctx.clusters,
         cluster,
         LOCK_MANAGER,
         patch,
-        |live| rests_on(live) == planned_from,
+        |live| rests_on(live) == rests_on(cluster),
     )
     .await;
     match written {

@@ -30,10 +30,6 @@ impl Recorded {
     pub fn all(&self) -> Vec<Seen> {
         self.0.lock().unwrap().clone()
     }
-
-    pub fn methods(&self) -> Vec<String> {
-        self.all().into_iter().map(|s| s.method).collect()
-    }
 }
 
 /// A client whose apiserver answers `answers` (status code, JSON body) in order; a
