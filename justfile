@@ -49,13 +49,15 @@ deny:
 deny-fetch:
     cargo deny fetch db
 
-# Regenerate manifests/crd.yaml from the Rust types.
+# Regenerate manifests/crd.yaml and manifests/reservation-crd.yaml from the Rust types.
 crdgen:
     cargo run -q -p hearth-api --bin crdgen > manifests/crd.yaml
+    cargo run -q -p hearth-api --bin crdgen reservation > manifests/reservation-crd.yaml
 
 # Regenerate every generated manifest: the CRD, its copy in the chart, and the plain install.
 manifests: crdgen tools
     cp manifests/crd.yaml charts/hearth/crds/fournosclusters.yaml
+    cp manifests/reservation-crd.yaml charts/hearth/crds/reservations.yaml
     HELM="$(e2e/tools/build.sh)/helm" manifests/render.sh > manifests/install.yaml
 
 # Run the unit tests only (no control plane).

@@ -88,7 +88,8 @@ fn carrying(docs: &[Value], option: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// What a deleted Application must leave: the CRD (every FournosCluster), the created
+/// What a deleted Application must leave: the CRDs (every FournosCluster, every
+/// Reservation), the created
 /// namespaces (`namespaces`: the kubeconfig Secrets, the lock sentinels) and the
 /// WorkloadPriorityClasses that Fournos jobs name.
 fn must_survive(namespaces: &[&str]) -> BTreeSet<String> {
@@ -96,12 +97,18 @@ fn must_survive(namespaces: &[&str]) -> BTreeSet<String> {
         .iter()
         .map(|n| format!("Namespace/{n}"))
         .collect();
-    kept.insert("CustomResourceDefinition/fournosclusters.fournos.dev".to_owned());
+    kept.extend(CRDS.map(str::to_owned));
     for class in ["manual", "nightly", "presubmit", "adhoc"] {
         kept.insert(format!("WorkloadPriorityClass/{class}"));
     }
     kept
 }
+
+/// Hearth's CRDs, as the rendered objects are named here.
+const CRDS: [&str; 2] = [
+    "CustomResourceDefinition/fournosclusters.fournos.dev",
+    "CustomResourceDefinition/reservations.fournos.dev",
+];
 
 /// Every optional object on: nothing of it may carry `Delete=false` either.
 const EVERYTHING_ON: [&str; 5] = [
@@ -150,21 +157,23 @@ fn exactly_what_an_application_delete_must_keep_carries_delete_false() -> Result
 }
 
 #[test]
-fn the_crd_is_applied_server_side_by_argocd() -> Result<()> {
+fn the_crds_are_applied_server_side_by_argocd() -> Result<()> {
     let docs = render_with_crds(&[])?;
-    let crd = docs
+    let crds: Vec<&Value> = docs
         .iter()
-        .find(|d| d["kind"] == "CustomResourceDefinition")
-        .context("--include-crds renders the CRD")?;
-    let options = sync_options(crd);
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    ensure!(crds.len() == CRDS.len(), "--include-crds renders the CRDs");
+    for crd in crds {
+        let options = sync_options(crd);
+        ensure!(
+            options.contains("ServerSideApply=true") && options.contains("Delete=false"),
+            "{options:?}"
+        );
+    }
     ensure!(
-        options.contains("ServerSideApply=true") && options.contains("Delete=false"),
-        "{options:?}"
-    );
-    ensure!(
-        carrying(&docs, "ServerSideApply=true")
-            == BTreeSet::from(["CustomResourceDefinition/fournosclusters.fournos.dev".to_owned()]),
-        "only the CRD asks for a server-side apply"
+        carrying(&docs, "ServerSideApply=true") == BTreeSet::from(CRDS.map(str::to_owned)),
+        "only the CRDs ask for a server-side apply"
     );
     Ok(())
 }

@@ -479,13 +479,18 @@ fn invalid_values_are_refused_with_a_clear_message() -> Result<()> {
 }
 
 #[test]
-fn chart_crd_is_the_generated_crd() -> Result<()> {
-    let chart = std::fs::read_to_string(chart_dir().join("crds/fournosclusters.yaml"))?;
-    let manifests = std::fs::read_to_string(repo().join("manifests/crd.yaml"))?;
-    ensure!(
-        chart == manifests,
-        "charts/hearth/crds/fournosclusters.yaml differs from manifests/crd.yaml: run `just manifests`"
-    );
+fn chart_crds_are_the_generated_crds() -> Result<()> {
+    for (chart_file, generated) in [
+        ("crds/fournosclusters.yaml", "manifests/crd.yaml"),
+        ("crds/reservations.yaml", "manifests/reservation-crd.yaml"),
+    ] {
+        let chart = std::fs::read_to_string(chart_dir().join(chart_file))?;
+        let manifests = std::fs::read_to_string(repo().join(generated))?;
+        ensure!(
+            chart == manifests,
+            "charts/hearth/{chart_file} differs from {generated}: run `just manifests`"
+        );
+    }
     Ok(())
 }
 

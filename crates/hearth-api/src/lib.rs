@@ -13,6 +13,7 @@ pub mod kueue_validity;
 pub mod names;
 pub mod quantity;
 pub mod reasons;
+pub mod reservation;
 pub mod slices;
 pub mod text;
 
@@ -20,4 +21,5 @@ pub use cluster::{
     Cordon, ExpiredLock, FournosCluster, FournosClusterSpec, FournosClusterStatus, GpuInfo,
     Hardware, KubeconfigStatus, KueueStatus, SlotHolder, SourceSecret,
 };
+pub use reservation::{Reservation, ReservationPhase, ReservationSpec, ReservationStatus};
 pub use slices::{DiscoveryStatus, KueueSyncStatus, LockManagerStatus};

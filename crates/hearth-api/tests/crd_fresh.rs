@@ -1,5 +1,6 @@
-//! `manifests/crd.yaml` must be exactly what `crdgen` prints, so the CRD people
-//! install always matches the types the controllers were built with.
+//! `manifests/crd.yaml` and `manifests/reservation-crd.yaml` must be exactly what `crdgen`
+//! prints, so the CRDs people install always match the types the controllers were built
+//! with.
 
 use std::path::PathBuf;
 
@@ -7,16 +8,83 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The printer columns of CRD version `v` shown at `priority` (0: always, 1: `-o wide`),
+/// upper-cased as kubectl prints them.
+fn columns(v: &serde_json::Value, priority: i64) -> Vec<String> {
+    v["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["priority"].as_i64().unwrap_or(0) == priority)
+        .map(|c| c["name"].as_str().unwrap().to_uppercase())
+        .collect()
+}
+
 #[test]
-fn manifests_crd_is_fresh() {
-    let generated = hearth_api::crd::fournos_cluster_crd_yaml().unwrap();
-    let path = repo_root().join("manifests/crd.yaml");
-    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        on_disk == generated,
-        "{} is stale: regenerate it with `just crdgen` \
-         (cargo run -p hearth-api --bin crdgen > manifests/crd.yaml)",
-        path.display()
+fn manifests_crds_are_fresh() {
+    for (file, generated) in [
+        (
+            "manifests/crd.yaml",
+            hearth_api::crd::fournos_cluster_crd_yaml(),
+        ),
+        (
+            "manifests/reservation-crd.yaml",
+            hearth_api::crd::reservation_crd_yaml(),
+        ),
+    ] {
+        let path = repo_root().join(file);
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            on_disk == generated.unwrap(),
+            "{} is stale: regenerate it with `just crdgen`",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn reservation_crd_keeps_its_shape() {
+    let crd: serde_json::Value =
+        serde_saphyr::from_str(&hearth_api::crd::reservation_crd_yaml().unwrap()).unwrap();
+    assert_eq!(crd["metadata"]["name"], "reservations.fournos.dev");
+    assert_eq!(crd["spec"]["scope"], "Namespaced");
+    assert_eq!(
+        crd["spec"]["names"]["shortNames"],
+        serde_json::json!(["rsv"])
+    );
+    assert_eq!(
+        crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"],
+        hearth_api::crd::ARGOCD_CRD_SYNC_OPTIONS
+    );
+    let v = &crd["spec"]["versions"][0];
+    assert_eq!(v["subresources"]["status"], serde_json::json!({}));
+    assert_eq!(columns(v, 0), ["CLUSTER", "OWNER", "START", "END", "PHASE"]);
+    assert_eq!(columns(v, 1), ["DRAIN BEFORE", "CONFLICTS WITH", "REASON"]);
+    let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    assert_eq!(
+        spec["required"],
+        serde_json::json!(["cluster", "end", "owner", "start"])
+    );
+    assert_eq!(
+        spec["properties"]["owner"]["pattern"],
+        hearth_api::cluster::OWNER_PATTERN
+    );
+    assert_eq!(
+        spec["properties"]["drainBefore"]["pattern"],
+        hearth_api::cluster::TTL_PATTERN
+    );
+    let status = &v["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert_eq!(
+        status["phase"]["enum"],
+        serde_json::json!([
+            "Accepted",
+            "Conflict",
+            "Draining",
+            "Active",
+            "Late",
+            "Completed",
+            "Cancelled"
+        ])
     );
 }
 
@@ -36,30 +104,12 @@ fn crd_keeps_the_contract() {
     assert_eq!(v["name"], "v1");
     assert_eq!(v["subresources"]["status"], serde_json::json!({}));
 
-    let columns: Vec<(String, i64)> = v["additionalPrinterColumns"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                c["name"].as_str().unwrap().to_uppercase(),
-                c["priority"].as_i64().unwrap_or(0),
-            )
-        })
-        .collect();
-    let narrow: Vec<&str> = columns
-        .iter()
-        .filter(|c| c.1 == 0)
-        .map(|c| c.0.as_str())
-        .collect();
-    assert_eq!(narrow, ["OWNER", "GPUS", "KUBECONFIG", "LOCKED", "AGE"]);
-    let wide: Vec<&str> = columns
-        .iter()
-        .filter(|c| c.1 == 1)
-        .map(|c| c.0.as_str())
-        .collect();
     assert_eq!(
-        wide,
+        columns(v, 0),
+        ["OWNER", "GPUS", "KUBECONFIG", "LOCKED", "AGE"]
+    );
+    assert_eq!(
+        columns(v, 1),
         ["LOCK JOB", "TTL", "LOCK EXPIRES", "SCHEDULABLE", "POOL"]
     );
     // The wide columns read what kueue-sync and people write, under the names they use.
