@@ -146,7 +146,8 @@ fn priority_class(name: &str, value: i64, description: &str) -> Value {
 }
 
 /// Installs every CRD the plane serves: Kueue's (from the pinned module), the test
-/// FournosJob, and Hearth's FournosCluster when `manifests/crd.yaml` exists.
+/// FournosJob, and Hearth's FournosCluster when `manifests/crd.yaml` exists, with
+/// Hearth's Reservation CRD beside it (generated from this build's types).
 pub async fn install_crds(
     client: &kube::Client,
     kueue_crds: &Path,
@@ -168,7 +169,12 @@ pub async fn install_crds(
         "fixtures/fournosjob-crd.yaml",
     )?);
     match fournos_cluster_crd {
-        Some(path) if path.exists() => docs.extend(read_yaml_documents(path)?),
+        Some(path) if path.exists() => {
+            docs.extend(read_yaml_documents(path)?);
+            docs.push(
+                serde_json::to_value(hearth_api::crd::reservation_crd()).expect("a CRD serializes"),
+            );
+        }
         Some(path) => {
             tracing::warn!(path = %path.display(), "FournosCluster CRD not found; the plane runs without it")
         }

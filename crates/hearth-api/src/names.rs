@@ -86,6 +86,8 @@ pub mod condition_types {
     pub const KUEUE_SYNCED: &str = "KueueSynced";
     pub const LOCKED: &str = "Locked";
     pub const SCHEDULABLE: &str = "Schedulable";
+    /// A Reservation's: whether it holds its window.
+    pub const ACCEPTED: &str = "Accepted";
 }
 
 /// Controller names: each is the field manager, the Event reporter and the Lease name.

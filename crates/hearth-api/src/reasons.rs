@@ -190,6 +190,21 @@ reasons! {
     }
 }
 
+reasons! {
+    /// Reasons of a Reservation's `Accepted` (hearth-lock-manager).
+    pub enum AcceptedReason {
+        /// It holds the window its spec asks for.
+        Accepted = "Accepted",
+        /// Its window overlaps one an accepted reservation of the cluster holds.
+        Conflict = "Conflict",
+        /// It keeps the window it held; the longer one its owner asked for overlaps
+        /// another accepted reservation.
+        LengtheningRefused = "LengtheningRefused",
+        /// Its stored spec is one the CRD refuses today (an end not after its start).
+        InvalidWindow = "InvalidWindow",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +237,12 @@ mod tests {
         );
         check(
             &KueueSyncedReason::ALL
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>(),
+        );
+        check(
+            &AcceptedReason::ALL
                 .iter()
                 .map(|r| r.as_str())
                 .collect::<Vec<_>>(),

@@ -11,6 +11,7 @@ use hearth_runtime::kit::{Backoff, Cache, Changes};
 use kube::core::DeserializeGuard;
 use kube::{Resource, ResourceExt};
 
+use crate::booked::Booked;
 use crate::sentinel::Sentinel;
 use crate::writer::Writer;
 
@@ -31,6 +32,8 @@ pub struct Context<K: Sentinel> {
     pub recorded: Recorded,
     /// Consecutive failures per cluster, for the retry delay.
     pub(crate) backoff: Backoff,
+    /// Reservations, when their CRD is served and readable ([`crate::booked`]).
+    pub booked: Option<Booked>,
 }
 
 /// The sentinel UIDs this process saw recorded in a cluster's `status.lockJobUID`, kept

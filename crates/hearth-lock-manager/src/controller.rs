@@ -18,6 +18,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use tracing::Instrument as _;
 
+use crate::booked::Booked;
 use crate::config::{LockManagerConfig, SentinelKind};
 use crate::error::Error;
 use crate::fournos_workloads::lock_workload_cluster;
@@ -78,6 +79,8 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         holders::trim,
     );
 
+    let (booked, booking_objects) = Booked::watch(&rt, &watch);
+
     let ctx = Arc::new(Context {
         rt: rt.clone(),
         writer: Writer::new(
@@ -94,13 +97,23 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         changes: watch.changes.clone(),
         recorded: Default::default(),
         backoff: Backoff::default(),
+        booked: Some(booked),
     });
 
     let sweep =
         tokio::spawn(crate::sweep::run(ctx.clone()).instrument(tracing::info_span!("sweep")));
 
     log_settings(&config);
-    let related = related(sentinel_objects, admitted_objects);
+    let mut related = related(sentinel_objects, admitted_objects);
+    // A reservation's change wakes the cluster it books.
+    related.push(
+        booking_objects
+            .filter_map(|r| {
+                let cluster = r.ok().and_then(|r| r.0.ok()).map(|r| vec![r.spec.cluster]);
+                std::future::ready(cluster)
+            })
+            .boxed(),
+    );
     let triggers = RunTriggers {
         related,
         everything: on_acquired(rt.leader()).boxed(),

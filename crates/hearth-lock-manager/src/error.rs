@@ -63,6 +63,16 @@ pub enum Error {
         source: kube::Error,
     },
 
+    #[error("cannot list the Reservations to decide them: {}", brief(.0))]
+    ReservationList(#[source] kube::Error),
+
+    #[error("cannot record the decision for reservation {name}: {}", brief(.source))]
+    ReservationStatus {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
     #[error("the sentinel cache stopped")]
     CacheGone,
 }
@@ -89,6 +99,8 @@ impl Error {
             Self::Status(_) => "StatusWriteFailed",
             Self::ReadSentinel { .. } => "SentinelReadFailed",
             Self::AdoptSentinel { .. } => "SentinelAdoptFailed",
+            Self::ReservationList(_) => "ReservationListFailed",
+            Self::ReservationStatus { .. } => "ReservationStatusFailed",
             Self::CacheGone => "CacheGone",
         }
     }

@@ -85,6 +85,8 @@
 //! (Fournos's own time to give a job a phase). Measured: `bench-results/2026-11-25/LOCK-REACTION.md`.
 
 pub mod apply;
+pub mod booked;
+pub mod bookings;
 pub mod config;
 pub mod context;
 pub mod controller;
