@@ -114,17 +114,28 @@ pub async fn wait_reason(
     reason: &str,
     log: &Running,
 ) -> Result<FournosCluster> {
-    log.until(
-        &format!("{name} KueueSynced={reason}"),
-        DEADLINE,
-        || async {
-            let cluster = clusters.get(name).await?;
-            Ok(match synced(&cluster) {
-                Some((_, r, _)) if r == reason => Ok(cluster),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
+    let what = format!("{name} KueueSynced={reason}");
+    wait_for(clusters, name, &what, log, |cluster| {
+        match synced(&cluster) {
+            Some((_, r, _)) if r == reason => Ok(cluster),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Waits until `pick` takes what it needs from cluster `name` (`Err` says what it saw);
+/// a time-out ends with `log`'s tail.
+async fn wait_for<T>(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    what: &str,
+    log: &Running,
+    pick: impl Fn(FournosCluster) -> std::result::Result<T, String>,
+) -> Result<T> {
+    log.until(what, DEADLINE, || async {
+        Ok(pick(clusters.get(name).await?))
+    })
     .await
 }
 
@@ -147,17 +158,11 @@ pub async fn wait_schedulable(
     admitted: Option<i64>,
     ks: &Running,
 ) -> Result<String> {
-    ks.until(
-        &format!("{name} Schedulable={reason}, {admitted:?} admitted"),
-        DEADLINE,
-        || async {
-            let c = clusters.get(name).await?;
-            Ok(match schedulable(&c) {
-                (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
+    let what = format!("{name} Schedulable={reason}, {admitted:?} admitted");
+    wait_for(clusters, name, &what, ks, |c| match schedulable(&c) {
+        (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
+        other => Err(format!("{other:?}")),
+    })
     .await
 }
 

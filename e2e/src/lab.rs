@@ -442,6 +442,36 @@ impl LockLab {
         .map_err(|e| self.with_logs(e))
     }
 
+    /// The one sentinel of `cluster` of kind `K` (by the contract's label), once it
+    /// satisfies `done`; `describe` says what a time-out last saw of it.
+    pub async fn wait_one_sentinel<K>(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&K) -> bool,
+        describe: impl Fn(&K) -> String,
+    ) -> Result<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        until(
+            &format!("sentinel of {cluster}: {what}"),
+            DEADLINE,
+            || async {
+                let mut found = self.sentinels::<K>(cluster).await?;
+                Ok(match found.len() {
+                    1 if done(&found[0]) => Ok(found.remove(0)),
+                    1 => Err(describe(&found[0])),
+                    n => Err(format!("{n} sentinels")),
+                })
+            },
+        )
+        .await
+    }
+
     /// Sentinels of `cluster` (by the contract's label), of either kind.
     pub async fn sentinels<K>(&self, cluster: &str) -> Result<Vec<K>>
     where
