@@ -12,11 +12,12 @@ use hearth_api::kueue::Workload;
 use hearth_api::names::condition_types;
 use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use crate::hearth::Running;
 use crate::process::until;
+use crate::resources::apply_status;
 
 /// How long any one expected change may take.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -89,12 +90,7 @@ pub async fn write_status(
             "hardware": hardware,
         },
     });
-    clusters
-        .patch_status(
-            name,
-            &PatchParams::apply(DISCOVERY).force(),
-            &Patch::Apply(&status),
-        )
+    apply_status(clusters, name, DISCOVERY, &status)
         .await
         .with_context(|| format!("writing the discovered status of {name}"))?;
     Ok(())

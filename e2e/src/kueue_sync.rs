@@ -13,13 +13,14 @@ use hearth_api::GpuInfo;
 use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota};
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::downstream::{DEADLINE, onboard};
 use crate::hearth::Running;
-use crate::invariants::{entry, kueue_problems, nonzero};
+use crate::invariants::{entry, is_active, kueue_problems, nonzero};
 use crate::objects;
 use crate::world::World;
 use crate::{ControlPlane, Isolated, Target};
@@ -139,6 +140,39 @@ pub async fn wait_queue(
         })
     })
     .await
+}
+
+/// [`wait_queue`] until `name` is Active.
+pub async fn wait_active(
+    queues: &Api<ClusterQueue>,
+    name: &str,
+    log: &Running,
+) -> Result<ClusterQueue> {
+    wait_queue(queues, name, "queue Active", log, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await
+}
+
+impl World<'_> {
+    /// [`wait_queue`] on the scope's ClusterQueue until Hearth's entries in it are exactly
+    /// `expected` ([`hearth_entries_are`], no foreign entry).
+    pub async fn wait_entries(
+        &self,
+        what: &str,
+        log: &Running,
+        expected: &BTreeMap<String, BTreeMap<String, i64>>,
+    ) -> Result<ClusterQueue> {
+        let check = hearth_entries_are(expected, &[]);
+        wait_queue(&self.queues, &self.scope.cluster_queue, what, log, check).await
+    }
+
+    /// [`wait_active`] on the scope's ClusterQueue.
+    pub async fn wait_active(&self, log: &Running) -> Result<ClusterQueue> {
+        wait_active(&self.queues, &self.scope.cluster_queue, log).await
+    }
 }
 
 /// The check that Hearth's entries in the queue are exactly `expected` (flavor → nonzero
@@ -331,11 +365,7 @@ impl Writer {
         let Some((annotation, strategy, slots)) = &self.last else {
             return Ok(());
         };
-        let found_annotation = cq
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(WRITER_ANNOTATION));
+        let found_annotation = cq.annotations().get(WRITER_ANNOTATION);
         let found_strategy = cq
             .spec
             .other

@@ -29,7 +29,7 @@ use crate::hearth::{self, Controller, Running};
 use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
 use crate::process::until;
-use crate::resources::apply;
+use crate::resources::{apply, apply_status};
 use crate::world::World;
 use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
 
@@ -392,12 +392,7 @@ impl LockLab {
                     .strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             }]},
         });
-        self.workloads
-            .patch_status(
-                name,
-                &PatchParams::apply("hearth-e2e-job").force(),
-                &Patch::Apply(&patch),
-            )
+        apply_status(&self.workloads, name, "hearth-e2e-job", &patch)
             .await
             .with_context(|| format!("marking {name} PodsReady"))?;
         Ok(())
