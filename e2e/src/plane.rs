@@ -328,6 +328,18 @@ impl ControlPlane {
         apply_kubeconfig_secret(&client, secrets_namespace, cluster, kubeconfig).await
     }
 
+    /// [`create_kubeconfig_secret`](Self::create_kubeconfig_secret) with `target`'s
+    /// node-reader kubeconfig: `cluster` onboarded onto `target`.
+    pub async fn onboard_onto(
+        &self,
+        secrets_namespace: &str,
+        cluster: &str,
+        target: &Target,
+    ) -> Result<Secret> {
+        self.create_kubeconfig_secret(secrets_namespace, cluster, target.node_reader_kubeconfig())
+            .await
+    }
+
     /// Onboards every target under its own name into `secrets_namespace` with its
     /// node-reader kubeconfig (what `hearth-plane up` does for the base scope).
     pub async fn onboard_fleet(&self, secrets_namespace: &str) -> Result<Vec<String>> {
