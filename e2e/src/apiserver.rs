@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::certs::{Ca, CertPair, service_account_key, write_private};
 use crate::error::{Context, PlaneError, Result};
-use crate::etcd::with_log;
 use crate::kubeconfig::{Credentials, client_from_yaml, kubeconfig_yaml};
 use crate::layout::{AUDIT_LOG_FILE, AUDIT_POLICY_FILE};
 use crate::process::{self, Managed, Spawn};
@@ -173,27 +172,24 @@ impl ApiServer {
     pub async fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
         let client = self.admin_client().await?;
         let what = format!("kube-apiserver {}", self.name);
-        let log = self.log.clone();
         let process = self
             .process
             .as_mut()
             .ok_or_else(|| PlaneError::Invalid(format!("{what} is not running")))?;
-        process::poll(&what, timeout, || {
-            let running = process.check_running();
-            let client = client.clone();
-            async move {
-                running?;
-                let request = http::Request::get("/readyz")
-                    .body(Vec::new())
-                    .expect("a valid request");
-                Ok(match client.request_text(request).await {
-                    Ok(body) if body.trim() == "ok" => Some(()),
-                    _ => None,
-                })
-            }
-        })
-        .await
-        .map_err(|e| with_log(e, log))
+        process
+            .wait_until(&what, timeout, || {
+                let client = client.clone();
+                async move {
+                    let request = http::Request::get("/readyz")
+                        .body(Vec::new())
+                        .expect("a valid request");
+                    match client.request_text(request).await {
+                        Ok(body) if body.trim() == "ok" => Some(()),
+                        _ => None,
+                    }
+                }
+            })
+            .await
     }
 
     pub async fn admin_client(&self) -> Result<kube::Client> {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use crate::error::{Context, Result};
+use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 
 #[derive(Debug)]
 pub struct BlackHole {
@@ -56,6 +57,18 @@ impl BlackHole {
     /// `https://127.0.0.1:<port>`, for a kubeconfig's `server`.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
+    }
+
+    /// A kubeconfig that sends a token to the hole, trusting `ca_pem` (a real target's CA,
+    /// so that only the silence can fail it).
+    pub fn kubeconfig(&self, ca_pem: &str) -> String {
+        kubeconfig_yaml(
+            "hole",
+            &self.url(),
+            ca_pem,
+            "u",
+            &Credentials::Token("t".into()),
+        )
     }
 }
 

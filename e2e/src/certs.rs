@@ -75,34 +75,34 @@ impl Ca {
 
     /// A TLS serving certificate for `sans` (IP addresses or DNS names).
     pub fn serving(&self, common_name: &str, sans: &[&str]) -> Result<CertPair> {
-        let key = KeyPair::generate()?;
-        let mut params = base_params(common_name, sans.iter().map(|s| s.to_string()).collect())?;
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = params.signed_by(&key, &self.issuer)?;
-        Ok(CertPair {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-        })
+        let params = base_params(common_name, sans.iter().map(|s| s.to_string()).collect())?;
+        self.leaf(params, ExtendedKeyUsagePurpose::ServerAuth)
     }
 
     /// A client certificate; Kubernetes maps CN to the user name and O to groups.
     pub fn client(&self, user: &str, groups: &[&str]) -> Result<CertPair> {
-        let key = KeyPair::generate()?;
         let mut params = base_params(user, Vec::new())?;
         for group in groups {
             params
                 .distinguished_name
                 .push(DnType::OrganizationName, *group);
         }
+        self.leaf(params, ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
+    /// A leaf certificate of `params` with a fresh key, signed by this CA, used for
+    /// `purpose` only.
+    fn leaf(
+        &self,
+        mut params: CertificateParams,
+        purpose: ExtendedKeyUsagePurpose,
+    ) -> Result<CertPair> {
+        let key = KeyPair::generate()?;
         params.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.extended_key_usages = vec![purpose];
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(CertPair {
             cert_pem: cert.pem(),

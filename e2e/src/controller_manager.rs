@@ -30,7 +30,6 @@ use kube::api::Api;
 use crate::apiserver::ApiServer;
 use crate::certs::write_private;
 use crate::error::{Context, Result};
-use crate::etcd::with_log;
 use crate::kubeconfig::{Credentials, kubeconfig_yaml};
 use crate::process::{self, Managed, Spawn};
 
@@ -116,17 +115,11 @@ impl ControllerManager {
     async fn wait_working(&mut self, server: &ApiServer, timeout: Duration) -> Result<()> {
         let client = server.admin_client().await?;
         let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
-        let log = self.process.spec.log.clone();
-        let process = &mut self.process;
-        process::poll("kube-controller-manager", timeout, || {
-            let running = process.check_running();
-            let accounts = accounts.clone();
-            async move {
-                running?;
-                Ok(accounts.get_opt("default").await.ok().flatten().map(drop))
-            }
-        })
-        .await
-        .map_err(|e| with_log(e, log))
+        self.process
+            .wait_until("kube-controller-manager", timeout, || {
+                let accounts = accounts.clone();
+                async move { accounts.get_opt("default").await.ok().flatten().map(drop) }
+            })
+            .await
     }
 }

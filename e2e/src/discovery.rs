@@ -13,7 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use futures::StreamExt as _;
 use hearth_api::names::KUBECONFIG_SECRET_LABEL;
-use hearth_api::{FournosCluster, KubeconfigStatus};
+use hearth_api::{FournosCluster, Hardware, KubeconfigStatus};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -203,20 +203,17 @@ pub fn conditions_text(cluster: &FournosCluster) -> String {
         .unwrap_or_else(|| "no status".into())
 }
 
+/// `status.hardware`: what discovery wrote of the cluster's GPUs, if anything.
+pub fn hardware(cluster: &FournosCluster) -> Option<&Hardware> {
+    cluster.status.as_ref()?.hardware.as_ref()
+}
+
 pub fn failures(cluster: &FournosCluster) -> i32 {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.hardware.as_ref())
-        .map_or(0, |h| h.consecutive_failures)
+    hardware(cluster).map_or(0, |h| h.consecutive_failures)
 }
 
 pub fn total_gpus(cluster: &FournosCluster) -> i64 {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.hardware.as_ref())
-        .map_or(0, |h| h.total_gpus)
+    hardware(cluster).map_or(0, |h| h.total_gpus)
 }
 
 pub fn secret_name(cluster: &str) -> String {
@@ -225,10 +222,7 @@ pub fn secret_name(cluster: &str) -> String {
 
 /// `(vendor, model) → count` as status.hardware reports it.
 pub fn reported_gpus(cluster: &FournosCluster) -> BTreeMap<(String, String), i64> {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.hardware.as_ref())
+    hardware(cluster)
         .map(|h| {
             h.gpus
                 .iter()

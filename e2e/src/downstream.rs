@@ -12,11 +12,12 @@ use hearth_api::kueue::Workload;
 use hearth_api::names::condition_types;
 use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use crate::hearth::Running;
 use crate::process::until;
+use crate::resources::apply_status;
 
 /// How long any one expected change may take.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -89,12 +90,7 @@ pub async fn write_status(
             "hardware": hardware,
         },
     });
-    clusters
-        .patch_status(
-            name,
-            &PatchParams::apply(DISCOVERY).force(),
-            &Patch::Apply(&status),
-        )
+    apply_status(clusters, name, DISCOVERY, &status)
         .await
         .with_context(|| format!("writing the discovered status of {name}"))?;
     Ok(())
@@ -114,17 +110,28 @@ pub async fn wait_reason(
     reason: &str,
     log: &Running,
 ) -> Result<FournosCluster> {
-    log.until(
-        &format!("{name} KueueSynced={reason}"),
-        DEADLINE,
-        || async {
-            let cluster = clusters.get(name).await?;
-            Ok(match synced(&cluster) {
-                Some((_, r, _)) if r == reason => Ok(cluster),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
+    let what = format!("{name} KueueSynced={reason}");
+    wait_for(clusters, name, &what, log, |cluster| {
+        match synced(&cluster) {
+            Some((_, r, _)) if r == reason => Ok(cluster),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await
+}
+
+/// Waits until `pick` takes what it needs from cluster `name` (`Err` says what it saw);
+/// a time-out ends with `log`'s tail.
+async fn wait_for<T>(
+    clusters: &Api<FournosCluster>,
+    name: &str,
+    what: &str,
+    log: &Running,
+    pick: impl Fn(FournosCluster) -> std::result::Result<T, String>,
+) -> Result<T> {
+    log.until(what, DEADLINE, || async {
+        Ok(pick(clusters.get(name).await?))
+    })
     .await
 }
 
@@ -147,17 +154,11 @@ pub async fn wait_schedulable(
     admitted: Option<i64>,
     ks: &Running,
 ) -> Result<String> {
-    ks.until(
-        &format!("{name} Schedulable={reason}, {admitted:?} admitted"),
-        DEADLINE,
-        || async {
-            let c = clusters.get(name).await?;
-            Ok(match schedulable(&c) {
-                (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
-                other => Err(format!("{other:?}")),
-            })
-        },
-    )
+    let what = format!("{name} Schedulable={reason}, {admitted:?} admitted");
+    wait_for(clusters, name, &what, ks, |c| match schedulable(&c) {
+        (Some((_, r, message)), n) if r == reason && n == admitted => Ok(message),
+        other => Err(format!("{other:?}")),
+    })
     .await
 }
 

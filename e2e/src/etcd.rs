@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::error::{PlaneError, Result};
+use crate::error::Result;
 use crate::process::{self, Managed, Spawn};
 
 #[derive(Debug)]
@@ -50,35 +50,13 @@ impl Etcd {
 
     async fn wait_healthy(&mut self, timeout: Duration) -> Result<()> {
         let addr = self.client_addr;
-        let log = self.process.spec.log.clone();
-        let process = &mut self.process;
-        process::poll("etcd", timeout, || {
-            let running = process.check_running();
-            async move {
-                running?;
-                Ok(match process::http_get(addr, "/health").await {
+        self.process
+            .wait_until("etcd", timeout, || async move {
+                match process::http_get(addr, "/health").await {
                     Ok((200, body)) if body.contains("\"health\":\"true\"") => Some(()),
                     _ => None,
-                })
-            }
-        })
-        .await
-        .map_err(|e| with_log(e, log))
-    }
-}
-
-/// Attaches a log file to a timeout so the error shows what the component said.
-pub(crate) fn with_log(error: PlaneError, log: PathBuf) -> PlaneError {
-    match error {
-        PlaneError::Timeout {
-            what,
-            secs,
-            log: None,
-        } => PlaneError::Timeout {
-            what,
-            secs,
-            log: Some(log),
-        },
-        other => other,
+                }
+            })
+            .await
     }
 }

@@ -44,6 +44,18 @@ pub struct Scope {
 }
 
 impl Scope {
+    /// [`slot_workload`](crate::objects::slot_workload) in this scope's execution namespace
+    /// and LocalQueue.
+    pub fn slot_workload(&self, name: &str, cluster: &str, slots: i64) -> Value {
+        crate::objects::slot_workload(
+            &self.execution_namespace,
+            name,
+            &self.local_queue,
+            cluster,
+            slots,
+        )
+    }
+
     /// The plane's base scope, with the contract's default names.
     pub fn base() -> Scope {
         Scope {
@@ -288,7 +300,6 @@ pub async fn publish_kueue_status(
 ) -> Result<()> {
     use hearth_api::FournosCluster;
     use hearth_api::names::CLUSTER_SLOT_RESOURCE;
-    use kube::api::{Patch, PatchParams};
     let patch = json!({
         "apiVersion": "fournos.dev/v1",
         "kind": "FournosCluster",
@@ -299,12 +310,8 @@ pub async fn publish_kueue_status(
             "clusterSlots": slots,
         }},
     });
-    Api::<FournosCluster>::namespaced(client.clone(), &scope.namespace)
-        .patch_status(
-            name,
-            &PatchParams::apply("hearth-kueue-sync").force(),
-            &Patch::Apply(&patch),
-        )
+    let clusters = Api::<FournosCluster>::namespaced(client.clone(), &scope.namespace);
+    resources::apply_status(&clusters, name, "hearth-kueue-sync", &patch)
         .await
         .context(|| format!("publishing status.kueue of {name}"))?;
     Ok(())

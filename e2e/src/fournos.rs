@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::invariants::{workload_condition, workload_is};
 use crate::objects::slot_workload;
-use crate::resources::apply;
+use crate::resources::{apply, apply_status};
 
 /// Label on a Fournos Workload naming its FournosJob.
 const JOB_LABEL: &str = "fournos.dev/job-name";
@@ -105,13 +105,7 @@ pub async fn run(
                         "lastTransitionTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
                     }]},
                 });
-                workloads
-                    .patch_status(
-                        &workload.name_any(),
-                        &PatchParams::apply("fournos-stand-in").force(),
-                        &Patch::Apply(&patch),
-                    )
-                    .await?;
+                apply_status(&workloads, &workload.name_any(), "fournos-stand-in", &patch).await?;
             }
         }
         // The stand-in's own pace (Fournos reacts to watches); nothing waits on it.

@@ -263,18 +263,9 @@ impl FournosLab {
         what: &str,
         done: impl Fn(&FournosJob) -> bool,
     ) -> Result<FournosJob> {
-        until(
-            &format!("sentinel of {cluster}: {what}"),
-            DEADLINE,
-            || async {
-                let mut jobs = self.sentinels::<FournosJob>(cluster).await?;
-                Ok(match jobs.len() {
-                    1 if done(&jobs[0]) => Ok(jobs.remove(0)),
-                    1 => Err(format!("{:?} {:?}", phase(&jobs[0]), job_message(&jobs[0]))),
-                    n => Err(format!("{n} sentinels")),
-                })
-            },
-        )
+        self.wait_one_sentinel(cluster, what, done, |job: &FournosJob| {
+            format!("{:?} {:?}", phase(job), job_message(job))
+        })
         .await
         .map_err(|e| self.lab.with_logs(e))
     }

@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use crate::error::{Context as _, Result};
 use crate::peers::{KopfProcess, Peer};
 use crate::process::{self, Spawn};
-use crate::resources::{apply, create_crds, read_yaml_documents, wait_established};
+use crate::resources::{apply, apply_status, create_crds, read_yaml_documents, wait_established};
 use crate::{ControlPlane, Scope};
 
 /// Label Fournos puts on everything it creates.
@@ -279,13 +279,7 @@ impl StandIns {
                         "message": "the job's pods run (kubelet stand-in)", "lastTransitionTime": now(),
                     }]},
                 });
-                self.workloads
-                    .patch_status(
-                        &w.name_any(),
-                        &PatchParams::apply(STAND_INS).force(),
-                        &Patch::Apply(&patch),
-                    )
-                    .await?;
+                apply_status(&self.workloads, &w.name_any(), STAND_INS, &patch).await?;
             }
         }
         let managed = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));

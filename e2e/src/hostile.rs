@@ -146,6 +146,16 @@ impl Hostile {
 
     /// Stores `data` under `key` in Secret `name`, labeled as a kubeconfig Secret.
     pub async fn put_secret(&self, name: &str, key: &str, data: Vec<u8>) -> Result<()> {
+        self.put_secret_data(name, BTreeMap::from([(key.to_owned(), ByteString(data))]))
+            .await
+    }
+
+    /// Creates Secret `name` holding `data`, labeled as a kubeconfig Secret.
+    pub async fn put_secret_data(
+        &self,
+        name: &str,
+        data: BTreeMap<String, ByteString>,
+    ) -> Result<()> {
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(name.to_owned()),
@@ -156,7 +166,7 @@ impl Hostile {
                 )])),
                 ..Default::default()
             },
-            data: Some(BTreeMap::from([(key.to_owned(), ByteString(data))])),
+            data: Some(data),
             ..Default::default()
         };
         self.secrets

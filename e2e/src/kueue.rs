@@ -31,7 +31,6 @@ use serde_json::json;
 
 use crate::certs::{Ca, write_private};
 use crate::error::{Context, PlaneError, Result};
-use crate::etcd::with_log;
 use crate::pods_ready::WaitForPodsReady;
 use crate::process::{self, Managed, Spawn};
 use crate::resources::{apply, read_yaml_documents};
@@ -140,20 +139,16 @@ impl Kueue {
             webhook_addr,
             config_path,
         };
-        let log = kueue.process.spec.log.clone();
-        let process = &mut kueue.process;
-        process::poll("Kueue", timeout, || {
-            let running = process.check_running();
-            async move {
-                running?;
-                Ok(match process::http_get(health_addr, "/readyz").await {
-                    Ok((200, _)) => Some(()),
-                    _ => None,
-                })
-            }
-        })
-        .await
-        .map_err(|e| with_log(e, log))?;
+        kueue
+            .process
+            .wait_until("Kueue", timeout, || async move {
+                matches!(
+                    process::http_get(health_addr, "/readyz").await,
+                    Ok((200, _))
+                )
+                .then_some(())
+            })
+            .await?;
         Ok(kueue)
     }
 }

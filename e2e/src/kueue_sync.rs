@@ -13,13 +13,14 @@ use hearth_api::GpuInfo;
 use hearth_api::kueue::{ClusterQueue, FlavorQuotas, ResourceGroup, ResourceQuota};
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::ResourceExt as _;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::downstream::{DEADLINE, onboard};
 use crate::hearth::Running;
-use crate::invariants::{entry, kueue_problems, nonzero};
+use crate::invariants::{entry, is_active, kueue_problems, nonzero};
 use crate::objects;
 use crate::world::World;
 use crate::{ControlPlane, Isolated, Target};
@@ -141,6 +142,39 @@ pub async fn wait_queue(
     .await
 }
 
+/// [`wait_queue`] until `name` is Active.
+pub async fn wait_active(
+    queues: &Api<ClusterQueue>,
+    name: &str,
+    log: &Running,
+) -> Result<ClusterQueue> {
+    wait_queue(queues, name, "queue Active", log, |cq| {
+        is_active(cq)
+            .then_some(())
+            .ok_or_else(|| format!("{:?}", cq.status))
+    })
+    .await
+}
+
+impl World<'_> {
+    /// [`wait_queue`] on the scope's ClusterQueue until Hearth's entries in it are exactly
+    /// `expected` ([`hearth_entries_are`], no foreign entry).
+    pub async fn wait_entries(
+        &self,
+        what: &str,
+        log: &Running,
+        expected: &BTreeMap<String, BTreeMap<String, i64>>,
+    ) -> Result<ClusterQueue> {
+        let check = hearth_entries_are(expected, &[]);
+        wait_queue(&self.queues, &self.scope.cluster_queue, what, log, check).await
+    }
+
+    /// [`wait_active`] on the scope's ClusterQueue.
+    pub async fn wait_active(&self, log: &Running) -> Result<ClusterQueue> {
+        wait_active(&self.queues, &self.scope.cluster_queue, log).await
+    }
+}
+
 /// The check that Hearth's entries in the queue are exactly `expected` (flavor → nonzero
 /// quota), the queue is valid for Kueue, and its `coveredResources` sorted.
 pub fn hearth_entries_are(
@@ -204,63 +238,68 @@ pub struct DeletionOrder {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// Watches object `name` of `api`, says on `synced` once the first list is in, and keeps
+/// in `found` the resourceVersion of the first event `marks` picks (the object, and
+/// whether the event is its deletion).
+fn first_version<K>(
+    api: Api<K>,
+    name: &str,
+    synced: tokio::sync::mpsc::Sender<()>,
+    found: Arc<Mutex<Option<u64>>>,
+    marks: impl Fn(&K, bool) -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let events = watcher::watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(events);
+        while let Some(event) = events.next().await {
+            let (object, deleted) = match event {
+                Ok(watcher::Event::InitDone) => {
+                    synced.send(()).await.ok();
+                    continue;
+                }
+                Ok(watcher::Event::Apply(object)) => (object, false),
+                Ok(watcher::Event::Delete(object)) => (object, true),
+                _ => continue,
+            };
+            if marks(&object, deleted) {
+                let version = object
+                    .meta()
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse::<u64>().ok());
+                found.lock().unwrap().get_or_insert(version.unwrap_or(0));
+            }
+        }
+    })
+}
+
 impl DeletionOrder {
     pub async fn watch(k: &World<'_>, queue: &str, flavor: &str) -> Result<DeletionOrder> {
         let entry_gone = Arc::new(Mutex::new(None));
         let flavor_deleting = Arc::new(Mutex::new(None));
         let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(2);
-        let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            m.resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
 
-        let (name, found, tx) = (flavor.to_owned(), entry_gone.clone(), synced_tx.clone());
-        let queues = watcher::watcher(
+        let name = flavor.to_owned();
+        let queue_task = first_version(
             k.queues.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={queue}")),
+            queue,
+            synced_tx.clone(),
+            entry_gone.clone(),
+            move |cq, deleted| !deleted && entry(cq, &name).is_none(),
         );
-        let queue_task = tokio::spawn(async move {
-            let mut queues = std::pin::pin!(queues);
-            while let Some(event) = queues.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => drop(tx.send(()).await),
-                    Ok(watcher::Event::Apply(cq)) if entry(&cq, &name).is_none() => {
-                        found
-                            .lock()
-                            .unwrap()
-                            .get_or_insert(rv(&cq.metadata).unwrap_or(0));
-                    }
-                    _ => {}
-                }
-            }
-        });
-        let found = flavor_deleting.clone();
-        let flavors = watcher::watcher(
+        let flavor_task = first_version(
             k.flavors.clone(),
-            watcher::Config::default().fields(&format!("metadata.name={flavor}")),
+            flavor,
+            synced_tx,
+            flavor_deleting.clone(),
+            |f, deleted| deleted || f.metadata.deletion_timestamp.is_some(),
         );
-        let flavor_task = tokio::spawn(async move {
-            let mut flavors = std::pin::pin!(flavors);
-            while let Some(event) = flavors.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => drop(synced_tx.send(()).await),
-                    Ok(watcher::Event::Apply(f)) if f.metadata.deletion_timestamp.is_some() => {
-                        found
-                            .lock()
-                            .unwrap()
-                            .get_or_insert(rv(&f.metadata).unwrap_or(0));
-                    }
-                    Ok(watcher::Event::Delete(f)) => {
-                        found
-                            .lock()
-                            .unwrap()
-                            .get_or_insert(rv(&f.metadata).unwrap_or(0));
-                    }
-                    _ => {}
-                }
-            }
-        });
         for _ in 0..2 {
             tokio::time::timeout(DEADLINE, synced_rx.recv())
                 .await
@@ -326,11 +365,7 @@ impl Writer {
         let Some((annotation, strategy, slots)) = &self.last else {
             return Ok(());
         };
-        let found_annotation = cq
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(WRITER_ANNOTATION));
+        let found_annotation = cq.annotations().get(WRITER_ANNOTATION);
         let found_strategy = cq
             .spec
             .other

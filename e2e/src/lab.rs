@@ -29,7 +29,7 @@ use crate::hearth::{self, Controller, Running};
 use crate::invariants::{cluster_condition, workload_condition, workload_is};
 use crate::objects::slot_workload;
 use crate::process::until;
-use crate::resources::apply;
+use crate::resources::{apply, apply_status};
 use crate::world::World;
 use crate::{ControlPlane, PlaneOptions, WaitForPodsReady};
 
@@ -392,12 +392,7 @@ impl LockLab {
                     .strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             }]},
         });
-        self.workloads
-            .patch_status(
-                name,
-                &PatchParams::apply("hearth-e2e-job").force(),
-                &Patch::Apply(&patch),
-            )
+        apply_status(&self.workloads, name, "hearth-e2e-job", &patch)
             .await
             .with_context(|| format!("marking {name} PodsReady"))?;
         Ok(())
@@ -440,6 +435,36 @@ impl LockLab {
         })
         .await
         .map_err(|e| self.with_logs(e))
+    }
+
+    /// The one sentinel of `cluster` of kind `K` (by the contract's label), once it
+    /// satisfies `done`; `describe` says what a time-out last saw of it.
+    pub async fn wait_one_sentinel<K>(
+        &self,
+        cluster: &str,
+        what: &str,
+        done: impl Fn(&K) -> bool,
+        describe: impl Fn(&K) -> String,
+    ) -> Result<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        until(
+            &format!("sentinel of {cluster}: {what}"),
+            DEADLINE,
+            || async {
+                let mut found = self.sentinels::<K>(cluster).await?;
+                Ok(match found.len() {
+                    1 if done(&found[0]) => Ok(found.remove(0)),
+                    1 => Err(describe(&found[0])),
+                    n => Err(format!("{n} sentinels")),
+                })
+            },
+        )
+        .await
     }
 
     /// Sentinels of `cluster` (by the contract's label), of either kind.

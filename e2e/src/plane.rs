@@ -27,6 +27,7 @@ use crate::layout::{LOGS_DIR, PIDS_FILE, PLANE_LOG, STATE_FILE, env};
 use crate::node_reader;
 use crate::pods_ready::WaitForPodsReady;
 use crate::process;
+use crate::protocol::SupervisorOptions;
 use crate::protocol::{
     Command, ControllerState, Pids, PlaneState, Response, TargetState, read_json,
 };
@@ -327,6 +328,18 @@ impl ControlPlane {
         apply_kubeconfig_secret(&client, secrets_namespace, cluster, kubeconfig).await
     }
 
+    /// [`create_kubeconfig_secret`](Self::create_kubeconfig_secret) with `target`'s
+    /// node-reader kubeconfig: `cluster` onboarded onto `target`.
+    pub async fn onboard_onto(
+        &self,
+        secrets_namespace: &str,
+        cluster: &str,
+        target: &Target,
+    ) -> Result<Secret> {
+        self.create_kubeconfig_secret(secrets_namespace, cluster, target.node_reader_kubeconfig())
+            .await
+    }
+
     /// Onboards every target under its own name into `secrets_namespace` with its
     /// node-reader kubeconfig (what `hearth-plane up` does for the base scope).
     pub async fn onboard_fleet(&self, secrets_namespace: &str) -> Result<Vec<String>> {
@@ -413,41 +426,28 @@ fn start_blocking(options: PlaneOptions) -> Result<ControlPlane> {
         Some(path) => path.clone(),
         None => find_supervisor()?,
     };
+    let opts = SupervisorOptions {
+        state_dir: state_dir.clone(),
+        targets: options.targets,
+        tools,
+        hearth_bin_dir: options.hearth_bin_dir.clone(),
+        wait_for_pods_ready: options.wait_for_pods_ready,
+        fournos_cluster_crd: options.fournos_cluster_crd.clone(),
+        fournos: options.fournos,
+        controller_manager: options.controller_manager,
+        without_kueue_webhooks: options.without_kueue_webhooks,
+        control: true,
+        exit_on_stdin_eof: true,
+        timeout: options.component_timeout,
+    };
     let mut command = Process::new(&supervisor);
     command
-        .arg("run")
-        .arg("--state-dir")
-        .arg(&state_dir)
-        .arg("--targets")
-        .arg(options.targets.to_string())
-        .arg("--tools-bin")
-        .arg(&tools.bin_dir)
-        .arg("--wait-for-pods-ready")
-        .arg(options.wait_for_pods_ready.to_string())
-        .arg("--timeout-secs")
-        .arg(options.component_timeout.as_secs().to_string())
-        .arg("--control")
-        .arg("--exit-on-stdin-eof")
+        .args(opts.run_args())
         // The supervisor logs to <state>/logs/plane.log; its stderr would only interleave
         // with the test harness's output.
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    if let Some(dir) = &options.hearth_bin_dir {
-        command.arg("--hearth-bin-dir").arg(dir);
-    }
-    if let Some(crd) = &options.fournos_cluster_crd {
-        command.arg("--fournos-cluster-crd").arg(crd);
-    }
-    if options.fournos {
-        command.arg("--fournos");
-    }
-    if options.controller_manager {
-        command.arg("--controller-manager");
-    }
-    if options.without_kueue_webhooks {
-        command.arg("--without-kueue-webhooks");
-    }
     let mut child = command
         .spawn()
         .context(|| format!("starting {}", supervisor.display()))?;

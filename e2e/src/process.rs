@@ -197,27 +197,40 @@ impl Managed {
         }
     }
 
+    /// Polls `probe` until it answers `Some`, failing at once if the child exits; a
+    /// time-out carries the child's log. The one readiness wait of every process the plane
+    /// runs.
+    pub async fn wait_until<T, F, Fut>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut probe: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let log = self.spec.log.clone();
+        poll(what, timeout, || {
+            let running = self.check_running();
+            let next = probe();
+            async move {
+                running?;
+                Ok(next.await)
+            }
+        })
+        .await
+        .map_err(|e| with_log(e, log))
+    }
+
     /// Waits until the child answers 200 on `http://127.0.0.1:<port>/healthz` (kopf's
     /// liveness endpoint, for the Python peers); a crash or a time-out carries its log.
     pub async fn wait_healthz(&mut self, what: &str, port: u16, timeout: Duration) -> Result<()> {
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let log = self.spec.log.clone();
-        poll(what, timeout, || {
-            let running = self.check_running();
-            async move {
-                running?;
-                Ok(matches!(http_get(addr, "/healthz").await, Ok((200, _))).then_some(()))
-            }
+        self.wait_until(what, timeout, || async move {
+            matches!(http_get(addr, "/healthz").await, Ok((200, _))).then_some(())
         })
         .await
-        .map_err(|e| match e {
-            PlaneError::Timeout { what, secs, .. } => PlaneError::Timeout {
-                what,
-                secs,
-                log: Some(log),
-            },
-            other => other,
-        })
     }
 
     /// Resolves when the child exits; used by the supervisor to notice crashes.
@@ -372,6 +385,22 @@ where
         }
         tokio::time::sleep(interval).await;
         interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Attaches a log file to a timeout so the error shows what the component said.
+pub(crate) fn with_log(error: PlaneError, log: PathBuf) -> PlaneError {
+    match error {
+        PlaneError::Timeout {
+            what,
+            secs,
+            log: None,
+        } => PlaneError::Timeout {
+            what,
+            secs,
+            log: Some(log),
+        },
+        other => other,
     }
 }
 

@@ -1,13 +1,16 @@
 //! What the supervisor tells the world: the state file and the control protocol spoken over
 //! its stdin/stdout (one JSON object per line).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Context, Result};
 use crate::fleet::TargetFleet;
 use crate::pods_ready::WaitForPodsReady;
+use crate::tools::Tools;
 
 /// `state.json` in the state dir, written when the plane is ready and after every change.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -138,4 +141,66 @@ pub fn write_json(path: &Path, value: &impl Serialize) -> Result<()> {
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).context(|| format!("decoding {}", path.display()))
+}
+
+#[derive(Debug, Clone)]
+pub struct SupervisorOptions {
+    pub state_dir: PathBuf,
+    /// Number of target clusters (at least 2).
+    pub targets: usize,
+    pub tools: Tools,
+    /// Where `hearth-discovery`, `hearth-kueue-sync` and `hearth-lock-manager` are; `None`
+    /// runs the plane without Hearth.
+    pub hearth_bin_dir: Option<PathBuf>,
+    pub wait_for_pods_ready: WaitForPodsReady,
+    pub fournos_cluster_crd: Option<PathBuf>,
+    /// Also run the real Fournos ([`crate::fournos_real`]) for the base scope, and
+    /// lock-manager with `fournosjob` sentinels.
+    pub fournos: bool,
+    /// Also run kube-controller-manager for the management cluster
+    /// ([`crate::controller_manager`]); implied by `fournos`.
+    pub controller_manager: bool,
+    /// Do not register Kueue's admission webhooks ([`crate::plane::PlaneOptions`] says when).
+    pub without_kueue_webhooks: bool,
+    /// Read [`Command`]s from stdin and write [`Response`]s to stdout.
+    pub control: bool,
+    /// Stop everything when stdin reaches EOF (the owner of the pipe died).
+    pub exit_on_stdin_eof: bool,
+    /// Deadline for each component to become ready.
+    pub timeout: Duration,
+}
+
+impl SupervisorOptions {
+    /// The command line of `hearth-plane` that runs a supervisor with these options: what
+    /// its `run` subcommand parses back into them.
+    pub fn run_args(&self) -> Vec<OsString> {
+        let mut args: Vec<OsString> = vec![
+            "run".into(),
+            "--state-dir".into(),
+            self.state_dir.clone().into(),
+            "--targets".into(),
+            self.targets.to_string().into(),
+            "--tools-bin".into(),
+            self.tools.bin_dir.clone().into(),
+            "--wait-for-pods-ready".into(),
+            self.wait_for_pods_ready.to_string().into(),
+            "--timeout-secs".into(),
+            self.timeout.as_secs().to_string().into(),
+        ];
+        if let Some(dir) = &self.hearth_bin_dir {
+            args.extend(["--hearth-bin-dir".into(), dir.clone().into()]);
+        }
+        if let Some(crd) = &self.fournos_cluster_crd {
+            args.extend(["--fournos-cluster-crd".into(), crd.clone().into()]);
+        }
+        let flags = [
+            (self.fournos, "--fournos"),
+            (self.controller_manager, "--controller-manager"),
+            (self.without_kueue_webhooks, "--without-kueue-webhooks"),
+            (self.control, "--control"),
+            (self.exit_on_stdin_eof, "--exit-on-stdin-eof"),
+        ];
+        args.extend(flags.iter().filter(|(on, _)| *on).map(|(_, f)| f.into()));
+        args
+    }
 }

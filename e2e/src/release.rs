@@ -43,11 +43,7 @@ pub async fn install(
     let lab = LockLab::with_scope(plane, iso.clone()).await?;
     let target = plane.target(cluster)?;
     plane
-        .create_kubeconfig_secret(
-            &iso.secrets_namespace,
-            cluster,
-            target.node_reader_kubeconfig(),
-        )
+        .onboard_onto(&iso.secrets_namespace, cluster, &target)
         .await?;
     Ok((pods, lab))
 }

@@ -192,6 +192,21 @@ pub async fn dynamic_api(
     Ok((api, name))
 }
 
+/// Server-side applies `patch` to the status of `name` as `field_manager`: the way the
+/// controller (or the stand-in for one) that owns those fields writes them.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    patch: &Value,
+) -> kube::Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams::apply(field_manager).force();
+    api.patch_status(name, &params, &Patch::Apply(patch)).await
+}
+
 /// Server-side applies `object` with the harness's field manager.
 pub async fn apply(client: &kube::Client, object: &Value) -> Result<DynamicObject> {
     let (api, name) = dynamic_api(client, object).await?;

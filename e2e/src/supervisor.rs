@@ -25,13 +25,14 @@ use crate::layout::{
     STATE_FILE, TARGETS_DIR,
 };
 use crate::node_reader;
-use crate::pods_ready::WaitForPodsReady;
 use crate::process::{self, Managed, Spawn};
 use crate::protocol::{
     ClusterState, Command, ControllerState, KueueState, Pids, PlaneState, Response, read_json,
     write_json,
 };
-use crate::tools::Tools;
+
+/// The options `hearth-plane run` starts a supervisor with.
+pub use crate::protocol::SupervisorOptions;
 
 /// The three Hearth controllers, started from `--hearth-bin-dir`.
 pub const CONTROLLERS: [&str; 3] = [
@@ -43,33 +44,6 @@ pub const CONTROLLERS: [&str; 3] = [
 /// Hearth's FournosCluster CRD in this repository (generated from the Rust types).
 pub fn default_fournos_cluster_crd() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crd.yaml")
-}
-
-#[derive(Debug, Clone)]
-pub struct SupervisorOptions {
-    pub state_dir: PathBuf,
-    /// Number of target clusters (at least 2).
-    pub targets: usize,
-    pub tools: Tools,
-    /// Where `hearth-discovery`, `hearth-kueue-sync` and `hearth-lock-manager` are; `None`
-    /// runs the plane without Hearth.
-    pub hearth_bin_dir: Option<PathBuf>,
-    pub wait_for_pods_ready: WaitForPodsReady,
-    pub fournos_cluster_crd: Option<PathBuf>,
-    /// Also run the real Fournos ([`crate::fournos_real`]) for the base scope, and
-    /// lock-manager with `fournosjob` sentinels.
-    pub fournos: bool,
-    /// Also run kube-controller-manager for the management cluster
-    /// ([`crate::controller_manager`]); implied by `fournos`.
-    pub controller_manager: bool,
-    /// Do not register Kueue's admission webhooks ([`crate::plane::PlaneOptions`] says when).
-    pub without_kueue_webhooks: bool,
-    /// Read [`Command`]s from stdin and write [`Response`]s to stdout.
-    pub control: bool,
-    /// Stop everything when stdin reaches EOF (the owner of the pipe died).
-    pub exit_on_stdin_eof: bool,
-    /// Deadline for each component to become ready.
-    pub timeout: Duration,
 }
 
 struct Target {
@@ -96,21 +70,16 @@ impl Controller {
         let Some(process) = self.process.as_mut() else {
             return Err(PlaneError::Invalid(format!("{} is stopped", self.name)));
         };
-        let log = process.spec.log.clone();
-        process::poll(&self.name, Duration::from_secs(30), || {
-            let running = process.check_running();
-            async move {
-                running?;
+        process
+            .wait_until(&self.name, Duration::from_secs(30), || async move {
                 for path in ["/readyz", "/healthz"] {
                     if let Ok((200, _)) = process::http_get(addr, path).await {
-                        return Ok(Some(()));
+                        return Some(());
                     }
                 }
-                Ok(None)
-            }
-        })
-        .await
-        .map_err(|e| crate::etcd::with_log(e, log))?;
+                None
+            })
+            .await?;
         self.ready = true;
         Ok(())
     }

@@ -17,7 +17,6 @@ use hearth_e2e::downstream::{
 };
 use hearth_e2e::hearth::{self, Controller, PluginRun, run_plugin};
 use hearth_e2e::kueue::KueueVersion;
-use hearth_e2e::objects;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
 use hearth_e2e::{ControlPlane, Isolated};
@@ -85,16 +84,6 @@ async fn tainted(k: &World<'_>, name: &str) -> Result<bool> {
         .any(|t| t.key == CORDON_TAINT_KEY && t.effect == "NoSchedule"))
 }
 
-fn slot_workload(scope: &Isolated, name: &str, cluster: &str, slots: i64) -> Value {
-    objects::slot_workload(
-        &scope.execution_namespace,
-        name,
-        &scope.local_queue,
-        cluster,
-        slots,
-    )
-}
-
 /// One admitted and one pending Workload pinned to a cluster: the cordon keeps the first
 /// and holds back the second (Kueue names the taint) while status counts 1, then Drained
 /// once the first is gone; uncordon admits the second. Quota never moves.
@@ -113,9 +102,9 @@ async fn a_cordon_keeps_admitted_work_admits_nothing_new_and_counts_down_to_drai
         .and_then(|s| s.kueue)
         .context("status.kueue")?;
 
-    apply(&k.client, &slot_workload(&scope, "running", &a, 100)).await?;
+    apply(&k.client, &scope.slot_workload("running", &a, 100)).await?;
     wait_admitted(&k.workloads, "running").await?;
-    apply(&k.client, &slot_workload(&scope, "waiting", &a, 60)).await?;
+    apply(&k.client, &scope.slot_workload("waiting", &a, 60)).await?;
     wait_pending(&k.workloads, "waiting", &["insufficient"]).await?;
 
     let run = plugin(
@@ -279,7 +268,7 @@ async fn a_lock_taken_during_a_cordon_is_held_once_drained() -> Result<()> {
     // The plane starts controllers with HEARTH_SENTINEL=workload.
     let lm = hearth::start(plane, &scope, Controller::LockManager, "main", &[]).await?;
     wait_reason(&k.clusters, &a, "Synced", &ks).await?;
-    apply(&k.client, &slot_workload(&scope, "running", &a, 1)).await?;
+    apply(&k.client, &scope.slot_workload("running", &a, 1)).await?;
     wait_admitted(&k.workloads, "running").await?;
 
     k.clusters
@@ -328,7 +317,7 @@ async fn a_lock_taken_during_a_cordon_is_held_once_drained() -> Result<()> {
     .await?;
     // The sentinel is the operator's own: the cluster stays Drained, not Cordoned.
     wait_schedulable(&k.clusters, &a, "Drained", Some(0), &ks).await?;
-    apply(&k.client, &slot_workload(&scope, "late", &a, 1)).await?;
+    apply(&k.client, &scope.slot_workload("late", &a, 1)).await?;
     wait_pending(&k.workloads, "late", &[]).await?;
     lm.stop_cleanly(plane).await?;
     Ok(ks.stop_cleanly(plane).await?)

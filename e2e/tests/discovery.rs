@@ -597,13 +597,7 @@ async fn a_black_hole_does_not_delay_another_target() -> Result<()> {
     let target = f.plane.target("target-b")?;
     let hole_cluster = f.scope.cluster("hole");
     let healthy = f.scope.cluster("healthy");
-    let into_hole = kubeconfig_yaml(
-        "hole",
-        &hole.url(),
-        target.ca_pem(),
-        "u",
-        &Credentials::Token("t".into()),
-    );
+    let into_hole = hole.kubeconfig(target.ca_pem());
 
     let started = Instant::now();
     f.put_secret(&secret_name(&hole_cluster), &into_hole, true, &[])

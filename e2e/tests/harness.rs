@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::{KUBECONFIG_SECRET_KEY, KUBECONFIG_SECRET_LABEL};
 use hearth_e2e::fleet::NodeSpec;
-use hearth_e2e::kubeconfig::{Credentials, client_from_yaml, kubeconfig_yaml};
+use hearth_e2e::kubeconfig::client_from_yaml;
 use hearth_e2e::lab::{own_plane, with_controller_manager};
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{is_alive, poll, until};
@@ -115,13 +115,7 @@ async fn revoked_node_reader_tokens_are_rejected() -> Result<()> {
 async fn black_hole_never_answers() -> Result<()> {
     let hole = BlackHole::start()?;
     let target = ControlPlane::shared().await?.target("target-b")?;
-    let kubeconfig = kubeconfig_yaml(
-        "hole",
-        &hole.url(),
-        target.ca_pem(),
-        "u",
-        &Credentials::Token("t".into()),
-    );
+    let kubeconfig = hole.kubeconfig(target.ca_pem());
     let attempt = tokio::time::timeout(Duration::from_secs(3), list_nodes(&kubeconfig)).await;
     ensure!(attempt.is_err(), "expected a hang, got {attempt:?}");
     Ok(())

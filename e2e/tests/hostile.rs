@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use hearth_api::KubeconfigStatus;
-use hearth_api::names::{KUBECONFIG_SECRET_LABEL, MANAGED_BY_LABEL, condition_types};
+use hearth_api::names::{MANAGED_BY_LABEL, condition_types, is_label_name};
 use hearth_e2e::hearth::Controller;
 use hearth_e2e::hostile::{
     ADMIN, DEADLINE, Hostile, condition, garbage, generated_binary_garbage, generated_deep_nesting,
@@ -26,7 +26,7 @@ use hearth_e2e::process::{eventually, http_get, is_alive};
 use hearth_e2e::resources::apply;
 use hearth_e2e::{Answer, HostileTarget, TargetFleet};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -404,7 +404,7 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
     for g in &hardware.gpus {
         ensure!(g.count > 0, "{g:?}");
         ensure!(
-            is_valid_name_part(&format!("gpu-{}", g.short_name)),
+            is_label_name(&format!("gpu-{}", g.short_name)),
             "short name {:?} is not a valid resource name part",
             g.short_name
         );
@@ -436,17 +436,6 @@ async fn junk_node_labels_and_allocatable_are_counted_sanely() -> Result<()> {
     w.assert_healthy(&healthy).await?;
     w.assert_alive().await?;
     Ok(())
-}
-
-/// `[a-z0-9A-Z]([-a-z0-9A-Z_.]*[a-z0-9A-Z])?`, at most 63: a qualified name's name part.
-fn is_valid_name_part(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -645,17 +634,9 @@ async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
     let mut w = Hostile::new("hostile_secret_memory").await?;
     for i in 0..SECRETS {
         let name = format!("kubeconfig-{}", w.scope.cluster(&format!("big{i}")));
-        let secret = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(w.scope.secrets_namespace.clone()),
-                labels: Some(BTreeMap::from([(
-                    KUBECONFIG_SECRET_LABEL.to_owned(),
-                    "true".to_owned(),
-                )])),
-                ..Default::default()
-            },
-            data: Some(BTreeMap::from([
+        w.put_secret_data(
+            &name,
+            BTreeMap::from([
                 (
                     "kubeconfig".to_owned(),
                     ByteString(b"not a kubeconfig".to_vec()),
@@ -664,13 +645,9 @@ async fn a_hundred_large_secrets_fit_under_the_chart_limit() -> Result<()> {
                     "ca-bundle.pem".to_owned(),
                     ByteString(vec![b'x'; 900 * 1024]),
                 ),
-            ])),
-            ..Default::default()
-        };
-        w.secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .with_context(|| format!("creating Secret {name}"))?;
+            ]),
+        )
+        .await?;
     }
     w.start(&[Controller::Discovery]).await?;
     let pid = w.pid_of(Controller::Discovery)?;

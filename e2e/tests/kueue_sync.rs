@@ -29,7 +29,7 @@ use hearth_e2e::hearth::{self, Controller, Running, metric_sum};
 use hearth_e2e::invariants::{entry, is_active, nonzero};
 use hearth_e2e::kueue_sync::{
     DeletionOrder, SLOTS, TwoClusters, Writer, discovered_gpus, gpu_resource, hearth_entries_are,
-    quota_of, slot_group, two_clusters, wait_metric_at_least, wait_queue, workload,
+    quota_of, slot_group, two_clusters, wait_active, wait_metric_at_least, wait_queue, workload,
 };
 use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::process::until;
@@ -67,14 +67,9 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         8,
         "the fleet table changed"
     );
-    let cq = wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "both clusters published",
-        &ks,
-        hearth_entries_are(&expected, &[]),
-    )
-    .await?;
+    let cq = k
+        .wait_entries("both clusters published", &ks, &expected)
+        .await?;
     let group = slot_group(&cq).context("a slot group")?;
     let mut union: BTreeSet<String> = expected.values().flat_map(|q| q.keys().cloned()).collect();
     union.insert(CLUSTER_SLOT_RESOURCE.into());
@@ -112,12 +107,7 @@ async fn published_quota_admits_on_the_cluster_flavor_and_refuses_more_than_it_h
         let event = wait_event(&k.client, &scope.namespace, name, "QuotaPublished").await?;
         assert_eq!(event.type_.as_deref(), Some("Normal"));
     }
-    let cq = wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    let cq = k.wait_active(&ks).await?;
     drop(cq);
 
     // Kueue admits 4 A100 and one slot on a, on a's flavor.
@@ -289,14 +279,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
         (a.clone(), quota_of(&gpus_a)),
         (b.clone(), quota_of(&gpus_b)),
     ]);
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "both published",
-        &ks,
-        hearth_entries_are(&both, &[]),
-    )
-    .await?;
+    k.wait_entries("both published", &ks, &both).await?;
     let own = k.flavors.get(&a).await?.metadata.labels.unwrap_or_default();
     assert_eq!(own.get(CLUSTER_NAMESPACE_LABEL), Some(&scope.namespace));
 
@@ -306,14 +289,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     k.clusters.delete(&a, &DeleteParams::default()).await?;
 
     let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
-    let cq = wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "a's entry removed",
-        &ks,
-        hearth_entries_are(&only_b, &[]),
-    )
-    .await?;
+    let cq = k.wait_entries("a's entry removed", &ks, &only_b).await?;
     ks.until("a's flavor deleted", DEADLINE, || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
@@ -333,12 +309,7 @@ async fn deleting_a_cluster_removes_its_entry_then_its_flavor_and_the_queue_stay
     );
     let covered = &slot_group(&cq).unwrap().covered_resources;
     assert!(!covered.contains(&gpu_resource("a100")), "{covered:?}");
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    k.wait_active(&ks).await?;
     Ok(ks.stop_cleanly(plane).await?)
 }
 
@@ -360,14 +331,7 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
         (a.clone(), quota_of(&gpus_a)),
         (b.clone(), quota_of(&gpus_b)),
     ]);
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "both published",
-        &ks,
-        hearth_entries_are(&both, &[]),
-    )
-    .await?;
+    k.wait_entries("both published", &ks, &both).await?;
     ks.stop_cleanly(plane).await?;
 
     k.clusters.delete(&a, &DeleteParams::default()).await?;
@@ -385,14 +349,7 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
 
     let ks = hearth::start(plane, &scope, Controller::KueueSync, "second", &[]).await?;
     let only_b = BTreeMap::from([(b.clone(), quota_of(&gpus_b))]);
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "a's entry removed",
-        &ks,
-        hearth_entries_are(&only_b, &[]),
-    )
-    .await?;
+    k.wait_entries("a's entry removed", &ks, &only_b).await?;
     ks.until("a's flavor deleted", DEADLINE, || async {
         Ok(match k.flavors.get_opt(&a).await? {
             None => Ok(()),
@@ -400,12 +357,7 @@ async fn a_cluster_deleted_while_kueue_sync_is_stopped_is_cleaned_up_after_resta
         })
     })
     .await?;
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    k.wait_active(&ks).await?;
     wait_reason(&k.clusters, &b, "Synced", &ks).await?;
     Ok(ks.stop_cleanly(plane).await?)
 }
@@ -458,12 +410,7 @@ async fn a_cluster_queue_created_after_the_controller_started_is_picked_up() -> 
     )
     .await?;
     wait_reason(&k.clusters, &a, "Synced", &ks).await?;
-    wait_queue(&k.queues, &late, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    wait_active(&k.queues, &late, &ks).await?;
     Ok(ks.stop_cleanly(plane).await?)
 }
 
@@ -599,12 +546,7 @@ async fn a_concurrent_writer_and_kueue_sync_lose_none_of_each_others_updates() -
         k.flavors.get_opt(&gitops).await?.is_some(),
         "a foreign flavor is never deleted"
     );
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    k.wait_active(&ks).await?;
     let metrics = ks.metrics().await?;
     eprintln!(
         "writer: {} writes, {} conflicts; kueue-sync: {} ClusterQueue writes, {} conflicts",
@@ -737,14 +679,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
     )
     .await?;
     let expected = BTreeMap::from([(a.clone(), quota_of(&gpus_a))]);
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "a published",
-        &one,
-        hearth_entries_are(&expected, &[]),
-    )
-    .await?;
+    k.wait_entries("a published", &one, &expected).await?;
 
     async fn leader_of(ks: &Running) -> Result<bool> {
         Ok(ks.metric_sum("hearth_leader").await? == 1.0)
@@ -781,14 +716,8 @@ async fn only_the_leader_writes_and_a_standby_takes_over() -> Result<()> {
         (a.clone(), quota_of(&gpus_a)),
         (b.clone(), quota_of(&gpus_b)),
     ]);
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "b published by the new leader",
-        &standby,
-        hearth_entries_are(&both, &[]),
-    )
-    .await?;
+    k.wait_entries("b published by the new leader", &standby, &both)
+        .await?;
     wait_reason(&k.clusters, &b, "Synced", &standby).await?;
     ensure!(leader_of(&standby).await?, "the standby leads now");
     ensure!(standby_writes(&standby.metrics().await?) > 0.0);
@@ -817,14 +746,8 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         .iter()
         .map(|n| (n.clone(), quota_of(&gpus)))
         .collect();
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "64 clusters published",
-        &ks,
-        hearth_entries_are(&expected, &[]),
-    )
-    .await?;
+    k.wait_entries("64 clusters published", &ks, &expected)
+        .await?;
     let cluster = wait_reason(&k.clusters, newest, "LimitReached", &ks).await?;
     let (_, _, message) = synced(&cluster).unwrap();
     assert!(message.contains("64"), "{message}");
@@ -833,12 +756,7 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         k.flavors.get_opt(newest).await?.is_some(),
         "its flavor waits too"
     );
-    wait_queue(&k.queues, &scope.cluster_queue, "queue Active", &ks, |cq| {
-        is_active(cq)
-            .then_some(())
-            .ok_or_else(|| format!("{:?}", cq.status))
-    })
-    .await?;
+    k.wait_active(&ks).await?;
     // No write storm: the entries of 64 new clusters went in a few writes, not one per
     // cluster. Their flavors are created in the background (32 at a time) and an entry
     // follows its flavor into the cache, so the writes follow the flavors' arrival: 3 to 5
@@ -860,12 +778,10 @@ async fn the_sixty_fifth_cluster_waits_for_room_and_the_queue_stays_valid() -> R
         .iter()
         .map(|n| (n.clone(), quota_of(&gpus)))
         .collect();
-    wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
+    k.wait_entries(
         "the newest cluster takes the oldest's place",
         &ks,
-        hearth_entries_are(&expected, &[]),
+        &expected,
     )
     .await?;
     wait_reason(&k.clusters, newest, "Synced", &ks).await?;

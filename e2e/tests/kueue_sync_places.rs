@@ -22,7 +22,7 @@ use hearth_api::{FournosCluster, FournosClusterSpec, GpuInfo, Hardware};
 use hearth_e2e::downstream::{DEADLINE, discover, gpu, onboard, synced, wait_reason, write_status};
 use hearth_e2e::hearth::{self, Controller, Running};
 use hearth_e2e::invariants::kueue_problems;
-use hearth_e2e::kueue_sync::{gpu_resource, hearth_entries_are, quota_of, slot_group, wait_queue};
+use hearth_e2e::kueue_sync::{gpu_resource, quota_of, slot_group};
 use hearth_e2e::objects::KUEUE_API_VERSION;
 use hearth_e2e::resources::apply;
 use hearth_e2e::world::World;
@@ -124,14 +124,9 @@ async fn a_cluster_discovery_never_counted_publishes_nothing_whatever_its_spec_s
     assert_eq!(cluster.status.and_then(|s| s.kueue), None);
     // The status describes the queue as written before it: no entry, nothing covered.
     let mut expected = BTreeMap::from([(real.clone(), quota_of(&[gpu("a100", 1)]))]);
-    let cq = wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "only the counted cluster published",
-        &ks,
-        hearth_entries_are(&expected, &[]),
-    )
-    .await?;
+    let cq = k
+        .wait_entries("only the counted cluster published", &ks, &expected)
+        .await?;
     assert_eq!(
         slot_group(&cq).context("a slot group")?.covered_resources,
         [CLUSTER_SLOT_RESOURCE.to_owned(), gpu_resource("a100")]
@@ -140,14 +135,9 @@ async fn a_cluster_discovery_never_counted_publishes_nothing_whatever_its_spec_s
     // Discovery counts it: its count is the quota; spec.hardware's h200 never shows.
     discover(&k.clusters, &forged, "Valid", &[gpu("mi300x", 8)]).await?;
     expected.insert(forged.clone(), quota_of(&[gpu("mi300x", 8)]));
-    let cq = wait_queue(
-        &k.queues,
-        &scope.cluster_queue,
-        "the counted GPUs published",
-        &ks,
-        hearth_entries_are(&expected, &[]),
-    )
-    .await?;
+    let cq = k
+        .wait_entries("the counted GPUs published", &ks, &expected)
+        .await?;
     assert_eq!(
         slot_group(&cq).context("a slot group")?.covered_resources,
         [

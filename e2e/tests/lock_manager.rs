@@ -168,18 +168,9 @@ impl LockFixture {
         what: &str,
         done: impl Fn(&Workload) -> bool,
     ) -> Result<Workload> {
-        until(
-            &format!("sentinel of {cluster}: {what}"),
-            DEADLINE,
-            || async {
-                let mut found = self.sentinels::<Workload>(cluster).await?;
-                Ok(match found.len() {
-                    1 if done(&found[0]) => Ok(found.remove(0)),
-                    1 => Err(format!("{:?}", found[0].status)),
-                    n => Err(format!("{n} sentinels")),
-                })
-            },
-        )
+        self.wait_one_sentinel(cluster, what, done, |w: &Workload| {
+            format!("{:?}", w.status)
+        })
         .await
     }
 

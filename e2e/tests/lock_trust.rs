@@ -59,6 +59,17 @@ async fn workload_lab(test: &str) -> Result<ModeLab> {
         .context("a workload lab needs no peer")
 }
 
+/// A workload lab for `test` with its cluster `test`, the name lock-manager gives that
+/// cluster's sentinel, and the Workloads API as a Fournos user (the attacker) writes it.
+async fn sentinel_name_lab(test: &str) -> Result<(ModeLab, String, String, Api<Workload>)> {
+    let lab = workload_lab(test).await?;
+    let attacker = lab.fournos_user().await?;
+    let c = lab.cluster(test).await?;
+    let name = lock_sentinel_name(&c);
+    let workloads = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    Ok((lab, c, name, workloads))
+}
+
 /// `status.lockJobUID` and `status.lockWorkloadUID` of a held lock.
 fn held_by(fc: &hearth_api::FournosCluster) -> Result<(String, String)> {
     let status = fc.status.as_ref().context("no status")?;
@@ -182,11 +193,7 @@ async fn two_hearths_in_one_execution_namespace_keep_each_others_locks(mode: Mod
 /// alone; once the user deletes it, the lock is taken.
 #[tokio::test]
 async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
-    let lab = workload_lab("squat").await?;
-    let attacker = lab.fournos_user().await?;
-    let c = lab.cluster("squat").await?;
-    let name = lock_sentinel_name(&c);
-    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let (lab, c, name, workloads) = sentinel_name_lab("squat").await?;
     let squat: Workload = serde_json::from_value(slot_workload(
         &lab.scope.execution_namespace,
         &name,
@@ -255,11 +262,7 @@ async fn a_squatted_sentinel_name_is_named_and_never_held() -> Result<()> {
 /// lock that follows is the sentinel lock-manager created.
 #[tokio::test]
 async fn a_forged_sentinel_never_holds_a_lock() -> Result<()> {
-    let lab = workload_lab("forge").await?;
-    let attacker = lab.fournos_user().await?;
-    let c = lab.cluster("forge").await?;
-    let name = lock_sentinel_name(&c);
-    let workloads: Api<Workload> = Api::namespaced(attacker, &lab.scope.execution_namespace);
+    let (lab, c, name, workloads) = sentinel_name_lab("forge").await?;
     let forged = workloads
         .create(&PostParams::default(), &forgery(&lab, &c)?)
         .await?;

@@ -329,11 +329,7 @@ async fn takeover_from_the_python_controller_drops_nothing() -> Result<()> {
     };
     for c in &clusters {
         plane
-            .create_kubeconfig_secret(
-                &scope.secrets_namespace,
-                &c.name,
-                targets[c.target].node_reader_kubeconfig(),
-            )
+            .onboard_onto(&scope.secrets_namespace, &c.name, &targets[c.target])
             .await?;
         let object: DynamicObject = serde_json::from_value(c.object(&ns))?;
         fcs.create(

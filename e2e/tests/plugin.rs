@@ -16,7 +16,7 @@ use hearth_api::kueue::Workload;
 use hearth_e2e::hearth::{
     self, Controller, PluginRun, doctor_in_scope, kubeconfig_with_rules, run_plugin,
 };
-use hearth_e2e::objects::{is_true, slot_workload};
+use hearth_e2e::objects::is_true;
 use hearth_e2e::plane::hearth_binary;
 use hearth_e2e::process::{stdout_of, until};
 use hearth_e2e::resources::{apply, dynamic_api};
@@ -251,13 +251,7 @@ async fn lock_wait_status_why_and_unlock_on_a_live_fleet() -> Result<()> {
     ensure!(again.stdout.contains("is not locked"), "{again:?}");
 
     // A lock that waits: a running job holds one of b's slots.
-    let job = slot_workload(
-        &scope.execution_namespace,
-        "benchmark",
-        &scope.local_queue,
-        &b,
-        1,
-    );
+    let job = scope.slot_workload("benchmark", &b, 1);
     apply(&client, &job).await?;
     let (jobs, _) = dynamic_api(&client, &job).await?;
     until("the benchmark admitted", DEADLINE, || async {
@@ -472,19 +466,14 @@ async fn kubectl_completes_kubectl_fournos_after_completion_install() -> Result<
     install_shim(&shim_dir)?;
     std::fs::remove_dir_all(&shim_dir)?;
 
-    let usage = tokio::process::Command::new(&plugin)
-        .arg("lock")
-        .output()
-        .await?;
+    let run = |arg: &str| tokio::process::Command::new(&plugin).arg(arg).output();
+    let usage = run("lock").await?;
     let stderr = String::from_utf8_lossy(&usage.stderr);
     ensure!(
         usage.status.code() == Some(2) && stderr.contains("Usage: kubectl fournos lock"),
         "{stderr}"
     );
-    let help = tokio::process::Command::new(&plugin)
-        .arg("--help")
-        .output()
-        .await?;
+    let help = run("--help").await?;
     let help = String::from_utf8_lossy(&help.stdout);
     ensure!(
         help.contains("Usage: kubectl fournos [OPTIONS] <COMMAND>"),

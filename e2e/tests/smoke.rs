@@ -8,7 +8,7 @@ use anyhow::{Context as _, Result, ensure};
 use hearth_api::names::CLUSTER_SLOT_RESOURCE;
 use hearth_e2e::fleet::{GpuVendor, fleet_for};
 use hearth_e2e::objects::{
-    assigned_flavor, condition, is_true, resource_flavor, slot_resource_groups, slot_workload,
+    assigned_flavor, condition, is_true, resource_flavor, slot_resource_groups,
 };
 use hearth_e2e::process::poll;
 use hearth_e2e::resources::{apply, dynamic_api};
@@ -48,13 +48,7 @@ async fn workload_is_admitted_on_a_flavor_with_quota_and_pends_when_it_is_exhaus
     let cluster = scope.cluster("smoke");
 
     // Before any flavor exists, Kueue has looked at the Workload and keeps it pending.
-    let first = slot_workload(
-        &scope.execution_namespace,
-        "first",
-        &scope.local_queue,
-        &cluster,
-        1,
-    );
+    let first = scope.slot_workload("first", &cluster, 1);
     apply(&client, &first).await?;
     wait_for(
         &client,
@@ -97,13 +91,7 @@ async fn workload_is_admitted_on_a_flavor_with_quota_and_pends_when_it_is_exhaus
     );
 
     // The only slot is taken: the second Workload waits, and Kueue says why.
-    let second = slot_workload(
-        &scope.execution_namespace,
-        "second",
-        &scope.local_queue,
-        &cluster,
-        1,
-    );
+    let second = scope.slot_workload("second", &cluster, 1);
     apply(&client, &second).await?;
     let pending = wait_for(&client, &second, "second Workload pending for quota", |w| {
         condition(w, "QuotaReserved")

@@ -360,11 +360,7 @@ async fn takeover_from_the_real_python_hearth_drops_nothing() -> Result<()> {
     let targets = plane.targets();
     for c in &clusters {
         plane
-            .create_kubeconfig_secret(
-                &scope.secrets_namespace,
-                &c.name,
-                targets[c.target].node_reader_kubeconfig(),
-            )
+            .onboard_onto(&scope.secrets_namespace, &c.name, &targets[c.target])
             .await?;
         until(
             &format!("the Python Hearth to publish GPU quota for {}", c.name),

@@ -204,40 +204,31 @@ async fn up(args: PlaneArgs, no_onboard: bool) -> Result<()> {
     std::fs::create_dir_all(&logs)?;
     let out = std::fs::File::create(logs.join("supervisor.out"))?;
     let exe = std::env::current_exe().context("locating hearth-plane")?;
+    let opts = SupervisorOptions {
+        state_dir: state_dir.clone(),
+        targets: args.targets,
+        tools,
+        hearth_bin_dir: args.hearth_bin_dir.as_deref().map(absolute).transpose()?,
+        wait_for_pods_ready: args.wait_for_pods_ready,
+        fournos_cluster_crd: args
+            .fournos_cluster_crd
+            .as_deref()
+            .map(absolute_file)
+            .transpose()?,
+        fournos: args.fournos,
+        controller_manager: args.controller_manager,
+        without_kueue_webhooks: args.without_kueue_webhooks,
+        control: false,
+        exit_on_stdin_eof: false,
+        timeout: Duration::from_secs(args.timeout_secs),
+    };
     let mut command = Process::new(exe);
     command
-        .arg("run")
-        .arg("--state-dir")
-        .arg(&state_dir)
-        .arg("--targets")
-        .arg(args.targets.to_string())
-        .arg("--tools-bin")
-        .arg(&tools.bin_dir)
-        .arg("--wait-for-pods-ready")
-        .arg(args.wait_for_pods_ready.to_string())
-        .arg("--timeout-secs")
-        .arg(args.timeout_secs.to_string())
+        .args(opts.run_args())
         .arg("--no-stderr-log")
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out);
-    if let Some(dir) = &args.hearth_bin_dir {
-        command.arg("--hearth-bin-dir").arg(absolute(dir)?);
-    }
-    if let Some(crd) = &args.fournos_cluster_crd {
-        command
-            .arg("--fournos-cluster-crd")
-            .arg(absolute_file(crd)?);
-    }
-    if args.fournos {
-        command.arg("--fournos");
-    }
-    if args.controller_manager {
-        command.arg("--controller-manager");
-    }
-    if args.without_kueue_webhooks {
-        command.arg("--without-kueue-webhooks");
-    }
     // A process group of its own: closing this terminal or pressing Ctrl-C in it later does
     // not reach the plane.
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
