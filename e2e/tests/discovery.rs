@@ -25,7 +25,7 @@ use hearth_e2e::discovery::{
     kubeconfig_for, kubeconfig_status, reported_gpus, secret_name, total_gpus,
 };
 use hearth_e2e::fleet::{NodeSpec, fleet_for};
-use hearth_e2e::hearth::{self, Controller};
+use hearth_e2e::hearth::{self, Controller, metric};
 use hearth_e2e::invariants::{cluster_condition as condition, last_discovery};
 use hearth_e2e::kubeconfig::{Credentials, kubeconfig_yaml};
 use hearth_e2e::otlp::Receiver;
@@ -410,13 +410,19 @@ async fn a_revoked_token_is_unauthorized() -> Result<()> {
         .context("credentialsExpireAt from the JWT's exp")?
         .0;
     // What an alert reads (HearthCredentialsExpiring): seconds from the scrape to that
-    // expiry, exact at the scrape.
-    let scraped = k8s_openapi::jiff::Timestamp::now();
-    let seconds = f
+    // expiry, exact at the scrape. The gauge is read from discovery's watch cache at the
+    // scrape, which may not show the status just read from the apiserver: wait for the
+    // cluster's sample to be exported.
+    let sample = format!("hearth_discovery_credentials_expiry_seconds{{cluster=\"{cluster}\"}}");
+    let (scraped, seconds) = f
         .discovery
-        .metric(&format!(
-            "hearth_discovery_credentials_expiry_seconds{{cluster=\"{cluster}\"}}"
-        ))
+        .until("the cluster's expiry gauge exported", DEADLINE, || async {
+            let scraped = k8s_openapi::jiff::Timestamp::now();
+            Ok(match metric(&f.discovery.metrics().await?, &sample) {
+                Some(seconds) => Ok((scraped, seconds)),
+                None => Err("not exported yet".to_owned()),
+            })
+        })
         .await?;
     let want = (expires.as_second() - scraped.as_second()) as f64;
     ensure!(
