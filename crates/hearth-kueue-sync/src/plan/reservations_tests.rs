@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::places_tests::{hearth_entries, queue_with_room};
 use super::random_tests::Rng;
-use super::tests::{message_of, synced};
+use super::tests::{assert_message, synced};
 use super::*;
 use crate::testing::{SLOT, World, cluster, gpu, queue, slot_group_quotas};
 
@@ -143,10 +143,11 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
     world.deliver("young");
     rounds(&mut world);
     assert!(hearth_entries(&world).is_empty());
-    let message = message_of(&world, "young", "LimitReached");
-    assert!(
-        message.contains("63 not Hearth's and 1 of clusters that have their place (old)"),
-        "{message}"
+    assert_message(
+        &world,
+        "young",
+        "LimitReached",
+        "63 not Hearth's and 1 of clusters that have their place (old)",
     );
     assert!(
         world.queue().resource_groups[0]
@@ -178,9 +179,7 @@ fn a_cluster_with_no_place_is_told_so_while_its_flavor_is_created() {
         .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
     world.converge();
     world.slow.insert("young".into());
-    world
-        .clusters
-        .push(cluster("young").created(5).gpu("a100", 1).build());
+    world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     let plan = world.plan();
     assert_eq!(plan.flavors_to_create.len(), 1);
     assert_eq!(plan.clusters["young"].reason(), SyncReason::LimitReached);
@@ -210,9 +209,7 @@ fn a_terminating_flavor_reserves_nothing() {
         .with_queue(Some(queue_with_room(1)))
         .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
     world.converge();
-    world
-        .clusters
-        .push(cluster("young").created(5).gpu("a100", 1).build());
+    world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     world.converge();
     assert_eq!(hearth_entries(&world), ["old"]);
     let old = world
@@ -250,10 +247,11 @@ fn a_reservation_keeps_the_room_its_models_need() {
     slow.deliver("young");
     rounds(&mut slow);
     assert_eq!(hearth_entries(&slow), ["young"]);
-    let message = message_of(&slow, "young", "LimitReached");
-    assert!(
-        message.contains("but not fournos/gpu-l40s (4 GPUs)"),
-        "{message}"
+    assert_message(
+        &slow,
+        "young",
+        "LimitReached",
+        "but not fournos/gpu-l40s (4 GPUs)",
     );
     slow.deliver("old");
     rounds(&mut slow);
@@ -326,14 +324,13 @@ fn an_older_newcomer_never_takes_the_covered_resource_of_a_holders_model() {
         .with_clusters([cluster("young").created(5).gpu("l40s", 4)]);
     world.converge();
     assert_eq!(synced(&world, "young").reason, "Synced");
-    world
-        .clusters
-        .push(cluster("old").created(0).gpu("h100", 8).build());
+    world.add_cluster(cluster("old").created(0).gpu("h100", 8));
     rounds(&mut world);
     assert_eq!(synced(&world, "young").reason, "Synced");
-    let message = message_of(&world, "old", "LimitReached");
-    assert!(
-        message.contains("but not fournos/gpu-h100 (8 GPUs)"),
-        "{message}"
+    assert_message(
+        &world,
+        "old",
+        "LimitReached",
+        "but not fournos/gpu-h100 (8 GPUs)",
     );
 }
