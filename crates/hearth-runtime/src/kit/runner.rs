@@ -276,6 +276,14 @@ mod tests {
         runner: tokio::task::JoinHandle<()>,
     }
 
+    impl Rig {
+        /// Shuts the runner down and waits until it has returned.
+        async fn stop(self) {
+            self.shutdown.cancel();
+            self.runner.await.unwrap();
+        }
+    }
+
     /// A runner over ConfigMaps `names`, `concurrency` at a time; each reconcile takes a
     /// permit of `gate` (so a test decides when they end) and answers with `answer`.
     fn lab(
@@ -394,8 +402,7 @@ mod tests {
                 (2, 1, 1)
             );
         }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -431,8 +438,7 @@ mod tests {
                 "a hopeless failure waits for a change"
             );
         }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -452,8 +458,7 @@ mod tests {
                 (1, 2, 0)
             );
         }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
@@ -470,8 +475,7 @@ mod tests {
         );
         feed.synced();
         until(&lab.record, |r| r.calls.len() == 1).await;
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
