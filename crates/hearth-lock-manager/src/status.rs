@@ -217,15 +217,20 @@ mod tests {
         assert_eq!(status_patch(&stored, None, &desired, at(1)), None);
     }
 
-    #[test]
-    fn first_lock_writes_every_field() {
-        let patch = status_patch(
+    /// The patch of alice's lock, held at generation 2, written over an empty status.
+    fn first_lock_patch() -> serde_json::Value {
+        status_patch(
             &FournosClusterStatus::default(),
             Some(2),
             &held("alice"),
             at(5),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn first_lock_writes_every_field() {
+        let patch = first_lock_patch();
         assert_eq!(patch["locked"], true);
         assert_eq!(patch["lockJobName"], "cluster-lock-a");
         assert_eq!(patch["ownerSetAt"], "2026-09-21T14:13:20Z");
@@ -241,13 +246,7 @@ mod tests {
 
     #[test]
     fn nothing_is_written_when_nothing_changed() {
-        let patch = status_patch(
-            &FournosClusterStatus::default(),
-            Some(2),
-            &held("alice"),
-            at(5),
-        )
-        .unwrap();
+        let patch = first_lock_patch();
         let current = written(&patch);
         assert_eq!(
             status_patch(&current, Some(2), &held("alice"), at(99)),
