@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use super::places_tests::{hearth_entries, queue_with_room};
+use super::places_tests::{converged_with_room, hearth_entries, queue_with_room};
 use super::random_tests::Rng;
 use super::tests::{assert_message, synced};
 use super::*;
@@ -174,10 +174,7 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
 
 #[test]
 fn a_cluster_with_no_place_is_told_so_while_its_flavor_is_created() {
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
-    world.converge();
+    let mut world = converged_with_room(1, [cluster("old").created(0).gpu("a100", 1)]);
     world.slow.insert("young".into());
     world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     let plan = world.plan();
@@ -205,10 +202,7 @@ fn a_never_counted_cluster_reserves_nothing() {
 fn a_terminating_flavor_reserves_nothing() {
     // It may stay Terminating as long as another queue lists it: its cluster comes back
     // as a newcomer once the flavor is gone and created again.
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
-    world.converge();
+    let mut world = converged_with_room(1, [cluster("old").created(0).gpu("a100", 1)]);
     world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     world.converge();
     assert_eq!(hearth_entries(&world), ["old"]);

@@ -276,6 +276,11 @@ mod tests {
         runner: tokio::task::JoinHandle<()>,
     }
 
+    /// A gate that holds no reconcile back.
+    fn open_gate() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(1000))
+    }
+
     impl Rig {
         /// Shuts the runner down and waits until it has returned.
         async fn stop(self) {
@@ -463,8 +468,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn what_the_first_list_delivers_runs_once_the_cache_is_filled() {
-        let gate = Arc::new(Semaphore::new(1000));
-        let (lab, feed) = lab_unsynced(&["a"], 4, gate, |_, _| Ok(Next::OnChange));
+        let (lab, feed) = lab_unsynced(&["a"], 4, open_gate(), |_, _| Ok(Next::OnChange));
         lab.changes.send("a".to_owned()).unwrap();
         for _ in 0..100 {
             tokio::task::yield_now().await;
