@@ -127,6 +127,11 @@ fn cond<'a>(s: &'a DiscoveryStatus, type_: &str) -> &'a Condition {
     find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {s:?}"))
 }
 
+/// A condition's status and reason.
+fn state_of(c: &Condition) -> (&str, &str) {
+    (c.status.as_str(), c.reason.as_str())
+}
+
 fn reasons_of(s: &DiscoveryStatus) -> [&str; 5] {
     let kc = cond(s, KUBECONFIG_VALID);
     let gpu = cond(s, GPU_DISCOVERED);
@@ -557,10 +562,7 @@ fn expiring_credentials_warn_while_still_valid() {
     probe.credentials = Some(expiry);
     let p = probe.plan();
     let kc = cond(&p.status, KUBECONFIG_VALID);
-    assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
-        ("True", "CredentialsExpiringSoon")
-    );
+    assert_eq!(state_of(kc), ("True", "CredentialsExpiringSoon"));
     assert_eq!(
         kc.last_transition_time,
         Time(at(0)),
@@ -603,7 +605,7 @@ fn expiring_credentials_warn_while_still_valid() {
     });
     let rotated = rotated.plan();
     let kc = cond(&rotated.status, KUBECONFIG_VALID);
-    assert_eq!((kc.status.as_str(), kc.reason.as_str()), ("True", "Valid"));
+    assert_eq!(state_of(kc), ("True", "Valid"));
     assert_eq!(kc.last_transition_time, Time(at(0)));
     assert!(rotated.events.is_empty());
     assert_eq!(

@@ -42,6 +42,14 @@ fn alices_held_lock(since: i64, ttl: Option<&str>, now: i64) -> LockPlan {
     plan_lock(&view(Some("alice"), ttl, &status), &s, at(now))
 }
 
+/// The actions that create `owner`'s sentinel of cluster `a`, and nothing else.
+fn create_sentinel_for(owner: &str) -> Vec<LockAction> {
+    vec![LockAction::CreateSentinel {
+        name: "cluster-lock-a".into(),
+        owner: owner.into(),
+    }]
+}
+
 fn view<'a>(
     owner: Option<&'a str>,
     ttl: Option<&'a str>,
@@ -109,13 +117,7 @@ fn owner_without_flavor_waits_for_flavor() {
 fn owner_with_flavor_creates_the_sentinel() {
     let status = synced();
     let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(0));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("alice"));
     assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
     assert_eq!(
         (plan.status.lock_job_name, plan.status.lock_job_uid),
@@ -426,13 +428,7 @@ fn owner_change_replaces_sentinel_and_restarts_the_clock() {
     assert_eq!(plan.actions, vec![]);
     // Once gone: created for bob.
     let plan = plan_lock(&view(Some("bob"), Some("1h"), &status), &[], at(102));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "bob".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("bob"));
     assert_eq!(plan.status.owner_set_at, Some(at(100)));
 }
 
@@ -509,10 +505,7 @@ fn a_labelled_impostor_never_holds_and_is_never_deleted() {
     assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
     assert_eq!(
         plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }],
+        create_sentinel_for("alice"),
         "the create meets it, and the apply step names it (SentinelNameTaken)"
     );
     let plan = plan_lock(&view(None, None, &status), &s, at(10));
@@ -590,13 +583,7 @@ fn sentinel_recreated_when_someone_deletes_it() {
         ..locked_since("alice", 0)
     };
     let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(10));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("alice"));
     assert!(!plan.status.locked);
     assert_eq!(plan.status.owner_set_at, Some(at(0)));
 }
