@@ -238,14 +238,26 @@ mod tests {
         )
     }
 
+    /// Sets `KubeconfigValid` in `conds` for `generation`, `secs` after the epoch.
+    fn set_valid(
+        conds: &mut Vec<Condition>,
+        status: bool,
+        reason: KubeconfigValidReason,
+        generation: i64,
+        secs: i64,
+    ) -> bool {
+        set_condition(conds, &valid(status, reason), Some(generation), &at(secs))
+    }
+
     #[test]
     fn new_condition_is_added_with_now_as_transition_time() {
         let mut conds = vec![];
-        assert!(set_condition(
+        assert!(set_valid(
             &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(3),
-            &at(0)
+            true,
+            KubeconfigValidReason::Valid,
+            3,
+            0
         ));
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0].status, "True");
@@ -257,17 +269,13 @@ mod tests {
     #[test]
     fn same_status_keeps_transition_time_but_updates_reason_message_generation() {
         let mut conds = vec![];
-        set_condition(
+        set_valid(&mut conds, false, KubeconfigValidReason::Unreachable, 1, 0);
+        assert!(set_valid(
             &mut conds,
-            &valid(false, KubeconfigValidReason::Unreachable),
-            Some(1),
-            &at(0),
-        );
-        assert!(set_condition(
-            &mut conds,
-            &valid(false, KubeconfigValidReason::Unauthorized),
-            Some(2),
-            &at(60)
+            false,
+            KubeconfigValidReason::Unauthorized,
+            2,
+            60
         ));
         assert_eq!(conds[0].last_transition_time, at(0));
         assert_eq!(conds[0].reason, "Unauthorized");
@@ -278,17 +286,13 @@ mod tests {
     #[test]
     fn status_flip_moves_transition_time() {
         let mut conds = vec![];
-        set_condition(
+        set_valid(&mut conds, false, KubeconfigValidReason::Unreachable, 1, 0);
+        assert!(set_valid(
             &mut conds,
-            &valid(false, KubeconfigValidReason::Unreachable),
-            Some(1),
-            &at(0),
-        );
-        assert!(set_condition(
-            &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(1),
-            &at(60)
+            true,
+            KubeconfigValidReason::Valid,
+            1,
+            60
         ));
         assert_eq!(conds[0].last_transition_time, at(60));
         assert_eq!(conds[0].status, "True");
@@ -297,18 +301,14 @@ mod tests {
     #[test]
     fn identical_condition_is_no_change() {
         let mut conds = vec![];
-        set_condition(
-            &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(1),
-            &at(0),
-        );
+        set_valid(&mut conds, true, KubeconfigValidReason::Valid, 1, 0);
         let before = conds.clone();
-        assert!(!set_condition(
+        assert!(!set_valid(
             &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(1),
-            &at(90)
+            true,
+            KubeconfigValidReason::Valid,
+            1,
+            90
         ));
         assert_eq!(conds, before);
     }
@@ -323,18 +323,8 @@ mod tests {
             &at(0),
         );
         let locked = conds[0].clone();
-        set_condition(
-            &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(5),
-            &at(30),
-        );
-        set_condition(
-            &mut conds,
-            &valid(false, KubeconfigValidReason::Invalid),
-            Some(6),
-            &at(60),
-        );
+        set_valid(&mut conds, true, KubeconfigValidReason::Valid, 5, 30);
+        set_valid(&mut conds, false, KubeconfigValidReason::Invalid, 6, 60);
         assert_eq!(conds.len(), 2);
         assert_eq!(find(&conds, "Locked"), Some(&locked));
         assert!(!is_true(&conds, "KubeconfigValid"));
@@ -412,11 +402,12 @@ mod tests {
             dup("True", 5),
             dup("True", 9),
         ];
-        assert!(set_condition(
+        assert!(set_valid(
             &mut conds,
-            &valid(true, KubeconfigValidReason::Valid),
-            Some(1),
-            &at(100)
+            true,
+            KubeconfigValidReason::Valid,
+            1,
+            100
         ));
         assert_eq!(conds.len(), 2);
         assert_eq!(conds[1], other);

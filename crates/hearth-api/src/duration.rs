@@ -225,31 +225,20 @@ mod tests {
             parse_duration("1h30m"),
             Err(DurationError::UnknownUnit { .. })
         ));
-        assert_eq!(
-            parse_duration("h"),
-            Err(DurationError::NotANumber("h".into()))
-        );
-        assert_eq!(
-            parse_duration("-5m"),
-            Err(DurationError::NotANumber("-5m".into()))
-        );
-        assert_eq!(
-            parse_duration(" 5m"),
-            Err(DurationError::NotANumber(" 5m".into()))
-        );
-        assert_eq!(parse_duration("0m"), Err(DurationError::Zero("0m".into())));
-        assert_eq!(
-            parse_duration("05m"),
-            Err(DurationError::LeadingZero("05m".into()))
-        );
-        assert_eq!(
-            parse_duration("99999999999999999999d"),
-            Err(DurationError::TooLong("99999999999999999999d".into()))
-        );
-        assert_eq!(
-            parse_duration("100000d"),
-            Err(DurationError::TooLong("100000d".into()))
-        );
+        for (input, want) in [
+            ("h", DurationError::NotANumber("h".into())),
+            ("-5m", DurationError::NotANumber("-5m".into())),
+            (" 5m", DurationError::NotANumber(" 5m".into())),
+            ("0m", DurationError::Zero("0m".into())),
+            ("05m", DurationError::LeadingZero("05m".into())),
+            (
+                "99999999999999999999d",
+                DurationError::TooLong("99999999999999999999d".into()),
+            ),
+            ("100000d", DurationError::TooLong("100000d".into())),
+        ] {
+            assert_eq!(parse_duration(input), Err(want), "{input:?}");
+        }
     }
 
     #[test]
@@ -269,45 +258,24 @@ mod tests {
             Ok(Duration::from_secs(60 * 3600))
         );
         assert_eq!(parse_flag_duration(" 0d "), Ok(Duration::ZERO));
-        assert_eq!(parse_flag_duration(""), Err(FlagDurationError::MissingUnit));
-        assert_eq!(
-            parse_flag_duration("7"),
-            Err(FlagDurationError::MissingUnit)
-        );
-        assert_eq!(
-            parse_flag_duration("d"),
-            Err(FlagDurationError::MissingNumber)
-        );
-        for unit in ["w", "dd"] {
-            assert_eq!(
-                parse_flag_duration(&format!("7{unit}")),
-                Err(FlagDurationError::UnknownUnit(unit.into()))
-            );
+        for (input, want) in [
+            ("", FlagDurationError::MissingUnit),
+            ("7", FlagDurationError::MissingUnit),
+            ("d", FlagDurationError::MissingNumber),
+            ("7w", FlagDurationError::UnknownUnit("w".into())),
+            ("7dd", FlagDurationError::UnknownUnit("dd".into())),
+            ("1h30", FlagDurationError::MissingUnit),
+            ("-5m", FlagDurationError::MissingNumber),
+            ("1h 30m", FlagDurationError::UnknownUnit("h ".into())),
+            ("1.5h", FlagDurationError::UnknownUnit(".".into())),
+            ("99999999999999999999d", FlagDurationError::TooLarge),
+            (
+                "200000000000000d200000000000000d",
+                FlagDurationError::TooLarge,
+            ),
+        ] {
+            assert_eq!(parse_flag_duration(input), Err(want), "{input:?}");
         }
-        assert_eq!(
-            parse_flag_duration("1h30"),
-            Err(FlagDurationError::MissingUnit)
-        );
-        assert_eq!(
-            parse_flag_duration("-5m"),
-            Err(FlagDurationError::MissingNumber)
-        );
-        assert_eq!(
-            parse_flag_duration("1h 30m"),
-            Err(FlagDurationError::UnknownUnit("h ".into()))
-        );
-        assert_eq!(
-            parse_flag_duration("1.5h"),
-            Err(FlagDurationError::UnknownUnit(".".into()))
-        );
-        assert_eq!(
-            parse_flag_duration("99999999999999999999d"),
-            Err(FlagDurationError::TooLarge)
-        );
-        assert_eq!(
-            parse_flag_duration("200000000000000d200000000000000d"),
-            Err(FlagDurationError::TooLarge)
-        );
         // Everything a FournosCluster accepts, a flag accepts as the same duration.
         for s in ["1m", "30m", "4h", "2d", "99999d"] {
             assert_eq!(parse_flag_duration(s).ok(), parse_duration(s).ok(), "{s}");

@@ -209,56 +209,26 @@ reasons! {
 mod tests {
     use super::*;
 
-    fn check(all: &[&'static str]) {
+    fn check<R: crate::conditions::Reason + Copy>(all: &[R]) {
         let mut seen = std::collections::BTreeSet::new();
-        for r in all {
+        for r in all.iter().map(|r| r.as_str()) {
             assert!(
                 !r.is_empty() && r.chars().all(|c| c.is_ascii_alphanumeric()),
                 "{r}"
             );
             assert!(r.starts_with(|c: char| c.is_ascii_uppercase()), "{r}");
-            assert!(seen.insert(*r), "{r} twice");
+            assert!(seen.insert(r), "{r} twice");
         }
     }
 
     #[test]
     fn reasons_are_camel_case_distinct_and_parse_back() {
-        check(
-            &KubeconfigValidReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
-        check(
-            &GpuDiscoveredReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
-        check(
-            &KueueSyncedReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
-        check(
-            &AcceptedReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
-        check(
-            &LockedReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
-        check(
-            &SchedulableReason::ALL
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>(),
-        );
+        check(KubeconfigValidReason::ALL);
+        check(GpuDiscoveredReason::ALL);
+        check(KueueSyncedReason::ALL);
+        check(AcceptedReason::ALL);
+        check(LockedReason::ALL);
+        check(SchedulableReason::ALL);
         for r in LockedReason::ALL {
             assert_eq!(LockedReason::parse(r.as_str()), Some(*r));
         }

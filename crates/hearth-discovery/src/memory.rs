@@ -154,6 +154,14 @@ mod tests {
         }
     }
 
+    /// A status as cached before a write, and the status that write sends.
+    fn before_and_written() -> (FournosClusterStatus, FournosClusterStatus) {
+        (
+            status(KubeconfigStatus::Unreachable, ""),
+            status(KubeconfigStatus::Valid, "8x NVIDIA-A100"),
+        )
+    }
+
     fn cached<'a>(rv: &'a str, status: &'a FournosClusterStatus) -> Cached<'a> {
         Cached {
             uid: "u1",
@@ -185,8 +193,7 @@ mod tests {
 
     #[test]
     fn a_cache_behind_the_write_gives_the_written_status() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         assert_eq!(
             memory.recall(&cached("11", &old)),
@@ -198,8 +205,7 @@ mod tests {
 
     #[test]
     fn the_written_version_in_the_cache_ends_the_memory() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         // The cache holds the write's own version, as the apiserver stored it (which
         // need not be byte for byte what was sent): that is the truth from now on.
@@ -228,8 +234,7 @@ mod tests {
     fn another_writers_version_before_the_write_is_not_taken_for_it() {
         // Status writes are not ordered against each other: lock-manager's write may
         // land between the cached version and discovery's, with its own new version.
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         let mut between = old.clone();
         between.locked = Some(true);
@@ -240,8 +245,7 @@ mod tests {
     fn versions_are_never_ordered() {
         // Opaque: a version that looks smaller, larger or is not a number at all says
         // nothing about order.
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         for rv in ["9", "99999999999999999999999", "zz-opaque", ""] {
             let mut memory = wrote("12", &new);
             assert_eq!(
@@ -256,8 +260,7 @@ mod tests {
 
     #[test]
     fn a_write_without_a_version_waits_for_its_content() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = Memory::default();
         let written = Written {
             resource_version: None,
@@ -276,8 +279,7 @@ mod tests {
 
     #[test]
     fn remembering_without_a_write_keeps_the_last_write() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         memory.remember("u1", 8, None);
         assert_eq!(memory.recall(&cached("11", &old)), (Some(8), Some(new)));
@@ -309,8 +311,7 @@ mod tests {
 
     #[test]
     fn a_delivered_write_is_forgotten_before_the_next_reconcile() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         // A cache change that does not show the write yet keeps it.
         memory.forget_delivered(&cached("11", &old));
@@ -358,8 +359,7 @@ mod tests {
 
     #[test]
     fn leadership_moving_forgets_writes_but_not_fingerprints() {
-        let old = status(KubeconfigStatus::Unreachable, "");
-        let new = status(KubeconfigStatus::Valid, "8x NVIDIA-A100");
+        let (old, new) = before_and_written();
         let mut memory = wrote("12", &new);
         memory.forget_writes();
         assert_eq!(memory.recall(&cached("11", &old)), (Some(7), Some(old)));

@@ -294,32 +294,33 @@ mod tests {
             [S::Valid, S::Valid, S::Unreachable, S::Unreachable]
         );
         // Once Unreachable, it stays so until a probe reaches the target.
-        assert_eq!(
-            next_kubeconfig_status(Some(S::Unreachable), V::Unreachable, 4, 3),
-            S::Unreachable
-        );
-        assert_eq!(
-            next_kubeconfig_status(Some(S::Unreachable), V::Reached, 0, 3),
-            S::Valid
-        );
+        for (verdict, failures, want) in [
+            (V::Unreachable, 4, S::Unreachable),
+            (V::Reached, 0, S::Valid),
+        ] {
+            assert_eq!(
+                next_kubeconfig_status(Some(S::Unreachable), verdict, failures, 3),
+                want,
+                "{verdict:?}"
+            );
+        }
     }
 
     #[test]
     fn definite_answers_apply_at_once() {
         for previous in [None, Some(S::Valid), Some(S::Unreachable)] {
-            assert_eq!(
-                next_kubeconfig_status(previous, V::Unauthorized, 1, 3),
-                S::Unauthorized
-            );
-            assert_eq!(
-                next_kubeconfig_status(previous, V::Invalid, 1, 3),
-                S::Invalid
-            );
-            assert_eq!(
-                next_kubeconfig_status(previous, V::Missing, 1, 3),
-                S::Missing
-            );
-            assert_eq!(next_kubeconfig_status(previous, V::Reached, 0, 3), S::Valid);
+            for (verdict, failures, want) in [
+                (V::Unauthorized, 1, S::Unauthorized),
+                (V::Invalid, 1, S::Invalid),
+                (V::Missing, 1, S::Missing),
+                (V::Reached, 0, S::Valid),
+            ] {
+                assert_eq!(
+                    next_kubeconfig_status(previous, verdict, failures, 3),
+                    want,
+                    "{previous:?} {verdict:?}"
+                );
+            }
         }
     }
 
@@ -509,14 +510,13 @@ mod tests {
 
     #[test]
     fn threshold_zero_or_one_means_no_grace() {
-        assert_eq!(
-            next_kubeconfig_status(Some(S::Valid), V::Unreachable, 1, 1),
-            S::Unreachable
-        );
-        assert_eq!(
-            next_kubeconfig_status(Some(S::Valid), V::Unreachable, 1, 0),
-            S::Unreachable
-        );
+        for threshold in [1, 0] {
+            assert_eq!(
+                next_kubeconfig_status(Some(S::Valid), V::Unreachable, 1, threshold),
+                S::Unreachable,
+                "{threshold}"
+            );
+        }
         assert!(within_threshold(2, 3) && !within_threshold(3, 3));
     }
 }

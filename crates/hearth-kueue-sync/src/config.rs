@@ -136,8 +136,7 @@ fn parse_resource_prefix(prefix: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-    use hearth_runtime::testing::parse_without_env;
+    use hearth_runtime::testing::{assert_env_vars, parse_without_env};
 
     fn parse(argv: &[&str]) -> Result<KueueSyncConfig, clap::Error> {
         Ok(parse_without_env::<Args>(argv)?.config)
@@ -159,18 +158,14 @@ mod tests {
 
     #[test]
     fn env_var_names_are_the_contract() {
-        let cmd = Args::command();
-        for (id, env) in [
+        assert_env_vars::<Args>(&[
             ("cluster_queue_name", "HEARTH_KUEUE_CLUSTER_QUEUE_NAME"),
             ("gpu_resource_prefix", "HEARTH_GPU_RESOURCE_PREFIX"),
             ("cluster_slots", "HEARTH_CLUSTER_SLOTS"),
             ("pool_label_keys", "HEARTH_POOL_LABEL_KEYS"),
             ("execution_namespace", "HEARTH_EXECUTION_NAMESPACE"),
             ("namespace", "HEARTH_NAMESPACE"),
-        ] {
-            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
-            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "--{id}");
-        }
+        ]);
     }
 
     #[test]

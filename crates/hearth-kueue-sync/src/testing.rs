@@ -225,6 +225,20 @@ pub(crate) fn queue(spec: Value) -> ClusterQueueSpec {
     serde_json::from_value(spec).expect("a ClusterQueue spec")
 }
 
+/// A ClusterQueue spec with one resource group: one flavor with these nominal quotas, the
+/// group covering exactly their resources in this order.
+pub(crate) fn one_flavor_queue(flavor: &str, quotas: &[(&str, Value)]) -> ClusterQueueSpec {
+    let covered: Vec<&str> = quotas.iter().map(|(resource, _)| *resource).collect();
+    let resources: Vec<Value> = quotas
+        .iter()
+        .map(|(resource, quota)| serde_json::json!({"name": resource, "nominalQuota": quota}))
+        .collect();
+    queue(serde_json::json!({"resourceGroups": [{
+        "coveredResources": covered,
+        "flavors": [{"name": flavor, "resources": resources}],
+    }]}))
+}
+
 /// The JSON of a spec, to compare parts byte for byte.
 pub(crate) fn json(spec: &ClusterQueueSpec) -> Value {
     serde_json::to_value(spec).unwrap()
@@ -595,6 +609,10 @@ impl World {
             .get_or_insert_with(Default::default)
             .hardware
             .get_or_insert_with(Default::default)
+    }
+
+    pub fn add_cluster(&mut self, cluster: ClusterBuilder) {
+        self.clusters.push(cluster.build());
     }
 
     pub fn remove_cluster(&mut self, name: &str) {

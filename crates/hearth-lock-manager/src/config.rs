@@ -72,8 +72,7 @@ pub struct LockManagerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
-    use hearth_runtime::testing::parse_without_env;
+    use hearth_runtime::testing::{assert_env_vars, parse_without_env};
 
     fn parse(argv: &[&str]) -> Result<LockManagerConfig, clap::Error> {
         Ok(parse_without_env::<Args>(argv)?.config)
@@ -95,18 +94,14 @@ mod tests {
 
     #[test]
     fn env_var_names_are_the_contract() {
-        let cmd = Args::command();
-        for (id, env) in [
+        assert_env_vars::<Args>(&[
             ("execution_namespace", "HEARTH_EXECUTION_NAMESPACE"),
             ("sentinel", "HEARTH_SENTINEL"),
             ("local_queue_name", "HEARTH_LOCAL_QUEUE_NAME"),
             ("sentinel_priority_class", "HEARTH_SENTINEL_PRIORITY_CLASS"),
             ("lock_concurrency", "HEARTH_LOCK_CONCURRENCY"),
             ("namespace", "HEARTH_NAMESPACE"),
-        ] {
-            let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
-            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env), "--{id}");
-        }
+        ]);
     }
 
     #[test]

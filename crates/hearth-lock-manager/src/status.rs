@@ -217,15 +217,20 @@ mod tests {
         assert_eq!(status_patch(&stored, None, &desired, at(1)), None);
     }
 
+    /// The patch that writes `desired` over an empty status, at `secs`.
+    fn patch_over_empty(generation: Option<i64>, desired: &LockStatus, secs: i64) -> Value {
+        status_patch(
+            &FournosClusterStatus::default(),
+            generation,
+            desired,
+            at(secs),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn first_lock_writes_every_field() {
-        let patch = status_patch(
-            &FournosClusterStatus::default(),
-            Some(2),
-            &held("alice"),
-            at(5),
-        )
-        .unwrap();
+        let patch = patch_over_empty(Some(2), &held("alice"), 5);
         assert_eq!(patch["locked"], true);
         assert_eq!(patch["lockJobName"], "cluster-lock-a");
         assert_eq!(patch["ownerSetAt"], "2026-09-21T14:13:20Z");
@@ -241,13 +246,7 @@ mod tests {
 
     #[test]
     fn nothing_is_written_when_nothing_changed() {
-        let patch = status_patch(
-            &FournosClusterStatus::default(),
-            Some(2),
-            &held("alice"),
-            at(5),
-        )
-        .unwrap();
+        let patch = patch_over_empty(Some(2), &held("alice"), 5);
         let current = written(&patch);
         assert_eq!(
             status_patch(&current, Some(2), &held("alice"), at(99)),
@@ -259,15 +258,7 @@ mod tests {
 
     #[test]
     fn fields_that_no_longer_apply_are_left_out() {
-        let current = written(
-            &status_patch(
-                &FournosClusterStatus::default(),
-                Some(1),
-                &held("alice"),
-                at(5),
-            )
-            .unwrap(),
-        );
+        let current = written(&patch_over_empty(Some(1), &held("alice"), 5));
         let released = LockStatus {
             condition: Some(LockCondition {
                 reason: LockedReason::Released,
@@ -301,15 +292,7 @@ mod tests {
 
     #[test]
     fn transition_time_is_kept_while_status_stays() {
-        let current = written(
-            &status_patch(
-                &FournosClusterStatus::default(),
-                Some(1),
-                &waiting("alice"),
-                at(0),
-            )
-            .unwrap(),
-        );
+        let current = written(&patch_over_empty(Some(1), &waiting("alice"), 0));
         let mut other_message = waiting("alice");
         other_message.condition.as_mut().unwrap().message = "still waiting".into();
         let patch = status_patch(&current, Some(1), &other_message, at(30)).unwrap();
@@ -328,9 +311,8 @@ mod tests {
                 .map(|e| e.reason)
                 .collect::<Vec<_>>()
         };
-        let waiting_status =
-            written(&status_patch(&empty, None, &waiting("alice"), at(0)).unwrap());
-        let held_status = written(&status_patch(&empty, None, &held("alice"), at(0)).unwrap());
+        let waiting_status = written(&patch_over_empty(None, &waiting("alice"), 0));
+        let held_status = written(&patch_over_empty(None, &held("alice"), 0));
 
         assert_eq!(reasons_of(&empty, &waiting("alice")), Vec::<&str>::new());
         assert_eq!(

@@ -438,6 +438,16 @@ mod tests {
         request(addr, Method::GET, path).await
     }
 
+    /// Asserts the status and body a GET of `path` is answered with.
+    async fn assert_get(addr: SocketAddr, path: &str, status: StatusCode, body: &str) {
+        let reply = get(addr, path).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (status, body),
+            "{path}"
+        );
+    }
+
     /// A server on a free loopback port, live.
     fn bound(readiness: Readiness, metrics: Metrics) -> AdminServer {
         AdminServer::bind(
@@ -460,9 +470,7 @@ mod tests {
     #[tokio::test]
     async fn healthz_is_ok_while_running() {
         let (addr, shutdown) = start(Readiness::new(), Metrics::new("hearth-test")).await;
-        let reply = get(addr, "/healthz").await;
-        assert_eq!(reply.status, StatusCode::OK);
-        assert_eq!(reply.body, "ok\n");
+        assert_get(addr, "/healthz", StatusCode::OK, "ok\n").await;
         shutdown.cancel();
     }
 
@@ -473,19 +481,25 @@ mod tests {
         let secrets = readiness.gate("secrets");
         let (addr, shutdown) = start(readiness, Metrics::new("hearth-test")).await;
 
-        let reply = get(addr, "/readyz").await;
-        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(reply.body, "not ready: fournosclusters, secrets\n");
+        assert_get(
+            addr,
+            "/readyz",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: fournosclusters, secrets\n",
+        )
+        .await;
 
         clusters.ready();
-        let reply = get(addr, "/readyz").await;
-        assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(reply.body, "not ready: secrets\n");
+        assert_get(
+            addr,
+            "/readyz",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: secrets\n",
+        )
+        .await;
 
         secrets.ready();
-        let reply = get(addr, "/readyz").await;
-        assert_eq!(reply.status, StatusCode::OK);
-        assert_eq!(reply.body, "ready\n");
+        assert_get(addr, "/readyz", StatusCode::OK, "ready\n").await;
         shutdown.cancel();
     }
 

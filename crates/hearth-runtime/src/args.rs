@@ -256,7 +256,7 @@ pub use hearth_api::duration::{
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, Parser};
+    use clap::Parser;
 
     #[derive(Parser, Debug)]
     struct Cli {
@@ -290,14 +290,7 @@ mod tests {
 
     #[test]
     fn env_var_names_are_the_contract() {
-        let cmd = Cli::command();
-        let env_of = |id: &str| {
-            cmd.get_arguments()
-                .find(|a| a.get_id() == id)
-                .and_then(|a| a.get_env())
-                .map(|e| e.to_string_lossy().into_owned())
-        };
-        for (id, env) in [
+        crate::testing::assert_env_vars::<Cli>(&[
             ("namespace", "HEARTH_NAMESPACE"),
             ("reconcile_interval_sec", "HEARTH_RECONCILE_INTERVAL_SEC"),
             ("log_level", "HEARTH_LOG_LEVEL"),
@@ -310,9 +303,7 @@ mod tests {
             ("lease_grace_sec", "HEARTH_LEASE_GRACE_SEC"),
             ("identity", "HEARTH_POD_NAME"),
             ("kubeconfig", "KUBECONFIG"),
-        ] {
-            assert_eq!(env_of(id).as_deref(), Some(env), "env var of --{id}");
-        }
+        ]);
     }
 
     /// Marker that makes `env_child` do its work: it only runs inside the child process

@@ -320,22 +320,13 @@ mod tests {
     #[tokio::test]
     async fn background_events_wait_for_the_writes_clusters_wait_for() {
         use crate::write_activity::WriteActivity;
-        use tower::{Layer as _, Service as _, ServiceExt as _};
+        use tower::{Service as _, ServiceExt as _};
 
         let (events, seen) = recorded();
         let activity = WriteActivity::default();
         let events = events.yielding_to(activity.clone());
         // A write that stays in flight until released, counted as the write client counts.
-        let (release, released) = watch::channel(false);
-        let mut write = activity
-            .layer()
-            .layer(tower::service_fn(move |_: Request<()>| {
-                let mut released = released.clone();
-                async move {
-                    released.wait_for(|r| *r).await.unwrap();
-                    Ok::<_, std::convert::Infallible>(())
-                }
-            }));
+        let (release, mut write) = crate::write_activity::held_until_released(&activity);
         let status = Request::builder()
             .method(http::Method::PATCH)
             .uri("/apis/fournos.dev/v1/namespaces/ns/fournosclusters/c/status")

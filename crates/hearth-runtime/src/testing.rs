@@ -100,3 +100,17 @@ pub fn parse_without_env<P: clap::Parser>(argv: &[&str]) -> Result<P, clap::Erro
     let matches = cmd.try_get_matches_from(std::iter::once("test").chain(argv.iter().copied()))?;
     P::from_arg_matches(&matches)
 }
+
+/// Asserts the environment variable each named argument of `P` reads: `(argument id,
+/// variable)` pairs, the contract a Deployment is written against.
+#[track_caller]
+pub fn assert_env_vars<P: clap::CommandFactory>(expected: &[(&str, &str)]) {
+    let cmd = P::command();
+    for (id, env) in expected {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .unwrap_or_else(|| panic!("no argument {id}"));
+        assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(*env), "--{id}");
+    }
+}

@@ -148,6 +148,36 @@ where
     }
 }
 
+/// A stand-in for the apiserver behind `activity`'s layer, for tests: every request stays
+/// in flight until `true` is sent on the returned sender.
+#[cfg(test)]
+pub(crate) fn held_until_released(
+    activity: &WriteActivity,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    WriteActivityService<
+        impl tower::Service<
+            Request<()>,
+            Response = (),
+            Error = std::convert::Infallible,
+            Future = impl Future + Send + 'static,
+        >,
+    >,
+) {
+    let (release, released) = tokio::sync::watch::channel(false);
+    let service = tower::Layer::layer(
+        &activity.layer(),
+        tower::service_fn(move |_: Request<()>| {
+            let mut released = released.clone();
+            async move {
+                released.wait_for(|r| *r).await.unwrap();
+                Ok::<_, std::convert::Infallible>(())
+            }
+        }),
+    );
+    (release, service)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,16 +244,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn idle_waits_for_every_counted_write_to_end() {
         let activity = WriteActivity::default();
-        let (release, released) = tokio::sync::watch::channel(false);
-        let mut service = activity
-            .layer()
-            .layer(tower::service_fn(move |_: Request<()>| {
-                let mut released = released.clone();
-                async move {
-                    released.wait_for(|r| *r).await.unwrap();
-                    Ok::<_, std::convert::Infallible>(())
-                }
-            }));
+        let (release, mut service) = held_until_released(&activity);
         let write = service
             .ready()
             .await

@@ -647,27 +647,35 @@ mod tests {
         serde_json::from_value(crd).unwrap()
     }
 
+    /// Asserts that the rendered report of `checks` holds every one of `needles`.
+    #[track_caller]
+    fn assert_says(checks: &[Check], needles: &[&str]) {
+        let text = render(checks);
+        for needle in needles {
+            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
+        }
+    }
+
     #[test]
     fn a_crd_that_would_prune_a_written_field_is_missing_with_what_to_apply() {
         let s = settings(Sentinel::Fournosjob);
         let mut o = good(&s);
         o.fournos_cluster_crd = Some(Ok(crd_without_lock_job_uid()));
         let checks = diagnose(&s, &o);
-        let text = render(&checks);
-        for needle in [
-            "MISSING the FournosCluster CRD is older than this Hearth",
-            "(hearth-lock-manager writes status.lockJobUID)",
-            "hearth-lock-manager refuses to start on it",
-            "`kubectl apply --server-side --force-conflicts -f charts/hearth/crds/`",
-        ] {
-            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
-        }
+        assert_says(
+            &checks,
+            &[
+                "MISSING the FournosCluster CRD is older than this Hearth",
+                "(hearth-lock-manager writes status.lockJobUID)",
+                "hearth-lock-manager refuses to start on it",
+                "`kubectl apply --server-side --force-conflicts -f charts/hearth/crds/`",
+            ],
+        );
         assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
         o.fournos_cluster_crd = Some(Err("you may not get customresourcedefinitions".into()));
-        let text = render(&diagnose(&s, &o));
-        assert!(
-            text.contains("UNKNOWN cannot tell whether the FournosCluster CRD declares"),
-            "{text}"
+        assert_says(
+            &diagnose(&s, &o),
+            &["UNKNOWN cannot tell whether the FournosCluster CRD declares"],
         );
     }
 
@@ -675,27 +683,28 @@ mod tests {
     fn discovery_egress_anywhere_is_warned_not_failed() {
         let s = settings(Sentinel::Fournosjob);
         let mut o = good(&s);
-        assert!(render(&diagnose(&s, &o)).contains("ok      hearth-discovery may connect only"));
+        assert_says(
+            &diagnose(&s, &o),
+            &["ok      hearth-discovery may connect only"],
+        );
         o.discovery_policy = Some(Ok(policy(&[
             json!({ "ports": [{ "port": 53, "protocol": "UDP" }] }),
             json!({}),
         ])));
         let checks = diagnose(&s, &o);
-        let text = render(&checks);
-        assert!(
-            text.contains(
+        assert_says(
+            &checks,
+            &[
                 "warning networkPolicy.targetCIDRs is empty: NetworkPolicy hearth/hearth-discovery \
-                 lets it connect to any address on any port, so whoever may create a labeled \
-                 kubeconfig Secret in namespace psap-secrets gets an HTTPS client and port scanner"
-            ),
-            "{text}"
+               lets it connect to any address on any port, so whoever may create a labeled \
+               kubeconfig Secret in namespace psap-secrets gets an HTTPS client and port scanner",
+            ],
         );
         assert!(outcome(&checks).is_ok());
         o.discovery_policy = None;
-        let text = render(&diagnose(&s, &o));
-        assert!(
-            text.contains("warning no NetworkPolicy hearth-discovery in namespace hearth"),
-            "{text}"
+        assert_says(
+            &diagnose(&s, &o),
+            &["warning no NetworkPolicy hearth-discovery in namespace hearth"],
         );
     }
 
@@ -720,17 +729,17 @@ mod tests {
         o.fournos_resources = vec!["fournosclusters".into()];
         o.namespaces[1].1 = Seen::Missing;
         o.cluster_queue = Some(Seen::Missing);
-        let text = render(&diagnose(&s, &o));
-        for needle in [
-            "MISSING Kueue serves kueue.x-k8s.io v1beta1, not kueue.x-k8s.io/v1beta2",
-            "MISSING the FournosJob CRD is not installed",
-            "install Fournos, or set config.sentinel=workload",
-            "MISSING namespace psap-secrets does not exist",
-            "`kubectl create namespace psap-secrets`, or install the chart with namespaces.create=true",
-            "MISSING ClusterQueue fournos-queue does not exist",
-        ] {
-            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
-        }
+        assert_says(
+            &diagnose(&s, &o),
+            &[
+                "MISSING Kueue serves kueue.x-k8s.io v1beta1, not kueue.x-k8s.io/v1beta2",
+                "MISSING the FournosJob CRD is not installed",
+                "install Fournos, or set config.sentinel=workload",
+                "MISSING namespace psap-secrets does not exist",
+                "`kubectl create namespace psap-secrets`, or install the chart with namespaces.create=true",
+                "MISSING ClusterQueue fournos-queue does not exist",
+            ],
+        );
         let failure = outcome(&diagnose(&s, &o)).unwrap_err();
         assert_eq!(failure.exit_code(), 4);
         assert!(
@@ -760,11 +769,12 @@ mod tests {
         o.namespaces[0].1 = Seen::Unknown("you may not get namespaces".into());
         let checks = diagnose(&s, &o);
         assert!(checks.iter().all(|c| c.check != "fournosjobs-crd"));
-        let text = render(&checks);
-        assert!(text.contains("MISSING Kueue is not installed"), "{text}");
-        assert!(
-            text.contains("UNKNOWN cannot tell whether namespace hearth"),
-            "{text}"
+        assert_says(
+            &checks,
+            &[
+                "MISSING Kueue is not installed",
+                "UNKNOWN cannot tell whether namespace hearth",
+            ],
         );
         let failure = outcome(&checks).unwrap_err();
         assert!(failure.to_string().contains("not checked"), "{failure}");
@@ -787,24 +797,15 @@ mod tests {
         o.rights[1].1 = Allowed::No;
         o.rights[0].1 = Allowed::NoServiceAccount;
         let checks = diagnose(&s, &o);
-        let text = render(&checks);
-        assert!(
-            text.contains(
+        assert_says(
+            &checks,
+            &[
                 "MISSING hearth-kueue-sync (ServiceAccount hearth/hearth-kueue-sync) may not \
                  patch clusterqueues fournos-queue: the chart was installed with another \
-                 config.clusterQueueName"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("warning hearth-discovery is not installed in namespace hearth"),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "ok      hearth-lock-manager may create workloads in namespace psap-automation"
-            ),
-            "{text}"
+                 config.clusterQueueName",
+                "warning hearth-discovery is not installed in namespace hearth",
+                "ok      hearth-lock-manager may create workloads in namespace psap-automation",
+            ],
         );
         assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
     }
@@ -827,32 +828,32 @@ mod tests {
         }
         assert_eq!(denied, 3, "get the CRD; list and watch Workloads");
         let checks = diagnose(&s, &o);
-        let text = render(&checks);
-        for needle in [
-            "MISSING hearth-lock-manager (ServiceAccount hearth-system/hearth-lock-manager) may \
+        assert_says(
+            &checks,
+            &[
+                "MISSING hearth-lock-manager (ServiceAccount hearth-system/hearth-lock-manager) may \
              not get customresourcedefinitions fournosclusters.fournos.dev: it checks at start",
-            "The chart's ClusterRole hearth-lock-manager-hearth-system grants it",
-            "`kubectl create clusterrole hearth-lock-manager-crd-hearth-system --verb=get \
+                "The chart's ClusterRole hearth-lock-manager-hearth-system grants it",
+                "`kubectl create clusterrole hearth-lock-manager-crd-hearth-system --verb=get \
              --resource=customresourcedefinitions.apiextensions.k8s.io \
              --resource-name=fournosclusters.fournos.dev` and `kubectl create \
              clusterrolebinding hearth-lock-manager-crd-hearth-system \
              --clusterrole=hearth-lock-manager-crd-hearth-system \
              --serviceaccount=hearth-system:hearth-lock-manager`",
-            "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
+                "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
              list workloads in namespace psap-automation: it watches them",
-            "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
+                "MISSING hearth-kueue-sync (ServiceAccount hearth-system/hearth-kueue-sync) may not \
              watch workloads in namespace psap-automation",
-            "The chart's Role hearth-kueue-sync-workloads-hearth-system in namespace \
+                "The chart's Role hearth-kueue-sync-workloads-hearth-system in namespace \
              psap-automation grants it when installed with \
              config.executionNamespace=psap-automation",
-            "`kubectl create role hearth-kueue-sync-workloads-hearth-system-read -n \
+                "`kubectl create role hearth-kueue-sync-workloads-hearth-system-read -n \
              psap-automation --verb=get,list,watch --resource=workloads.kueue.x-k8s.io` and \
              `kubectl create rolebinding hearth-kueue-sync-workloads-hearth-system-read -n \
              psap-automation --role=hearth-kueue-sync-workloads-hearth-system-read \
              --serviceaccount=hearth-system:hearth-kueue-sync`",
-        ] {
-            assert!(text.contains(needle), "{needle:?} not in:\n{text}");
-        }
+            ],
+        );
         assert_eq!(outcome(&checks).unwrap_err().exit_code(), 4);
     }
 
@@ -879,6 +880,6 @@ mod tests {
         let s = settings(Sentinel::Fournosjob);
         let mut o = good(&s);
         o.kueue_versions.clear();
-        assert!(render(&diagnose(&s, &o)).contains(&format!("tested: {kueue}")));
+        assert_says(&diagnose(&s, &o), &[&format!("tested: {kueue}")]);
     }
 }

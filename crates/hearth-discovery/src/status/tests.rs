@@ -127,18 +127,31 @@ fn cond<'a>(s: &'a DiscoveryStatus, type_: &str) -> &'a Condition {
     find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_} in {s:?}"))
 }
 
-fn reasons_of(s: &DiscoveryStatus) -> (String, &str, &str, &str, &str) {
+/// A condition's status and reason.
+fn state_of(c: &Condition) -> (&str, &str) {
+    (c.status.as_str(), c.reason.as_str())
+}
+
+fn reasons_of(s: &DiscoveryStatus) -> [&str; 5] {
     let kc = cond(s, KUBECONFIG_VALID);
     let gpu = cond(s, GPU_DISCOVERED);
-    (
-        s.kubeconfig_status
-            .map(|k| k.to_string())
-            .unwrap_or_default(),
+    [
+        s.kubeconfig_status.map_or("", |k| k.as_str()),
         &kc.status,
         &kc.reason,
         &gpu.status,
         &gpu.reason,
-    )
+    ]
+}
+
+/// Asserts the conditions of a kubeconfig that does not work: `status` names it in both
+/// `status.kubeconfigStatus` and the KubeconfigValid reason, and discovery fails.
+#[track_caller]
+fn assert_kubeconfig_fails(s: &DiscoveryStatus, status: &str) {
+    assert_eq!(
+        reasons_of(s),
+        [status, "False", status, "False", "DiscoveryFailed"]
+    );
 }
 
 fn event_reasons(plan: &StatusPlan) -> Vec<&'static str> {
@@ -155,7 +168,7 @@ fn first_successful_probe() {
     let s = &plan.status;
     assert_eq!(
         reasons_of(s),
-        ("Valid".into(), "True", "Valid", "True", "Discovered")
+        ["Valid", "True", "Valid", "True", "Discovered"]
     );
     let kc = cond(s, KUBECONFIG_VALID);
     assert_eq!(
@@ -296,16 +309,7 @@ fn a_rotated_kubeconfig_gets_no_grace() {
     probe.kubeconfig_changed = true;
     let rotated = probe.plan();
     let s = &rotated.status;
-    assert_eq!(
-        reasons_of(s),
-        (
-            "Unreachable".into(),
-            "False",
-            "Unreachable",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(s, "Unreachable");
     assert_eq!(s.hardware.as_ref().unwrap().consecutive_failures, 1);
     assert_eq!(s.next_probe_at, Some(Time(at(315))), "backoff starts over");
     assert_eq!(event_reasons(&rotated), ["KubeconfigUnreachable"]);
@@ -323,7 +327,7 @@ fn a_rotated_kubeconfig_that_works_is_valid_at_once() {
     let back = probe.plan();
     assert_eq!(
         reasons_of(&back.status),
-        ("Valid".into(), "True", "Valid", "True", "Discovered")
+        ["Valid", "True", "Valid", "True", "Discovered"]
     );
     assert_eq!(
         back.status.hardware.as_ref().unwrap().consecutive_failures,
@@ -359,16 +363,7 @@ fn valid_cluster_survives_failures_below_the_threshold() {
     // The third failure in a row crosses the threshold.
     let three = plan(unreachable(), Some(&two.status), at(330));
     let s = &three.status;
-    assert_eq!(
-        reasons_of(s),
-        (
-            "Unreachable".into(),
-            "False",
-            "Unreachable",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(s, "Unreachable");
     assert_eq!(
         cond(s, KUBECONFIG_VALID).last_transition_time,
         Time(at(330))
@@ -405,7 +400,7 @@ fn valid_cluster_survives_failures_below_the_threshold() {
     let s = &back.status;
     assert_eq!(
         reasons_of(s),
-        ("Valid".into(), "True", "Valid", "True", "Discovered")
+        ["Valid", "True", "Valid", "True", "Discovered"]
     );
     assert_eq!(
         cond(s, KUBECONFIG_VALID).last_transition_time,
@@ -434,16 +429,7 @@ fn a_success_between_failures_resets_the_count() {
 #[test]
 fn never_valid_and_unreachable_is_unreachable_at_once() {
     let p = plan(unreachable(), None, at(0));
-    assert_eq!(
-        reasons_of(&p.status),
-        (
-            "Unreachable".into(),
-            "False",
-            "Unreachable",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(&p.status, "Unreachable");
     assert_eq!(p.status.gpu_summary, None, "never discovered");
     assert_eq!(p.status.hardware.as_ref().unwrap().consecutive_failures, 1);
     assert_eq!(
@@ -468,16 +454,7 @@ fn unauthorized_applies_at_once_and_names_an_expired_certificate() {
         at: at(200),
     });
     let p = probe.plan();
-    assert_eq!(
-        reasons_of(&p.status),
-        (
-            "Unauthorized".into(),
-            "False",
-            "Unauthorized",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(&p.status, "Unauthorized");
     assert_eq!(
         cond(&p.status, KUBECONFIG_VALID).message,
         format!(
@@ -502,16 +479,7 @@ fn invalid_and_missing_apply_at_once_and_say_what_to_fix() {
         why: "exec credential plugins would run a command inside Hearth",
     };
     let p = plan(ProbeOutcome::Invalid(refused), Some(&valid), at(300));
-    assert_eq!(
-        reasons_of(&p.status),
-        (
-            "Invalid".into(),
-            "False",
-            "Invalid",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(&p.status, "Invalid");
     assert_eq!(
         cond(&p.status, KUBECONFIG_VALID).message,
         "the kubeconfig in Secret psap-secrets/kubeconfig-a cannot be used: `users[\"admin\"].user.exec` is refused: \
@@ -526,16 +494,7 @@ fn invalid_and_missing_apply_at_once_and_say_what_to_fix() {
     assert_eq!(event_reasons(&p), ["KubeconfigInvalid"]);
 
     let p = plan(ProbeOutcome::SecretMissing, Some(&valid), at(300));
-    assert_eq!(
-        reasons_of(&p.status),
-        (
-            "Missing".into(),
-            "False",
-            "Missing",
-            "False",
-            "DiscoveryFailed"
-        )
-    );
+    assert_kubeconfig_fails(&p.status, "Missing");
     assert_eq!(
         cond(&p.status, KUBECONFIG_VALID).message,
         "Secret psap-secrets/kubeconfig-a does not exist or is not labeled fournos.dev/cluster-kubeconfig=true: \
@@ -561,7 +520,7 @@ fn forbidden_node_listing_applies_at_once() {
     let p = plan(outcome, Some(&valid), at(300));
     assert_eq!(
         reasons_of(&p.status),
-        ("Valid".into(), "True", "Valid", "False", "Forbidden")
+        ["Valid", "True", "Valid", "False", "Forbidden"]
     );
     assert!(cond(&p.status, GPU_DISCOVERED).message.starts_with(
         "the kubeconfig's identity may not list nodes on the target: grant it `list` on `nodes`"
@@ -587,7 +546,7 @@ fn discovery_failures_are_held_like_unreachable_ones() {
     let three = plan(failed(), Some(&two.status), at(330));
     assert_eq!(
         reasons_of(&three.status),
-        ("Valid".into(), "True", "Valid", "False", "DiscoveryFailed")
+        ["Valid", "True", "Valid", "False", "DiscoveryFailed"]
     );
     assert_eq!(event_reasons(&three), ["DiscoveryFailed"]);
 }
@@ -603,10 +562,7 @@ fn expiring_credentials_warn_while_still_valid() {
     probe.credentials = Some(expiry);
     let p = probe.plan();
     let kc = cond(&p.status, KUBECONFIG_VALID);
-    assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
-        ("True", "CredentialsExpiringSoon")
-    );
+    assert_eq!(state_of(kc), ("True", "CredentialsExpiringSoon"));
     assert_eq!(
         kc.last_transition_time,
         Time(at(0)),
@@ -649,7 +605,7 @@ fn expiring_credentials_warn_while_still_valid() {
     });
     let rotated = rotated.plan();
     let kc = cond(&rotated.status, KUBECONFIG_VALID);
-    assert_eq!((kc.status.as_str(), kc.reason.as_str()), ("True", "Valid"));
+    assert_eq!(state_of(kc), ("True", "Valid"));
     assert_eq!(kc.last_transition_time, Time(at(0)));
     assert!(rotated.events.is_empty());
     assert_eq!(

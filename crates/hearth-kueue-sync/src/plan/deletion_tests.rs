@@ -5,7 +5,9 @@ use serde_json::json;
 
 use super::tests::{names, q, synced, world_with_published};
 use super::*;
-use crate::testing::{SLOT, World, foreign_flavor, gpu, hearth_flavor, queue, slot_group_quotas};
+use crate::testing::{
+    SLOT, World, foreign_flavor, gpu, hearth_flavor, one_flavor_queue, slot_group_quotas,
+};
 
 #[test]
 fn deleted_cluster_loses_its_entry_first_and_its_flavor_next_round() {
@@ -64,10 +66,7 @@ fn orphaned_hearth_flavor_not_in_the_queue_is_deleted_at_once() {
 #[test]
 fn orphan_listed_in_a_foreign_group_is_kept_and_noted() {
     let world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": ["cpu"],
-            "flavors": [{"name": "old", "resources": [{"name": "cpu", "nominalQuota": "1"}]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue("old", &[("cpu", json!("1"))])))
         .with_flavors([hearth_flavor("old")]);
     let plan = world.plan();
     assert!(plan.writes_nothing());

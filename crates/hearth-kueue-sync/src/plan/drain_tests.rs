@@ -5,7 +5,7 @@ use hearth_api::KubeconfigStatus;
 use hearth_api::conditions;
 use serde_json::json;
 
-use super::tests::{q, synced, world_with_published};
+use super::tests::{message_of, q, synced, world_with_published};
 use super::*;
 use crate::testing::{SLOT, World, cluster, gpu, json, slot_group_quotas};
 
@@ -70,13 +70,10 @@ fn cluster_never_validated_is_drained() {
         slot_group_quotas(world.queue())[0].1,
         q(&[(SLOT, 0), (&gpu("a100"), 0)])
     );
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "Drained");
+    let message = message_of(&world, "a", "Drained");
     assert!(
-        a.message
-            .starts_with("Drained: hearth-discovery has not validated its kubeconfig yet"),
-        "{}",
-        a.message
+        message.starts_with("Drained: hearth-discovery has not validated its kubeconfig yet"),
+        "{message}"
     );
 }
 

@@ -4,11 +4,11 @@
 use hearth_api::names::{CLUSTER_NAMESPACE_LABEL, CLUSTER_NODE_LABEL};
 use serde_json::json;
 
-use super::tests::{q, synced, world_with_published};
+use super::tests::{assert_message, q, synced, world_with_published};
 use super::*;
 use crate::testing::{
-    SLOT, World, cluster, foreign_flavor, gpu, hearth_flavor, json, kueue_problems, queue,
-    slot_group_quotas,
+    SLOT, World, cluster, foreign_flavor, gpu, hearth_flavor, json, kueue_problems,
+    one_flavor_queue, queue, slot_group_quotas,
 };
 
 /// A queue as a GitOps tool might keep it: fields Hearth does not model everywhere, a
@@ -89,13 +89,10 @@ fn foreign_flavors_groups_and_fields_are_preserved() {
 #[test]
 fn foreign_flavor_gets_zero_entries_for_new_gpu_models_in_covered_order() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [SLOT, gpu("h100")],
-            "flavors": [{"name": "gitops", "resources": [
-                {"name": SLOT, "nominalQuota": "5"},
-                {"name": gpu("h100"), "nominalQuota": "2"},
-            ]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "gitops",
+            &[(SLOT, json!("5")), (&gpu("h100"), json!("2"))],
+        )))
         .with_clusters([cluster("a").gpu("b200", 8).gpu("mi300x", 8)])
         .with_flavors([hearth_flavor("a")]);
     let plan = world.plan();
@@ -139,9 +136,7 @@ fn entries_keep_their_position_and_new_ones_are_appended() {
     spec.resource_groups[0].flavors.insert(0, gitops);
     world.queue = Some(spec);
     world.flavors.push(foreign_flavor("gitops"));
-    world
-        .clusters
-        .push(cluster("c").created(10).gpu("a100", 3).build());
+    world.add_cluster(cluster("c").created(10).gpu("a100", 3));
     world.converge();
     let order: Vec<String> = slot_group_quotas(world.queue())
         .into_iter()
@@ -199,10 +194,7 @@ fn flavors_of_a_hearth_in_another_namespace_are_foreign() {
     let mut world = World::new()
         .with_clusters([cluster("a").gpu("a100", 8), cluster("b").gpu("a100", 4)])
         .with_flavors([theirs("s"), theirs("a")])
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [SLOT],
-            "flavors": [{"name": "s", "resources": [{"name": SLOT, "nominalQuota": "7"}]}],
-        }]}))));
+        .with_queue(Some(one_flavor_queue("s", &[(SLOT, json!("7"))])));
     world.converge();
 
     assert!(
@@ -217,12 +209,11 @@ fn flavors_of_a_hearth_in_another_namespace_are_foreign() {
     let quotas = slot_group_quotas(world.queue());
     assert_eq!(quotas[0], ("s".into(), q(&[(SLOT, 7), (&gpu("a100"), 0)])));
     assert!(quotas.iter().all(|(name, _)| name != "a"));
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "FlavorNotManaged");
-    assert!(
-        a.message.contains("fournos.dev/cluster-namespace=hearth"),
-        "{}",
-        a.message
+    assert_message(
+        &world,
+        "a",
+        "FlavorNotManaged",
+        "fournos.dev/cluster-namespace=hearth",
     );
     assert_eq!(synced(&world, "b").reason, "Synced");
 }

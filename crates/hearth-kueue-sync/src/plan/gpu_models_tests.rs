@@ -3,20 +3,19 @@
 
 use serde_json::json;
 
-use super::tests::{covered, q, synced};
+use super::tests::{assert_message, covered, q, synced};
 use super::*;
-use crate::testing::{SLOT, World, cluster, gpu, hearth_flavor, json, queue, slot_group_quotas};
+use crate::testing::{
+    SLOT, World, cluster, gpu, hearth_flavor, json, one_flavor_queue, queue, slot_group_quotas,
+};
 
 #[test]
 fn gpu_model_coming_and_going() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [SLOT, gpu("l40s")],
-            "flavors": [{"name": "gitops", "resources": [
-                {"name": SLOT, "nominalQuota": "5"},
-                {"name": gpu("l40s"), "nominalQuota": "3"},
-            ]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "gitops",
+            &[(SLOT, json!("5")), (&gpu("l40s"), json!("3"))],
+        )))
         .with_clusters([cluster("a").gpu("a100", 8)]);
     world.converge();
     assert_eq!(
@@ -95,13 +94,10 @@ fn foreign_zero_entry_with_other_fields_is_deliberate_and_stays() {
 #[test]
 fn resources_outside_hearths_namespace_are_never_dropped() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": ["cpu", SLOT],
-            "flavors": [{"name": "gitops", "resources": [
-                {"name": "cpu", "nominalQuota": "0"},
-                {"name": SLOT, "nominalQuota": "0"},
-            ]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "gitops",
+            &[("cpu", json!("0")), (SLOT, json!("0"))],
+        )))
         .with_clusters([cluster("a")]);
     world.converge();
     assert_eq!(covered(world.queue(), 0), ["cpu", SLOT]);
@@ -128,13 +124,11 @@ fn invalid_gpu_short_name_is_left_out_and_reported() {
     let mut world = World::new().with_clusters([cluster("a").gpu("a100", 8).gpu("bad name!", 2)]);
     world.converge();
     assert_eq!(covered(world.queue(), 0), [SLOT, &gpu("a100")]);
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "InvalidResourceName");
-    assert!(
-        a.message
-            .contains("fournos/gpu-bad name! (2 GPUs): not a valid resource name"),
-        "{}",
-        a.message
+    assert_message(
+        &world,
+        "a",
+        "InvalidResourceName",
+        "fournos/gpu-bad name! (2 GPUs): not a valid resource name",
     );
     assert!(world.status("a").kueue.is_some(), "the rest is published");
 }
@@ -142,29 +136,20 @@ fn invalid_gpu_short_name_is_left_out_and_reported() {
 #[test]
 fn gpu_resource_covered_by_another_group_is_left_out() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [gpu("h100")],
-            "flavors": [{"name": "other", "resources": [{"name": gpu("h100"), "nominalQuota": "1"}]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "other",
+            &[(&gpu("h100"), json!("1"))],
+        )))
         .with_clusters([cluster("a").gpu("a100", 8).gpu("h100", 4)]);
     world.converge();
     assert_eq!(covered(world.queue(), 1), [SLOT, &gpu("a100")]);
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "Conflict");
-    assert!(
-        a.message.contains("resourceGroups[0] covers it"),
-        "{}",
-        a.message
-    );
+    assert_message(&world, "a", "Conflict", "resourceGroups[0] covers it");
 }
 
 #[test]
 fn flavor_listed_in_another_group_is_a_conflict() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": ["cpu"],
-            "flavors": [{"name": "a", "resources": [{"name": "cpu", "nominalQuota": "1"}]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue("a", &[("cpu", json!("1"))])))
         .with_clusters([cluster("a"), cluster("b").created(5)]);
     world.converge();
     assert_eq!(synced(&world, "a").reason, "Conflict");

@@ -3,9 +3,11 @@
 
 use serde_json::json;
 
-use super::tests::{covered, synced};
+use super::tests::{assert_message, covered, synced};
 use super::*;
-use crate::testing::{SLOT, World, cluster, gpu, kueue_problems, queue, slot_group_quotas};
+use crate::testing::{
+    SLOT, World, cluster, gpu, kueue_problems, one_flavor_queue, queue, slot_group_quotas,
+};
 
 #[test]
 fn flavor_limit_keeps_the_oldest_clusters_and_says_why() {
@@ -78,13 +80,11 @@ fn queue_flavor_limit_counts_the_other_groups() {
     world.converge();
     assert!(kueue_problems(world.queue()).is_empty());
     assert_eq!(world.queue().resource_groups[4].flavors.len(), 56);
-    let c = synced(&world, "c56");
-    assert_eq!(c.reason, "LimitReached");
-    assert!(
-        c.message
-            .contains("the queue holds 256 flavors (Kueue's maximum): 200 not Hearth's and 56"),
-        "{}",
-        c.message
+    assert_message(
+        &world,
+        "c56",
+        "LimitReached",
+        "the queue holds 256 flavors (Kueue's maximum): 200 not Hearth's and 56",
     );
     assert_eq!(synced(&world, "c55").reason, "Synced");
 }
@@ -93,15 +93,15 @@ fn queue_flavor_limit_counts_the_other_groups() {
 fn covered_resource_limit_leaves_out_the_youngest_models_only() {
     // cpu, memory, pods (foreign) and the slot resource leave room for 60 GPU models.
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": ["cpu", "memory", "pods", SLOT],
-            "flavors": [{"name": "gitops", "resources": [
-                {"name": "cpu", "nominalQuota": "1"},
-                {"name": "memory", "nominalQuota": "1Gi"},
-                {"name": "pods", "nominalQuota": "1"},
-                {"name": SLOT, "nominalQuota": "1"},
-            ]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "gitops",
+            &[
+                ("cpu", json!("1")),
+                ("memory", json!("1Gi")),
+                ("pods", json!("1")),
+                (SLOT, json!("1")),
+            ],
+        )))
         .with_clusters(
             (0..62)
                 .map(|i| {

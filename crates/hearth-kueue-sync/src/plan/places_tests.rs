@@ -11,11 +11,11 @@ use hearth_api::names::{
 };
 use serde_json::json;
 
-use super::tests::{message_of, synced};
+use super::tests::{assert_message, message_of, synced};
 use super::*;
 use crate::testing::{
-    SLOT, World, cluster, gpu, hearth_flavor, kueue_problems, legacy_flavor, queue,
-    slot_group_quotas,
+    ClusterBuilder, SLOT, World, cluster, gpu, hearth_flavor, kueue_problems, legacy_flavor,
+    one_flavor_queue, queue, slot_group_quotas,
 };
 
 /// A ClusterQueue whose slot group leaves room for `room` of Hearth's entries: the rest
@@ -31,6 +31,18 @@ pub(super) fn queue_with_room(room: usize) -> ClusterQueueSpec {
 }
 
 /// Hearth's entries (not the GitOps ones) in the slot group, in order.
+/// A world whose queue has room for `room` Hearth flavors, converged over `clusters`.
+pub(super) fn converged_with_room(
+    room: usize,
+    clusters: impl IntoIterator<Item = ClusterBuilder>,
+) -> World {
+    let mut world = World::new()
+        .with_queue(Some(queue_with_room(room)))
+        .with_clusters(clusters);
+    world.converge();
+    world
+}
+
 pub(super) fn hearth_entries(world: &World) -> Vec<String> {
     slot_group_quotas(world.queue())
         .into_iter()
@@ -69,22 +81,18 @@ fn a_newcomer_that_sorts_earlier_does_not_displace_a_holder() {
     // "z" got the last place; then "a" shows up (a watch event late, a restart): created in
     // the same second and earlier by name, or even created earlier.
     for a_created in [5, 0] {
-        let mut world = World::new()
-            .with_queue(Some(queue_with_room(1)))
-            .with_clusters([cluster("z").created(5).gpu("a100", 1)]);
-        world.converge();
+        let mut world = converged_with_room(1, [cluster("z").created(5).gpu("a100", 1)]);
         assert_eq!(hearth_entries(&world), ["z"]);
 
-        world
-            .clusters
-            .push(cluster("a").created(a_created).gpu("h100", 4).build());
+        world.add_cluster(cluster("a").created(a_created).gpu("h100", 4));
         world.converge();
         assert_eq!(hearth_entries(&world), ["z"], "created at {a_created}");
         assert_eq!(synced(&world, "z").reason, "Synced");
-        let message = message_of(&world, "a", "LimitReached");
-        assert!(
-            message.contains("63 not Hearth's and 1 of clusters that have their place (z)"),
-            "{message}"
+        assert_message(
+            &world,
+            "a",
+            "LimitReached",
+            "63 not Hearth's and 1 of clusters that have their place (z)",
         );
         assert!(
             !covered(&world).contains(&gpu("h100")),
@@ -95,13 +103,13 @@ fn a_newcomer_that_sorts_earlier_does_not_displace_a_holder() {
 
 #[test]
 fn an_old_cluster_counted_only_now_does_not_displace_a_holder() {
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([
+    let mut world = converged_with_room(
+        1,
+        [
             cluster("old").created(0).gpu("a100", 8).uncounted(),
             cluster("young").created(100).gpu("h100", 2),
-        ]);
-    world.converge();
+        ],
+    );
     assert_eq!(hearth_entries(&world), ["young"]);
     assert_eq!(synced(&world, "old").reason, "WaitingForDiscovery");
 
@@ -122,19 +130,14 @@ fn an_old_cluster_counted_only_now_does_not_displace_a_holder() {
 
 #[test]
 fn a_drained_holder_keeps_its_place_with_zero_quota() {
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([cluster("b").created(5).gpu("a100", 8)]);
-    world.converge();
+    let mut world = converged_with_room(1, [cluster("b").created(5).gpu("a100", 8)]);
     world
         .cluster_mut("b")
         .status
         .as_mut()
         .unwrap()
         .kubeconfig_status = Some(KubeconfigStatus::Unreachable);
-    world
-        .clusters
-        .push(cluster("a").created(0).gpu("a100", 4).build());
+    world.add_cluster(cluster("a").created(0).gpu("a100", 4));
     world.converge();
     let quotas = slot_group_quotas(world.queue());
     assert_eq!(
@@ -316,14 +319,11 @@ fn a_never_counted_cluster_loses_the_entry_an_older_hearth_gave_it() {
     let mut world = World::new()
         .with_clusters([cluster("x").gpu("a100", 8).uncounted()])
         .with_flavors([hearth_flavor("x"), hearth_flavor("y")])
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [SLOT, gpu("a100")],
-            "flavors": [{"name": "x", "resources": [
-                {"name": SLOT, "nominalQuota": "0"},
-                {"name": gpu("a100"), "nominalQuota": "0"},
-            ]}],
-        }]}))));
-    world.clusters.push(cluster("y").created(9).build());
+        .with_queue(Some(one_flavor_queue(
+            "x",
+            &[(SLOT, json!("0")), (&gpu("a100"), json!("0"))],
+        )));
+    world.add_cluster(cluster("y").created(9));
     world.converge();
     assert_eq!(hearth_entries(&world), ["y"]);
     assert_eq!(covered(&world), [SLOT]);

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
-use super::places_tests::{hearth_entries, queue_with_room};
+use super::places_tests::{converged_with_room, hearth_entries, queue_with_room};
 use super::random_tests::Rng;
-use super::tests::{message_of, synced};
+use super::tests::{assert_message, synced};
 use super::*;
 use crate::testing::{SLOT, World, cluster, gpu, queue, slot_group_quotas};
 
@@ -143,10 +143,11 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
     world.deliver("young");
     rounds(&mut world);
     assert!(hearth_entries(&world).is_empty());
-    let message = message_of(&world, "young", "LimitReached");
-    assert!(
-        message.contains("63 not Hearth's and 1 of clusters that have their place (old)"),
-        "{message}"
+    assert_message(
+        &world,
+        "young",
+        "LimitReached",
+        "63 not Hearth's and 1 of clusters that have their place (old)",
     );
     assert!(
         world.queue().resource_groups[0]
@@ -173,14 +174,9 @@ fn a_reserved_place_becomes_an_entry_when_the_flavor_appears_and_never_before() 
 
 #[test]
 fn a_cluster_with_no_place_is_told_so_while_its_flavor_is_created() {
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
-    world.converge();
+    let mut world = converged_with_room(1, [cluster("old").created(0).gpu("a100", 1)]);
     world.slow.insert("young".into());
-    world
-        .clusters
-        .push(cluster("young").created(5).gpu("a100", 1).build());
+    world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     let plan = world.plan();
     assert_eq!(plan.flavors_to_create.len(), 1);
     assert_eq!(plan.clusters["young"].reason(), SyncReason::LimitReached);
@@ -206,13 +202,8 @@ fn a_never_counted_cluster_reserves_nothing() {
 fn a_terminating_flavor_reserves_nothing() {
     // It may stay Terminating as long as another queue lists it: its cluster comes back
     // as a newcomer once the flavor is gone and created again.
-    let mut world = World::new()
-        .with_queue(Some(queue_with_room(1)))
-        .with_clusters([cluster("old").created(0).gpu("a100", 1)]);
-    world.converge();
-    world
-        .clusters
-        .push(cluster("young").created(5).gpu("a100", 1).build());
+    let mut world = converged_with_room(1, [cluster("old").created(0).gpu("a100", 1)]);
+    world.add_cluster(cluster("young").created(5).gpu("a100", 1));
     world.converge();
     assert_eq!(hearth_entries(&world), ["old"]);
     let old = world
@@ -250,10 +241,11 @@ fn a_reservation_keeps_the_room_its_models_need() {
     slow.deliver("young");
     rounds(&mut slow);
     assert_eq!(hearth_entries(&slow), ["young"]);
-    let message = message_of(&slow, "young", "LimitReached");
-    assert!(
-        message.contains("but not fournos/gpu-l40s (4 GPUs)"),
-        "{message}"
+    assert_message(
+        &slow,
+        "young",
+        "LimitReached",
+        "but not fournos/gpu-l40s (4 GPUs)",
     );
     slow.deliver("old");
     rounds(&mut slow);
@@ -326,14 +318,13 @@ fn an_older_newcomer_never_takes_the_covered_resource_of_a_holders_model() {
         .with_clusters([cluster("young").created(5).gpu("l40s", 4)]);
     world.converge();
     assert_eq!(synced(&world, "young").reason, "Synced");
-    world
-        .clusters
-        .push(cluster("old").created(0).gpu("h100", 8).build());
+    world.add_cluster(cluster("old").created(0).gpu("h100", 8));
     rounds(&mut world);
     assert_eq!(synced(&world, "young").reason, "Synced");
-    let message = message_of(&world, "old", "LimitReached");
-    assert!(
-        message.contains("but not fournos/gpu-h100 (8 GPUs)"),
-        "{message}"
+    assert_message(
+        &world,
+        "old",
+        "LimitReached",
+        "but not fournos/gpu-h100 (8 GPUs)",
     );
 }

@@ -10,7 +10,8 @@ use serde_json::json;
 use super::foreign_tests::gitops_queue;
 use super::*;
 use crate::testing::{
-    QUEUE, SLOT, World, cluster, foreign_flavor, gpu, hearth_flavor, json, queue, slot_group_quotas,
+    QUEUE, SLOT, World, cluster, foreign_flavor, gpu, hearth_flavor, json, one_flavor_queue, queue,
+    slot_group_quotas,
 };
 
 /// The `KueueSynced` condition of `cluster` in `world`.
@@ -23,6 +24,13 @@ pub(super) fn message_of<'a>(world: &'a World, cluster: &str, reason: &str) -> &
     let condition = synced(world, cluster);
     assert_eq!(condition.reason, reason, "{cluster}: {}", condition.message);
     &condition.message
+}
+
+/// Asserts that `cluster`'s Synced condition has `reason` and a message containing `part`.
+#[track_caller]
+pub(super) fn assert_message(world: &World, cluster: &str, reason: &str, part: &str) {
+    let message = message_of(world, cluster, reason);
+    assert!(message.contains(part), "{message}");
 }
 
 pub(super) fn names(v: &[ResourceFlavor]) -> Vec<&str> {
@@ -252,13 +260,11 @@ fn sixteen_groups_and_none_covering_slots_leaves_no_room() {
         .with_clusters([cluster("a")]);
     world.converge();
     assert_eq!(world.queue().resource_groups.len(), 16);
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "LimitReached");
-    assert!(
-        a.message
-            .contains("no resource group covers fournos/cluster-slot and the queue already has 16"),
-        "{}",
-        a.message
+    assert_message(
+        &world,
+        "a",
+        "LimitReached",
+        "no resource group covers fournos/cluster-slot and the queue already has 16",
     );
     assert!(world.status("a").kueue.is_none());
 }
@@ -272,11 +278,11 @@ fn missing_queue_is_reported_and_picked_up_when_it_appears() {
         .with_clusters([cluster("a").gpu("a100", 8)]);
     world.converge();
     assert!(world.flavor("a").is_some(), "flavors need no queue");
-    let a = synced(&world, "a");
-    assert_eq!(a.reason, "ClusterQueueNotFound");
-    assert!(
-        a.message
-            .contains("ClusterQueue 'fournos-queue' does not exist")
+    assert_message(
+        &world,
+        "a",
+        "ClusterQueueNotFound",
+        "ClusterQueue 'fournos-queue' does not exist",
     );
     assert!(world.status("a").kueue.is_none());
 
@@ -316,13 +322,10 @@ fn converged_world_plans_nothing() {
 #[test]
 fn quantities_compare_numerically() {
     let mut world = World::new()
-        .with_queue(Some(queue(json!({"resourceGroups": [{
-            "coveredResources": [SLOT, gpu("a100")],
-            "flavors": [{"name": "a", "resources": [
-                {"name": SLOT, "nominalQuota": "1k"},
-                {"name": gpu("a100"), "nominalQuota": 8},
-            ]}],
-        }]}))))
+        .with_queue(Some(one_flavor_queue(
+            "a",
+            &[(SLOT, json!("1k")), (&gpu("a100"), json!(8))],
+        )))
         .with_clusters([cluster("a").gpu("a100", 8)])
         .with_flavors([hearth_flavor("a")]);
     world.settings.cluster_slots = 1000;

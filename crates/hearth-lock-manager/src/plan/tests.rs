@@ -35,6 +35,21 @@ fn locked_since(owner: &str, secs: i64) -> FournosClusterStatus {
     }
 }
 
+/// The plan, at `now` seconds, for alice's lock taken at `since` and held by her sentinel.
+fn alices_held_lock(since: i64, ttl: Option<&str>, now: i64) -> LockPlan {
+    let status = locked_since("alice", since);
+    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
+    plan_lock(&view(Some("alice"), ttl, &status), &s, at(now))
+}
+
+/// The actions that create `owner`'s sentinel of cluster `a`, and nothing else.
+fn create_sentinel_for(owner: &str) -> Vec<LockAction> {
+    vec![LockAction::CreateSentinel {
+        name: "cluster-lock-a".into(),
+        owner: owner.into(),
+    }]
+}
+
 fn view<'a>(
     owner: Option<&'a str>,
     ttl: Option<&'a str>,
@@ -102,13 +117,7 @@ fn owner_without_flavor_waits_for_flavor() {
 fn owner_with_flavor_creates_the_sentinel() {
     let status = synced();
     let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(0));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("alice"));
     assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
     assert_eq!(
         (plan.status.lock_job_name, plan.status.lock_job_uid),
@@ -121,9 +130,7 @@ fn owner_with_flavor_creates_the_sentinel() {
 
 #[test]
 fn admitted_sentinel_means_locked() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+    let plan = alices_held_lock(0, None, 10);
     assert_eq!(plan.actions, vec![]);
     assert!(plan.status.locked);
     assert_eq!(reason(&plan), reasons::HELD);
@@ -147,9 +154,7 @@ fn waiting_sentinel_carries_kueues_message() {
 
 #[test]
 fn ttl_sets_expiry_and_requeues_for_it() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), Some("30m"), &status), &s, at(600));
+    let plan = alices_held_lock(0, Some("30m"), 600);
     assert_eq!(plan.status.lock_expires_at, Some(at(1800)));
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(1200)));
     assert!(plan.status.condition.unwrap().message.contains("until"));
@@ -157,18 +162,14 @@ fn ttl_sets_expiry_and_requeues_for_it() {
 
 #[test]
 fn ttl_changed_while_locked_moves_expiry() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), Some("2h"), &status), &s, at(600));
+    let plan = alices_held_lock(0, Some("2h"), 600);
     assert_eq!(plan.status.lock_expires_at, Some(at(7200)));
 }
 
 #[test]
 fn expiry_deletes_sentinel_clears_owner_and_records_event() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
     // Exactly at the expiry instant the lock is over.
-    let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(60));
+    let plan = alices_held_lock(0, Some("1m"), 60);
     assert_eq!(
         plan.actions,
         vec![
@@ -185,7 +186,7 @@ fn expiry_deletes_sentinel_clears_owner_and_records_event() {
     assert_eq!(plan.events.len(), 1);
     assert_eq!(plan.events[0].reason, "LockExpired");
     // One second earlier it was still held.
-    let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(59));
+    let plan = alices_held_lock(0, Some("1m"), 59);
     assert_eq!(reason(&plan), reasons::HELD);
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(1)));
 }
@@ -427,13 +428,7 @@ fn owner_change_replaces_sentinel_and_restarts_the_clock() {
     assert_eq!(plan.actions, vec![]);
     // Once gone: created for bob.
     let plan = plan_lock(&view(Some("bob"), Some("1h"), &status), &[], at(102));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "bob".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("bob"));
     assert_eq!(plan.status.owner_set_at, Some(at(100)));
 }
 
@@ -510,10 +505,7 @@ fn a_labelled_impostor_never_holds_and_is_never_deleted() {
     assert_eq!(reason(&plan), reasons::WAITING_FOR_ADMISSION);
     assert_eq!(
         plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }],
+        create_sentinel_for("alice"),
         "the create meets it, and the apply step names it (SentinelNameTaken)"
     );
     let plan = plan_lock(&view(None, None, &status), &s, at(10));
@@ -534,9 +526,7 @@ fn a_labelled_impostor_never_holds_and_is_never_deleted() {
 
 #[test]
 fn a_held_lock_records_its_sentinels_uid() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), None, &status), &s, at(10));
+    let plan = alices_held_lock(0, None, 10);
     assert!(plan.status.locked);
     assert_eq!(
         plan.status.lock_job_uid.as_deref(),
@@ -593,22 +583,14 @@ fn sentinel_recreated_when_someone_deletes_it() {
         ..locked_since("alice", 0)
     };
     let plan = plan_lock(&view(Some("alice"), None, &status), &[], at(10));
-    assert_eq!(
-        plan.actions,
-        vec![LockAction::CreateSentinel {
-            name: "cluster-lock-a".into(),
-            owner: "alice".into()
-        }]
-    );
+    assert_eq!(plan.actions, create_sentinel_for("alice"));
     assert!(!plan.status.locked);
     assert_eq!(plan.status.owner_set_at, Some(at(0)));
 }
 
 #[test]
 fn invalid_ttl_locks_without_expiry_and_says_why() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), Some("0m"), &status), &s, at(10));
+    let plan = alices_held_lock(0, Some("0m"), 10);
     assert!(plan.status.locked);
     assert_eq!(plan.status.lock_expires_at, None);
     assert!(
@@ -622,9 +604,7 @@ fn invalid_ttl_locks_without_expiry_and_says_why() {
 
 #[test]
 fn clock_going_backwards_does_not_expire_or_panic() {
-    let status = locked_since("alice", 100);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), Some("1m"), &status), &s, at(0));
+    let plan = alices_held_lock(100, Some("1m"), 0);
     assert_eq!(reason(&plan), reasons::HELD);
     assert_eq!(plan.requeue_after, Some(Duration::from_secs(160)));
 }
@@ -649,9 +629,7 @@ fn new_owner_set_at_is_whole_seconds_like_the_stored_status() {
 
 #[test]
 fn huge_ttl_does_not_overflow() {
-    let status = locked_since("alice", 0);
-    let s = [sentinel("cluster-lock-a", "alice", SentinelState::Holding)];
-    let plan = plan_lock(&view(Some("alice"), Some("36500d"), &status), &s, at(0));
+    let plan = alices_held_lock(0, Some("36500d"), 0);
     assert!(plan.status.locked);
     assert!(plan.status.lock_expires_at.is_some());
 }

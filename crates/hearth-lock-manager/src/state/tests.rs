@@ -113,6 +113,12 @@ fn message(a: &LockPlan) -> &str {
     &a.status.condition.as_ref().unwrap().message
 }
 
+/// Asserts that the Locked message of `a` says `part`.
+#[track_caller]
+fn assert_says(a: &LockPlan, part: &str) {
+    assert!(message(a).contains(part), "{}", message(a));
+}
+
 fn lost(a: &LockPlan) -> bool {
     matches!(a.state, LockState::WorkloadLost { .. })
 }
@@ -184,18 +190,10 @@ fn a_fournos_lock_on_a_cordoned_cluster_says_it_waits_for_the_uncordon() {
         LockedReason::WaitingForAdmission.as_str()
     );
     let uncordon = "the lock waits for `kubectl fournos uncordon a`";
-    assert!(
-        message(&cordoned).contains(uncordon),
-        "{}",
-        message(&cordoned)
-    );
+    assert_says(&cordoned, uncordon);
     let open = plan(false);
     assert!(!message(&open).contains(uncordon), "{}", message(&open));
-    assert!(
-        message(&open).contains("once running work"),
-        "{}",
-        message(&open)
-    );
+    assert_says(&open, "once running work");
 }
 
 #[test]
@@ -210,7 +208,7 @@ fn admitted_phase_without_a_workload_is_lost_and_replaced() {
     );
     assert_eq!(a.events[0].reason, WORKLOAD_LOST_EVENT);
     assert!(a.events[0].warning);
-    assert!(message(&a).contains("no Workload"), "{}", message(&a));
+    assert_says(&a, "no Workload");
 }
 
 #[test]
@@ -230,7 +228,7 @@ fn evicted_or_unadmitted_workload_is_not_held() {
     let a = alice(100, job("u1", Some("Admitted")), &[evicted]);
     assert!(!a.status.locked);
     assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
-    assert!(message(&a).contains("PodsReady timeout"));
+    assert_says(&a, "PodsReady timeout");
     let a = alice(100, job("u1", Some("Admitted")), &[workload("u1", false)]);
     assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
 }
@@ -263,11 +261,7 @@ fn a_workload_made_under_the_lock_s_name_never_holds_it() {
     // Made before the sentinel existed: Fournos adopted it.
     let a = forged(|w| w.created = Some(at(-5)));
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
-    assert!(
-        message(&a).contains("before the sentinel"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "before the sentinel");
     // Not labelled, or owned by anything but the sentinel's UID.
     let a = forged(|w| w.job = None);
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
@@ -279,7 +273,7 @@ fn a_workload_made_under_the_lock_s_name_never_holds_it() {
     // A count Kueue's accounting does not give: never held.
     let a = forged(|w| w.slots = None);
     assert_eq!(reason(&a), LockedReason::WorkloadNotProven.as_str());
-    assert!(message(&a).contains("cannot be read"), "{}", message(&a));
+    assert_says(&a, "cannot be read");
     // Finished is not held.
     let a = forged(|w| w.finished = true);
     assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
@@ -308,11 +302,7 @@ fn only_the_name_fournos_uses_blocks_a_lock() {
     let a = run(Some("bob"), 100, &[], &[foreign], 10);
     assert_eq!(a.actions, vec![], "Fournos would adopt it");
     assert_eq!(reason(&a), LockedReason::SentinelNameTaken.as_str());
-    assert!(
-        message(&a).contains("kubectl delete workload"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "kubectl delete workload");
     assert_eq!(a.status.lock_job_name, None, "never named without its UID");
     // Labelled for the lock under another name: not the lock's, not in its way.
     let junk = LockWorkloadView {
@@ -328,7 +318,7 @@ fn no_create_while_the_old_workload_of_that_name_exists() {
     let a = run(Some("bob"), 100, &[], &[workload("alice-uid", true)], 10);
     assert_eq!(a.actions, vec![], "Fournos would adopt it");
     assert_eq!(reason(&a), LockedReason::WaitingForRelease.as_str());
-    assert!(message(&a).contains("still holds"), "{}", message(&a));
+    assert_says(&a, "still holds");
     let a = run(Some("bob"), 100, &[], &[], 11);
     assert!(matches!(a.actions[..], [LockAction::CreateSentinel { .. }]));
 }
@@ -357,16 +347,12 @@ fn unlock_is_releasing_until_the_workload_is_gone() {
     deleting.finalizers = vec!["kopf.zalando.org/KopfFinalizerMarker".into()];
     let a = run(None, 100, &[deleting], &[workload("u1", true)], 10);
     assert_eq!(reason(&a), LockedReason::Releasing.as_str());
-    assert!(
-        message(&a).contains("KopfFinalizerMarker"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "KopfFinalizerMarker");
     assert!(!a.status.locked);
     // The job is gone, its Workload not yet.
     let a = run(None, 100, &[], &[workload("u1", true)], 11);
     assert_eq!(reason(&a), LockedReason::Releasing.as_str());
-    assert!(message(&a).contains("garbage collector"), "{}", message(&a));
+    assert_says(&a, "garbage collector");
     // Expired: the message says what the release waits for, then no longer, made
     // from the typed record of the expiry each time.
     let mut status = status(None, 100);
@@ -467,17 +453,13 @@ fn a_workload_changed_from_what_fournos_made_is_replaced() {
             vec![LockAction::DeleteSentinel { name: JOB.into() }],
             "replaced: {change:?}"
         );
-        assert!(
-            message(&a).contains("not as Fournos made it"),
-            "{}",
-            message(&a)
-        );
+        assert_says(&a, "not as Fournos made it");
     }
     let moved = LockWorkloadView {
         pinned: Some("b".into()),
         ..workload("u1", true)
     };
-    assert!(message(&alice(100, admitted(), &[moved])).contains("pinned to cluster b"));
+    assert_says(&alice(100, admitted(), &[moved]), "pinned to cluster b");
     let cut = LockWorkloadView {
         slots: Some(1),
         ..workload("u1", true)
@@ -518,11 +500,7 @@ fn a_workload_changed_from_what_fournos_made_is_replaced() {
     };
     let a = alice(100, admitted(), &[moved]);
     assert_eq!(reason(&a), LockedReason::WorkloadLost.as_str());
-    assert!(
-        message(&a).contains("moved to LocalQueue team-q and admitted there"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "moved to LocalQueue team-q and admitted there");
     // A change that leaves it where Fournos put it is no move.
     let relabelled = LockWorkloadView {
         generation: Some(3),
@@ -539,11 +517,11 @@ fn fewer_slots_than_the_cluster_has_is_not_a_lock() {
     let a = alice(120, job("u1", Some("Admitted")), &[workload("u1", true)]);
     assert!(!a.status.locked);
     assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
-    assert!(message(&a).contains("HEARTH_CLUSTER_SLOTS=100"));
+    assert_says(&a, "HEARTH_CLUSTER_SLOTS=100");
     let a = alice(120, job("u1", Some("Pending")), &[workload("u1", false)]);
     assert_eq!(reason(&a), LockedReason::SlotsMismatch.as_str());
     let a = alice(50, job("u1", Some("Pending")), &[workload("u1", false)]);
-    assert!(message(&a).contains("can never admit"), "{}", message(&a));
+    assert_says(&a, "can never admit");
 }
 
 /// Attack: a Fournos user moves a waiting lock's Workload to a LocalQueue where it is
@@ -565,11 +543,7 @@ fn a_waiting_workload_changed_since_fournos_made_it_is_replaced() {
         a.actions,
         vec![LockAction::DeleteSentinel { name: JOB.into() }]
     );
-    assert!(
-        message(&a).contains("generation 2; it is in LocalQueue nowhere"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "generation 2; it is in LocalQueue nowhere");
     // Not proven to be Fournos's for this job: not acted on.
     let foreign = LockWorkloadView {
         owner_uid: Some("u0".into()),
@@ -598,11 +572,7 @@ fn a_job_without_phase_is_not_picked_up_after_the_grace() {
     );
     let a = run(Some("alice"), 100, &[j], &[], 40);
     assert_eq!(reason(&a), LockedReason::SentinelNotPickedUp.as_str());
-    assert!(
-        message(&a).contains("Fournos said: (422)"),
-        "{}",
-        message(&a)
-    );
+    assert_says(&a, "Fournos said: (422)");
 }
 
 /// One row of the state table: what is observed, and the state, `Locked` reason,

@@ -276,6 +276,19 @@ mod tests {
         runner: tokio::task::JoinHandle<()>,
     }
 
+    /// A gate that holds no reconcile back.
+    fn open_gate() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(1000))
+    }
+
+    impl Rig {
+        /// Shuts the runner down and waits until it has returned.
+        async fn stop(self) {
+            self.shutdown.cancel();
+            self.runner.await.unwrap();
+        }
+    }
+
     /// A runner over ConfigMaps `names`, `concurrency` at a time; each reconcile takes a
     /// permit of `gate` (so a test decides when they end) and answers with `answer`.
     fn lab(
@@ -374,6 +387,11 @@ mod tests {
         record.calls.iter().filter(|(n, _)| n == name).count()
     }
 
+    /// How many times each of `names` was reconciled.
+    fn calls_of_each<const N: usize>(record: &Record, names: [&str; N]) -> [usize; N] {
+        names.map(|name| calls_of(record, name))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn reconciles_run_a_few_at_a_time_and_never_two_of_one_object() {
         let gate = Arc::new(Semaphore::new(0));
@@ -389,23 +407,20 @@ mod tests {
             let r = lab.record.lock().unwrap();
             assert_eq!(r.most_at_once, 2);
             assert!(!r.same_object_twice);
-            assert_eq!(
-                (calls_of(&r, "a"), calls_of(&r, "b"), calls_of(&r, "c")),
-                (2, 1, 1)
-            );
+            assert_eq!(calls_of_each(&r, ["a", "b", "c"]), [2, 1, 1]);
         }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_reconcile_runs_again_when_it_asked_and_a_failure_after_its_backoff() {
-        let gate = Arc::new(Semaphore::new(1000));
-        let lab = lab(&["a", "b", "c"], 4, gate, |name, call| match (name, call) {
-            ("a", _) => Ok(Next::After(Duration::from_secs(30))),
-            ("b", 1) => Err(Failure::Again),
-            ("b", _) => Ok(Next::OnChange),
-            _ => Err(Failure::Hopeless),
+        let lab = lab(&["a", "b", "c"], 4, open_gate(), |name, call| {
+            match (name, call) {
+                ("a", _) => Ok(Next::After(Duration::from_secs(30))),
+                ("b", 1) => Err(Failure::Again),
+                ("b", _) => Ok(Next::OnChange),
+                _ => Err(Failure::Hopeless),
+            }
         });
         let start = Instant::now();
         for name in ["a", "b", "c"] {
@@ -431,35 +446,26 @@ mod tests {
                 "a hopeless failure waits for a change"
             );
         }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn related_changes_and_leadership_start_reconciles_of_what_exists() {
-        let gate = Arc::new(Semaphore::new(1000));
-        let lab = lab(&["a", "b"], 4, gate, |_, _| Ok(Next::OnChange));
+        let lab = lab(&["a", "b"], 4, open_gate(), |_, _| Ok(Next::OnChange));
         lab.related
             .send(vec!["b".to_owned(), "gone".to_owned()])
             .unwrap();
         until(&lab.record, |r| r.calls.len() == 1).await;
         lab.everything.send(()).unwrap();
         until(&lab.record, |r| r.calls.len() == 3).await;
-        {
-            let r = lab.record.lock().unwrap();
-            assert_eq!(
-                (calls_of(&r, "a"), calls_of(&r, "b"), calls_of(&r, "gone")),
-                (1, 2, 0)
-            );
-        }
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        let calls = calls_of_each(&lab.record.lock().unwrap(), ["a", "b", "gone"]);
+        assert_eq!(calls, [1, 2, 0]);
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]
     async fn what_the_first_list_delivers_runs_once_the_cache_is_filled() {
-        let gate = Arc::new(Semaphore::new(1000));
-        let (lab, feed) = lab_unsynced(&["a"], 4, gate, |_, _| Ok(Next::OnChange));
+        let (lab, feed) = lab_unsynced(&["a"], 4, open_gate(), |_, _| Ok(Next::OnChange));
         lab.changes.send("a".to_owned()).unwrap();
         for _ in 0..100 {
             tokio::task::yield_now().await;
@@ -470,8 +476,7 @@ mod tests {
         );
         feed.synced();
         until(&lab.record, |r| r.calls.len() == 1).await;
-        lab.shutdown.cancel();
-        lab.runner.await.unwrap();
+        lab.stop().await;
     }
 
     #[tokio::test(start_paused = true)]

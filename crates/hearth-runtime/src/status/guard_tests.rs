@@ -32,6 +32,11 @@ fn planned() -> FournosCluster {
     cluster
 }
 
+/// The requests of a write refused with a conflict and the read that follows it.
+fn conflict_then_read() -> [(String, Value); 2] {
+    [("PATCH".into(), json!("7")), ("GET".into(), Value::Null)]
+}
+
 fn versions(seen: &Recorded) -> Vec<(String, Value)> {
     seen.all()
         .into_iter()
@@ -88,7 +93,7 @@ async fn a_write_planned_for_a_replaced_object_is_dropped_after_one_read() {
     assert!(matches!(written, Ok(None)), "{written:?}");
     assert_eq!(
         sent,
-        [("PATCH".into(), json!("7")), ("GET".into(), Value::Null)],
+        conflict_then_read(),
         "no write after the successor was seen"
     );
 }
@@ -99,8 +104,7 @@ async fn a_write_to_the_same_object_is_applied_again_at_the_version_read() {
     let (written, sent) = after_a_conflict(then).await;
     let version = written.unwrap().and_then(|c| c.metadata.resource_version);
     assert_eq!(version.as_deref(), Some("10"));
-    let patched = [("PATCH".into(), json!("7")), ("GET".into(), Value::Null)];
-    assert_eq!(sent[..2], patched);
+    assert_eq!(sent[..2], conflict_then_read());
     assert_eq!(sent[2], ("PATCH".into(), json!("9")));
 }
 
@@ -134,7 +138,7 @@ async fn a_plan_whose_basis_changed_is_not_applied_again() {
     assert!(matches!(written, Ok(None)), "{written:?}");
     assert_eq!(
         sent,
-        [("PATCH".into(), json!("7")), ("GET".into(), Value::Null)],
+        conflict_then_read(),
         "the stale plan is dropped after the read"
     );
 }

@@ -25,20 +25,24 @@ fn the_time_a_secret_went_is_recorded_once_and_cleared_when_it_returns() {
     assert_eq!(diff_status(Some(&gone), &back), StatusDiff::Changed);
 }
 
-#[test]
-fn a_locked_cluster_says_when_it_will_be_offboarded() {
+/// A probe at 300s that finds the Secret of a valid cluster gone, while alice's lock holds
+/// its offboarding back for 600s.
+fn held_back_by_alice() -> Probe {
     let valid = plan(reached(fleet()), None, at(0)).status;
     let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
     probe.hold = Some(OffboardHold {
         holder: "alice",
         grace: Duration::from_secs(600),
     });
+    probe
+}
+
+#[test]
+fn a_locked_cluster_says_when_it_will_be_offboarded() {
+    let probe = held_back_by_alice();
     let p = probe.plan();
     let kc = cond(&p.status, KUBECONFIG_VALID);
-    assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
-        ("False", "Missing")
-    );
+    assert_eq!(state_of(kc), ("False", "Missing"));
     assert_eq!(
         kc.message,
         crate::onboarding::held_back_message(SECRET, "alice", at(900))
@@ -73,7 +77,7 @@ fn a_hand_edit_of_the_spec_takes_the_reason_and_warns_once() {
     let p = probe.plan();
     let kc = cond(&p.status, KUBECONFIG_VALID);
     assert_eq!(
-        (kc.status.as_str(), kc.reason.as_str()),
+        state_of(kc),
         ("False", "KubeconfigSecretChanged"),
         "the status follows kubeconfigStatus"
     );
@@ -107,12 +111,7 @@ fn a_hand_edit_of_the_spec_takes_the_reason_and_warns_once() {
 #[test]
 fn a_held_back_offboarding_says_so_before_a_hand_edit() {
     use crate::source::SourceProblem;
-    let valid = plan(reached(fleet()), None, at(0)).status;
-    let mut probe = Probe::new(ProbeOutcome::SecretMissing, Some(&valid), at(300));
-    probe.hold = Some(OffboardHold {
-        holder: "alice",
-        grace: Duration::from_secs(600),
-    });
+    let mut probe = held_back_by_alice();
     probe.source = Some(Source {
         record: Some(source_record()),
         gone: true,
