@@ -8,8 +8,9 @@
 //! must, the steady state); when one must, the cluster's reservations are listed from
 //! the apiserver and decided again from that list. A cache that had not yet delivered an
 //! acceptance (this process's own, or the last leader's) therefore never lets a later
-//! booking take the same window. Each status is applied guarded by the version listed:
-//! a reservation that changed since is left to the reconcile its change brings.
+//! booking take the same window. Each status is applied guarded by the version listed,
+//! time given back before time taken, and the batch ends at the first refused write: a
+//! reservation that changed since is left to the reconcile its change brings.
 //!
 //! Reservations need their CRD and the RBAC to read them. Until both are in place (Helm
 //! never installs a new CRD on upgrade; RBAC reaches the apiserver's authorizer a moment
@@ -85,17 +86,22 @@ impl Booked {
             .filter(|r| r.spec.cluster == cluster)
             .collect();
         let planned = plan_from(&of_cluster);
+        let mut decisions = decide(&planned, Timestamp::now());
+        // Time given back lands before the time it frees is taken, and a status that takes
+        // time is written only while every write before it landed: a refused write (the
+        // reservation changed or went since the list) ends the batch, and the change's own
+        // reconcile decides again. Two recorded windows never overlap.
+        decisions.sort_by_key(|d| d.gains(&planned));
         for Decision {
             index,
             status,
             reason,
-        } in decide(&planned, Timestamp::now())
+        } in decisions
         {
             let reservation = of_cluster[index];
             let version = reservation.meta().resource_version.clone();
             let body = serde_json::to_value(&status).expect("a ReservationStatus serializes");
-            // Applied at the version listed, never again after a conflict: the change that
-            // caused it brings a reconcile of its own.
+            // Applied at the version listed, never again after a conflict.
             let unchanged = |live: &Reservation| live.meta().resource_version == version;
             let written =
                 apply_status_resting_on(&self.api, reservation, LOCK_MANAGER, body, unchanged)
@@ -104,16 +110,22 @@ impl Booked {
                         name: reservation.name_any(),
                         source,
                     })?;
-            if written.is_some() {
-                tracing::info!(
+            if written.is_none() {
+                tracing::debug!(
                     reservation = %reservation.name_any(),
                     cluster,
-                    phase = ?status.phase,
-                    conflicts_with = status.conflicts_with.as_deref().unwrap_or(""),
-                    "reservation decided"
+                    "reservation changed since it was listed; deciding again on its change"
                 );
-                self.publish(reservation, reason, &status);
+                return Ok(());
             }
+            tracing::info!(
+                reservation = %reservation.name_any(),
+                cluster,
+                phase = ?status.phase,
+                conflicts_with = status.conflicts_with.as_deref().unwrap_or(""),
+                "reservation decided"
+            );
+            self.publish(reservation, reason, &status);
         }
         Ok(())
     }

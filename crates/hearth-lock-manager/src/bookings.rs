@@ -73,6 +73,27 @@ pub fn decide(planned: &[Planned<'_>], now: Timestamp) -> Vec<Decision> {
         .collect()
 }
 
+impl Decision {
+    /// Whether the status takes time the reservation did not hold before (accepted, or a
+    /// window not inside the one it held). Such a status rests on the others of the batch
+    /// having given that time back, so it is written after them, and only if they landed.
+    pub fn gains(&self, planned: &[Planned<'_>]) -> bool {
+        let Some(new) = held(&self.status) else {
+            return false;
+        };
+        let before = &planned[self.index];
+        !matches!(standing(before.reservation, &before.status), Standing::Holds(old) if old.contains(&new))
+    }
+}
+
+/// The window `status` records as held.
+fn held(status: &ReservationStatus) -> Option<Window> {
+    match (&status.held_start, &status.held_end) {
+        (Some(start), Some(end)) => Window::new(start.0, end.0),
+        _ => None,
+    }
+}
+
 /// When the booking was asked for: its creation (one-second resolution; the calendar
 /// breaks ties by name). A reservation the apiserver gave no creation time is taken as
 /// asked now, after every other.
@@ -92,12 +113,7 @@ pub fn standing(reservation: &Reservation, status: &ReservationStatus) -> Standi
             Standing::Refused
         }
         Some(ReservationPhase::Conflict) | None => Standing::New,
-        Some(_) => match (&status.held_start, &status.held_end) {
-            (Some(start), Some(end)) => {
-                Window::new(start.0, end.0).map_or(Standing::New, Standing::Holds)
-            }
-            _ => Standing::New,
-        },
+        Some(_) => held(status).map_or(Standing::New, Standing::Holds),
     }
 }
 

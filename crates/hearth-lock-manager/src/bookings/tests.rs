@@ -211,3 +211,27 @@ fn a_window_the_crd_refuses_today_is_refused_and_blocks_nothing() {
     assert_eq!(reason(&statuses[0]), "InvalidWindow");
     assert_eq!(phase(&statuses[1]).0, Some(ReservationPhase::Accepted));
 }
+
+#[test]
+fn time_given_back_is_written_before_the_time_it_frees_is_taken() {
+    let mut all = recorded(vec![
+        booking("early", "14:00", "18:00", "07:00"),
+        booking("late", "16:00", "17:00", "08:00"),
+    ]);
+    ends_at(&mut all[0], "16:00");
+    ends_at(&mut all[1], "17:00");
+    let planned: Vec<Planned<'_>> = all
+        .iter()
+        .map(|r| Planned {
+            reservation: r,
+            status: r.status.clone().unwrap(),
+        })
+        .collect();
+    let decisions = decide(&planned, t(NOW));
+    let gains: Vec<(usize, bool)> = decisions
+        .iter()
+        .map(|d| (d.index, d.gains(&planned)))
+        .collect();
+    // The shortened one holds less (no gain); the one accepted into the freed time gains.
+    assert_eq!(gains, vec![(0, false), (1, true)]);
+}
