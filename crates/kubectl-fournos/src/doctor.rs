@@ -114,6 +114,16 @@ pub fn rights(settings: &Settings) -> Vec<Right> {
         },
         Right {
             controller: LOCK_MANAGER,
+            verb: "list",
+            group: "fournos.dev",
+            resource: "reservations",
+            name: None,
+            namespace: Some(settings.namespace.clone()),
+            value: "the chart's version",
+            fix: None,
+        },
+        Right {
+            controller: LOCK_MANAGER,
             verb: "get",
             group: "apiextensions.k8s.io",
             resource: "customresourcedefinitions",
@@ -346,6 +356,17 @@ pub fn diagnose(settings: &Settings, observed: &Observed) -> Vec<Check> {
                 "the FournosCluster CRD (fournosclusters.fournos.dev/v1) is installed",
                 "the FournosCluster CRD is not installed: `helm install` installs it from the \
                  chart's crds/, or `kubectl apply -f manifests/crd.yaml`.",
+            ),
+        ),
+        check(
+            "reservations-crd",
+            installed(
+                crd("reservations"),
+                "the Reservation CRD (reservations.fournos.dev/v1) is installed",
+                "the Reservation CRD is not installed, so hearth-lock-manager decides no \
+                 reservation (it warns and retries): Helm installs crds/ only on a first \
+                 install. `kubectl apply --server-side -f charts/hearth/crds/` from this \
+                 release's chart, or `kubectl apply -f manifests/reservation-crd.yaml`.",
             ),
         ),
     ];
@@ -608,7 +629,11 @@ mod tests {
         Observed {
             kubernetes_version: Some("v1.36.3".into()),
             kueue_versions: vec!["v1beta2".into(), "v1beta1".into()],
-            fournos_resources: vec!["fournosclusters".into(), "fournosjobs".into()],
+            fournos_resources: vec![
+                "fournosclusters".into(),
+                "fournosjobs".into(),
+                "reservations".into(),
+            ],
             namespaces: namespaces(settings)
                 .into_iter()
                 .map(|n| (n, Seen::Present))
@@ -733,6 +758,8 @@ mod tests {
             &diagnose(&s, &o),
             &[
                 "MISSING Kueue serves kueue.x-k8s.io v1beta1, not kueue.x-k8s.io/v1beta2",
+                "MISSING the Reservation CRD is not installed",
+                "kubectl apply -f manifests/reservation-crd.yaml",
                 "MISSING the FournosJob CRD is not installed",
                 "install Fournos, or set config.sentinel=workload",
                 "MISSING namespace psap-secrets does not exist",
@@ -743,7 +770,7 @@ mod tests {
         let failure = outcome(&diagnose(&s, &o)).unwrap_err();
         assert_eq!(failure.exit_code(), 4);
         assert!(
-            failure.to_string().starts_with("4 prerequisite"),
+            failure.to_string().starts_with("5 prerequisite"),
             "{failure}"
         );
     }
