@@ -38,7 +38,7 @@ use kube::{Resource, ResourceExt};
 use crate::bookings::{Decision, Planned, decide};
 use crate::error::Error;
 
-/// Reservations of Hearth's namespace, when their CRD is served and readable.
+/// Reservations of Hearth's namespace: their cache, and where verdicts are written.
 pub struct Booked {
     pub cache: Cache<Reservation>,
     api: Api<Reservation>,

@@ -32,8 +32,8 @@ pub struct Context<K: Sentinel> {
     pub recorded: Recorded,
     /// Consecutive failures per cluster, for the retry delay.
     pub(crate) backoff: Backoff,
-    /// Reservations, when their CRD is served and readable ([`crate::booked`]).
-    pub booked: Option<Booked>,
+    /// Reservations ([`crate::booked`]).
+    pub booked: Booked,
 }
 
 /// The sentinel UIDs this process saw recorded in a cluster's `status.lockJobUID`, kept

@@ -97,7 +97,7 @@ async fn run_with<K: Sentinel>(rt: Runtime, config: LockManagerConfig) -> Result
         changes: watch.changes.clone(),
         recorded: Default::default(),
         backoff: Backoff::default(),
-        booked: Some(booked),
+        booked,
     });
 
     let sweep =

@@ -5,7 +5,8 @@
 //! state machine is [`state`], the sentinel kinds live in [`sentinel`], the orphan sweep
 //! in [`sweep`]; for `fournosjob` sentinels [`fournos_workloads`] observes the Workloads
 //! Fournos made ([`fournos`]: what Fournos does). What the rules read is in [`views`]. Before any of it runs, [`crd_check`] refuses a served CRD that would
-//! prune a status field lock-manager writes.
+//! prune a status field lock-manager writes. Each cluster's reconcile also decides its
+//! Reservations: [`bookings`] (pure) and [`booked`] (the list and the status writes).
 //!
 //! # The lock state machine
 //!

@@ -81,9 +81,7 @@ pub(crate) async fn reconcile_lock<K: Sentinel>(
     }
     let applied = apply_plan(&ctx.writer, cluster, &observed, &plan, now).await?;
     // After the lock's own writes, which a failure here must not hold back.
-    if let Some(booked) = &ctx.booked {
-        booked.reconcile(&name).await?;
-    }
+    ctx.booked.reconcile(&name).await?;
     if applied == Applied::Done
         && let Some(workload) = owned
     {
