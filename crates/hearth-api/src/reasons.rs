@@ -202,6 +202,11 @@ reasons! {
         LengtheningRefused = "LengtheningRefused",
         /// Its stored spec is one the CRD refuses today (an end not after its start).
         InvalidWindow = "InvalidWindow",
+        /// Its window had ended when it was first decided.
+        Ended = "Ended",
+        /// The cluster has too many reservations whose windows have not ended
+        /// (hearth-lock-manager's `MAX_LIVE_BOOKINGS`).
+        TooMany = "TooMany",
     }
 }
 

@@ -30,29 +30,66 @@ pub struct Decision {
     pub reason: AcceptedReason,
 }
 
+/// At most this many reservations of one cluster enter its calendar at once: every one
+/// that holds a window that has not ended, then the undecided ones, first asked first.
+/// Those beyond are refused (`TooMany`), so a flood of bookings costs bounded work per
+/// reconcile (the calendar is quadratic) and each one still gets an answer. Far more than
+/// a cluster's planned benchmarks: a booking's window ends, and then it no longer counts.
+pub const MAX_LIVE_BOOKINGS: usize = 128;
+
 /// The status `planned[i]` must have, for each `i` whose status must change.
 pub fn decide(planned: &[Planned<'_>], now: Timestamp) -> Vec<Decision> {
-    let windows: Vec<Option<Window>> = planned
-        .iter()
-        .map(|p| Window::new(p.reservation.spec.start.0, p.reservation.spec.end.0))
-        .collect();
-    // A window the CRD refuses today (stored before it did) never enters the calendar.
-    let valid: Vec<usize> = (0..planned.len())
-        .filter(|&i| windows[i].is_some())
-        .collect();
     let names: Vec<String> = planned.iter().map(|p| p.reservation.name_any()).collect();
-    let bookings: Vec<Booking<'_>> = valid
+    let mut said: Vec<Option<Said>> = vec![None; planned.len()];
+    // What enters the calendar, with the standing it enters with.
+    let mut calendar_of: Vec<(usize, Window, Standing)> = Vec::new();
+    let mut candidates: Vec<(usize, Window)> = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        // A window the CRD refuses today (stored before it did) never enters the calendar.
+        let Some(wants) = Window::new(p.reservation.spec.start.0, p.reservation.spec.end.0) else {
+            said[i] = Some(Said::invalid());
+            continue;
+        };
+        match standing(p.reservation, &p.status) {
+            // A refusal stands and holds nothing: it is in nobody's way.
+            Standing::Refused => {}
+            // A window that is over is in nobody's way either, and is left as recorded.
+            Standing::Holds(held) if held.end() <= now && held == wants => {}
+            Standing::Holds(held) if held.end() > now => {
+                calendar_of.push((i, wants, Standing::Holds(held)))
+            }
+            // Undecided, or an ended booking its owner moved: asked for as new.
+            Standing::Holds(_) | Standing::New if wants.end() <= now => {
+                said[i] = Some(Said::ended())
+            }
+            Standing::Holds(_) | Standing::New => candidates.push((i, wants)),
+        }
+    }
+    candidates.sort_by(|a, b| {
+        let key = |i: usize| (asked(planned[i].reservation, now), &names[i]);
+        key(a.0).cmp(&key(b.0))
+    });
+    let room = MAX_LIVE_BOOKINGS.saturating_sub(calendar_of.len());
+    for &(i, _) in candidates.iter().skip(room) {
+        said[i] = Some(Said::too_many(&planned[i].reservation.spec.cluster));
+    }
+    calendar_of.extend(
+        candidates
+            .into_iter()
+            .take(room)
+            .map(|(i, wants)| (i, wants, Standing::New)),
+    );
+    let bookings: Vec<Booking<'_>> = calendar_of
         .iter()
-        .map(|&i| Booking {
+        .map(|&(i, wants, standing)| Booking {
             name: &names[i],
             asked: asked(planned[i].reservation, now),
-            wants: windows[i].expect("only valid windows"),
-            standing: standing(planned[i].reservation, &planned[i].status),
+            wants,
+            standing,
         })
         .collect();
     let verdicts = calendar::decide(&bookings);
-    let mut said: Vec<Option<Said>> = vec![Some(Said::invalid()); planned.len()];
-    for (&i, verdict) in valid.iter().zip(&verdicts) {
+    for (&(i, _, _), verdict) in calendar_of.iter().zip(&verdicts) {
         said[i] = Said::of(verdict, &planned[i].reservation.spec.cluster);
     }
     let now = Time(now);
@@ -164,6 +201,30 @@ impl Said {
             },
             Verdict::Refused => return None,
         })
+    }
+
+    fn ended() -> Self {
+        Self {
+            phase: ReservationPhase::Conflict,
+            held: None,
+            conflicts_with: None,
+            reason: AcceptedReason::Ended,
+            message: "the window ended before it could be booked: set a window in the future"
+                .to_owned(),
+        }
+    }
+
+    fn too_many(cluster: &str) -> Self {
+        Self {
+            phase: ReservationPhase::Conflict,
+            held: None,
+            conflicts_with: None,
+            reason: AcceptedReason::TooMany,
+            message: format!(
+                "{cluster} already has {MAX_LIVE_BOOKINGS} reservations whose windows have not \
+                 ended: delete the ones no longer needed, then edit this one to ask again"
+            ),
+        }
     }
 
     fn invalid() -> Self {

@@ -27,18 +27,28 @@ fn booking(name: &str, from: &str, to: &str, asked: &str) -> Reservation {
 
 const NOW: &str = "09:00";
 
-/// Decides `reservations` with the status each records, and returns every status as it
-/// is afterwards, written or not.
-fn after(reservations: &[Reservation]) -> Vec<ReservationStatus> {
-    let planned: Vec<Planned<'_>> = reservations
+/// Each reservation with the status it records.
+fn planned_of(reservations: &[Reservation]) -> Vec<Planned<'_>> {
+    reservations
         .iter()
         .map(|r| Planned {
             reservation: r,
             status: r.status.clone().unwrap_or_default(),
         })
-        .collect();
+        .collect()
+}
+
+/// Decides `reservations` with the status each records, and returns every status as it
+/// is afterwards, written or not.
+fn after(reservations: &[Reservation]) -> Vec<ReservationStatus> {
+    after_at(reservations, NOW)
+}
+
+/// [`after`], deciding at `now` (hh:mm).
+fn after_at(reservations: &[Reservation], now: &str) -> Vec<ReservationStatus> {
+    let planned = planned_of(reservations);
     let mut statuses: Vec<ReservationStatus> = planned.iter().map(|p| p.status.clone()).collect();
-    for decision in decide(&planned, t(NOW)) {
+    for decision in decide(&planned, t(now)) {
         statuses[decision.index] = decision.status;
     }
     statuses
@@ -140,13 +150,7 @@ fn recorded_decisions_write_nothing() {
         booking("late", "15:00", "17:00", "08:00"),
         booking("touching", "18:00", "19:00", "08:00"),
     ]);
-    let planned: Vec<Planned<'_>> = all
-        .iter()
-        .map(|r| Planned {
-            reservation: r,
-            status: r.status.clone().unwrap(),
-        })
-        .collect();
+    let planned = planned_of(&all);
     assert_eq!(decide(&planned, t(NOW)), vec![]);
 }
 
@@ -220,13 +224,7 @@ fn time_given_back_is_written_before_the_time_it_frees_is_taken() {
     ]);
     ends_at(&mut all[0], "16:00");
     ends_at(&mut all[1], "17:00");
-    let planned: Vec<Planned<'_>> = all
-        .iter()
-        .map(|r| Planned {
-            reservation: r,
-            status: r.status.clone().unwrap(),
-        })
-        .collect();
+    let planned = planned_of(&all);
     let decisions = decide(&planned, t(NOW));
     let gains: Vec<(usize, bool)> = decisions
         .iter()
@@ -234,4 +232,47 @@ fn time_given_back_is_written_before_the_time_it_frees_is_taken() {
         .collect();
     // The shortened one holds less (no gain); the one accepted into the freed time gains.
     assert_eq!(gains, vec![(0, false), (1, true)]);
+}
+
+#[test]
+fn a_flood_is_answered_with_bounded_work_the_last_asked_refused() {
+    let minute = |m: usize| format!("{:02}:{:02}", 10 + m / 60, m % 60);
+    let flood: Vec<Reservation> = (0..MAX_LIVE_BOOKINGS + 3)
+        .map(|m| {
+            let mut r = booking(&format!("b{m:03}"), &minute(m), &minute(m + 1), "08:00");
+            // Asked one after another, in the order of their names.
+            r.metadata.creation_timestamp =
+                Some(Time(t("08:00") + std::time::Duration::from_secs(m as u64)));
+            r
+        })
+        .collect();
+    let statuses = after(&flood);
+    let reasons: Vec<String> = statuses.iter().map(reason).collect();
+    assert!(reasons[..MAX_LIVE_BOOKINGS].iter().all(|r| r == "Accepted"));
+    assert_eq!(
+        reasons[MAX_LIVE_BOOKINGS..],
+        ["TooMany", "TooMany", "TooMany"]
+    );
+    assert_eq!(
+        statuses[MAX_LIVE_BOOKINGS].phase,
+        Some(ReservationPhase::Conflict)
+    );
+}
+
+#[test]
+fn an_ended_window_is_in_nobodys_way_and_left_as_recorded() {
+    let mut all = recorded(vec![booking("over", "10:00", "11:00", "07:00")]);
+    all.push(booking("past", "10:30", "11:30", "08:00"));
+    all.push(booking("next", "10:30", "13:00", "08:00"));
+    let planned = planned_of(&all);
+    let decided: Vec<(usize, String)> = decide(&planned, t("12:00"))
+        .into_iter()
+        .map(|d| (d.index, d.reason.as_str().to_owned()))
+        .collect();
+    // "over" is not written again; a window that ended before it was decided is refused;
+    // one that still runs does not collide with the ended one.
+    assert_eq!(
+        decided,
+        [(1, "Ended".to_owned()), (2, "Accepted".to_owned())]
+    );
 }
